@@ -1,0 +1,15 @@
+// Allreduce algorithms. Each is straight-line code over comm/primitives.h; selection and
+// validation live in runtime/. `call.in` may equal `call.out` (in place); partial overlap
+// was rejected before.
+#pragma once
+#include "comm/communicator.h"
+
+namespace rdmacoll {
+namespace algorithms {
+
+void allreduceEager(Communicator& c, const Call& call);
+void allreduceRing(Communicator& c, const Call& call);
+void allreduceRingSlots(Communicator& c, const Call& call);
+
+}  // namespace algorithms
+}  // namespace rdmacoll

@@ -1,0 +1,28 @@
+#include "algorithms/registry.h"
+
+#include "algorithms/allreduce.h"
+
+namespace rdmacoll {
+namespace algorithms {
+
+const std::vector<AllreduceAlgorithm>& allreduceAlgorithms() {
+  static const std::vector<AllreduceAlgorithm> all = {
+      {1, "eager", "every rank sends its whole input to every peer, each reduces p inputs in rank order: 1 step, for small messages",
+       allreduceEager, [](const Communicator& c, size_t bytes) { return bytes <= c.config().eagerBytes; }},
+      {2, "ring", "pipelined ring reduce-scatter + allgather reading the predecessor's memory in place (map or cross-memory read)",
+       allreduceRing, [](const Communicator& c, size_t) { return c.peersReadable(); }},
+      {3, "ring_slots", "pipelined ring reduce-scatter + allgather through one-sided writes into the successor's receive slots",
+       allreduceRingSlots, [](const Communicator&, size_t) { return true; }},
+  };
+  return all;
+}
+
+const AllreduceAlgorithm* findAllreduce(const std::string& name) {
+  for (const auto& a : allreduceAlgorithms()) {
+    if (name == a.name) return &a;
+  }
+  return nullptr;
+}
+
+}  // namespace algorithms
+}  // namespace rdmacoll

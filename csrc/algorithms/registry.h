@@ -1,0 +1,26 @@
+// Every algorithm, registered with a name and a one-line description. The id travels in
+// the descriptor hash, so ranks that chose differently get an error, not a hang.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "comm/communicator.h"
+
+namespace rdmacoll {
+namespace algorithms {
+
+struct AllreduceAlgorithm {
+  uint8_t id;
+  const char* name;
+  const char* description;
+  void (*run)(Communicator&, const Call&);
+  // Whether it can run this call here (e.g. eager only carries small messages).
+  bool (*usable)(const Communicator&, size_t bytes);
+};
+
+const std::vector<AllreduceAlgorithm>& allreduceAlgorithms();
+const AllreduceAlgorithm* findAllreduce(const std::string& name);  // nullptr if unknown
+
+}  // namespace algorithms
+}  // namespace rdmacoll

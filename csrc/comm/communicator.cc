@@ -1,0 +1,168 @@
+#include "comm/communicator.h"
+
+#include <sched.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <sstream>
+
+#include "common/error.h"
+
+namespace rdmacoll {
+
+namespace {
+int cpusAvailable() {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) return CPU_COUNT(&set);
+  long n = sysconf(_SC_NPROCESSORS_ONLN);
+  return n > 0 ? static_cast<int>(n) : 1;
+}
+}  // namespace
+
+Communicator::Communicator(int rank, int size, int localSize, const Config& config,
+                           std::shared_ptr<WaitHooks> hooks)
+    : rank_(rank), size_(size), localSize_(localSize), config_(config),
+      hooks_(hooks ? std::move(hooks) : std::make_shared<WaitHooks>()),
+      layout_(size, config), pid_(getpid()) {
+  RC_CHECK(size >= 1 && rank >= 0 && rank < size, "invalid rank " + std::to_string(rank) +
+                                                       " for size " + std::to_string(size));
+  RC_CHECK(config.segmentBytes >= 4096 && config.segmentBytes % 64 == 0,
+           "RDMACOLL_SEGMENT_BYTES must be a multiple of 64 and at least 4096");
+  RC_CHECK(config.slotBytes >= 4096 && config.slotBytes % 64 == 0,
+           "RDMACOLL_SLOT_BYTES must be a multiple of 64 and at least 4096");
+  RC_CHECK(config.slots >= 1 && config.slots <= 64, "RDMACOLL_SLOTS must be in 1..64");
+  RC_CHECK(config.timeoutSeconds > 0, "RDMACOLL_TIMEOUT must be positive");
+  oversubscribed_ = localSize > cpusAvailable();
+  device_ = transport::createDevice(config.transport, rank, size);
+  pool_ = std::make_shared<MemoryPool>(device_.get());
+  ctrl_ = device_->allocate(layout_.total());
+  staging_ = device_->allocate(2 * config_.segmentBytes);
+  peers_.resize(size);
+}
+
+Communicator::~Communicator() {
+  peers_.clear();
+  pool_->detach();
+}
+
+transport::Bytes Communicator::address() const {
+  transport::Bytes a = device_->address();
+  transport::PackedMemory pm;
+  ctrl_->pack(&pm);
+  a.insert(a.end(), pm.bytes, pm.bytes + sizeof(pm.bytes));
+  return a;
+}
+
+void Communicator::connect(const std::vector<transport::Bytes>& addresses) {
+  RC_CHECK(!connected_, "communicator already connected");
+  RC_CHECK(static_cast<int>(addresses.size()) == size_,
+           "expected " + std::to_string(size_) + " addresses, got " + std::to_string(addresses.size()));
+  peersReadable_ = true;
+  for (int r = 0; r < size_; ++r) {
+    if (r == rank_) continue;
+    const transport::Bytes& a = addresses[r];
+    RC_CHECK(a.size() > transport::PackedMemory::kBytes,
+             "malformed address from rank " + std::to_string(r));
+    transport::Bytes dev(a.begin(), a.end() - transport::PackedMemory::kBytes);
+    transport::PackedMemory pm;
+    std::memcpy(pm.bytes, a.data() + dev.size(), sizeof(pm.bytes));
+    Peer& p = peers_[r];
+    p.rank = r;
+    p.ep = device_->connect(r, dev);
+    p.ep->unpack(pm, &p.ctrl);
+    RC_CHECK(p.ctrl.len == layout_.total(),
+             "rank " + std::to_string(r) + " has a different control layout: the ranks run "
+             "different rdmacoll versions or settings");
+    uint32_t caps = p.ep->capabilities();
+    if (!(caps & transport::kCanRead) && !(caps & transport::kCanMap)) peersReadable_ = false;
+  }
+  if (!device_->cheapRegistration()) peersReadable_ = false;
+  connected_ = true;
+}
+
+bool Communicator::describeBuffer(const void* p, size_t bytes, BufferRef* ref) const {
+  ref->ptr = p;
+  ref->bytes = bytes;
+  if (const MemoryPool::Block* b = pool_->find(p, bytes)) {
+    b->mem->pack(&ref->packed);
+    ref->allocated = true;
+    ref->offset = static_cast<const char*>(p) - static_cast<const char*>(b->mem->data());
+    return true;
+  }
+  ref->allocated = false;
+  ref->offset = 0;
+  if (!device_->cheapRegistration()) return false;
+  device_->packUser(p, bytes, &ref->packed);
+  return true;
+}
+
+void Communicator::checkUsable() const {
+  if (getpid() != pid_) {
+    throw Error("this rdmacoll communicator belongs to the parent process (pid " +
+                std::to_string(pid_) + "); a forked child cannot use it");
+  }
+  RC_CHECK(connected_, "rdmacoll is not initialised: call rdmacoll.init() first");
+  if (!broken_.empty()) throw Error(broken_);
+}
+
+void Communicator::abortAll(AbortCode code, const std::string& message) {
+  if (broken_.empty()) broken_ = message;
+  char msg[kAbortMessageBytes] = {};
+  std::strncpy(msg, message.c_str(), sizeof(msg) - 1);
+  uint64_t flag = (static_cast<uint64_t>(code) << 32) | static_cast<uint64_t>(rank_ + 1);
+  for (Peer& p : peers_) {
+    if (!p.ep) continue;
+    try {
+      p.ep->write(msg, p.ctrl, layout_.abortMessage(rank_), sizeof(msg), false, 0);
+      p.ep->put64(p.ctrl, layout_.abortFlag(), flag);
+    } catch (const Error&) {
+      // A dead peer cannot be told; the others still are.
+    }
+  }
+  throw Error(broken_);
+}
+
+void Communicator::raisePeerAbort() {
+  uint64_t flag = word(layout_.abortFlag()).load(std::memory_order_acquire);
+  int src = static_cast<int>(flag & 0xffffffffu) - 1;
+  if (src < 0 || src >= size_) src = 0;
+  char msg[kAbortMessageBytes];
+  std::memcpy(msg, ctrl() + layout_.abortMessage(src), sizeof(msg));
+  msg[sizeof(msg) - 1] = 0;
+  if (broken_.empty()) broken_ = std::string(msg) + " (reported by rank " + std::to_string(src) + ")";
+  throw Error(broken_);
+}
+
+static std::string callText(const Descriptor& d) {
+  std::ostringstream o;
+  static const char* colls[] = {"?", "allreduce"};
+  o << (d.collective < 2 ? colls[d.collective] : "?") << "(#" << d.seq << ", count=" << d.count
+    << ", dtype=" << dtypeName(static_cast<DataType>(d.dtype))
+    << ", op=" << opName(static_cast<ReduceOp>(d.op));
+  if (d.root >= 0) o << ", root=" << d.root;
+  if (d.name[0]) o << ", name='" << std::string(d.name, strnlen(d.name, sizeof(d.name))) << "'";
+  o << ")";
+  return o.str();
+}
+
+void Communicator::checkDescriptor(const HashedDescriptor& mine, const HashedDescriptor& theirs,
+                                   int peer) {
+  if (mine.hash == theirs.hash) return;
+  const Descriptor& a = mine.desc;
+  const Descriptor& b = theirs.desc;
+  std::string what;
+  if (a.collective != b.collective) what = "different collectives";
+  else if (a.count != b.count) what = "different counts";
+  else if (a.dtype != b.dtype) what = "different dtypes";
+  else if (a.op != b.op) what = "different ops";
+  else if (a.root != b.root) what = "different root ranks";
+  else if (a.nameHash != b.nameHash) what = "different names";
+  else if (a.seq != b.seq) what = "calls out of order";
+  else if (a.algorithm != b.algorithm) what = "different algorithms (RDMACOLL_ALGO differs?)";
+  else what = "different settings";
+  abortAll(AbortCode::kMismatch,
+           "collective mismatch (" + what + "): rank " + std::to_string(rank_) + " called " +
+               callText(a) + " but rank " + std::to_string(peer) + " called " + callText(b));
+}
+
+}  // namespace rdmacoll

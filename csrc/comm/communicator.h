@@ -1,0 +1,166 @@
+// Communicator: one group of ranks, its device, its peers and its state. No globals:
+// two communicators can live in one process; each has one lock (held by the binding
+// for the duration of a call).
+//
+// Setup (driven by bootstrap, which owns the only MPI calls):
+//   Communicator c(rank, size, localSize, config, hooks);
+//   bytes = c.address();             // allgathered by bootstrap
+//   c.connect(allAddresses);         // endpoints, peers' control regions
+//
+// What algorithms use (comm/ is the only layer they see):
+//   peer(r): endpoint + the peer's control region + per-direction counters
+//   waitUntil(pred, peer, what): the one way to wait (spin/yield/futex, abort word,
+//     peer liveness, timeout, Ctrl-C), see wait.cc
+//   abortAll(msg): set every peer's abort word, then throw Error(msg) here
+#pragma once
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "comm/config.h"
+#include "comm/ctrl.h"
+#include "comm/pool.h"
+#include "common/types.h"
+#include "transport/transport.h"
+
+namespace rdmacoll {
+
+// Called by waits that last long. Implemented by the binding (Python): the core knows
+// nothing of the interpreter.
+class WaitHooks {
+ public:
+  virtual ~WaitHooks() = default;
+  virtual void releaseInterpreter() {}
+  virtual void acquireInterpreter() {}
+  // True when a signal handler raised (Ctrl-C); called with the interpreter held.
+  virtual bool signalPending() { return false; }
+};
+
+struct Peer {
+  int rank = -1;
+  std::unique_ptr<transport::Endpoint> ep;
+  transport::RemoteMemory ctrl;  // the peer's control region
+  uint64_t progressSeen = 0;     // units of this peer counted in earlier calls
+  uint64_t msgsSent = 0;         // slot messages sent to this peer
+  uint64_t msgsReceived = 0;     // slot messages received from it
+};
+
+// A user buffer as the peers will address it.
+struct BufferRef {
+  const void* ptr = nullptr;
+  size_t bytes = 0;
+  bool allocated = false;  // inside pool memory (peers can map it)
+  transport::PackedMemory packed{};
+  uint64_t offset = 0;     // of ptr inside the packed region
+};
+
+// Everything one collective call needs, computed once by the entry point.
+struct Call {
+  const void* in;
+  void* out;
+  size_t count;
+  DataType dtype;
+  ReduceOp op;
+  double scale;        // 1/size for Average, else 1
+  size_t elemBytes;
+  uint64_t seq;
+  HashedDescriptor hd;  // descriptor and its hash, identical on all ranks when correct
+};
+
+enum class AbortCode : uint32_t { kMismatch = 1, kPeerDied = 2, kInterrupted = 3, kTimeout = 4, kError = 5 };
+
+class Communicator {
+ public:
+  Communicator(int rank, int size, int localSize, const Config& config,
+               std::shared_ptr<WaitHooks> hooks);
+  ~Communicator();
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+
+  transport::Bytes address() const;
+  void connect(const std::vector<transport::Bytes>& addresses);
+
+  // Collectives are free functions in runtime/ (they validate and pick an algorithm);
+  // this class is the state they run on.
+  uint64_t nextSeq() { return ++seq_; }
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  const Config& config() const { return config_; }
+  const CtrlLayout& layout() const { return layout_; }
+  std::shared_ptr<MemoryPool> pool() const { return pool_; }
+  Peer& peer(int r) { return peers_[r]; }
+  char* ctrl() const { return static_cast<char*>(ctrl_->data()); }
+  std::atomic<uint64_t>& word(size_t off) const {
+    return *reinterpret_cast<std::atomic<uint64_t>*>(ctrl() + off);
+  }
+  void* staging(int i) const { return static_cast<char*>(staging_->data()) + i * config_.segmentBytes; }
+  bool peersReadable() const { return peersReadable_; }
+  uint64_t callsStarted() const { return seq_; }
+  // Units this rank completed in earlier calls (its progress counter at the peers).
+  uint64_t progressBase() const { return progressBase_; }
+  void advanceProgressBase(uint64_t units) { progressBase_ += units; }
+
+  // Describe a user buffer for peers (pool memory is mappable; other memory is packed
+  // for cross-memory access on transports where that is free, else not packable).
+  bool describeBuffer(const void* p, size_t bytes, BufferRef* ref) const;
+
+  // Wait until pred() holds. `peer` (or -1) and `what` name the wait in errors.
+  template <class Pred>
+  void waitUntil(Pred pred, int peer, const char* what) {
+    if (pred()) return;
+    checkAbortWord();
+    WaitState s(*this, peer, what);
+    while (!pred()) s.step();
+  }
+
+  [[noreturn]] void abortAll(AbortCode code, const std::string& message);
+  void checkAbortWord() {
+    if (word(layout_.abortFlag()).load(std::memory_order_acquire) != 0) raisePeerAbort();
+  }
+  void checkUsable() const;
+  // Compare a peer's descriptor with mine; on a difference abort everyone with a message
+  // naming both calls and both ranks.
+  void checkDescriptor(const HashedDescriptor& mine, const HashedDescriptor& theirs, int peer);
+
+ private:
+  // One wait in progress: spin, then yield, then sleep on the device, with periodic
+  // checks (abort word, peers alive, timeout, signals). See wait.cc.
+  class WaitState {
+   public:
+    WaitState(Communicator& c, int peer, const char* what);
+    ~WaitState();
+    void step();
+
+   private:
+    void periodicChecks();
+    Communicator& c_;
+    int peer_;
+    const char* what_;
+    std::chrono::steady_clock::time_point start_, now_, nextCheck_;
+    uint64_t iter_ = 0;
+    bool released_ = false;
+  };
+  [[noreturn]] void raisePeerAbort();
+
+  int rank_, size_, localSize_;
+  Config config_;
+  bool oversubscribed_;
+  std::shared_ptr<WaitHooks> hooks_;
+  std::unique_ptr<transport::Device> device_;
+  std::shared_ptr<MemoryPool> pool_;
+  CtrlLayout layout_;
+  std::unique_ptr<transport::Memory> ctrl_;
+  std::unique_ptr<transport::Memory> staging_;  // 2 x segmentBytes, for reads of peer memory
+  std::vector<Peer> peers_;
+  bool connected_ = false;
+  bool peersReadable_ = false;  // every peer endpoint can read or map peer memory
+  uint64_t seq_ = 0;
+  uint64_t progressBase_ = 0;
+  std::string broken_;  // set once the communicator aborted: every later call raises it
+  pid_t pid_;
+};
+
+}  // namespace rdmacoll

@@ -1,0 +1,19 @@
+// Settings every rank must agree on (they shape the protocol). Read from the
+// environment on rank 0 and broadcast at init() by bootstrap, so ranks never disagree.
+#pragma once
+#include <cstddef>
+#include <string>
+
+namespace rdmacoll {
+
+struct Config {
+  size_t segmentBytes = 1 << 20;  // RDMACOLL_SEGMENT_BYTES: pipelining unit of the ring
+  size_t slotBytes = 256 << 10;   // RDMACOLL_SLOT_BYTES: one receive slot (ring_slots)
+  int slots = 4;                  // RDMACOLL_SLOTS: receive slots per peer
+  size_t eagerBytes = 32 << 10;   // RDMACOLL_EAGER_BYTES: largest message of `eager`
+  double timeoutSeconds = 600;    // RDMACOLL_TIMEOUT: longest a wait may make no progress
+  std::string algo;               // RDMACOLL_ALGO: force an allreduce algorithm by name
+  std::string transport = "shm";  // RDMACOLL_TRANSPORT
+};
+
+}  // namespace rdmacoll

@@ -1,0 +1,143 @@
+#include "comm/primitives.h"
+
+#include <cstring>
+#include <string>
+
+#include "common/error.h"
+
+namespace rdmacoll {
+namespace prim {
+
+namespace {
+
+[[noreturn]] void protocolError(Communicator& c, Peer& from, uint32_t got, uint32_t want,
+                                const Call& call) {
+  // A different kind of message means the peer runs another algorithm or collective: try
+  // to read its descriptor where that kind keeps it, so the error names the difference.
+  uint32_t kind = got >> 28;
+  const HashedDescriptor* theirs = nullptr;
+  if (kind == kHeaderTag) {
+    // CallHeader starts with the same {hash, descriptor} line.
+    theirs = reinterpret_cast<const HashedDescriptor*>(c.ctrl() + c.layout().header(from.rank, call.seq));
+  } else if (kind == kEagerTag) {
+    theirs = reinterpret_cast<const HashedDescriptor*>(c.ctrl() + c.layout().eager(from.rank, call.seq));
+  }
+  if (theirs != nullptr) c.checkDescriptor(call.hd, *theirs, from.rank);
+  c.abortAll(AbortCode::kMismatch,
+             "protocol mismatch with rank " + std::to_string(from.rank) + " during call #" +
+                 std::to_string(call.seq) + ": expected message " + std::to_string(want) + ", got " +
+                 std::to_string(got) + " (the ranks run different collectives or settings)");
+}
+
+uint32_t recvImmediate(Communicator& c, Peer& from, const char* what) {
+  uint32_t imm = 0;
+  c.waitUntil([&] { return from.ep->pollImmediate(&imm); }, from.rank, what);
+  return imm;
+}
+
+}  // namespace
+
+void sendHeader(Communicator& c, Peer& to, const Call& call, const BufferRef* in, const BufferRef* out) {
+  CallHeader h;
+  std::memset(&h, 0, sizeof(h));
+  h.hash = call.hd.hash;
+  h.desc = call.hd.desc;
+  if (in) {
+    h.in = in->packed;
+    h.inOffset = in->offset;
+  }
+  if (out) {
+    h.out = out->packed;
+    h.outOffset = out->offset;
+  }
+  to.ep->write(&h, to.ctrl, c.layout().header(c.rank(), call.seq), sizeof(h), true,
+               tag(kHeaderTag, call.seq));
+}
+
+const CallHeader& recvHeader(Communicator& c, Peer& from, const Call& call) {
+  uint32_t want = tag(kHeaderTag, call.seq);
+  uint32_t got = recvImmediate(c, from, "a call header");
+  if (got != want) protocolError(c, from, got, want, call);
+  const CallHeader& h = *reinterpret_cast<const CallHeader*>(c.ctrl() + c.layout().header(from.rank, call.seq));
+  HashedDescriptor theirs;
+  theirs.hash = h.hash;
+  theirs.desc = h.desc;
+  c.checkDescriptor(call.hd, theirs, from.rank);
+  return h;
+}
+
+void sendEager(Communicator& c, Peer& to, const Call& call, const void* data, size_t bytes) {
+  size_t off = c.layout().eager(c.rank(), call.seq);
+  if (bytes > 0) to.ep->write(data, to.ctrl, off + sizeof(HashedDescriptor), bytes, false, 0);
+  to.ep->write(&call.hd, to.ctrl, off, sizeof(HashedDescriptor), true, tag(kEagerTag, call.seq));
+}
+
+const void* recvEager(Communicator& c, Peer& from, const Call& call) {
+  uint32_t want = tag(kEagerTag, call.seq);
+  uint32_t got = recvImmediate(c, from, "an eager message");
+  if (got != want) protocolError(c, from, got, want, call);
+  const char* p = c.ctrl() + c.layout().eager(from.rank, call.seq);
+  c.checkDescriptor(call.hd, *reinterpret_cast<const HashedDescriptor*>(p), from.rank);
+  return p + sizeof(HashedDescriptor);
+}
+
+void waitSlotCredit(Communicator& c, Peer& to) {
+  uint64_t slots = static_cast<uint64_t>(c.config().slots);
+  if (to.msgsSent < slots) return;
+  uint64_t need = to.msgsSent - slots + 1;
+  auto& credit = c.word(c.layout().credit(to.rank));
+  c.waitUntil([&] { return credit.load(std::memory_order_acquire) >= need; }, to.rank, "a free slot");
+}
+
+void* mappedSlot(Communicator& c, Peer& to) {
+  void* base = to.ep->map(&to.ctrl);
+  if (base == nullptr) return nullptr;
+  waitSlotCredit(c, to);
+  return static_cast<char*>(base) + c.layout().slot(c.rank(), to.msgsSent);
+}
+
+void sendSlot(Communicator& c, Peer& to, const void* data, size_t bytes) {
+  if (data != nullptr) waitSlotCredit(c, to);
+  to.ep->write(data, to.ctrl, c.layout().slot(c.rank(), to.msgsSent), data ? bytes : 0, true,
+               tag(kSlotTag, to.msgsSent));
+  ++to.msgsSent;
+}
+
+const void* recvSlot(Communicator& c, Peer& from) {
+  uint32_t got = recvImmediate(c, from, "a slot message");
+  uint32_t want = tag(kSlotTag, from.msgsReceived);
+  if (got != want) {
+    c.abortAll(AbortCode::kMismatch, "protocol mismatch with rank " + std::to_string(from.rank) +
+                                         ": expected slot message " + std::to_string(want) +
+                                         ", got " + std::to_string(got));
+  }
+  return c.ctrl() + c.layout().slot(from.rank, from.msgsReceived);
+}
+
+void releaseSlot(Communicator& c, Peer& from) {
+  ++from.msgsReceived;
+  from.ep->put64(from.ctrl, c.layout().credit(c.rank()), from.msgsReceived);
+}
+
+void putProgress(Communicator& c, Peer& to, uint64_t units) {
+  to.ep->put64(to.ctrl, c.layout().progress(c.rank()), c.progressBase() + units);
+}
+
+void waitProgress(Communicator& c, Peer& from, uint64_t units) {
+  uint64_t need = from.progressSeen + units;
+  auto& w = c.word(c.layout().progress(from.rank));
+  c.waitUntil([&] { return w.load(std::memory_order_acquire) >= need; }, from.rank,
+              "a peer's progress");
+}
+
+void finishReads(Communicator& c, Peer& readFrom, Peer& readBy, const Call& call, uint64_t units) {
+  readFrom.progressSeen += units;
+  c.advanceProgressBase(units);
+  readFrom.ep->put64(readFrom.ctrl, c.layout().done(c.rank()), call.seq);
+  auto& w = c.word(c.layout().done(readBy.rank));
+  c.waitUntil([&] { return w.load(std::memory_order_acquire) >= call.seq; }, readBy.rank,
+              "the peer to finish reading this rank's memory");
+}
+
+}  // namespace prim
+}  // namespace rdmacoll

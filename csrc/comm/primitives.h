@@ -1,0 +1,52 @@
+// Primitives: the verbs algorithms are written in. Each names what moves, to whom, and
+// what it waits for; none names a transport.
+//
+// Immediates carry a tag checked on receipt: kind (header/eager/slot) and low bits of
+// the call sequence or message number, so a peer running a different collective or
+// algorithm is caught at its first message rather than misread.
+#pragma once
+#include <cstdint>
+
+#include "comm/communicator.h"
+
+namespace rdmacoll {
+namespace prim {
+
+enum TagKind : uint32_t { kHeaderTag = 1, kEagerTag = 2, kSlotTag = 3 };
+inline uint32_t tag(TagKind k, uint64_t n) { return (static_cast<uint32_t>(k) << 28) | (n & 0x0fffffff); }
+
+// ---- call headers: hash + descriptor (+ buffer locations), double-buffered by parity
+void sendHeader(Communicator& c, Peer& to, const Call& call, const BufferRef* in, const BufferRef* out);
+// Wait for `from`'s header of this call and compare descriptors (abort on mismatch).
+const CallHeader& recvHeader(Communicator& c, Peer& from, const Call& call);
+
+// ---- eager: hash/descriptor line + whole payload into the peer's eager inbox
+void sendEager(Communicator& c, Peer& to, const Call& call, const void* data, size_t bytes);
+// Wait for `from`'s eager message of this call, check it, return its payload.
+const void* recvEager(Communicator& c, Peer& from, const Call& call);
+
+// ---- slots: pipelined messages into the peer's receive slots, with credits
+// Pointer into `to`'s next free slot when it can be stored to directly (kCanMap), after
+// waiting for a credit; nullptr when the transport needs write() (then use sendSlot).
+void* mappedSlot(Communicator& c, Peer& to);
+void waitSlotCredit(Communicator& c, Peer& to);
+// Send bytes to `to`'s next slot (data may be null when it was stored through
+// mappedSlot already).
+void sendSlot(Communicator& c, Peer& to, const void* data, size_t bytes);
+// Wait for the next slot message from `from`; returns its bytes in my memory.
+const void* recvSlot(Communicator& c, Peer& from);
+// Give the slot back to its sender (a credit).
+void releaseSlot(Communicator& c, Peer& from);
+
+// ---- direct progress: counters in the peer's control region
+// Tell `to` that I completed `units` units of the current call (cumulative per call).
+void putProgress(Communicator& c, Peer& to, uint64_t units);
+// Wait until `from` completed `units` units of the current call.
+void waitProgress(Communicator& c, Peer& from, uint64_t units);
+// At the end of a call that read peer memory: finish the call's progress accounting,
+// tell `readFrom` I no longer read its memory, and wait until `readBy` no longer reads
+// mine.
+void finishReads(Communicator& c, Peer& readFrom, Peer& readBy, const Call& call, uint64_t units);
+
+}  // namespace prim
+}  // namespace rdmacoll

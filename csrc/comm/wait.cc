@@ -1,0 +1,106 @@
+// How ranks wait (shared/DESIGN.md, "Progress and waiting").
+//
+// Not oversubscribed (local ranks <= cores in our CPU mask): spin with `pause` for
+// kSpinMicros, then sched_yield until kYieldMicros, then sleep on the device (futex for
+// shm; a sender wakes us only when we flagged ourselves asleep). Oversubscribed: yield
+// at once (spinning with 4 ranks on 2 cores costs milliseconds), then sleep.
+// The interpreter lock is released before sleeping. Every kCheckMillis: the abort word,
+// every peer's liveness, the timeout, and pending signals (Ctrl-C aborts the peers, then
+// raises Interrupted so that the binding re-raises KeyboardInterrupt).
+#include <sched.h>
+
+#include <string>
+
+#include "comm/communicator.h"
+#include "common/error.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define RC_PAUSE() _mm_pause()
+#elif defined(__aarch64__)
+#define RC_PAUSE() asm volatile("yield")
+#else
+#define RC_PAUSE() \
+  do {             \
+  } while (0)
+#endif
+
+namespace rdmacoll {
+
+namespace {
+constexpr int kSpinMicros = 50;
+constexpr int kYieldMicros = 2000;
+constexpr int kCheckMillis = 100;
+}  // namespace
+
+Communicator::WaitState::WaitState(Communicator& c, int peer, const char* what)
+    : c_(c), peer_(peer), what_(what), start_(std::chrono::steady_clock::now()), now_(start_),
+      nextCheck_(start_ + std::chrono::milliseconds(kCheckMillis)) {}
+
+Communicator::WaitState::~WaitState() {
+  if (released_) c_.hooks_->acquireInterpreter();
+}
+
+void Communicator::WaitState::step() {
+  ++iter_;
+  c_.checkAbortWord();
+  if ((iter_ & 63) == 0 || c_.oversubscribed_ || released_) now_ = std::chrono::steady_clock::now();
+  auto now = now_;
+  if (now >= nextCheck_) {
+    periodicChecks();
+    nextCheck_ = now + std::chrono::milliseconds(kCheckMillis);
+  }
+  auto waited = std::chrono::duration_cast<std::chrono::microseconds>(now - start_).count();
+  if (!c_.oversubscribed_ && waited < kSpinMicros) {
+    for (int i = 0; i < 16; ++i) RC_PAUSE();
+    return;
+  }
+  if (waited < kYieldMicros) {
+    sched_yield();
+    return;
+  }
+  if (!released_) {
+    c_.hooks_->releaseInterpreter();
+    released_ = true;
+  }
+  // Sleep; the caller re-checks its condition after we return. Announcing before the
+  // final abort check means a peer's put64 after that check will wake us.
+  uint64_t seen = c_.device_->prepareSleep();
+  if (c_.word(c_.layout_.abortFlag()).load(std::memory_order_acquire) != 0) {
+    c_.device_->cancelSleep();
+    return;
+  }
+  c_.device_->sleep(seen, 1);  // 1 ms: the caller's condition is re-checked each return
+}
+
+void Communicator::WaitState::periodicChecks() {
+  Communicator& c = c_;
+  for (Peer& p : c.peers_) {
+    if (p.ep && !p.ep->alive()) {
+      c.abortAll(AbortCode::kPeerDied,
+                 "rank " + std::to_string(p.rank) + " (" + p.ep->describe() +
+                     ") died; detected by rank " + std::to_string(c.rank_) + " while waiting for " +
+                     what_);
+    }
+  }
+  double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  if (waited > c.config_.timeoutSeconds) {
+    c.abortAll(AbortCode::kTimeout,
+               "timed out after " + std::to_string(static_cast<int>(waited)) + " s (RDMACOLL_TIMEOUT) on rank " +
+                   std::to_string(c.rank_) + " waiting for " + what_ +
+                   (peer_ >= 0 ? " from rank " + std::to_string(peer_) : std::string()));
+  }
+  if (released_) c.hooks_->acquireInterpreter();
+  bool sig = c.hooks_->signalPending();
+  if (released_) c.hooks_->releaseInterpreter();
+  if (sig) {
+    try {
+      c.abortAll(AbortCode::kInterrupted, "rank " + std::to_string(c.rank_) +
+                                              " was interrupted (signal) during " + what_);
+    } catch (const Error&) {
+    }
+    throw Interrupted();
+  }
+}
+
+}  // namespace rdmacoll

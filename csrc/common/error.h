@@ -1,0 +1,28 @@
+// The single error type of the core. The Python binding maps it to rdmacoll.RdmacollError.
+#pragma once
+#include <stdexcept>
+#include <string>
+
+namespace rdmacoll {
+
+class Error : public std::runtime_error {
+ public:
+  explicit Error(const std::string& what) : std::runtime_error(what) {}
+};
+
+// Raised by a wait that noticed a pending Python signal (Ctrl-C): the binding turns it
+// back into the Python exception that the signal handler set (KeyboardInterrupt).
+class Interrupted : public std::runtime_error {
+ public:
+  Interrupted() : std::runtime_error("interrupted by a signal") {}
+};
+
+// errno text with a prefix: "what: strerror(errno)".
+std::string sysError(const std::string& what, int err);
+
+}  // namespace rdmacoll
+
+#define RC_CHECK(cond, msg)                               \
+  do {                                                    \
+    if (!(cond)) throw ::rdmacoll::Error(std::string(msg)); \
+  } while (0)

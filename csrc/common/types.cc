@@ -1,0 +1,44 @@
+#include "common/types.h"
+
+#include <cstring>
+
+#include "common/error.h"
+
+namespace rdmacoll {
+
+size_t dtypeSize(DataType t) {
+  switch (t) {
+    case DataType::kFloat16:
+    case DataType::kBFloat16: return 2;
+    case DataType::kFloat32:
+    case DataType::kInt32: return 4;
+    case DataType::kFloat64:
+    case DataType::kInt64: return 8;
+    case DataType::kUInt8: return 1;
+  }
+  return 0;
+}
+
+const char* dtypeName(DataType t) {
+  static const char* names[] = {"float16", "bfloat16", "float32", "float64",
+                                "int32",   "int64",    "uint8"};
+  int i = static_cast<int>(t);
+  return i < kNumDataTypes ? names[i] : "invalid";
+}
+
+const char* opName(ReduceOp op) {
+  static const char* names[] = {"Sum", "Average", "Min", "Max", "Product"};
+  int i = static_cast<int>(op);
+  return i < kNumReduceOps ? names[i] : "invalid";
+}
+
+bool isFloating(DataType t) {
+  return t == DataType::kFloat16 || t == DataType::kBFloat16 || t == DataType::kFloat32 ||
+         t == DataType::kFloat64;
+}
+
+std::string sysError(const std::string& what, int err) {
+  return what + ": " + std::strerror(err);
+}
+
+}  // namespace rdmacoll

@@ -1,0 +1,34 @@
+// Data types and reduction operations understood by the core.
+// The numeric values are exported to Python by the binding (never copied by hand).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+namespace rdmacoll {
+
+enum class DataType : uint8_t {
+  kFloat16 = 0,
+  kBFloat16 = 1,
+  kFloat32 = 2,
+  kFloat64 = 3,
+  kInt32 = 4,
+  kInt64 = 5,
+  kUInt8 = 6,
+};
+constexpr int kNumDataTypes = 7;
+
+enum class ReduceOp : uint8_t {
+  kSum = 0,
+  kAverage = 1,  // Sum, then scaled by 1/size in the last reduction step (floats only)
+  kMin = 2,
+  kMax = 3,
+  kProduct = 4,
+};
+constexpr int kNumReduceOps = 5;
+
+size_t dtypeSize(DataType t);
+const char* dtypeName(DataType t);
+const char* opName(ReduceOp op);
+bool isFloating(DataType t);
+
+}  // namespace rdmacoll

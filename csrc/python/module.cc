@@ -1,0 +1,309 @@
+// The one Python/C++ boundary. Constants (dtypes, ops, algorithm names) are exported from
+// here, never restated in Python. A synchronous call validates here, takes the
+// communicator's lock, and runs the collective inline on the caller's thread.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+#include <pthread.h>
+
+#include <atomic>
+#include <mutex>
+#include <string>
+
+#include "algorithms/partition.h"
+#include "algorithms/registry.h"
+#include "comm/communicator.h"
+#include "common/error.h"
+#include "reduce/reduce.h"
+#include "runtime/collectives.h"
+#include "tuning/select.h"
+
+namespace py = pybind11;
+using namespace rdmacoll;
+
+namespace {
+
+std::atomic<int> gForkGeneration{0};
+
+// Waits release the GIL while they sleep and poll for Ctrl-C.
+class PyHooks : public WaitHooks {
+ public:
+  void releaseInterpreter() override { state_ = PyEval_SaveThread(); }
+  void acquireInterpreter() override { PyEval_RestoreThread(state_); }
+  bool signalPending() override { return PyErr_CheckSignals() != 0; }
+
+ private:
+  PyThreadState* state_ = nullptr;
+};
+
+DataType dtypeOf(const py::dtype& dt) {
+  const char kind = dt.kind();
+  const auto size = dt.itemsize();
+  if (kind == 'f') {
+    if (size == 2) return DataType::kFloat16;
+    if (size == 4) return DataType::kFloat32;
+    if (size == 8) return DataType::kFloat64;
+  } else if (kind == 'i') {
+    if (size == 4) return DataType::kInt32;
+    if (size == 8) return DataType::kInt64;
+  } else if (kind == 'u' && size == 1) {
+    return DataType::kUInt8;
+  } else if (size == 2 && py::str(dt.attr("name")).cast<std::string>() == "bfloat16") {
+    return DataType::kBFloat16;
+  }
+  throw Error("unsupported dtype " + py::str(dt).cast<std::string>() +
+              "; supported: float16, bfloat16, float32, float64, int32, int64, uint8");
+}
+
+// An ndarray view of x without copying: ndarrays as they are, DLPack producers (PyTorch,
+// CuPy...) through numpy.from_dlpack, other buffer-protocol objects through numpy.asarray.
+py::array asArray(py::handle x, const char* what) {
+  if (py::isinstance<py::array>(x)) return py::reinterpret_borrow<py::array>(x);
+  if (py::hasattr(x, "__dlpack__")) {
+    try {
+      return py::module_::import("numpy").attr("from_dlpack")(x);
+    } catch (py::error_already_set& e) {
+      throw Error(std::string(what) + ": cannot view this object without a copy (" + e.what() +
+                  "); CUDA tensors are not supported yet, pass CPU memory");
+    }
+  }
+  if (PyObject_CheckBuffer(x.ptr())) return py::module_::import("numpy").attr("asarray")(x);
+  throw Error(std::string(what) + " must be a NumPy array or expose the buffer protocol or DLPack, got " +
+              py::str(py::type::of(x)).cast<std::string>());
+}
+
+void requireContiguous(const py::array& a, const char* what) {
+  if (!(a.flags() & py::array::c_style)) {
+    throw Error(std::string(what) + " is not C-contiguous; pass numpy.ascontiguousarray(x)");
+  }
+}
+
+class PyCommunicator {
+ public:
+  PyCommunicator(int rank, int size, int localSize, const py::dict& cfg)
+      : hooks_(std::make_shared<PyHooks>()), generation_(gForkGeneration.load()) {
+    Config c;
+    if (cfg.contains("segment_bytes")) c.segmentBytes = cfg["segment_bytes"].cast<size_t>();
+    if (cfg.contains("slot_bytes")) c.slotBytes = cfg["slot_bytes"].cast<size_t>();
+    if (cfg.contains("slots")) c.slots = cfg["slots"].cast<int>();
+    if (cfg.contains("eager_bytes")) c.eagerBytes = cfg["eager_bytes"].cast<size_t>();
+    if (cfg.contains("timeout")) c.timeoutSeconds = cfg["timeout"].cast<double>();
+    if (cfg.contains("algo")) c.algo = cfg["algo"].cast<std::string>();
+    if (cfg.contains("transport")) c.transport = cfg["transport"].cast<std::string>();
+    tuning::validateAlgoSetting(c.algo);
+    comm_ = std::make_unique<Communicator>(rank, size, localSize, c, hooks_);
+  }
+
+  py::bytes address() const {
+    auto a = comm_->address();
+    return py::bytes(reinterpret_cast<const char*>(a.data()), a.size());
+  }
+
+  void connect(const std::vector<std::string>& addresses) {
+    std::vector<transport::Bytes> all;
+    for (const auto& s : addresses) all.emplace_back(s.begin(), s.end());
+    comm_->connect(all);
+  }
+
+  py::object allreduce(py::handle x, py::handle outObj, int op, py::handle name) {
+    check();
+    py::array in = asArray(x, "allreduce input");
+    requireContiguous(in, "allreduce input");
+    const DataType dt = dtypeOf(in.dtype());
+    if (op < 0 || op >= kNumReduceOps) throw Error("unknown op " + std::to_string(op) + "; use rdmacoll.Sum, Average, Min, Max or Product");
+    py::array out;
+    py::object result;
+    if (outObj.is_none()) {
+      out = poolArray(in);
+      result = out;
+    } else {
+      out = asArray(outObj, "out");
+      requireContiguous(out, "out");
+      if (!out.writeable()) throw Error("out is read-only");
+      if (!out.dtype().is(in.dtype()) && dtypeOf(out.dtype()) != dt) {
+        throw Error("out has dtype " + py::str(out.dtype()).cast<std::string>() + ", input has " +
+                    py::str(in.dtype()).cast<std::string>());
+      }
+      if (out.size() != in.size() || out.ndim() != in.ndim() ||
+          !std::equal(in.shape(), in.shape() + in.ndim(), out.shape())) {
+        throw Error("out has shape " + py::str(py::tuple(out.attr("shape"))).cast<std::string>() +
+                    ", input has " + py::str(py::tuple(in.attr("shape"))).cast<std::string>());
+      }
+      result = py::reinterpret_borrow<py::object>(outObj);
+    }
+    std::string nm;
+    if (!name.is_none()) nm = py::str(name).cast<std::string>();
+    const void* src = in.data();
+    void* dst = out.mutable_data();
+    const size_t count = static_cast<size_t>(in.size());
+    Locked lock(mu_);
+    try {
+      lastAlgorithm_ = rdmacoll::allreduce(*comm_, src, dst, count, dt, static_cast<ReduceOp>(op),
+                                           nm.data(), nm.size());
+    } catch (const Interrupted&) {
+      throw py::error_already_set();
+    }
+    return result;
+  }
+
+  py::array empty(py::object shape, py::object dtype) {
+    check();
+    py::dtype dt = py::dtype::from_args(dtype);
+    dtypeOf(dt);
+    std::vector<py::ssize_t> dims;
+    if (py::isinstance<py::int_>(shape)) {
+      dims.push_back(shape.cast<py::ssize_t>());
+    } else {
+      for (auto d : shape) dims.push_back(d.cast<py::ssize_t>());
+    }
+    size_t n = 1;
+    for (auto d : dims) {
+      if (d < 0) throw Error("negative dimension in rdmacoll.empty");
+      n *= static_cast<size_t>(d);
+    }
+    return wrapBlock(dt, dims, n * dt.itemsize());
+  }
+
+  std::string lastAlgorithm() const { return lastAlgorithm_; }
+  size_t poolBytes() const { return comm_->pool()->bytesMapped(); }
+  int rank() const { return comm_->rank(); }
+  int size() const { return comm_->size(); }
+  std::string selected(size_t bytes) const { return tuning::selectAllreduce(*comm_, bytes).name; }
+  void close() { comm_.reset(); }
+
+ private:
+  struct Locked {
+    explicit Locked(std::mutex& m) : m_(m) {
+      if (!m_.try_lock()) {
+        py::gil_scoped_release r;  // another thread runs a collective and may need the GIL
+        m_.lock();
+      }
+    }
+    ~Locked() { m_.unlock(); }
+    std::mutex& m_;
+  };
+
+  void check() const {
+    if (!comm_) throw Error("rdmacoll is shut down: call rdmacoll.init() again");
+    if (generation_ != gForkGeneration.load(std::memory_order_relaxed)) {
+      throw Error("rdmacoll was initialised in the parent process; a forked child (e.g. a DataLoader worker) cannot use it");
+    }
+  }
+
+  py::array poolArray(const py::array& like) {
+    std::vector<py::ssize_t> dims(like.shape(), like.shape() + like.ndim());
+    return wrapBlock(like.dtype(), dims, static_cast<size_t>(like.nbytes()));
+  }
+
+  // A NumPy array over a pool block; the block returns to the pool with the array.
+  py::array wrapBlock(const py::dtype& dt, const std::vector<py::ssize_t>& dims, size_t bytes) {
+    std::shared_ptr<MemoryPool> pool = comm_->pool();
+    MemoryPool::Block* b = pool->acquire(bytes);
+    auto* owner = new std::pair<std::shared_ptr<MemoryPool>, MemoryPool::Block*>(pool, b);
+    py::capsule base(owner, [](void* p) {
+      auto* o = static_cast<std::pair<std::shared_ptr<MemoryPool>, MemoryPool::Block*>*>(p);
+      o->first->release(o->second);
+      delete o;
+    });
+    return py::array(dt, dims, {}, b->mem->data(), base);
+  }
+
+  std::mutex mu_;
+  std::shared_ptr<PyHooks> hooks_;
+  std::unique_ptr<Communicator> comm_;
+  int generation_;
+  std::string lastAlgorithm_;
+};
+
+}  // namespace
+
+PYBIND11_MODULE(_core, m) {
+  m.doc() = "rdmacoll core (C++): communicator, transports, algorithms";
+  pthread_atfork(nullptr, nullptr, [] { gForkGeneration.fetch_add(1); });
+
+  static py::exception<Error> exc(m, "RdmacollError", PyExc_RuntimeError);
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const Error& e) {
+      PyErr_SetString(exc.ptr(), e.what());
+    }
+  });
+
+  m.attr("Sum") = static_cast<int>(ReduceOp::kSum);
+  m.attr("Average") = static_cast<int>(ReduceOp::kAverage);
+  m.attr("Min") = static_cast<int>(ReduceOp::kMin);
+  m.attr("Max") = static_cast<int>(ReduceOp::kMax);
+  m.attr("Product") = static_cast<int>(ReduceOp::kProduct);
+  py::dict dtypes;
+  for (int i = 0; i < kNumDataTypes; ++i) dtypes[dtypeName(static_cast<DataType>(i))] = i;
+  m.attr("DTYPES") = dtypes;
+  py::dict ops;
+  for (int i = 0; i < kNumReduceOps; ++i) ops[opName(static_cast<ReduceOp>(i))] = i;
+  m.attr("OPS") = ops;
+  // Defaults of the settings bootstrap reads from RDMACOLL_* variables.
+  Config defaults;
+  py::dict d;
+  d["segment_bytes"] = defaults.segmentBytes;
+  d["slot_bytes"] = defaults.slotBytes;
+  d["slots"] = defaults.slots;
+  d["eager_bytes"] = defaults.eagerBytes;
+  d["timeout"] = defaults.timeoutSeconds;
+  d["algo"] = defaults.algo;
+  d["transport"] = defaults.transport;
+  m.attr("DEFAULT_CONFIG") = d;
+
+  m.def("algorithms", [] {
+    std::vector<std::pair<std::string, std::string>> v;
+    for (const auto& a : algorithms::allreduceAlgorithms()) v.emplace_back(a.name, a.description);
+    return v;
+  }, "Registered allreduce algorithms: (name, description).");
+
+  py::class_<PyCommunicator>(m, "Communicator")
+      .def(py::init<int, int, int, const py::dict&>())
+      .def("address", &PyCommunicator::address)
+      .def("connect", &PyCommunicator::connect)
+      .def("allreduce", &PyCommunicator::allreduce)
+      .def("empty", &PyCommunicator::empty)
+      .def("close", &PyCommunicator::close)
+      .def("selected_algorithm", &PyCommunicator::selected)
+      .def_property_readonly("last_algorithm", &PyCommunicator::lastAlgorithm)
+      .def_property_readonly("pool_bytes", &PyCommunicator::poolBytes)
+      .def_property_readonly("rank", &PyCommunicator::rank)
+      .def_property_readonly("size", &PyCommunicator::size);
+
+  // Test hooks: the kernels and the ring arithmetic, without any transport.
+  m.def("_reduce_local", [](int dtype, int op, py::array out, std::vector<py::array> inputs, double scale) {
+    if (dtype < 0 || dtype >= kNumDataTypes || op < 0 || op >= kNumReduceOps) throw Error("bad dtype/op");
+    if (inputs.empty()) throw Error("need at least one input");
+    std::vector<const void*> ptrs;
+    const size_t n = static_cast<size_t>(out.size());
+    const size_t bytes = n * dtypeSize(static_cast<DataType>(dtype));
+    if (static_cast<size_t>(out.nbytes()) != bytes) throw Error("out size does not match dtype");
+    for (auto& a : inputs) {
+      if (static_cast<size_t>(a.nbytes()) != bytes) throw Error("input size mismatch");
+      ptrs.push_back(a.data());
+    }
+    void* dst = out.mutable_data();
+    py::gil_scoped_release r;
+    reduceN(static_cast<DataType>(dtype), static_cast<ReduceOp>(op), dst, ptrs.data(),
+            static_cast<int>(ptrs.size()), n, scale);
+  });
+  m.def("_ring_chunk", &ring::ringChunk);
+  m.def("_chunk_begin", &ring::chunkBegin);
+  m.def("_segments_per_chunk", &ring::segmentsPerChunk);
+  m.def("_hash_descriptor", [](int coll, uint64_t seq, int dtype, uint64_t count, int op, int root,
+                               uint64_t nameHash, int algo, uint64_t seg) {
+    Descriptor d;
+    d.collective = static_cast<uint8_t>(coll);
+    d.seq = seq;
+    d.dtype = static_cast<uint8_t>(dtype);
+    d.count = count;
+    d.op = static_cast<uint8_t>(op);
+    d.root = root;
+    d.nameHash = nameHash;
+    d.algorithm = static_cast<uint8_t>(algo);
+    d.segmentBytes = seg;
+    return hashDescriptor(d);
+  });
+}

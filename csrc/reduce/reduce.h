@@ -1,0 +1,37 @@
+// Reduction kernels: out[i] = in[0][i] op in[1][i] op ... op in[n-1][i].
+//
+// Contract
+// - Inputs are combined left to right (in[0] first); callers pass them in rank order, so
+//   every rank that reduces the same inputs gets bit-identical results.
+// - Each step computes in at least float32: float16 and bfloat16 inputs are widened to
+//   float32, combined, and rounded (to nearest even) once when stored.
+// - Integers wrap like NumPy (two's complement for int32/int64, modulo 256 for uint8).
+// - Min/Max propagate NaN: if any input element is NaN the result element is NaN.
+// - `scale` != 1 multiplies the final result before it is stored (used for Average,
+//   floating types only; the caller rejects Average on integers).
+// - out may alias any input (in-place); inputs may not partially overlap out.
+// - count == 0 is a no-op. No allocation, no locks; safe to call from any thread.
+// - The loops are written so that the compiler vectorises them (see
+//   benchmarks/reduce_kernels and the note in reduce.cc).
+#pragma once
+#include <cstddef>
+
+#include "common/types.h"
+
+namespace rdmacoll {
+
+// out = in[0] op in[1] op ... op in[nin-1], then * scale. nin >= 1 (nin == 1 copies/scales).
+void reduceN(DataType dtype, ReduceOp op, void* out, const void* const* in, int nin,
+             size_t count, double scale = 1.0);
+
+// Convenience for two inputs: out = a op b (then * scale).
+inline void reduce2(DataType dtype, ReduceOp op, void* out, const void* a, const void* b,
+                    size_t count, double scale = 1.0) {
+  const void* in[2] = {a, b};
+  reduceN(dtype, op, out, in, 2, count, scale);
+}
+
+// out = in * scale, element-wise (used for Average when one rank's data is the result).
+void scaleInPlace(DataType dtype, void* data, size_t count, double scale);
+
+}  // namespace rdmacoll

@@ -1,0 +1,159 @@
+// The one-sided transport contract (see shared/DESIGN.md, "The transport contract").
+//
+// Everything above transport/ talks to peers only through these four classes; no
+// backend name appears above this directory. The model is RDMA verbs:
+//
+//   Device      one per Communicator. Owns local memory (allocate/register), produces the
+//               address blob that bootstrap exchanges, and creates one Endpoint per peer.
+//   Memory      a local region a peer can reach: library-owned (allocate) or the user's
+//               own (registerMemory). pack() gives the bytes a peer needs to reach it.
+//   RemoteMemory  a peer's Memory, rebuilt from its packed bytes (Endpoint::unpack).
+//   Endpoint    the connection to one peer: one-sided writes with an immediate, 64-bit
+//               puts, optional read/map, in-order delivery of immediates.
+//
+// Ownership: Device outlives its Memory and Endpoints (the Communicator holds them in
+// that order). Memory returned by allocate() is owned by the caller (unique_ptr) and is
+// unmapped when destroyed; peers that mapped it keep their own mapping alive until they
+// drop it. registerMemory() never owns the user's bytes: the caller keeps them alive and
+// unchanged in place while any peer may still access them.
+//
+// Visibility (the only ordering guarantee): when the peer consumes the immediate of
+// write k on an endpoint (pollImmediate), the payloads of all writes and puts up to k on
+// that endpoint are visible in its memory. Algorithms never poll payload bytes.
+//
+// Blocking: nothing here blocks on the peer except where stated. write() and put64()
+// are posted: they return once the source bytes may be reused (shm copies at once). A
+// write whose immediate would overflow the peer's immediate queue waits for space; the
+// layer above sizes its credits so that this does not happen in practice.
+//
+// Threads: one thread at a time per Device (the Communicator's lock), except put64,
+// which may be called from any thread (abort words).
+//
+// Errors: failures throw rdmacoll::Error with the cause (errno text, peer rank).
+// A dead peer is reported by Endpoint::alive() == false (shm: pidfd; tcp: EOF/RST;
+// ibverbs: completion errors).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace rdmacoll {
+namespace transport {
+
+using Bytes = std::vector<uint8_t>;
+
+// What an endpoint can do beyond write/put64.
+enum Capability : uint32_t {
+  kCanRead = 1u << 0,  // read() works for every RemoteMemory of this endpoint
+  kCanMap = 1u << 1,   // map() gives load/store pointers into the peer's *allocated* memory
+};
+
+// The packed form of a Memory: what travels to peers. Fixed size, no allocation.
+struct PackedMemory {
+  static constexpr size_t kBytes = 40;
+  uint8_t bytes[kBytes];
+};
+
+class Memory {
+ public:
+  virtual ~Memory() = default;
+  void* data() const { return ptr_; }
+  size_t size() const { return len_; }
+  // Bytes a peer passes to Endpoint::unpack to reach this region; contains nothing the
+  // peer dereferences without a bounds check.
+  virtual void pack(PackedMemory* out) const = 0;
+
+ protected:
+  Memory(void* ptr, size_t len) : ptr_(ptr), len_(len) {}
+  void* ptr_;
+  size_t len_;
+};
+
+// A peer's Memory as this process sees it: filled in place by Endpoint::unpack (no
+// allocation), interpreted only by the backend that filled it.
+struct RemoteMemory {
+  size_t len = 0;
+  bool allocated = false;  // library-owned on the peer (mappable where kCanMap)
+  uint64_t key[4] = {};    // backend-specific identity (shm: pid, fd, segment id, address)
+  void* mapped = nullptr;  // set by Endpoint::map
+};
+
+class Endpoint {
+ public:
+  virtual ~Endpoint() = default;
+  virtual uint32_t capabilities() const = 0;
+
+  // Rebuild a peer's Memory from its pack() bytes. Validates the bytes (size, kind,
+  // owner); throws Error on garbage, never trusts lengths it cannot check.
+  virtual void unpack(const PackedMemory& packed, RemoteMemory* out) = 0;
+
+  // One-sided write of len bytes from local src (inside a Memory of this Device, or any
+  // local memory on transports that copy at once) to dst+dstOff, then delivery of the
+  // 32-bit immediate `imm` (hasImm) to the peer. len may be 0 (immediate only). Bounds
+  // are checked against dst. Returns when src may be reused.
+  virtual void write(const void* src, const RemoteMemory& dst, size_t dstOff, size_t len,
+                     bool hasImm, uint32_t imm) = 0;
+
+  // Store an 8-byte value at dst+dstOff (8-aligned), visible atomically (never torn).
+  // Used for counters that only grow (credits, progress), read locally by the peer.
+  // Ordered with writes on this endpoint. Wakes the peer if it sleeps.
+  virtual void put64(const RemoteMemory& dst, size_t dstOff, uint64_t value) = 0;
+
+  // Next immediate from this peer, in the order the peer wrote them. Non-blocking.
+  virtual bool pollImmediate(uint32_t* imm) = 0;
+
+  // kCanRead: copy len bytes from the peer's region into local dst. Bounds-checked.
+  virtual void read(const RemoteMemory& src, size_t srcOff, void* dst, size_t len);
+
+  // kCanMap: a pointer through which this process loads and stores the peer's allocated
+  // region directly (valid while the RemoteMemory lives); nullptr when not mappable
+  // (registered user memory, or a transport without the capability).
+  virtual void* map(RemoteMemory* mem);
+
+  // False once the peer is known to be dead or the connection failed.
+  virtual bool alive() = 0;
+  virtual std::string describe() const = 0;  // "shm pid 1234", for messages and logs
+};
+
+class Device {
+ public:
+  virtual ~Device() = default;
+  virtual const char* name() const = 0;
+
+  // Library-owned memory peers can reach as cheaply as the transport allows.
+  // Zero-filled and pre-faulted (no page fault when the hot path touches it).
+  virtual std::unique_ptr<Memory> allocate(size_t len) = 0;
+  // The user's memory, registered for as long as the returned Memory lives; the user keeps
+  // ownership of the bytes.
+  virtual std::unique_ptr<Memory> registerMemory(void* ptr, size_t len) = 0;
+  // Register user memory for the duration of one operation and pack it, without
+  // allocating: only where registration costs nothing (cheapRegistration(); shm, whose
+  // peers reach user memory by cross-memory attach). Elsewhere, algorithms stage user
+  // data through allocated memory instead (no hidden registration cache).
+  virtual bool cheapRegistration() const { return false; }
+  virtual void packUser(const void* ptr, size_t len, PackedMemory* out);
+
+  // The bytes peers need to connect to this device (exchanged by bootstrap).
+  virtual Bytes address() const = 0;
+  // Connect to `peer` given its address(). Called once per peer after the exchange.
+  virtual std::unique_ptr<Endpoint> connect(int peer, const Bytes& peerAddress) = 0;
+
+  // Sleeping: peers bump an event counter (and futex-wake, or the backend's equivalent)
+  // when they deliver to this device while a thread of it sleeps. sleep returns early on
+  // any event after `seen`, or after the timeout:
+  //   seen = prepareSleep();  if (condition) cancelSleep(); else sleep(seen, ms);
+  // Announcing before checking the condition is what makes the wake-up impossible to lose.
+  virtual uint64_t prepareSleep() = 0;
+  virtual void cancelSleep() = 0;
+  virtual void sleep(uint64_t seen, int timeoutMs) = 0;
+};
+
+// Create the device of a backend by name ("shm"). Throws Error naming the alternatives
+// when the backend does not exist or cannot run on this host.
+std::unique_ptr<Device> createDevice(const std::string& name, int rank, int size);
+
+}  // namespace transport
+}  // namespace rdmacoll

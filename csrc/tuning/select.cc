@@ -1,0 +1,34 @@
+#include "tuning/select.h"
+
+#include "common/error.h"
+
+namespace rdmacoll {
+namespace tuning {
+
+using algorithms::AllreduceAlgorithm;
+
+void validateAlgoSetting(const std::string& value) {
+  if (value.empty() || algorithms::findAllreduce(value)) return;
+  std::string names;
+  for (const auto& a : algorithms::allreduceAlgorithms()) names += std::string(names.empty() ? "" : ", ") + a.name;
+  throw Error("RDMACOLL_ALGO='" + value + "' names no allreduce algorithm; known: " + names);
+}
+
+const AllreduceAlgorithm& selectAllreduce(const Communicator& c, size_t bytes) {
+  // A forced algorithm runs wherever it can; elsewhere (eager above its size limit) the
+  // default rule applies, so one setting can be used for a whole sweep.
+  if (!c.config().algo.empty()) {
+    const AllreduceAlgorithm* a = algorithms::findAllreduce(c.config().algo);
+    if (a && a->usable(c, bytes)) return *a;
+  }
+  // Default: eager while one step beats 2(p-1) steps (small messages), then the ring
+  // that reads peers' memory in place where the transport allows, else slots.
+  for (const char* name : {"eager", "ring", "ring_slots"}) {
+    const AllreduceAlgorithm* a = algorithms::findAllreduce(name);
+    if (a->usable(c, bytes)) return *a;
+  }
+  return *algorithms::findAllreduce("ring_slots");
+}
+
+}  // namespace tuning
+}  // namespace rdmacoll
