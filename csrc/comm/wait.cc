@@ -2,8 +2,10 @@
 //
 // Not oversubscribed (local ranks <= cores in our CPU mask): spin with `pause` for
 // kSpinMicros, then sched_yield until kYieldMicros, then sleep on the device (futex for
-// shm; a sender wakes us only when we flagged ourselves asleep). Oversubscribed: yield
-// at once (spinning with 4 ranks on 2 cores costs milliseconds), then sleep.
+// shm; a sender wakes us only when we flagged ourselves asleep). Oversubscribed: a
+// waiter holds a core some peer needs, so yield at once and sleep after
+// kOversubscribedYieldMicros (spinning with 4 ranks on 2 cores costs milliseconds;
+// yielding alone does not hand the core to a peer queued on the other CPU).
 // The interpreter lock is released before sleeping. Every kCheckMillis: the abort word,
 // every peer's liveness, the timeout, and pending signals (Ctrl-C aborts the peers, then
 // raises Interrupted so that the binding re-raises KeyboardInterrupt).
@@ -30,6 +32,7 @@ namespace rdmacoll {
 namespace {
 constexpr int kSpinMicros = 50;
 constexpr int kYieldMicros = 2000;
+constexpr int kOversubscribedYieldMicros = 30;
 constexpr int kCheckMillis = 100;
 }  // namespace
 
@@ -55,7 +58,7 @@ void Communicator::WaitState::step() {
     for (int i = 0; i < 16; ++i) RC_PAUSE();
     return;
   }
-  if (waited < kYieldMicros) {
+  if (waited < (c_.oversubscribed_ ? kOversubscribedYieldMicros : kYieldMicros)) {
     sched_yield();
     return;
   }

@@ -166,6 +166,7 @@ class PyCommunicator {
 
   std::string lastAlgorithm() const { return lastAlgorithm_; }
   size_t poolBytes() const { return comm_->pool()->bytesMapped(); }
+  std::string transport() const { return comm_->transportName(); }
   int rank() const { return comm_->rank(); }
   int size() const { return comm_->size(); }
   std::string selected(size_t bytes) const { return tuning::selectAllreduce(*comm_, bytes).name; }
@@ -216,6 +217,8 @@ class PyCommunicator {
 };
 
 }  // namespace
+
+void bindTransportProbe(py::module_& m);  // transport_probe.cc
 
 PYBIND11_MODULE(_core, m) {
   m.doc() = "rdmacoll core (C++): communicator, transports, algorithms";
@@ -269,8 +272,11 @@ PYBIND11_MODULE(_core, m) {
       .def("selected_algorithm", &PyCommunicator::selected)
       .def_property_readonly("last_algorithm", &PyCommunicator::lastAlgorithm)
       .def_property_readonly("pool_bytes", &PyCommunicator::poolBytes)
+      .def_property_readonly("transport", &PyCommunicator::transport)
       .def_property_readonly("rank", &PyCommunicator::rank)
       .def_property_readonly("size", &PyCommunicator::size);
+
+  bindTransportProbe(m);
 
   // Test hooks: the kernels and the ring arithmetic, without any transport.
   m.def("_reduce_local", [](int dtype, int op, py::array out, std::vector<py::array> inputs, double scale) {
