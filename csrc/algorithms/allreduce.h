@@ -10,6 +10,7 @@ namespace algorithms {
 void allreduceEager(Communicator& c, const Call& call);
 void allreduceRing(Communicator& c, const Call& call);
 void allreduceRingSlots(Communicator& c, const Call& call);
+void allreduceDirect(Communicator& c, const Call& call);
 
 }  // namespace algorithms
 }  // namespace rdmacoll

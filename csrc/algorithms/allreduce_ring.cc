@@ -23,6 +23,7 @@
 //   mapped, the reduction stores straight into them (one pass instead of reduce+copy).
 //   Bytes moved per rank: 2 (p-1)/p n. Passes: reduce-scatter reads slot + input and
 //   writes the next slot; allgather copies slot -> out and slot -> next slot.
+#include <algorithm>
 #include <cstring>
 
 #include "algorithms/allreduce.h"

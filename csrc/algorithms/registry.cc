@@ -9,6 +9,8 @@ const std::vector<AllreduceAlgorithm>& allreduceAlgorithms() {
   static const std::vector<AllreduceAlgorithm> all = {
       {1, "eager", "every rank sends its whole input to every peer, each reduces p inputs in rank order: 1 step, for small messages",
        allreduceEager, [](const Communicator& c, size_t bytes) { return bytes <= c.config().eagerBytes; }},
+      {4, "direct", "each rank reduces its 1/p straight from every peer's input and stores the result straight into every peer's output: one pass, same host",
+       allreduceDirect, [](const Communicator& c, size_t) { return c.peersMappable(); }},
       {2, "ring", "pipelined ring reduce-scatter + allgather reading the predecessor's memory in place (map or cross-memory read)",
        allreduceRing, [](const Communicator& c, size_t) { return c.peersReadable(); }},
       {3, "ring_slots", "pipelined ring reduce-scatter + allgather through one-sided writes into the successor's receive slots",

@@ -3,6 +3,7 @@
 #include <sched.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <sstream>
 
@@ -36,7 +37,7 @@ Communicator::Communicator(int rank, int size, int localSize, const Config& conf
   device_ = transport::createDevice(config.transport, rank, size);
   pool_ = std::make_shared<MemoryPool>(device_.get());
   ctrl_ = device_->allocate(layout_.total());
-  staging_ = device_->allocate(2 * config_.segmentBytes);
+  staging_ = device_->allocate(std::max(2, size) * config_.segmentBytes);
   peers_.resize(size);
 }
 
@@ -58,6 +59,7 @@ void Communicator::connect(const std::vector<transport::Bytes>& addresses) {
   RC_CHECK(static_cast<int>(addresses.size()) == size_,
            "expected " + std::to_string(size_) + " addresses, got " + std::to_string(addresses.size()));
   peersReadable_ = true;
+  peersMappable_ = true;
   for (int r = 0; r < size_; ++r) {
     if (r == rank_) continue;
     const transport::Bytes& a = addresses[r];
@@ -75,8 +77,10 @@ void Communicator::connect(const std::vector<transport::Bytes>& addresses) {
              "different rdmacoll versions or settings");
     uint32_t caps = p.ep->capabilities();
     if (!(caps & transport::kCanRead) && !(caps & transport::kCanMap)) peersReadable_ = false;
+    if (!(caps & transport::kCanMap)) peersMappable_ = false;
   }
-  if (!device_->cheapRegistration()) peersReadable_ = false;
+  // Reading user memory in place needs per-call registration to be free (shm).
+  if (!device_->cheapRegistration()) peersReadable_ = peersMappable_ = false;
   connected_ = true;
 }
 
@@ -120,6 +124,11 @@ void Communicator::abortAll(AbortCode code, const std::string& message) {
     }
   }
   throw Error(broken_);
+}
+
+void Communicator::fail(const std::string& message) {
+  if (!broken_.empty()) throw Error(broken_);
+  abortAll(AbortCode::kError, "rank " + std::to_string(rank_) + ": " + message);
 }
 
 void Communicator::raisePeerAbort() {

@@ -96,8 +96,10 @@ class Communicator {
   std::atomic<uint64_t>& word(size_t off) const {
     return *reinterpret_cast<std::atomic<uint64_t>*>(ctrl() + off);
   }
+  // Staging segments for reads of peer memory: max(2, size) of segmentBytes each.
   void* staging(int i) const { return static_cast<char*>(staging_->data()) + i * config_.segmentBytes; }
   bool peersReadable() const { return peersReadable_; }
+  bool peersMappable() const { return peersMappable_; }
   const char* transportName() const { return device_->name(); }
   uint64_t callsStarted() const { return seq_; }
   // Units this rank completed in earlier calls (its progress counter at the peers).
@@ -118,6 +120,9 @@ class Communicator {
   }
 
   [[noreturn]] void abortAll(AbortCode code, const std::string& message);
+  // An error inside a collective: abort the peers unless an abort is already under way
+  // (then only rethrow it).
+  [[noreturn]] void fail(const std::string& message);
   void checkAbortWord() {
     if (word(layout_.abortFlag()).load(std::memory_order_acquire) != 0) raisePeerAbort();
   }
@@ -154,10 +159,11 @@ class Communicator {
   std::shared_ptr<MemoryPool> pool_;
   CtrlLayout layout_;
   std::unique_ptr<transport::Memory> ctrl_;
-  std::unique_ptr<transport::Memory> staging_;  // 2 x segmentBytes, for reads of peer memory
+  std::unique_ptr<transport::Memory> staging_;
   std::vector<Peer> peers_;
   bool connected_ = false;
   bool peersReadable_ = false;  // every peer endpoint can read or map peer memory
+  bool peersMappable_ = false;  // every peer endpoint maps peer memory (same host)
   uint64_t seq_ = 0;
   uint64_t progressBase_ = 0;
   std::string broken_;  // set once the communicator aborted: every later call raises it

@@ -139,5 +139,19 @@ void finishReads(Communicator& c, Peer& readFrom, Peer& readBy, const Call& call
               "the peer to finish reading this rank's memory");
 }
 
+void finishAll(Communicator& c, const Call& call) {
+  const int p = c.size(), r = c.rank();
+  for (int k = 1; k < p; ++k) {
+    Peer& q = c.peer((r + k) % p);
+    q.ep->put64(q.ctrl, c.layout().done(r), call.seq);
+  }
+  for (int k = 1; k < p; ++k) {
+    Peer& q = c.peer((r + k) % p);
+    auto& w = c.word(c.layout().done(q.rank));
+    c.waitUntil([&] { return w.load(std::memory_order_acquire) >= call.seq; }, q.rank,
+                "the peers to finish with this rank's memory");
+  }
+}
+
 }  // namespace prim
 }  // namespace rdmacoll

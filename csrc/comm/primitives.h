@@ -47,6 +47,9 @@ void waitProgress(Communicator& c, Peer& from, uint64_t units);
 // tell `readFrom` I no longer read its memory, and wait until `readBy` no longer reads
 // mine.
 void finishReads(Communicator& c, Peer& readFrom, Peer& readBy, const Call& call, uint64_t units);
+// At the end of a call in which every rank may access every peer's memory: tell every
+// peer I am done with its memory, wait until every peer is done with mine.
+void finishAll(Communicator& c, const Call& call);
 
 }  // namespace prim
 }  // namespace rdmacoll

@@ -79,7 +79,13 @@ const char* allreduce(Communicator& c, const void* in, void* out, size_t count, 
   d.nameHash = name && nameLen ? hashBytes(name, nameLen) : 0;
   if (name && nameLen) std::memcpy(d.name, name, std::min(nameLen, sizeof(d.name) - 1));
   call.hd.hash = hashDescriptor(d);
-  algo.run(c, call);
+  try {
+    algo.run(c, call);
+  } catch (const Error& e) {
+    // Counters and slots are mid-call: this communicator cannot continue, and peers
+    // waiting on this rank must hear why rather than time out.
+    c.fail(e.what());
+  }
   return algo.name;
 }
 

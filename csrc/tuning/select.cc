@@ -21,9 +21,10 @@ const AllreduceAlgorithm& selectAllreduce(const Communicator& c, size_t bytes) {
     const AllreduceAlgorithm* a = algorithms::findAllreduce(c.config().algo);
     if (a && a->usable(c, bytes)) return *a;
   }
-  // Default: eager while one step beats 2(p-1) steps (small messages), then the ring
-  // that reads peers' memory in place where the transport allows, else slots.
-  for (const char* name : {"eager", "ring", "ring_slots"}) {
+  // Default: eager while one step beats 2(p-1) steps (small messages); then direct
+  // where every peer's memory is mapped (same host), the ring that reads peer memory
+  // where the transport can read it, else the ring through slots.
+  for (const char* name : {"eager", "direct", "ring", "ring_slots"}) {
     const AllreduceAlgorithm* a = algorithms::findAllreduce(name);
     if (a->usable(c, bytes)) return *a;
   }
