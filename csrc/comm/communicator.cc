@@ -1,7 +1,11 @@
 #include "comm/communicator.h"
 
+#include <pthread.h>
 #include <sched.h>
 #include <unistd.h>
+
+#include <atomic>
+#include <mutex>
 
 #include <algorithm>
 #include <cstring>
@@ -12,6 +16,12 @@
 namespace rdmacoll {
 
 namespace {
+// Bumped in every child after fork(): a communicator created before the fork belongs to
+// the parent (its peers, its memory); the child's copy must refuse to run. Cheaper than
+// getpid(), which is a system call on every collective.
+std::atomic<uint64_t> gForkGeneration{0};
+std::once_flag gAtForkOnce;
+
 int cpusAvailable() {
   cpu_set_t set;
   if (sched_getaffinity(0, sizeof(set), &set) == 0) return CPU_COUNT(&set);
@@ -25,6 +35,8 @@ Communicator::Communicator(int rank, int size, int localSize, const Config& conf
     : rank_(rank), size_(size), localSize_(localSize), config_(config),
       hooks_(hooks ? std::move(hooks) : std::make_shared<WaitHooks>()),
       layout_(size, config), pid_(getpid()) {
+  std::call_once(gAtForkOnce, [] { pthread_atfork(nullptr, nullptr, [] { gForkGeneration.fetch_add(1); }); });
+  forkGeneration_ = gForkGeneration.load();
   RC_CHECK(size >= 1 && rank >= 0 && rank < size, "invalid rank " + std::to_string(rank) +
                                                        " for size " + std::to_string(size));
   RC_CHECK(config.segmentBytes >= 4096 && config.segmentBytes % 64 == 0,
@@ -101,7 +113,7 @@ bool Communicator::describeBuffer(const void* p, size_t bytes, BufferRef* ref) c
 }
 
 void Communicator::checkUsable() const {
-  if (getpid() != pid_) {
+  if (gForkGeneration.load(std::memory_order_relaxed) != forkGeneration_) {
     throw Error("this rdmacoll communicator belongs to the parent process (pid " +
                 std::to_string(pid_) + "); a forked child cannot use it");
   }

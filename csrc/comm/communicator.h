@@ -168,6 +168,7 @@ class Communicator {
   uint64_t progressBase_ = 0;
   std::string broken_;  // set once the communicator aborted: every later call raises it
   pid_t pid_;
+  uint64_t forkGeneration_;
 };
 
 }  // namespace rdmacoll

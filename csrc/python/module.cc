@@ -23,8 +23,6 @@ using namespace rdmacoll;
 
 namespace {
 
-std::atomic<int> gForkGeneration{0};
-
 // Waits release the GIL while they sleep and poll for Ctrl-C.
 class PyHooks : public WaitHooks {
  public:
@@ -81,7 +79,7 @@ void requireContiguous(const py::array& a, const char* what) {
 class PyCommunicator {
  public:
   PyCommunicator(int rank, int size, int localSize, const py::dict& cfg)
-      : hooks_(std::make_shared<PyHooks>()), generation_(gForkGeneration.load()) {
+      : hooks_(std::make_shared<PyHooks>()) {
     Config c;
     if (cfg.contains("segment_bytes")) c.segmentBytes = cfg["segment_bytes"].cast<size_t>();
     if (cfg.contains("slot_bytes")) c.slotBytes = cfg["slot_bytes"].cast<size_t>();
@@ -186,9 +184,6 @@ class PyCommunicator {
 
   void check() const {
     if (!comm_) throw Error("rdmacoll is shut down: call rdmacoll.init() again");
-    if (generation_ != gForkGeneration.load(std::memory_order_relaxed)) {
-      throw Error("rdmacoll was initialised in the parent process; a forked child (e.g. a DataLoader worker) cannot use it");
-    }
   }
 
   py::array poolArray(const py::array& like) {
@@ -212,7 +207,6 @@ class PyCommunicator {
   std::mutex mu_;
   std::shared_ptr<PyHooks> hooks_;
   std::unique_ptr<Communicator> comm_;
-  int generation_;
   std::string lastAlgorithm_;
 };
 
@@ -222,7 +216,6 @@ void bindTransportProbe(py::module_& m);  // transport_probe.cc
 
 PYBIND11_MODULE(_core, m) {
   m.doc() = "rdmacoll core (C++): communicator, transports, algorithms";
-  pthread_atfork(nullptr, nullptr, [] { gForkGeneration.fetch_add(1); });
 
   static py::exception<Error> exc(m, "RdmacollError", PyExc_RuntimeError);
   py::register_exception_translator([](std::exception_ptr p) {

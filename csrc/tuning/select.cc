@@ -17,18 +17,20 @@ void validateAlgoSetting(const std::string& value) {
 const AllreduceAlgorithm& selectAllreduce(const Communicator& c, size_t bytes) {
   // A forced algorithm runs wherever it can; elsewhere (eager above its size limit) the
   // default rule applies, so one setting can be used for a whole sweep.
-  if (!c.config().algo.empty()) {
-    const AllreduceAlgorithm* a = algorithms::findAllreduce(c.config().algo);
-    if (a && a->usable(c, bytes)) return *a;
+  if (!c.config().algo.empty()) {  // a test/tuning path: the name lookup is fine here
+    const AllreduceAlgorithm* forced = algorithms::findAllreduce(c.config().algo);
+    if (forced && forced->usable(c, bytes)) return *forced;
   }
   // Default: eager while one step beats 2(p-1) steps (small messages); then direct
   // where every peer's memory is mapped (same host), the ring that reads peer memory
   // where the transport can read it, else the ring through slots.
-  for (const char* name : {"eager", "direct", "ring", "ring_slots"}) {
-    const AllreduceAlgorithm* a = algorithms::findAllreduce(name);
+  static const AllreduceAlgorithm* const order[] = {
+      algorithms::findAllreduce("eager"), algorithms::findAllreduce("direct"),
+      algorithms::findAllreduce("ring"), algorithms::findAllreduce("ring_slots")};
+  for (const AllreduceAlgorithm* a : order) {
     if (a->usable(c, bytes)) return *a;
   }
-  return *algorithms::findAllreduce("ring_slots");
+  return *order[3];
 }
 
 }  // namespace tuning
