@@ -63,6 +63,7 @@ void allreduceDirect(Communicator& c, const Call& call) {
     b.inOff = h.inOffset;
     b.outOff = h.outOffset;
     b.inMap = static_cast<const char*>(peer.ep->map(&b.in));
+    peer.ep->map(&b.out);  // resolve the mapping once, not per write
     if (b.inMap) b.inMap += b.inOff;
   }
 

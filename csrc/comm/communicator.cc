@@ -84,6 +84,7 @@ void Communicator::connect(const std::vector<transport::Bytes>& addresses) {
     p.rank = r;
     p.ep = device_->connect(r, dev);
     p.ep->unpack(pm, &p.ctrl);
+    p.ep->map(&p.ctrl);  // where the transport maps, writes then skip the mapping lookup
     RC_CHECK(p.ctrl.len == layout_.total(),
              "rank " + std::to_string(r) + " has a different control layout: the ranks run "
              "different rdmacoll versions or settings");

@@ -15,31 +15,39 @@
 //   min(a, b) = (a < b || a is NaN) ? a : b (for a == b, e.g. +0/-0, b is returned).
 // - out may alias any input exactly (never partially). nin >= 1; nin == 1 copies and
 //   scales. count == 0 is a no-op. No allocation, no locks, any thread.
-// - Results are bit-identical on every x86-64 code path (baseline and AVX2): each element
-//   sees the same IEEE operations in the same order and FMA is never enabled, so no
-//   multiply-add can be contracted.
+// - The baseline and AVX2 paths give bit-identical results (checked): each element sees
+//   the same IEEE operations in the same order, and FMA is never enabled, so no
+//   multiply-add can be contracted. Only the payload of a NaN may differ (the compiler
+//   may swap the operands of a commutative add/multiply; x86 returns the first NaN).
 //
 // Organisation
-//   1. bit helpers and the two 16-bit codecs (portable, branch-free, vectorisable)
-//   2. the five operations
-//   3. kernels: native types, 16-bit types through a scalar codec, float16 through F16C
-//   4. one entry function per (ISA, dtype, op), dispatch tables, the public functions
-// For nin > 2 the work is done block by block (kBlockBytes of accumulator on the stack,
-// in L1) so out is written once instead of nin-1 full passes over memory. Every inner
-// loop is marked "no loop-carried dependence" (RC_IVDEP), which is exactly the aliasing
-// contract: out may equal an input, so element j is read before it is written and no
-// runtime overlap check (which would reject in-place calls) is needed.
+//   1. bit helpers and the two portable 16-bit codecs (branch-free, vectorisable)
+//   2. the five operations (Average is Sum with a scale)
+//   3. kernels: native types; float16/bfloat16 through a scalar codec (auto-vectorised);
+//      float16/bfloat16 with AVX2 intrinsics (F16C conversions for float16)
+//   4. one entry per (ISA, dtype, op), the dispatch tables, the public functions
+// nin == 2 is one pass. For nin > 2 the work goes block by block (kBlockBytes of float
+// or native accumulator on the stack, in L1): out is written once, each input read once,
+// instead of nin-1 full passes over memory. Loops that write out are marked RC_IVDEP
+// ("no loop-carried dependence"), which is exactly the aliasing contract: out equals an
+// input or overlaps none, so element j is read before it is written, and the vectoriser
+// can drop the runtime overlap checks it would otherwise version each loop on.
 //
-// Vectorisation: each entry is compiled twice on x86-64: for the baseline (SSE2, what a
-// wheel gets with -O3 and no -march) and, through __attribute__((target("avx2,f16c"))),
-// for AVX2; the AVX2 table is chosen once at load time with __builtin_cpu_supports.
-// Float16 on the AVX2 path converts with vcvtph2ps/vcvtps2ph (F16C) in blocks; on the
-// baseline path (and on other architectures) with the portable bit-twiddling codec,
-// which the compiler vectorises. Verified with GCC 12 -O3 by -fopt-info-vec-optimized
-// (every loop below reports "loop vectorized" for every instantiation) and objdump
-// (packed addps/addpd/paddd/pminsd-emulation in the baseline entries, ymm vaddps and
-// vcvtph2ps/vcvtps2ph in the AVX2 ones); speed in benchmarks/reduce_kernels.py.
-// Test-only: -DRDMACOLL_REDUCE_GENERIC_ONLY forces the baseline path on AVX2 machines.
+// Vectorisation. Every entry is compiled twice on x86-64: for the baseline (SSE2: what a
+// wheel gets from -O3 without -march) and, via __attribute__((target("avx2,f16c"))), for
+// AVX2; the table is chosen once at load time with __builtin_cpu_supports. Non-x86
+// builds get the baseline entries only. Float16 on the baseline path uses the portable
+// codec, which GCC vectorises (its selects are written as masks so that it does); on the
+// AVX2 path float16 (vcvtph2ps/vcvtps2ph) and bfloat16 use the intrinsic kernel.
+// Verified with GCC 12 -O3: -fopt-info-vec-optimized reports every loop that touches
+// data vectorised in both entries of every (dtype, op) (16-byte vectors in the baseline,
+// 32-byte in AVX2), except int64 Min/Max/Product on the baseline path (SSE2 has no
+// 64-bit compare or multiply; they are vectorised on AVX2); objdump of the entries shows
+// packed addps/paddd/pminub/... and ymm vaddps, vcvtph2ps/vcvtps2ph, vpackusdw.
+// Exhaustive checks: the portable float16 codec equals F16C on all 2^16 / 2^32 inputs,
+// the bfloat16 rounding equals vcvtneps2bf16 on every non-subnormal float32.
+// Speed: benchmarks/reduce_kernels.py.
+// Test-only: -DRDMACOLL_REDUCE_GENERIC_ONLY compiles out the AVX2 path.
 
 #include "reduce/reduce.h"
 
@@ -74,8 +82,8 @@
 namespace rdmacoll {
 namespace {
 
-// Accumulator block for nin > 2 (and float16 conversion buffers): small enough to stay in
-// L1 next to the input streams, large enough to amortise the per-block overhead.
+// Accumulator block for nin > 2: small enough to stay in L1 next to the input streams,
+// large enough to amortise the per-block loop overhead.
 constexpr size_t kBlockBytes = 8192;
 
 // ---------------------------------------------------------------------------------------
@@ -126,7 +134,7 @@ struct F16SoftCodec {
     const uint32_t two_w = w + w;
     const float normal = floatOf((two_w >> 4) + (0xE0u << 23)) * 0x1.0p-112f;
     const float subnormal = floatOf((two_w >> 17) | (126u << 23)) - 0.5f;
-    const uint32_t mag = selectBits(two_w < (1u << 27), bitsOf(subnormal), bitsOf(normal));
+    const uint32_t mag = selectBits((w & 0x7C000000u) == 0, bitsOf(subnormal), bitsOf(normal));
     return floatOf(sign | mag);
   }
   // After F. Giesen's float_to_half_fast3_rtne, plus NaN payloads as in vcvtps2ph.
@@ -142,8 +150,10 @@ struct F16SoftCodec {
     // carry out of the mantissa (up to Inf at >= 65520) is the correct result.
     const uint32_t nrm = (a + 0xC8000FFFu + ((a >> 13) & 1u)) >> 13;
     // |f| >= 65536: Inf, or NaN with quiet bit set, sign and top payload bits kept.
-    const uint32_t big = selectBits(a > 0x7F800000u, 0x7E00u | ((a >> 13) & 0x3FFu), 0x7C00u);
-    const uint32_t mag = selectBits(a >= 0x47800000u, big, selectBits(a < 0x38800000u, sub, nrm));
+    // (Signed compares: a < 2^31, and SSE2 has no unsigned packed compare.)
+    const int32_t sa = int32_t(a);
+    const uint32_t big = selectBits(sa > 0x7F800000, 0x7E00u | ((a >> 13) & 0x3FFu), 0x7C00u);
+    const uint32_t mag = selectBits(sa >= 0x47800000, big, selectBits(sa < 0x38800000, sub, nrm));
     return uint16_t(sign | mag);
   }
 };
