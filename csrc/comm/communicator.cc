@@ -122,6 +122,14 @@ void Communicator::checkUsable() const {
   if (!broken_.empty()) throw Error(broken_);
 }
 
+void Communicator::beginCall() {
+  checkUsable();
+  // A peer that gave up (error, interrupt, death it noticed) may have left the previous
+  // call after sending what this call's first wait needs: without this check the call
+  // would go on to touch memory that peer abandoned.
+  checkAbortWord();
+}
+
 void Communicator::abortAll(AbortCode code, const std::string& message) {
   if (broken_.empty()) broken_ = message;
   char msg[kAbortMessageBytes] = {};
@@ -141,10 +149,11 @@ void Communicator::abortAll(AbortCode code, const std::string& message) {
 
 void Communicator::fail(const std::string& message) {
   if (!broken_.empty()) throw Error(broken_);
+  checkAbortWord();  // a peer's abort is the cause; this error is its symptom
   abortAll(AbortCode::kError, "rank " + std::to_string(rank_) + ": " + message);
 }
 
-void Communicator::raisePeerAbort() {
+void Communicator::raisePeerAbort() const {
   uint64_t flag = word(layout_.abortFlag()).load(std::memory_order_acquire);
   int src = static_cast<int>(flag & 0xffffffffu) - 1;
   if (src < 0 || src >= size_) src = 0;

@@ -123,10 +123,12 @@ class Communicator {
   // An error inside a collective: abort the peers unless an abort is already under way
   // (then only rethrow it).
   [[noreturn]] void fail(const std::string& message);
-  void checkAbortWord() {
+  void checkAbortWord() const {
     if (word(layout_.abortFlag()).load(std::memory_order_acquire) != 0) raisePeerAbort();
   }
   void checkUsable() const;
+  // First thing of every collective: usable, and no peer has aborted.
+  void beginCall();
   // Compare a peer's descriptor with mine; on a difference abort everyone with a message
   // naming both calls and both ranks.
   void checkDescriptor(const HashedDescriptor& mine, const HashedDescriptor& theirs, int peer);
@@ -149,7 +151,7 @@ class Communicator {
     uint64_t iter_ = 0;
     bool released_ = false;
   };
-  [[noreturn]] void raisePeerAbort();
+  [[noreturn]] void raisePeerAbort() const;
 
   int rank_, size_, localSize_;
   Config config_;
@@ -166,7 +168,7 @@ class Communicator {
   bool peersMappable_ = false;  // every peer endpoint maps peer memory (same host)
   uint64_t seq_ = 0;
   uint64_t progressBase_ = 0;
-  std::string broken_;  // set once the communicator aborted: every later call raises it
+  mutable std::string broken_;  // set once the communicator aborted: every later call raises it
   pid_t pid_;
   uint64_t forkGeneration_;
 };

@@ -262,7 +262,8 @@ RC_INLINE void nativeReduce(T* out, const T* const* in, int nin, size_t count, T
   }
 }
 
-// bfloat16 (and float16 without F16C): widen on load, round on store, fused in one loop.
+// float16/bfloat16 on the baseline path (and off x86): widen on load, combine in float32,
+// round on store, all in one auto-vectorised loop.
 template <class Codec, class Op, bool kScale>
 RC_INLINE void codecReduce(uint16_t* out, const uint16_t* const* in, int nin, size_t count,
                            float s) {
@@ -492,25 +493,29 @@ RC_INLINE void kernelBody(void* out, const void* const* in, int nin, size_t coun
 using KernelFn = void (*)(void* out, const void* const* in, int nin, size_t count,
                           double scale);
 
+// scale != 1 only reaches floating dtypes (selectKernel rejects it for integers), so
+// integer entries instantiate no scaled kernels.
+template <DataType D>
+constexpr bool kFloating = D == DataType::kFloat16 || D == DataType::kBFloat16 ||
+                           D == DataType::kFloat32 || D == DataType::kFloat64;
+
 template <DataType D, class Op>
 __attribute__((noinline)) void entryBaseline(void* out, const void* const* in, int nin,
                                              size_t count, double scale) {
-  if (scale != 1.0) {
-    kernelBody<D, Op, true, false>(out, in, nin, count, scale);
-  } else {
-    kernelBody<D, Op, false, false>(out, in, nin, count, scale);
+  if constexpr (kFloating<D>) {
+    if (scale != 1.0) return kernelBody<D, Op, true, false>(out, in, nin, count, scale);
   }
+  kernelBody<D, Op, false, false>(out, in, nin, count, scale);
 }
 
 #if RC_HAVE_AVX2_PATH
 template <DataType D, class Op>
 RC_TARGET_AVX2 __attribute__((noinline)) void entryAvx2(void* out, const void* const* in,
                                                         int nin, size_t count, double scale) {
-  if (scale != 1.0) {
-    kernelBody<D, Op, true, true>(out, in, nin, count, scale);
-  } else {
-    kernelBody<D, Op, false, true>(out, in, nin, count, scale);
+  if constexpr (kFloating<D>) {
+    if (scale != 1.0) return kernelBody<D, Op, true, true>(out, in, nin, count, scale);
   }
+  kernelBody<D, Op, false, true>(out, in, nin, count, scale);
 }
 #endif
 

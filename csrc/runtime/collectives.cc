@@ -39,7 +39,7 @@ uint64_t hashDescriptor(const Descriptor& d) {
 
 const char* allreduce(Communicator& c, const void* in, void* out, size_t count, DataType dtype,
                       ReduceOp op, const char* name, size_t nameLen) {
-  c.checkUsable();
+  c.beginCall();
   if (static_cast<int>(dtype) >= kNumDataTypes) throw Error("unsupported dtype");
   if (static_cast<int>(op) >= kNumReduceOps) throw Error("unsupported reduction op");
   if (op == ReduceOp::kAverage && !isFloating(dtype)) {

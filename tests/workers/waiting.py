@@ -1,0 +1,83 @@
+"""Waiting behaviour: Ctrl-C, the GIL during long waits, two communicators at once.
+
+    waiting.py sigint      rank 0 waits in an allreduce for rank 1, which joins late; the
+                           test sends SIGINT to rank 0
+    waiting.py gil         rank 0 waits for a late rank 1 while a Python thread counts
+    waiting.py two         every rank bootstraps two communicators and interleaves them
+"""
+import sys
+import threading
+import time
+
+import numpy as np
+from common import emit, init, main, set_rank
+
+
+def sigint() -> None:
+    rc = init()
+    x = np.ones(1 << 16, np.float32)
+    if rc.rank() == 0:
+        emit("waiting")
+        t0 = time.monotonic()
+        try:
+            rc.allreduce(x, op=rc.Sum, out=x)
+            emit("result", outcome="returned", seconds=time.monotonic() - t0)
+        except KeyboardInterrupt:
+            emit("result", outcome="KeyboardInterrupt", seconds=time.monotonic() - t0)
+    else:
+        time.sleep(5)  # rank 0 is interrupted meanwhile
+        try:
+            rc.allreduce(x, op=rc.Sum, out=x)
+            emit("result", outcome="returned")
+        except rc.RdmacollError as e:
+            emit("result", outcome="RdmacollError", message=str(e))
+
+
+def gil() -> None:
+    rc = init()
+    x = np.ones(1024, np.float32)
+    if rc.rank() == 0:
+        count = [0]
+        stop = threading.Event()
+
+        def spin():
+            while not stop.is_set():
+                count[0] += 1
+
+        t = threading.Thread(target=spin)
+        t.start()
+        time.sleep(0.1)
+        before = count[0]
+        rc.allreduce(x, op=rc.Sum, out=x)  # rank 1 arrives ~2 s later
+        during = count[0] - before
+        stop.set()
+        t.join()
+        emit("result", thread_iterations=during, value=float(x[0]))
+    else:
+        time.sleep(2)
+        rc.allreduce(x, op=rc.Sum, out=x)
+        emit("result", value=float(x[0]))
+
+
+def two() -> None:
+    import rdmacoll as rc
+    from rdmacoll.bootstrap import bootstrap
+
+    a, b = bootstrap(), bootstrap()
+    set_rank(a.rank)
+    n = 3 * (1 << 18) + 5
+    ok = True
+    for i in range(20):
+        xa = np.full(n, a.rank + i, np.int64)
+        xb = np.full(n, 10 * (b.rank + 1), np.int64)
+        ya = a.core.allreduce(xa, None, rc.Sum, None)
+        yb = b.core.allreduce(xb, xb, rc.Max, None)
+        ok &= bool((ya == sum(r + i for r in range(a.size))).all())
+        ok &= bool((yb == 10 * b.size).all())
+    emit("result", ok=ok, algorithms=[a.core.last_algorithm, b.core.last_algorithm])
+    a.core.close()
+    b.core.close()
+
+
+if __name__ == "__main__":
+    main({"sigint": sigint, "gil": gil, "two": two}[sys.argv[1]])
