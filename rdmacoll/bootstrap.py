@@ -48,7 +48,15 @@ def bootstrap() -> World:
     world = MPI.COMM_WORLD
     rank, size = world.Get_rank(), world.Get_size()
 
-    config = world.bcast(config_from_env(os.environ) if rank == 0 else None, root=0)
+    # Rank 0's settings, or its reason for refusing them, reach every rank.
+    if rank == 0:
+        try:
+            config = (config_from_env(os.environ), None)
+        except _core.RdmacollError as e:
+            config = (None, str(e))
+    config, bad = world.bcast(config if rank == 0 else None, root=0)
+    if bad:
+        raise _core.RdmacollError(f"rdmacoll.init(): {bad} (rank 0's environment)")
     hosts = world.allgather(_host_identity())
     mine = hosts[rank]
     local = [r for r in range(size) if hosts[r] == mine]

@@ -150,6 +150,12 @@ void Communicator::abortAll(AbortCode code, const std::string& message) {
 void Communicator::fail(const std::string& message) {
   if (!broken_.empty()) throw Error(broken_);
   checkAbortWord();  // a peer's abort is the cause; this error is its symptom
+  for (Peer& p : peers_) {  // so is a dead peer (e.g. ESRCH from a cross-memory read)
+    if (p.ep && !p.ep->alive()) {
+      abortAll(AbortCode::kPeerDied, "rank " + std::to_string(p.rank) + " (" + p.ep->describe() +
+                                         ") died; detected by rank " + std::to_string(rank_) + ": " + message);
+    }
+  }
   abortAll(AbortCode::kError, "rank " + std::to_string(rank_) + ": " + message);
 }
 

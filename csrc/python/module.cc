@@ -35,6 +35,10 @@ class PyHooks : public WaitHooks {
 };
 
 DataType dtypeOf(const py::dtype& dt) {
+  if (dt.byteorder() == '>') {  // (NumPy writes '<' or '=' for native on little-endian hosts)
+    throw Error("dtype " + py::str(dt).cast<std::string>() +
+                " has non-native byte order; convert with x.astype(x.dtype.newbyteorder('='))");
+  }
   const char kind = dt.kind();
   const auto size = dt.itemsize();
   if (kind == 'f') {

@@ -1,0 +1,395 @@
+"""Launch test workers under the real mpiexec and collect what they report.
+
+Workers (tests/workers/*.py) print result records as lines ``@@rc {json}`` (see
+workers/common.py: emit); everything else they print is kept as plain output and shown
+when a test fails. A launch:
+
+- finds ``mpiexec`` next to sys.executable first (the venv's MPI), then on PATH, and skips
+  the test when there is none;
+- adapts to MPICH (hydra) or Open MPI (``--oversubscribe``, run-as-root variables);
+- runs from a fresh temporary directory, so the source tree never shadows the installed
+  package, with the caller's RDMACOLL_* variables removed (tests set their own);
+- starts the launcher in a new session and tracks every descendant (MPI launchers put
+  ranks into sessions of their own, so the process group alone does not reach them);
+  on timeout it kills exactly those processes and fails with the ranks' output.
+"""
+from __future__ import annotations
+
+import functools
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+TESTS_DIR = Path(__file__).resolve().parent
+WORKERS_DIR = TESTS_DIR / "workers"
+RECORD_PREFIX = "@@rc "
+
+
+# --------------------------------------------------------------------------- launcher
+
+
+@functools.lru_cache(maxsize=None)
+def find_mpiexec() -> str | None:
+    beside = Path(sys.executable).parent / "mpiexec"
+    if beside.is_file() and os.access(beside, os.X_OK):
+        return str(beside)
+    return shutil.which("mpiexec")
+
+
+@functools.lru_cache(maxsize=None)
+def launcher_kind() -> str:
+    """'mpich' (hydra, also Intel MPI), 'openmpi', or 'unknown'."""
+    exe = require_mpiexec()
+    try:
+        out = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=30)
+        text = out.stdout + out.stderr
+    except (OSError, subprocess.TimeoutExpired):
+        return "unknown"
+    if "Open MPI" in text or "OpenRTE" in text or "PRRTE" in text or "prterun" in text:
+        return "openmpi"
+    if "HYDRA" in text or "MPICH" in text or "Intel(R) MPI" in text:
+        return "mpich"
+    return "unknown"
+
+
+def require_mpiexec() -> str:
+    exe = find_mpiexec()
+    if exe is None:
+        pytest.skip("no mpiexec found (next to sys.executable or on PATH); "
+                    "install an MPI, e.g. pip install mpich")
+    return exe
+
+
+def keep_siblings_flags() -> list[str]:
+    """Launcher flags so that a rank that dies does not take its siblings down."""
+    kind = launcher_kind()
+    if kind == "mpich":
+        return ["-disable-auto-cleanup"]
+    if kind == "openmpi":
+        return ["--enable-recovery"]
+    pytest.skip("unknown MPI launcher: cannot ask it to keep ranks alive after one dies")
+
+
+def _launcher_command(nranks: int, script: Path, args, extra) -> list[str]:
+    cmd = [require_mpiexec(), "-n", str(nranks)]
+    if launcher_kind() == "openmpi":
+        cmd.append("--oversubscribe")
+    cmd += list(extra)
+    cmd += [sys.executable, str(script)] + [str(a) for a in args]
+    return cmd
+
+
+def _launch_env(env) -> dict:
+    base = {k: v for k, v in os.environ.items() if not k.startswith("RDMACOLL_")}
+    base["PYTHONUNBUFFERED"] = "1"
+    base["PYTHONDONTWRITEBYTECODE"] = "1"
+    if launcher_kind() == "openmpi":
+        base["OMPI_ALLOW_RUN_AS_ROOT"] = "1"
+        base["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] = "1"
+    base.update({k: str(v) for k, v in (env or {}).items()})
+    return base
+
+
+# --------------------------------------------------------------------------- processes
+
+
+def _stat(pid: int):
+    """(ppid, pgid, starttime) of a live process, or None."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            text = f.read()
+    except OSError:
+        return None
+    fields = text[text.rindex(")") + 2:].split()
+    if fields[0] in ("Z", "X"):  # zombie: already dead, waiting to be reaped
+        return None
+    return int(fields[1]), int(fields[2]), int(fields[19])
+
+
+def _all_pids():
+    return [int(d) for d in os.listdir("/proc") if d.isdigit()]
+
+
+def _descendants(root: int) -> dict[int, int]:
+    """{pid: starttime} of root's live descendants and of its process group."""
+    stats = {}
+    for pid in _all_pids():
+        s = _stat(pid)
+        if s is not None:
+            stats[pid] = s
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _, _) in stats.items():
+        children.setdefault(ppid, []).append(pid)
+    found, todo = {}, [root]
+    while todo:
+        for c in children.get(todo.pop(), []):
+            if c not in found:
+                found[c] = stats[c][2]
+                todo.append(c)
+    for pid, (_, pgid, start) in stats.items():
+        if pgid == root:
+            found[pid] = start
+    return found
+
+
+def _still_running(tracked: dict[int, int]) -> list[int]:
+    alive = []
+    for pid, start in tracked.items():
+        s = _stat(pid)
+        if s is not None and s[2] == start:
+            alive.append(pid)
+    return alive
+
+
+def _kill(pids):
+    """SIGKILL exactly these processes (and the groups they lead: ranks are session leaders)."""
+    for pid in pids:
+        for kill in (os.killpg, os.kill):
+            try:
+                kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+
+def dev_shm_entries(substring: str = "rdmacoll") -> list[str]:
+    try:
+        return sorted(n for n in os.listdir("/dev/shm") if substring in n)
+    except FileNotFoundError:
+        return []
+
+
+# --------------------------------------------------------------------------- results
+
+
+@dataclass
+class Line:
+    t: float      # time.time() when the harness read it
+    stream: str   # "out" or "err"
+    text: str
+
+
+@dataclass
+class Result:
+    command: list
+    returncode: int | None
+    lines: list
+    leftovers: list = field(default_factory=list)  # pids of the launch alive after it ended
+
+    @property
+    def records(self) -> list[dict]:
+        out = []
+        for ln in self.lines:
+            if ln.stream == "out" and ln.text.startswith(RECORD_PREFIX):
+                rec = json.loads(ln.text[len(RECORD_PREFIX):])
+                rec.setdefault("_t", ln.t)
+                out.append(rec)
+        return out
+
+    def select(self, **match) -> list[dict]:
+        return [r for r in self.records if all(r.get(k) == v for k, v in match.items())]
+
+    def output(self, max_lines: int = 400) -> str:
+        body = [f"[{ln.stream}] {ln.text}" for ln in self.lines]
+        if len(body) > max_lines:
+            body = body[: max_lines // 4] + [f"... {len(body) - max_lines} lines left out ..."] + body[-3 * max_lines // 4:]
+        return (f"command: {' '.join(self.command)}\nexit status: {self.returncode}\n"
+                + "\n".join(body))
+
+    def fail(self, why: str):
+        pytest.fail(f"{why}\n--- ranks' output ---\n{self.output()}", pytrace=False)
+
+    def check(self, condition, why: str):
+        if not condition:
+            self.fail(why)
+
+
+class Launch:
+    """One mpiexec run, readable while it runs (for tests that act on what ranks say)."""
+
+    def __init__(self, nranks, script, args=(), env=None, timeout=120, extra_launcher_args=()):
+        script = Path(script)
+        if not script.is_absolute():
+            script = WORKERS_DIR / script
+        self.script = str(script)
+        self.command = _launcher_command(nranks, script, args, extra_launcher_args)
+        self.env = _launch_env(env)
+        self.timeout = timeout
+        self.lines: list[Line] = []
+        self.tracked: dict[int, int] = {}
+        self._cond = threading.Condition()
+        self._threads = []
+        self.proc = None
+
+    # -- running
+    def start(self) -> "Launch":
+        self._cwd = tempfile.mkdtemp(prefix="rdmacoll-test-")
+        self.deadline = time.monotonic() + self.timeout
+        self.proc = subprocess.Popen(self.command, cwd=self._cwd, env=self.env, stdin=subprocess.DEVNULL,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     start_new_session=True, text=True, errors="replace", bufsize=1)
+        for stream, name in ((self.proc.stdout, "out"), (self.proc.stderr, "err")):
+            t = threading.Thread(target=self._read, args=(stream, name), daemon=True)
+            t.start()
+            self._threads.append(t)
+        t = threading.Thread(target=self._watch, daemon=True)
+        t.start()
+        self._threads.append(t)
+        return self
+
+    def _read(self, stream, name):
+        for text in stream:
+            with self._cond:
+                self.lines.append(Line(time.time(), name, text.rstrip("\n")))
+                self._cond.notify_all()
+        with self._cond:
+            self._cond.notify_all()
+
+    def _watch(self):
+        # Ranks live in sessions of their own; remember every descendant while the
+        # launcher still links them, so that they can be found (and killed) later.
+        while self.proc.poll() is None:
+            found = _descendants(self.proc.pid)
+            with self._cond:
+                self.tracked.update(found)
+            time.sleep(0.1)
+
+    def _track_reported_pids(self):
+        """Add the pids ranks reported (in case one escaped the watcher), as long as they
+        still run this launch's worker script (a dead rank's pid may have been reused)."""
+        for rec in self.result().records:
+            pid = rec.get("pid")
+            if isinstance(pid, int) and pid not in self.tracked:
+                s = _stat(pid)
+                try:
+                    with open(f"/proc/{pid}/cmdline", "rb") as f:
+                        ours = self.script.encode() in f.read()
+                except OSError:
+                    ours = False
+                if s is not None and ours:
+                    self.tracked[pid] = s[2]
+
+    def result(self) -> Result:
+        with self._cond:
+            lines = list(self.lines)
+        return Result(self.command, self.proc.returncode if self.proc else None, lines)
+
+    def wait_record(self, timeout=None, **match) -> dict:
+        """Block until a record with these fields appears; kill and fail if none does."""
+        end = min(self.deadline, time.monotonic() + (timeout or self.timeout))
+        seen = 0
+        while True:
+            with self._cond:
+                new, seen = self.lines[seen:], len(self.lines)
+                ended = all(not t.is_alive() for t in self._threads[:2])  # both pipes at EOF
+            for ln in new:
+                if ln.stream == "out" and ln.text.startswith(RECORD_PREFIX):
+                    rec = json.loads(ln.text[len(RECORD_PREFIX):])
+                    if all(rec.get(k) == v for k, v in match.items()):
+                        rec["_t"] = ln.t
+                        return rec
+            if ended:
+                self._abort(f"ended before any rank reported {match}")
+            if time.monotonic() > end:
+                self._abort(f"had no rank report {match} within {timeout or self.timeout} s")
+            with self._cond:
+                if seen == len(self.lines):
+                    self._cond.wait(0.1)
+
+    def finish(self) -> Result:
+        """Wait for the launch to end (killing it at the deadline); return its result."""
+        try:
+            self.proc.wait(timeout=max(0.0, self.deadline - time.monotonic()))
+            timed_out = False
+        except subprocess.TimeoutExpired:
+            timed_out = True
+        if timed_out:
+            self._abort(f"timed out after {self.timeout} s")
+        # Anything of ours still running after the launcher exited is a leak: report it
+        # to the test (leftovers), then kill it so it cannot disturb later tests (nor
+        # keep the output pipes open).
+        self._track_reported_pids()
+        leftovers = _still_running(self.tracked)
+        _kill(leftovers)
+        for t in self._threads:
+            t.join(timeout=10)
+        res = self.result()
+        res.leftovers = leftovers
+        shutil.rmtree(self._cwd, ignore_errors=True)
+        return res
+
+    def kill_all(self):
+        with self._cond:
+            self.tracked.update(_descendants(self.proc.pid))
+        self._track_reported_pids()
+        _kill([self.proc.pid] + _still_running(self.tracked))
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+
+    def _abort(self, why):
+        self.kill_all()
+        for t in self._threads[:2]:
+            t.join(timeout=5)
+        shutil.rmtree(self._cwd, ignore_errors=True)
+        self.result().fail(f"mpiexec launch {why}; killed it")
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc):
+        if self.proc is not None and self.proc.poll() is None:
+            self.kill_all()
+        return False
+
+
+def run_mpi(nranks, script_path, args=(), env=None, timeout=120, extra_launcher_args=()) -> Result:
+    """Run a worker script under mpiexec with nranks ranks; return its Result."""
+    with Launch(nranks, script_path, args, env, timeout, extra_launcher_args) as launch:
+        return launch.finish()
+
+
+def run_python(script_path, args=(), env=None, timeout=120) -> Result:
+    """Run a worker as a plain process (a singleton MPI world), with the same protocol."""
+    script = Path(script_path)
+    if not script.is_absolute():
+        script = WORKERS_DIR / script
+    cwd = tempfile.mkdtemp(prefix="rdmacoll-test-")
+    cmd = [sys.executable, str(script)] + [str(a) for a in args]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RDMACOLL_")} | {
+        "PYTHONUNBUFFERED": "1", "PYTHONDONTWRITEBYTECODE": "1"} | {k: str(v) for k, v in (env or {}).items()}
+    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, errors="replace", start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+        timed_out = False
+    except subprocess.TimeoutExpired:
+        timed_out = True
+    if timed_out:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+    shutil.rmtree(cwd, ignore_errors=True)
+    now = time.time()
+    lines = [Line(now, "out", t) for t in out.splitlines()] + [Line(now, "err", t) for t in err.splitlines()]
+    res = Result(cmd, proc.returncode, lines)
+    if timed_out:
+        res.fail(f"process timed out after {timeout} s; killed it")
+    return res
+
+
+def rank_records(res: Result, nranks: int, kind: str) -> dict[int, dict]:
+    """The one record of `kind` from every rank, or fail showing the output."""
+    got = {r["rank"]: r for r in res.select(kind=kind)}
+    missing = sorted(set(range(nranks)) - set(got))
+    res.check(not missing, f"ranks {missing} did not report '{kind}'")
+    return got

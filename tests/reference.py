@@ -1,0 +1,147 @@
+"""NumPy references for reductions, shared by the pytest process and the MPI workers.
+
+Nothing here imports rdmacoll: the references are computed independently of the core.
+
+Floating-point comparisons. The core folds in a different order per algorithm (eager:
+rank order, one rounding; ring: chunk c starts at rank c+1 and goes around the ring,
+rounding to the dtype after every step), so no single rounded fold reproduces every
+algorithm bit for bit. Instead results are compared with the exact value (a float64
+fold) within the classic bound for p-term sums: each of the p-1 steps plus the final
+scale rounds once, each rounding is at most eps/2 of a partial result, and every partial
+result is at most sum(|x|). Min and Max round nothing and must match exactly (NaN
+included); integers must match exactly.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+try:
+    import ml_dtypes
+except ImportError:  # pragma: no cover - ml_dtypes is in the test extras
+    ml_dtypes = None
+
+DTYPES = ["float16", "bfloat16", "float32", "float64", "int32", "int64", "uint8"]
+FLOATS = {"float16", "bfloat16", "float32", "float64"}
+OPS = ["Sum", "Average", "Min", "Max", "Product"]
+SIZES = [0, 1, 7, 1023, 2**20 + 3]
+
+
+def np_dtype(name: str) -> np.dtype:
+    if name == "bfloat16":
+        if ml_dtypes is None:
+            raise RuntimeError("bfloat16 tests need ml_dtypes (pip install ml_dtypes)")
+        return np.dtype(ml_dtypes.bfloat16)
+    return np.dtype(name)
+
+
+def finfo(name: str):
+    return ml_dtypes.finfo(ml_dtypes.bfloat16) if name == "bfloat16" else np.finfo(name)
+
+
+# --------------------------------------------------------------------------- inputs
+
+
+class Inputs:
+    """Deterministic per-rank inputs: every rank can rebuild every other rank's input.
+
+    One random base per (rank, count) is drawn once; each dtype/op derives its input from
+    it by cheap transforms, so a whole matrix costs two draws per rank.
+    """
+
+    def __init__(self, nranks: int, count: int):
+        self.nranks, self.count = nranks, count
+        self._normal, self._bits = [], []
+        for r in range(nranks):
+            rng = np.random.default_rng([20240611, r, count])
+            self._normal.append(rng.standard_normal(count))
+            self._bits.append(rng.integers(np.iinfo(np.int64).min, np.iinfo(np.int64).max,
+                                           size=count, dtype=np.int64, endpoint=True))
+        self._index = np.arange(count)
+
+    def get(self, rank: int, dtype: str, op: str) -> np.ndarray:
+        dt = np_dtype(dtype)
+        i = self._index
+        if dtype in FLOATS:
+            g = self._normal[rank]
+            if op == "Product":  # stay near 1: no overflow, no underflow after p factors
+                return (1.0 + np.clip(g, -2.0, 2.0) / 32.0).astype(dt)
+            x = (g * 8.0).astype(dt)
+            if op in ("Min", "Max") and self.count:
+                # NaN from every rank at its own positions, one position where all ranks
+                # have NaN, and infinities: propagation must not depend on who has it.
+                x = x.copy()
+                x[i % 7 == rank + 1] = np.nan
+                x[i % 11 == rank + 2] = np.inf if rank % 2 else -np.inf
+                x[0] = np.nan if self.count > 1 else x[0]
+            return x
+        # Integers: half small values (negative ones for signed types), half the full
+        # range, so that sums and products wrap.
+        bits = self._bits[rank]
+        small = (bits % 21 - 10) if dt.kind == "i" else (bits % 256)
+        full = bits.astype(dt)  # keeps the low bits: any value of the type
+        return np.where(i % 2 == 0, small.astype(dt), full)
+
+    def all(self, dtype: str, op: str) -> list:
+        return [self.get(r, dtype, op) for r in range(self.nranks)]
+
+
+# --------------------------------------------------------------------------- references
+
+
+_UFUNC = {"Sum": np.add, "Average": np.add, "Product": np.multiply, "Min": np.minimum, "Max": np.maximum}
+
+
+def fold(inputs, op: str, dtype: np.dtype) -> np.ndarray:
+    """Fold in rank order with NumPy ufuncs computed in `dtype` (integers wrap)."""
+    acc = inputs[0].astype(dtype, copy=True)
+    for x in inputs[1:]:
+        with np.errstate(all="ignore"):
+            _UFUNC[op](acc, x.astype(dtype, copy=False), out=acc)
+    return acc
+
+
+def reference(inputs, dtype: str, op: str):
+    """(expected, tolerance): tolerance is None where the result must match exactly."""
+    p = len(inputs)
+    if dtype not in FLOATS:
+        return fold(inputs, op, np_dtype(dtype)), None
+    wide = [x.astype(np.float64) for x in inputs]
+    if op in ("Min", "Max"):
+        return fold(wide, op, np.float64), None
+    with np.errstate(all="ignore"):
+        exact = fold(wide, op, np.float64)
+        eps = float(finfo(dtype).eps)
+        tiny = float(finfo(dtype).smallest_subnormal)
+        if op == "Product":
+            scale_of_error = np.abs(exact)
+        else:
+            scale_of_error = fold([np.abs(w) for w in wide], "Sum", np.float64)
+        if op == "Average":
+            exact = exact / p
+            scale_of_error = scale_of_error / p
+        tol = p * eps * scale_of_error + p * tiny
+    return exact, tol
+
+
+def compare(result: np.ndarray, expected: np.ndarray, tol) -> str | None:
+    """None when result matches, else a short description of the first differences."""
+    if result.shape != expected.shape:
+        return f"shape {result.shape}, expected {expected.shape}"
+    if tol is None and result.dtype.kind in "iu":
+        bad = result != expected
+    else:
+        got = result.astype(np.float64)
+        with np.errstate(all="ignore"):
+            nan_got, nan_exp = np.isnan(got), np.isnan(expected)
+            if tol is None:
+                bad = (got != expected) & ~(nan_got & nan_exp)
+            else:
+                bad = ~(np.abs(got - expected) <= tol) & ~(nan_got & nan_exp)
+            bad |= nan_got != nan_exp
+    nbad = int(np.count_nonzero(bad))
+    if nbad == 0:
+        return None
+    idx = np.flatnonzero(bad)[:5]
+    shown = ", ".join(f"[{i}] got {result.flat[i]!r} expected {expected.flat[i]!r}"
+                      + (f" (tol {tol.flat[i]:.3g})" if tol is not None else "") for i in idx)
+    return f"{nbad} of {result.size} elements differ: {shown}"

@@ -1,0 +1,72 @@
+"""rc.allreduce against NumPy, under the real mpiexec with 1-4 ranks.
+
+One launch per (ranks, algorithm, thresholds) runs the whole matrix inside the worker
+(workers/allreduce_matrix.py): every dtype x op x size x mode, compared with a reference
+NumPy computes from every rank's deterministic input, and every rank's result bytes
+compared with every other rank's.
+"""
+import pytest
+from rdmacoll import _core
+
+from mpi_util import rank_records, run_mpi
+
+# Small thresholds: 4 KiB segments and slots, 2 slots per peer and a 256-byte eager limit,
+# so that the 2**20+3-element inputs run through hundreds of segments per chunk and wait on
+# slot credits all the time, and the eager limit falls between the small sizes.
+THRESHOLDS = {
+    "default": {},
+    "small": {"RDMACOLL_SEGMENT_BYTES": 4096, "RDMACOLL_SLOT_BYTES": 4096, "RDMACOLL_SLOTS": 2,
+              "RDMACOLL_EAGER_BYTES": 256},
+}
+# "default" lets the selector choose; every registered algorithm is also forced in turn.
+ALGORITHMS = ["default"] + [name for name, _ in _core.algorithms()]
+# Forced algorithms that only run up to a size (above it the default rule applies).
+SIZE_LIMITED = {"eager": "RDMACOLL_EAGER_BYTES"}
+BIG_MIB = 64
+
+
+def configurations():
+    for nranks in (1, 2, 3, 4):
+        for algo in ALGORITHMS:
+            for thresholds in THRESHOLDS:
+                # One rank runs no algorithm (the result is the input): one launch suffices.
+                if nranks == 1 and (algo, thresholds) != ("default", "default"):
+                    continue
+                yield pytest.param(nranks, algo, thresholds, id=f"{nranks}ranks-{algo}-{thresholds}")
+
+
+@pytest.mark.parametrize("nranks, algo, thresholds", list(configurations()))
+def test_allreduce_matrix(nranks, algo, thresholds):
+    env = dict(THRESHOLDS[thresholds])
+    if algo != "default":
+        env["RDMACOLL_ALGO"] = algo
+    args = ["--large-modes", "rotate"]
+    # The 64 MiB case costs seconds per launch: run it where it says most.
+    big = algo == "default" and thresholds == "default" and nranks in (2, 4)
+    if big:
+        args += ["--big-mib", BIG_MIB]
+    res = run_mpi(nranks, "allreduce_matrix.py", args, env=env, timeout=240)
+    done = rank_records(res, nranks, "done")
+    fails = res.select(kind="fail")
+    res.check(not fails and all(d["failures"] == 0 for d in done.values()),
+              f"{sum(d['failures'] for d in done.values())} wrong cases, first ones:\n"
+              + "\n".join(f"rank {f['rank']}: {f['case']}: {f['detail']}" for f in fails[:20]))
+    res.check(all(not d["differing"] for d in done.values()),
+              f"ranks got different result bytes in: {done[0]['differing']}")
+    res.check(res.returncode == 0, "the launch failed")
+    cases = {d["cases"] for d in done.values()}
+    res.check(len(cases) == 1, f"ranks ran different numbers of cases: {cases}")
+
+    # RDMACOLL_ALGO is honoured wherever the algorithm can run (eager only up to its limit).
+    used = done[0]["algorithms"]  # {algorithm: [message bytes]}
+    if nranks == 1:
+        res.check(set(used) == {"local"}, f"one rank should reduce locally, used {used}")
+    elif algo in SIZE_LIMITED:
+        var = SIZE_LIMITED[algo]
+        limit = env.get(var, _core.DEFAULT_CONFIG[var[len("RDMACOLL_"):].lower()])
+        res.check(all(b <= limit for b in used.get(algo, [])), f"{algo} ran above {var}={limit}: {used}")
+        below = {b for sizes in used.values() for b in sizes if b <= limit}
+        res.check(below <= set(used.get(algo, [])), f"RDMACOLL_ALGO={algo} not used up to {var}: {used}")
+    elif algo != "default":
+        res.check(set(used) == {algo}, f"RDMACOLL_ALGO={algo} but the calls used {used}")
+    print(f"{nranks} ranks, {algo}, {thresholds} thresholds: {cases.pop()} cases per rank, algorithms {sorted(used)}")

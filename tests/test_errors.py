@@ -1,0 +1,140 @@
+"""Bad input gets a clear RdmacollError: never a crash, a hang or a wrong result."""
+import re
+
+import numpy as np
+import pytest
+
+import rdmacoll as rc
+from rdmacoll import _core
+from mpi_util import rank_records, run_mpi, run_python
+
+MISMATCH_BOUND_S = 30  # catches hangs only; the measured time is printed
+
+
+# --------------------------------------------------------------------------- before init
+
+
+@pytest.mark.parametrize("call", [
+    lambda: rc.allreduce(np.ones(4, np.float32)),
+    lambda: rc.allreduce(np.ones(4, np.float32), op=rc.Sum, out=np.empty(4, np.float32)),
+    lambda: rc.empty(4, "float32"),
+    rc.rank, rc.size, rc.local_rank, rc.local_size,
+], ids=["allreduce", "allreduce-out", "empty", "rank", "size", "local_rank", "local_size"])
+def test_before_init_raises(call):
+    assert not rc.is_initialized()
+    with pytest.raises(rc.RdmacollError, match="init"):
+        call()
+
+
+def test_error_type():
+    assert issubclass(rc.RdmacollError, RuntimeError)
+
+
+# --------------------------------------------------------------------------- bad input
+
+
+def _check_bad_input(res, nranks):
+    checks = res.select(kind="check")
+    res.check(len(checks) > 0, "no checks ran")
+    for c in checks:
+        res.check(c["error"] is not None, f"rank {c['rank']}: {c['name']}: no RdmacollError raised")
+        missing = [w for w in c["words"] if w not in c["error"]]
+        res.check(not missing, f"rank {c['rank']}: {c['name']}: message {c['error']!r} lacks {missing}")
+    for a in rank_records(res, nranks, "after").values():
+        res.check(not a["problems"], f"rank {a['rank']} after the bad calls: {a['problems']}")
+    for s in rank_records(res, nranks, "shutdown").values():
+        res.check(not s["initialized"], "is_initialized() after shutdown()")
+        for what in ("allreduce", "empty", "rank_call"):
+            res.check(s[what] is not None and "init" in s[what],
+                      f"{what} after shutdown() gave {s[what]!r}, expected a not-initialised error")
+        res.check(s["kept_array_readable"], "an rc.empty array kept past shutdown() lost its data")
+    res.check(res.returncode == 0, "the launch failed")
+
+
+@pytest.mark.parametrize("nranks", [1, 2])
+def test_bad_input(nranks):
+    res = run_mpi(nranks, "bad_input.py", timeout=60)
+    _check_bad_input(res, nranks)
+
+
+def test_bad_input_singleton():
+    """rc.init() without mpiexec: a world of one (MPI singleton)."""
+    res = run_python("bad_input.py", timeout=60)
+    _check_bad_input(res, 1)
+
+
+@pytest.mark.parametrize("nranks", [1, 2])
+def test_non_native_byte_order(nranks):
+    """A big-endian array must be refused or reduced correctly, never summed as native bytes."""
+    res = run_mpi(nranks, "bad_input.py", timeout=60)
+    for b in rank_records(res, nranks, "byteorder").values():
+        if b["error"] is None:
+            res.check(b["correct"], f"rank {b['rank']}: a '>f4' array was accepted and reduced to a "
+                                    "wrong result (its bytes were read as native float32)")
+
+
+# --------------------------------------------------------------------------- mismatches
+
+
+@pytest.mark.parametrize("algo", ["default"] + [name for name, _ in _core.algorithms()])
+@pytest.mark.parametrize("nranks", [2, 3])
+def test_mismatch(nranks, algo):
+    env = {"RDMACOLL_ALGO": algo} if algo != "default" else {}
+    res = run_mpi(nranks, "mismatch.py", env=env, timeout=120)
+    rank_records(res, nranks, "done")
+    deviant = nranks - 1
+    worst = {}
+    for m in res.select(kind="mismatch"):
+        where = f"case '{m['case']}', rank {m['rank']}"
+        res.check(m["error"] is not None, f"{where}: the mismatched call returned normally")
+        res.check(m["words"] in m["error"], f"{where}: {m['error']!r} does not say {m['words']!r}")
+        named = {int(x) for x in re.findall(r"\brank (\d+) called", m["error"])}
+        res.check(deviant in named and len(named) == 2,
+                  f"{where}: {m['error']!r} should name rank {deviant} and a rank that disagrees with it")
+        res.check(m["seconds"] < MISMATCH_BOUND_S, f"{where}: detection took {m['seconds']:.1f} s")
+        res.check(m["later"] is not None, f"{where}: a later call succeeded on a broken communicator")
+        worst[m["case"]] = max(worst.get(m["case"], 0.0), m["seconds"])
+    res.check(len(worst) * nranks == len(res.select(kind="mismatch")), "some ranks skipped cases")
+    print(f"mismatch detection, {nranks} ranks, {algo}: slowest rank per case (ms): "
+          + ", ".join(f"{c} {s * 1e3:.2f}" for c, s in worst.items()))
+
+
+# --------------------------------------------------------------------------- settings
+
+
+BAD_SETTINGS = {
+    "algo": ({"RDMACOLL_ALGO": "bogus"}, "'bogus'"),
+    "transport": ({"RDMACOLL_TRANSPORT": "bogus"}, "'bogus'"),
+    "segment bytes": ({"RDMACOLL_SEGMENT_BYTES": "100"}, "RDMACOLL_SEGMENT_BYTES"),
+    "slots": ({"RDMACOLL_SLOTS": "0"}, "RDMACOLL_SLOTS"),
+    "negative timeout": ({"RDMACOLL_TIMEOUT": "-1"}, "RDMACOLL_TIMEOUT"),
+    "unparsable timeout": ({"RDMACOLL_TIMEOUT": "abc"}, "RDMACOLL_TIMEOUT"),
+    "unparsable size": ({"RDMACOLL_SLOT_BYTES": "lots"}, "RDMACOLL_SLOT_BYTES"),
+}
+@pytest.mark.parametrize("setting", list(BAD_SETTINGS))
+def test_bad_setting_fails_init_everywhere(setting):
+    env, quoted = BAD_SETTINGS[setting]
+    res = run_mpi(2, "init_fails.py", env=env, timeout=15)  # init takes < 1 s
+    for rec in rank_records(res, 2, "init").values():
+        res.check(rec["error"] is not None and quoted in rec["error"],
+                  f"rank {rec['rank']}: init() with {env} gave {rec['error']!r}, expected a message quoting {quoted}")
+        res.check(not rec["initialized"], "is_initialized() after a failed init()")
+        res.check(rec["later"] is not None, "allreduce after a failed init() did not raise")
+
+
+def test_bogus_algo_singleton():
+    res = run_python("init_fails.py", env={"RDMACOLL_ALGO": "bogus"}, timeout=60)
+    rec = rank_records(res, 1, "init")[0]
+    res.check(rec["error"] is not None and "'bogus'" in rec["error"], f"init() gave {rec['error']!r}")
+
+
+# --------------------------------------------------------------------------- lifecycle
+
+
+def test_shutdown_then_init_again():
+    res = run_mpi(2, "reinit.py", timeout=60)
+    rounds = res.select(kind="round")
+    res.check(len(rounds) == 6, f"expected 3 rounds on each of 2 ranks, got {len(rounds)}")
+    res.check(all(r["ok"] for r in rounds), "a round after re-init gave a wrong result")
+    res.check(not any(r["initialized_after"] for r in rounds), "is_initialized() after shutdown()")
+    res.check(res.returncode == 0, "the launch failed")

@@ -1,0 +1,125 @@
+"""Every dtype x op x size x mode of rc.allreduce against a NumPy reference.
+
+    mpiexec -n N python allreduce_matrix.py [--sizes 0,1,7] [--big-mib 64] [--large-modes rotate]
+
+Records: one "fail" per wrong case, then "done" with the number of cases, the algorithms
+used (by message size) and whether every rank got bit-identical results.
+"""
+import argparse
+
+import numpy as np
+from mpi4py import MPI
+
+from common import digest, emit, init, main, raises
+from reference import DTYPES, FLOATS, OPS, SIZES, Inputs, compare, np_dtype, reference
+
+MODES = ["new", "inplace", "out", "empty_inplace"]
+SHAPES = {1023: (3, 341)}  # one size as a 2-D array
+
+
+def run_mode(rc, x, op, mode):
+    """(result, problem): problem describes a broken contract other than the values."""
+    before = digest(x)
+    if mode == "new":
+        res = rc.allreduce(x, op=op)
+        if not isinstance(res, np.ndarray) or res.shape != x.shape or res.dtype != x.dtype:
+            return res, f"returned {type(res).__name__} {getattr(res, 'shape', '')} {getattr(res, 'dtype', '')}"
+    elif mode == "inplace":
+        y = x.copy()
+        res = rc.allreduce(y, op=op, out=y)
+        if res is not y:
+            return res, "out=x did not return x"
+        return res, None
+    elif mode == "out":
+        o = np.empty_like(x)
+        res = rc.allreduce(x, op=op, out=o)
+        if res is not o:
+            return res, "out=o did not return o"
+    elif mode == "empty_inplace":
+        e = rc.empty(x.shape, x.dtype)
+        e[...] = x
+        res = rc.allreduce(e, op=op, out=e)
+        if res is not e:
+            return res, "out=x did not return x (rc.empty input)"
+        return res, None
+    if digest(x) != before:
+        return res, "the input was modified"
+    return res, None
+
+
+def body():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--sizes", default=",".join(map(str, SIZES)))
+    ap.add_argument("--big-mib", type=int, default=0)
+    ap.add_argument("--large-modes", choices=["all", "rotate"], default="all",
+                    help="sizes above 64 Ki elements: every mode, or one mode per (dtype, op)")
+    a = ap.parse_args()
+    rc = init()
+    p, r = rc.size(), rc.rank()
+    core = rc._world.core
+    hashes, failures, algos, cases = [], 0, {}, 0
+
+    def fail(case, detail):
+        nonlocal failures
+        failures += 1
+        if failures <= 40:
+            emit("fail", case=case, detail=detail)
+
+    for count in [int(s) for s in a.sizes.split(",") if s]:
+        inputs = Inputs(p, count)
+        shape = SHAPES.get(count, (count,))
+        rotation = 0
+        for dtype in DTYPES:
+            dt = np_dtype(dtype)
+            for op in OPS:
+                opv = getattr(rc, op)
+                if op == "Average" and dtype not in FLOATS:
+                    err = raises(rc.allreduce, np.zeros(shape, dt), op=opv)
+                    if err is None or "Sum" not in err:
+                        fail(f"{dtype} Average", f"expected RdmacollError suggesting Sum, got {err!r}")
+                    continue
+                xs = inputs.all(dtype, op)
+                expected, tol = reference(xs, dtype, op)
+                expected = expected.reshape(shape)
+                tol = None if tol is None else tol.reshape(shape)
+                x = xs[r].reshape(shape)
+                modes = MODES
+                if count > 65536 and a.large_modes == "rotate":
+                    modes = [MODES[rotation % len(MODES)]]
+                    rotation += 1
+                for mode in modes:
+                    case = f"count={count} {dtype} {op} {mode}"
+                    cases += 1
+                    res, problem = run_mode(rc, x, opv, mode)
+                    algos.setdefault(core.last_algorithm, set()).add(count * dt.itemsize)
+                    problem = problem or compare(np.asarray(res), expected, tol)
+                    if problem:
+                        fail(case, problem)
+                    hashes.append((case, digest(res)))
+
+    if a.big_mib:
+        # One large float32 Sum, exact (small integers): the many-segment, pooled path.
+        n = a.big_mib * (1 << 20) // 4
+        idx = np.arange(n, dtype=np.int64)
+        mine = ((idx * 7 + r * 13) % 64 - 32).astype(np.float32)
+        expected = np.zeros(n, np.float32)
+        for q in range(p):
+            expected += ((idx * 7 + q * 13) % 64 - 32).astype(np.float32)
+        del idx
+        for mode in ("new", "empty_inplace"):
+            case = f"big {a.big_mib} MiB float32 Sum {mode}"
+            cases += 1
+            res, problem = run_mode(rc, mine, rc.Sum, mode)
+            algos.setdefault(core.last_algorithm, set()).add(n * 4)
+            if problem or not np.array_equal(res, expected):
+                fail(case, problem or compare(res, expected, None))
+            hashes.append((case, digest(res)))
+            del res
+
+    everyone = MPI.COMM_WORLD.allgather(hashes)
+    differing = [case for i, (case, h) in enumerate(hashes) if any(o[i][1] != h for o in everyone)]
+    emit("done", cases=cases, failures=failures, differing=differing[:20],
+         algorithms={k: sorted(v) for k, v in algos.items()})
+
+
+main(body)

@@ -1,0 +1,78 @@
+"""Bad input gets an RdmacollError, never a crash, a hang or a silently wrong result.
+
+Every check is local (validation happens before any message), so ranks stay in step; the
+communicator must still work afterwards. Records: one "check" per bad call (its error
+text, or None when nothing was raised), then "byteorder" (a big-endian array is refused or reduced
+correctly), "after" (valid calls still work), then
+"shutdown" (what happens once the communicator is gone).
+"""
+import numpy as np
+
+from common import emit, init, main, raises
+
+
+def bad_calls(rc):
+    x = np.arange(64, dtype=np.float32)
+    ints = np.arange(64, dtype=np.int32)
+    base = np.zeros(100, dtype=np.float32)
+    return {
+        # name: (call, words the message must contain)
+        "dtype complex64": (lambda: rc.allreduce(x.astype(np.complex64)), ["unsupported dtype", "complex64"]),
+        "dtype bool": (lambda: rc.allreduce(x > 3), ["unsupported dtype", "bool"]),
+        "dtype int16": (lambda: rc.allreduce(ints.astype(np.int16), op=rc.Sum), ["unsupported dtype", "int16"]),
+        "non-contiguous input": (lambda: rc.allreduce(x[::2]), ["contiguous"]),
+        "non-contiguous out": (lambda: rc.allreduce(x[:32], out=np.empty(64, np.float32)[::2]), ["contiguous"]),
+        "out wrong shape": (lambda: rc.allreduce(x, out=np.empty(63, np.float32)), ["shape"]),
+        "out wrong 2-D shape": (lambda: rc.allreduce(x, out=np.empty((8, 8), np.float32)), ["shape"]),
+        "out wrong dtype": (lambda: rc.allreduce(x, out=np.empty(64, np.float64)), ["dtype"]),
+        "out read-only": (lambda: rc.allreduce(x, out=np.frombuffer(bytes(256), np.float32)), ["read-only"]),
+        "out partially overlaps input": (lambda: rc.allreduce(base[:60], out=base[40:]), ["overlap"]),
+        "unknown op": (lambda: rc.allreduce(x, op=99), ["op"]),
+        "Average on int32": (lambda: rc.allreduce(ints, op=rc.Average), ["Average", "Sum"]),
+        "Average on uint8": (lambda: rc.allreduce(ints.astype(np.uint8), op=rc.Average), ["Sum"]),
+        "input not an array": (lambda: rc.allreduce([1.0, 2.0]), ["array"]),
+        "empty unsupported dtype": (lambda: rc.empty(8, "complex64"), ["unsupported dtype"]),
+        "empty negative dimension": (lambda: rc.empty((-1, 4), "float32"), ["negative"]),
+    }
+
+
+def body():
+    rc = init()
+    p = rc.size()
+    for name, (call, words) in bad_calls(rc).items():
+        emit("check", name=name, error=raises(call), words=words)
+
+    # Non-native byte order: refused, or reduced correctly; never reduced as native bytes.
+    swapped = np.arange(1, 65, dtype=">f4")
+    try:
+        res = rc.allreduce(swapped, op=rc.Sum)
+    except rc.RdmacollError as e:
+        emit("byteorder", error=str(e), correct=None)
+    else:
+        emit("byteorder", error=None, correct=bool(np.array_equal(np.asarray(res, np.float64), swapped * p)))
+
+    # Still usable, results right, including inputs that are valid but unusual.
+    x = np.full(1000, 1.5, dtype=np.float32)
+    ro = x.copy()
+    ro.setflags(write=False)
+    problems = []
+    if not np.array_equal(rc.allreduce(x, op=rc.Sum), np.full(1000, 1.5 * p, np.float32)):
+        problems.append("Sum after the bad calls is wrong")
+    if not np.array_equal(rc.allreduce(ro, op=rc.Max), ro):
+        problems.append("read-only input gave a wrong result")
+    if float(rc.allreduce(np.array(2.0), op=rc.Sum)) != 2.0 * p:
+        problems.append("0-d array gave a wrong result")
+    if not np.array_equal(rc.allreduce(memoryview(np.arange(5, dtype=np.int64)), op=rc.Sum),
+                          np.arange(5) * p):
+        problems.append("memoryview input gave a wrong result")
+    emit("after", problems=problems)
+
+    kept = rc.empty(1000, "float32")
+    kept[:] = 7
+    rc.shutdown()
+    emit("shutdown", initialized=rc.is_initialized(),
+         allreduce=raises(rc.allreduce, x), empty=raises(rc.empty, 4), rank_call=raises(rc.rank),
+         kept_array_readable=bool((kept == 7).all()))
+
+
+main(body)

@@ -1,0 +1,19 @@
+"""rc.init() with an invalid RDMACOLL_* setting: every rank raises, none hangs.
+
+Records: "init" with the error text (None when init() succeeded), whether rdmacoll then
+claims to be initialised, and what a later allreduce raises.
+"""
+import numpy as np
+
+from common import emit, main, raises
+
+
+def body():
+    import rdmacoll as rc
+
+    error = raises(rc.init)
+    emit("init", error=error, initialized=rc.is_initialized(),
+         later=raises(rc.allreduce, np.ones(4, np.float32)))
+
+
+main(body)

@@ -1,0 +1,372 @@
+"""Transport conformance, driven through rdmacoll._core._TransportProbe on 2 ranks.
+
+Addresses and packed regions travel over mpi4py; everything else goes through the
+transport. Rank 0 is the writer (the active side), rank 1 the reader (the owner of the
+target memory). Records: one "result" per check and rank: {name, ok, detail}, then "done".
+
+    transport.py conformance [--transport shm]
+    transport.py writer-exits      # teardown: writes pending when the writer goes away
+    transport.py reader-exits      # teardown: the writer is blocked on a full ring
+"""
+import argparse
+import os
+import sys
+import time
+
+import numpy as np
+from mpi4py import MPI
+
+from common import emit, ignore_launcher_notifications, main, set_rank
+from rdmacoll import _core
+from rdmacoll._core import RdmacollError
+
+WORLD = MPI.COMM_WORLD
+DEADLINE_S = 30  # per wait: a check that waits longer has failed (never a timing test)
+WRITER, READER = 0, 1
+
+
+class Ctx:
+    def __init__(self, transport):
+        self.rank = WORLD.Get_rank()
+        self.peer = 1 - self.rank
+        self.probe = _core._TransportProbe(transport, self.rank, 2)
+        addresses = WORLD.allgather(self.probe.address())
+        self.probe.connect(self.peer, addresses[self.peer])
+        self.writer = self.rank == WRITER
+
+    def exchange(self, idx):
+        """Share a local region's packed bytes; returns the peer's packed region."""
+        return WORLD.allgather(self.probe.pack(idx) if idx is not None else None)[self.peer]
+
+    def next_imm(self, what):
+        """Spin on poll() until an immediate arrives; raise on the deadline."""
+        end = time.monotonic() + DEADLINE_S
+        while True:
+            imm = self.probe.poll(self.peer)
+            if imm is not None:
+                return imm
+            if time.monotonic() > end:
+                raise TimeoutError(f"no immediate within {DEADLINE_S} s while waiting for {what}")
+
+
+def result(name, ok, detail=""):
+    emit("result", name=name, ok=bool(ok), detail=str(detail)[:2000])
+
+
+def check(fn):
+    """A check runs on both ranks and reports (name, ok, detail); an exception is its
+    failure. Ranks meet at a barrier afterwards, so one check's traffic never mixes with
+    the next one's."""
+    def run(ctx, *args):
+        try:
+            ok, detail = fn(ctx, *args)
+        except Exception as e:  # noqa: BLE001 - reported as the check's failure
+            ok, detail = False, f"{type(e).__name__}: {e}"
+        result(fn.__name__ + "".join(f"[{a}]" for a in args), ok, detail)
+        WORLD.Barrier()
+    return run
+
+
+def target(ctx, kind, nbytes, fill=0):
+    """On the reader: a region of `kind` (allocated | registered) filled with `fill`;
+    returns (local uint8 view or None, the region's packed bytes as the writer sees them)."""
+    if ctx.writer:
+        return None, ctx.exchange(None)
+    if kind == "allocated":
+        idx = ctx.probe.allocate(nbytes)
+        view = ctx.probe.view(idx)
+    else:
+        view = np.empty(nbytes, np.uint8)
+        idx = ctx.probe.register(view)
+    view[:] = fill
+    ctx.exchange(idx)
+    return view, None
+
+
+def ack_channel(ctx):
+    """A uint64 on the writer that the reader put64s to acknowledge (the back channel)."""
+    if ctx.writer:
+        idx = ctx.probe.allocate(64)
+        ctx.exchange(idx)
+        return ctx.probe.view(idx).view(np.uint64), None
+    return None, ctx.exchange(None)
+
+
+def wait_ack(word, value):
+    end = time.monotonic() + DEADLINE_S
+    while int(word[0]) < value:
+        if time.monotonic() > end:
+            raise TimeoutError(f"no acknowledgement {value} within {DEADLINE_S} s")
+
+
+# --------------------------------------------------------------------------- checks
+
+
+@check
+def capabilities(ctx):
+    caps = ctx.probe.capabilities(ctx.peer)
+    want = _core.CAN_READ | _core.CAN_MAP
+    return caps & want == want and ctx.probe.alive(ctx.peer), f"capabilities {caps:#x}, alive {ctx.probe.alive(ctx.peer)}"
+
+
+@check
+def immediate_after_payload(ctx, kind, rounds=16, nbytes=8 << 20, pieces=4):
+    """Each round the writer writes `pieces` parts of a new 8 MiB pattern, the immediate
+    on the last; when the reader sees it, every byte of every part must be there."""
+    base = np.random.default_rng(7).integers(0, 256, nbytes, dtype=np.uint8)
+    view, remote = target(ctx, kind, nbytes)
+    ack, ack_remote = ack_channel(ctx)
+    part = nbytes // pieces
+    bad = []
+    for i in range(rounds):
+        if ctx.writer:
+            payload = base ^ np.uint8(i + 1)
+            for k in range(pieces):
+                last = k == pieces - 1
+                ctx.probe.write(ctx.peer, payload[k * part:(k + 1) * part], remote, k * part,
+                                i if last else None)
+            wait_ack(ack, i + 1)
+        else:
+            imm = ctx.next_imm(f"round {i}")
+            wrong = int(np.count_nonzero(view != (base ^ np.uint8(i + 1))))
+            if imm != i or wrong:
+                bad.append(f"round {i}: immediate {imm}, {wrong} payload bytes not yet visible")
+            ctx.probe.put64(ctx.peer, ack_remote, 0, i + 1)
+    return not bad, "; ".join(bad[:5])
+
+
+@check
+def zero_length_writes(ctx, count=200):
+    view, remote = target(ctx, "allocated", 4096, fill=0x5A)
+    if ctx.writer:
+        empty = np.empty(0, np.uint8)
+        for k in range(count):
+            ctx.probe.write(ctx.peer, empty, remote, k % 4096, 1000 + k)
+        return True, ""
+    got = [ctx.next_imm(f"zero-length write {k}") for k in range(count)]
+    untouched = bool((view == 0x5A).all())
+    extra = ctx.probe.poll(ctx.peer)
+    return got == list(range(1000, 1000 + count)) and untouched and extra is None, \
+        f"immediates in order: {got == list(range(1000, 1000 + count))}, region untouched: {untouched}, extra: {extra}"
+
+
+UNALIGNED = [(3, 1001), (1, 1), (4095, 2), (0, 4097), (7, 65537), (70000, 5), (1 << 17, 3)]
+
+
+@check
+def unaligned_writes(ctx, kind, size=(1 << 17) + 3):
+    view, remote = target(ctx, kind, size, fill=0xAA)
+    ack, ack_remote = ack_channel(ctx)
+    src = np.random.default_rng(11).integers(0, 256, 1 << 18, dtype=np.uint8)
+    bad = []
+    for k, (off, n) in enumerate(UNALIGNED):
+        data = src[5 + k: 5 + k + n]  # unaligned source too
+        if ctx.writer:
+            ctx.probe.write(ctx.peer, data, remote, off, k)
+            wait_ack(ack, k + 1)
+        else:
+            imm = ctx.next_imm(f"unaligned write {off}+{n}")
+            ok = imm == k and np.array_equal(view[off:off + n], data)
+            outside = np.concatenate([view[:off], view[off + n:]])
+            if not ok or not (outside == 0xAA).all():
+                bad.append(f"offset {off} length {n}: immediate {imm}, payload ok "
+                           f"{np.array_equal(view[off:off + n], data)}, "
+                           f"{int(np.count_nonzero(outside != 0xAA))} bytes outside changed")
+            view[:] = 0xAA
+            ctx.probe.put64(ctx.peer, ack_remote, 0, k + 1)
+    return not bad, "; ".join(bad)
+
+
+@check
+def many_outstanding(ctx, count=5000):
+    """More immediates than the peer's ring holds (1024): the writer must wait for the
+    reader to drain, losing and overwriting nothing."""
+    view, remote = target(ctx, "allocated", 4 * count)
+    if ctx.writer:
+        t = time.monotonic()
+        for k in range(count):
+            ctx.probe.write(ctx.peer, np.array([k], np.uint32).view(np.uint8), remote, 4 * k, k)
+        return True, f"{count} writes posted in {time.monotonic() - t:.2f} s"
+    time.sleep(0.5)  # let the writer fill the ring and block
+    words = view.view(np.uint32)
+    bad = []
+    for k in range(count):
+        imm = ctx.next_imm(f"immediate {k}")
+        if imm != k or words[k] != k:
+            bad.append(f"#{k}: immediate {imm}, payload {int(words[k])}")
+            if len(bad) > 5:
+                break
+    extra = ctx.probe.poll(ctx.peer)
+    return not bad and extra is None, "; ".join(bad) + (f"; extra immediate {extra}" if extra is not None else "")
+
+
+@check
+def put64_visible(ctx, kind):
+    view, remote = target(ctx, kind, 4096)
+    values = [(1 << 63) + k * ((1 << 32) + 1) for k in range(64)]
+    if ctx.writer:
+        for k, v in enumerate(values):
+            ctx.probe.put64(ctx.peer, remote, 8 * k, v)
+        ctx.probe.write(ctx.peer, np.empty(0, np.uint8), remote, 0, 77)
+        errors = {}
+        for name, off in (("unaligned", 4), ("past the end", 4096), ("straddling the end", 4090)):
+            try:
+                ctx.probe.put64(ctx.peer, remote, off, 1)
+                errors[name] = None
+            except RdmacollError as e:
+                errors[name] = str(e)
+        missing = [n for n, e in errors.items() if e is None]
+        return not missing, f"put64 {missing} did not raise" if missing else ""
+    imm = ctx.next_imm("the immediate after the puts")
+    got = [int(x) for x in view[:512].view(np.uint64)]
+    rest = bool((view[512:] == 0).all())
+    return imm == 77 and got == values and rest, f"immediate {imm}, values ok {got == values}, rest untouched {rest}"
+
+
+@check
+def read_and_map(ctx, kind, size=(1 << 20) + 13):
+    """The owner (reader rank) writes its region; the other side reads it back."""
+    pattern = np.random.default_rng(5).integers(0, 256, size, dtype=np.uint8)
+    if ctx.writer:
+        remote = ctx.exchange(None)
+        WORLD.Barrier()  # the owner has written
+        bad = []
+        for off, n in [(0, size), (3, 1001), (size - 1, 1), (4093, 70001), (size, 0)]:
+            got = ctx.probe.read(ctx.peer, remote, off, n)
+            if not np.array_equal(got, pattern[off:off + n]):
+                bad.append(f"read({off}, {n}) differs")
+            mapped = ctx.probe.map_read(ctx.peer, remote, off, n)
+            if kind == "allocated" and (mapped is None or mapped != pattern[off:off + n].tobytes()):
+                bad.append(f"map_read({off}, {n}) of allocated memory gave "
+                           f"{'None' if mapped is None else 'different bytes'}")
+            if kind == "registered" and mapped is not None:
+                bad.append("map_read of registered memory did not return None")
+        for what, fn in (("read past the end", lambda: ctx.probe.read(ctx.peer, remote, size - 10, 11)),
+                         ("read at offset past the end", lambda: ctx.probe.read(ctx.peer, remote, size + 1, 1)),
+                         ("write past the end", lambda: ctx.probe.write(ctx.peer, np.ones(11, np.uint8), remote, size - 10)),
+                         ("write at offset past the end", lambda: ctx.probe.write(ctx.peer, np.ones(1, np.uint8), remote, size + 5, 1)),
+                         ("write at an offset near 2**64", lambda: ctx.probe.write(ctx.peer, np.ones(11, np.uint8), remote, (1 << 64) - 4)),
+                         ("map_read past the end", lambda: ctx.probe.map_read(ctx.peer, remote, size - 10, 11))):
+            if kind == "registered" and what.startswith("map_read"):
+                continue  # not mappable at all
+            try:
+                fn()
+                bad.append(f"{what} did not raise")
+            except RdmacollError:
+                pass
+        return not bad, "; ".join(bad)
+    view, _ = target(ctx, kind, size)
+    view[:] = pattern
+    WORLD.Barrier()
+    return True, ""
+
+
+@check
+def malformed_region(ctx):
+    """Garbage instead of a packed region is refused, never dereferenced."""
+    if not ctx.writer:
+        return True, ""
+    bad = []
+    for name, blob in (("zeros", bytes(40)), ("short", b"RCM1"), ("random", bytes(range(40)))):
+        try:
+            ctx.probe.write(ctx.peer, np.ones(8, np.uint8), blob, 0, 1)
+            bad.append(f"{name} accepted")
+        except RdmacollError:
+            pass
+    return not bad, "; ".join(bad)
+
+
+# --------------------------------------------------------------------------- teardown
+
+
+def writer_exits(ctx, count=500):
+    """The writer leaves immediates and payloads unconsumed and exits; the reader then sees
+    the writer dead, can still drain what arrived, and nothing crashes."""
+    view, remote = target(ctx, "allocated", 4 * count)
+    reg = np.zeros(4096, np.uint8)
+    reg_remote = ctx.exchange(ctx.probe.register(reg))
+    alloc_remote = ctx.exchange(ctx.probe.allocate(4096))
+    if ctx.writer:
+        for k in range(count):
+            ctx.probe.write(ctx.peer, np.array([k], np.uint32).view(np.uint8), remote, 4 * k, k)
+        WORLD.Barrier()
+        del ctx.probe  # endpoints, device, memory: all torn down with writes pending
+        result("writer tore down", True)
+        sys.stdout.flush()
+        os._exit(0)
+    WORLD.Barrier()
+    end = time.monotonic() + DEADLINE_S
+    while ctx.probe.alive(ctx.peer) and time.monotonic() < end:
+        time.sleep(0.01)
+    dead = not ctx.probe.alive(ctx.peer)
+    result("reader sees the writer dead", dead, "" if dead else f"alive() still True after {DEADLINE_S} s")
+    got, words = [], view.view(np.uint32)
+    while (imm := ctx.probe.poll(ctx.peer)) is not None and len(got) <= count:
+        got.append(imm)
+    ok = got == list(range(count)) and np.array_equal(words, np.arange(count, dtype=np.uint32))
+    result("pending writes drained after the writer died", ok, f"{len(got)} immediates")
+    outcomes = {}
+    for name, fn in (("read registered", lambda: ctx.probe.read(ctx.peer, reg_remote, 0, 16)),
+                     ("write registered", lambda: ctx.probe.write(ctx.peer, np.ones(16, np.uint8), reg_remote, 0, 1)),
+                     ("read allocated", lambda: ctx.probe.read(ctx.peer, alloc_remote, 0, 16)),
+                     ("write allocated", lambda: ctx.probe.write(ctx.peer, np.ones(16, np.uint8), alloc_remote, 0, 1))):
+        try:
+            fn()
+            outcomes[name] = "returned"
+        except RdmacollError as e:
+            outcomes[name] = f"RdmacollError: {e}"
+    # Registered (user) memory of a dead process is gone: the transport must say so.
+    ok = all(outcomes[n].startswith("RdmacollError") for n in ("read registered", "write registered"))
+    result("operations on a dead peer raise or complete, never crash", ok, outcomes)
+
+
+def reader_exits(ctx, count=5000):
+    """The reader exits without draining: the writer, blocked on the full ring, must raise."""
+    view, remote = target(ctx, "allocated", 4 * count)
+    WORLD.Barrier()
+    if not ctx.writer:
+        result("reader leaving", True)
+        sys.stdout.flush()
+        os._exit(0)
+    t = time.monotonic()
+    try:
+        for k in range(count):
+            ctx.probe.write(ctx.peer, np.array([k], np.uint32).view(np.uint8), remote, 4 * k, k)
+        result("writer blocked on a dead reader raises", False, f"all {count} writes returned")
+    except RdmacollError as e:
+        result("writer blocked on a dead reader raises", True,
+               f"after {k} writes, {time.monotonic() - t:.2f} s: {e}")
+
+
+def body():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("suite", choices=["conformance", "writer-exits", "reader-exits"])
+    ap.add_argument("--transport", default="shm")
+    a = ap.parse_args()
+    set_rank(WORLD.Get_rank())
+    ignore_launcher_notifications()
+    assert WORLD.Get_size() == 2, "run with 2 ranks"
+    ctx = Ctx(a.transport)
+    if a.suite == "conformance":
+        capabilities(ctx)
+        for kind in ("allocated", "registered"):
+            immediate_after_payload(ctx, kind)
+            unaligned_writes(ctx, kind)
+            put64_visible(ctx, kind)
+            read_and_map(ctx, kind)
+        zero_length_writes(ctx)
+        many_outstanding(ctx)
+        malformed_region(ctx)
+        emit("done")
+        return
+    if a.suite == "writer-exits":
+        writer_exits(ctx)
+    else:
+        reader_exits(ctx)
+    emit("done")
+    # A member of the MPI world is gone without MPI_Finalize: finalizing would wait for it.
+    sys.stdout.flush()
+    os._exit(0)
+
+
+main(body)
