@@ -109,6 +109,8 @@ RC_INLINE uint32_t selectBits(bool c, uint32_t a, uint32_t b) {
 
 // bfloat16: the top half of a float32.
 struct BF16Codec {
+  using Stored = uint16_t;
+  using Acc = float;
   static RC_INLINE float load(uint16_t h) { return floatOf(uint32_t(h) << 16); }
   static RC_INLINE uint16_t store(float f) {
     const uint32_t x = bitsOf(f);
@@ -126,6 +128,8 @@ struct BF16Codec {
 // IEEE binary16, portable and branch-free. Bit-identical to F16C (vcvtph2ps / vcvtps2ph
 // with round-to-nearest-even), checked exhaustively over all 2^16 and 2^32 inputs.
 struct F16SoftCodec {
+  using Stored = uint16_t;
+  using Acc = float;
   // After M. Dukhan's FP16 library: normal halves are rebased by exponent and rescaled
   // by an exact power of two; subnormal halves go through a magic-number subtraction.
   static RC_INLINE float load(uint16_t h) {
@@ -224,53 +228,28 @@ RC_INLINE T finish(T v, T s) {
 // 3. Kernels (always inlined into the per-ISA entries, which decide the instruction set)
 // ---------------------------------------------------------------------------------------
 
-// float32, float64, int32, int64, uint8: computed in the storage type.
-template <class T, class Op, bool kScale>
-RC_INLINE void nativeReduce(T* out, const T* const* in, int nin, size_t count, T s) {
-  if (nin == 1) {
-    const T* a = in[0];
-    if constexpr (!kScale) {
-      if (out != a) std::memcpy(out, a, count * sizeof(T));
-    } else {
-      RC_IVDEP
-      for (size_t j = 0; j < count; ++j) out[j] = a[j] * s;
-    }
-    return;
-  }
-  if (nin == 2) {
-    const T* a = in[0];
-    const T* b = in[1];
-    RC_IVDEP
-    for (size_t j = 0; j < count; ++j) out[j] = finish<kScale>(Op::apply(a[j], b[j]), s);
-    return;
-  }
-  constexpr size_t kBlk = kBlockBytes / sizeof(T);
-  alignas(64) T acc[kBlk];
-  for (size_t base = 0; base < count; base += kBlk) {
-    const size_t n = std::min(kBlk, count - base);
-    const T* a = in[0] + base;
-    const T* b = in[1] + base;
-    for (size_t j = 0; j < n; ++j) acc[j] = Op::apply(a[j], b[j]);
-    for (int k = 2; k < nin - 1; ++k) {
-      const T* c = in[k] + base;
-      for (size_t j = 0; j < n; ++j) acc[j] = Op::apply(acc[j], c[j]);
-    }
-    const T* c = in[nin - 1] + base;
-    T* o = out + base;
-    RC_IVDEP
-    for (size_t j = 0; j < n; ++j) o[j] = finish<kScale>(Op::apply(acc[j], c[j]), s);
-  }
-}
+// Every dtype through one loop nest: Codec::load widens a stored element to the type the
+// step computes in (Codec::Acc), Codec::store rounds back. float32, float64 and the
+// integers use the identity codec (computed in the storage type); float16/bfloat16 on
+// the baseline path (and off x86) widen to float32. Fused widen, combine, round, store
+// in one auto-vectorised loop; for nin > 2, blocks of accumulator in L1.
+template <class T>
+struct NativeCodec {
+  using Stored = T;
+  using Acc = T;
+  static RC_INLINE T load(T v) { return v; }
+  static RC_INLINE T store(T v) { return v; }
+};
 
-// float16/bfloat16 on the baseline path (and off x86): widen on load, combine in float32,
-// round on store, all in one auto-vectorised loop.
 template <class Codec, class Op, bool kScale>
-RC_INLINE void codecReduce(uint16_t* out, const uint16_t* const* in, int nin, size_t count,
-                           float s) {
+RC_INLINE void codecReduce(typename Codec::Stored* out, const typename Codec::Stored* const* in,
+                           int nin, size_t count, typename Codec::Acc s) {
+  using S = typename Codec::Stored;
+  using A = typename Codec::Acc;
   if (nin == 1) {
-    const uint16_t* a = in[0];
+    const S* a = in[0];
     if constexpr (!kScale) {
-      if (out != a) std::memcpy(out, a, count * sizeof(uint16_t));
+      if (out != a) std::memcpy(out, a, count * sizeof(S));
     } else {
       RC_IVDEP
       for (size_t j = 0; j < count; ++j) out[j] = Codec::store(Codec::load(a[j]) * s);
@@ -278,27 +257,27 @@ RC_INLINE void codecReduce(uint16_t* out, const uint16_t* const* in, int nin, si
     return;
   }
   if (nin == 2) {
-    const uint16_t* a = in[0];
-    const uint16_t* b = in[1];
+    const S* a = in[0];
+    const S* b = in[1];
     RC_IVDEP
     for (size_t j = 0; j < count; ++j) {
       out[j] = Codec::store(finish<kScale>(Op::apply(Codec::load(a[j]), Codec::load(b[j])), s));
     }
     return;
   }
-  constexpr size_t kBlk = kBlockBytes / sizeof(float);
-  alignas(64) float acc[kBlk];
+  constexpr size_t kBlk = kBlockBytes / sizeof(A);
+  alignas(64) A acc[kBlk];
   for (size_t base = 0; base < count; base += kBlk) {
     const size_t n = std::min(kBlk, count - base);
-    const uint16_t* a = in[0] + base;
-    const uint16_t* b = in[1] + base;
+    const S* a = in[0] + base;
+    const S* b = in[1] + base;
     for (size_t j = 0; j < n; ++j) acc[j] = Op::apply(Codec::load(a[j]), Codec::load(b[j]));
     for (int k = 2; k < nin - 1; ++k) {
-      const uint16_t* c = in[k] + base;
+      const S* c = in[k] + base;
       for (size_t j = 0; j < n; ++j) acc[j] = Op::apply(acc[j], Codec::load(c[j]));
     }
-    const uint16_t* c = in[nin - 1] + base;
-    uint16_t* o = out + base;
+    const S* c = in[nin - 1] + base;
+    S* o = out + base;
     RC_IVDEP
     for (size_t j = 0; j < n; ++j) {
       o[j] = Codec::store(finish<kScale>(Op::apply(acc[j], Codec::load(c[j])), s));
@@ -486,7 +465,7 @@ RC_INLINE void kernelBody(void* out, const void* const* in, int nin, size_t coun
       codecReduce<Soft, Op, kScale>(o, i, nin, count, float(scale));
     }
   } else {
-    nativeReduce<T, Op, kScale>(o, i, nin, count, T(scale));
+    codecReduce<NativeCodec<T>, Op, kScale>(o, i, nin, count, T(scale));
   }
 }
 
