@@ -57,13 +57,16 @@ def bootstrap() -> World:
     config, bad = world.bcast(config if rank == 0 else None, root=0)
     if bad:
         raise _core.RdmacollError(f"rdmacoll.init(): {bad} (rank 0's environment)")
-    hosts = world.allgather(_host_identity())
-    mine = hosts[rank]
-    local = [r for r in range(size) if hosts[r] == mine]
+    hosts = world.allgather((_host_identity(), sorted(os.sched_getaffinity(0))))
+    mine = hosts[rank][0]
+    local = [r for r in range(size) if hosts[r][0] == mine]
     local_rank, local_size = local.index(rank), len(local)
-    if len(set(hosts)) > 1 and config.get("transport", "shm") == "shm":
+    # CPUs this host's ranks share: oversubscribed when there are more ranks than these.
+    config = dict(config, local_cpus=len(set().union(*(hosts[r][1] for r in local))))
+    nhosts = len({h for h, _ in hosts})
+    if nhosts > 1 and config.get("transport", "shm") == "shm":
         raise _core.RdmacollError(
-            f"ranks run on {len(set(hosts))} hosts, but only the shared-memory transport is "
+            f"ranks run on {nhosts} hosts, but only the shared-memory transport is "
             "available in this version; run all ranks on one host"
         )
 

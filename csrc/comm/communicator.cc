@@ -22,12 +22,6 @@ namespace {
 std::atomic<uint64_t> gForkGeneration{0};
 std::once_flag gAtForkOnce;
 
-int cpusAvailable() {
-  cpu_set_t set;
-  if (sched_getaffinity(0, sizeof(set), &set) == 0) return CPU_COUNT(&set);
-  long n = sysconf(_SC_NPROCESSORS_ONLN);
-  return n > 0 ? static_cast<int>(n) : 1;
-}
 }  // namespace
 
 Communicator::Communicator(int rank, int size, int localSize, const Config& config,
@@ -45,7 +39,10 @@ Communicator::Communicator(int rank, int size, int localSize, const Config& conf
            "RDMACOLL_SLOT_BYTES must be a multiple of 64 and at least 4096");
   RC_CHECK(config.slots >= 1 && config.slots <= 64, "RDMACOLL_SLOTS must be in 1..64");
   RC_CHECK(config.timeoutSeconds > 0, "RDMACOLL_TIMEOUT must be positive");
-  oversubscribed_ = localSize > cpusAvailable();
+  // The ranks of this host share config.localCpus CPUs (the union of their affinity
+  // masks, gathered by bootstrap): one rank's own mask says nothing about that (ranks
+  // bound to one core each see one CPU and are not oversubscribed).
+  oversubscribed_ = config.localCpus > 0 && localSize > config.localCpus;
   device_ = transport::createDevice(config.transport, rank, size);
   pool_ = std::make_shared<MemoryPool>(device_.get());
   ctrl_ = device_->allocate(layout_.total());

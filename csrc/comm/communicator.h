@@ -100,6 +100,7 @@ class Communicator {
   void* staging(int i) const { return static_cast<char*>(staging_->data()) + i * config_.segmentBytes; }
   bool peersReadable() const { return peersReadable_; }
   bool peersMappable() const { return peersMappable_; }
+  bool oversubscribed() const { return oversubscribed_; }
   const char* transportName() const { return device_->name(); }
   uint64_t callsStarted() const { return seq_; }
   // Units this rank completed in earlier calls (its progress counter at the peers).

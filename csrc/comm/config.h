@@ -14,6 +14,9 @@ struct Config {
   double timeoutSeconds = 600;    // RDMACOLL_TIMEOUT: longest a wait may make no progress
   std::string algo;               // RDMACOLL_ALGO: force an allreduce algorithm by name
   std::string transport = "shm";  // RDMACOLL_TRANSPORT
+  // Not a setting: distinct CPUs the ranks of this host may run on (union of their
+  // affinity masks), measured by bootstrap; more local ranks than that = oversubscribed.
+  int localCpus = 0;
 };
 
 }  // namespace rdmacoll

@@ -59,7 +59,7 @@ constexpr size_t kHeaderSlot = (sizeof(CallHeader) + 63) / 64 * 64;
 
 class CtrlLayout {
  public:
-  CtrlLayout(int size, const Config& c) : size_(size), eagerBytes_(round(c.eagerBytes + 64)),
+  CtrlLayout(int size, const Config& c) : size_(size), eagerBytes_(round(c.eagerBytes + 128)),
         slotBytes_(c.slotBytes), slots_(c.slots) {
     wordsOff_ = 0;
     msgOff_ = wordsOff_ + 64 + sizeof(PeerWords) * size;
@@ -76,8 +76,10 @@ class CtrlLayout {
   size_t credit(int src) const { return words(src) + offsetof(PeerWords, credit); }
   size_t abortMessage(int src) const { return msgOff_ + kAbortMessageBytes * src; }
   size_t header(int src, uint64_t seq) const { return hdrOff_ + kHeaderSlot * (2 * src + (seq & 1)); }
-  // Eager message: a 64-byte line {hash, descriptor} then payload, double-buffered by
-  // call parity (a rank starts call n+2 only after every peer finished call n+1, which
+  // Eager message: a 64-byte line with the full {hash, descriptor} (read only to name a
+  // mismatch, so it stays in the writer's cache), then {hash, payload} from the second
+  // line on: 8 bytes of payload cost the receiver one line. Double-buffered by call
+  // parity (a rank starts call n+2 only after every peer finished call n+1, which
   // needed my message n+1, sent after I finished reading message n: so slots never clash).
   size_t eager(int src, uint64_t seq) const { return eagerOff_ + eagerBytes_ * (2 * src + (seq & 1)); }
   size_t eagerCapacity() const { return eagerBytes_; }

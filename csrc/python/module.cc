@@ -92,6 +92,7 @@ class PyCommunicator {
     if (cfg.contains("timeout")) c.timeoutSeconds = cfg["timeout"].cast<double>();
     if (cfg.contains("algo")) c.algo = cfg["algo"].cast<std::string>();
     if (cfg.contains("transport")) c.transport = cfg["transport"].cast<std::string>();
+    if (cfg.contains("local_cpus")) c.localCpus = cfg["local_cpus"].cast<int>();
     tuning::validateAlgoSetting(c.algo);
     comm_ = std::make_unique<Communicator>(rank, size, localSize, c, hooks_);
   }
@@ -113,39 +114,40 @@ class PyCommunicator {
     requireContiguous(in, "allreduce input");
     const DataType dt = dtypeOf(in.dtype());
     if (op < 0 || op >= kNumReduceOps) throw Error("unknown op " + std::to_string(op) + "; use rdmacoll.Sum, Average, Min, Max or Product");
-    py::array out;
-    py::object result;
-    if (outObj.is_none()) {
-      out = poolArray(in);
-      result = out;
-    } else {
-      out = asArray(outObj, "out");
-      requireContiguous(out, "out");
-      if (!out.writeable()) throw Error("out is read-only");
-      if (!out.dtype().is(in.dtype()) && dtypeOf(out.dtype()) != dt) {
-        throw Error("out has dtype " + py::str(out.dtype()).cast<std::string>() + ", input has " +
-                    py::str(in.dtype()).cast<std::string>());
-      }
-      if (out.size() != in.size() || out.ndim() != in.ndim() ||
-          !std::equal(in.shape(), in.shape() + in.ndim(), out.shape())) {
-        throw Error("out has shape " + py::str(py::tuple(out.attr("shape"))).cast<std::string>() +
-                    ", input has " + py::str(py::tuple(in.attr("shape"))).cast<std::string>());
-      }
-      result = py::reinterpret_borrow<py::object>(outObj);
+    // (Not `py::array out;`: pybind11's default constructor allocates an empty array.)
+    py::array out = outObj.is_none() ? poolArray(in) : asArray(outObj, "out");
+    if (!outObj.is_none()) checkOut(in, out);
+    const char* nm = nullptr;
+    Py_ssize_t nmLen = 0;
+    if (!name.is_none()) {
+      if (!PyUnicode_Check(name.ptr())) throw Error("name must be a str");
+      nm = PyUnicode_AsUTF8AndSize(name.ptr(), &nmLen);  // borrowed from the str: no copy
+      if (nm == nullptr) throw py::error_already_set();
     }
-    std::string nm;
-    if (!name.is_none()) nm = py::str(name).cast<std::string>();
-    const void* src = in.data();
-    void* dst = out.mutable_data();
     const size_t count = static_cast<size_t>(in.size());
     Locked lock(mu_);
     try {
-      lastAlgorithm_ = rdmacoll::allreduce(*comm_, src, dst, count, dt, static_cast<ReduceOp>(op),
-                                           nm.data(), nm.size());
+      lastAlgorithm_ = rdmacoll::allreduce(*comm_, in.data(), out.mutable_data(), count, dt,
+                                           static_cast<ReduceOp>(op), nm, static_cast<size_t>(nmLen));
     } catch (const Interrupted&) {
       throw py::error_already_set();
     }
-    return result;
+    if (outObj.is_none()) return std::move(out);
+    return py::reinterpret_borrow<py::object>(outObj);
+  }
+
+  // out must be a writeable contiguous array of the input's shape and dtype.
+  static void checkOut(const py::array& in, const py::array& out) {
+    requireContiguous(out, "out");
+    if (!out.writeable()) throw Error("out is read-only");
+    if (!out.dtype().is(in.dtype()) && dtypeOf(out.dtype()) != dtypeOf(in.dtype())) {
+      throw Error("out has dtype " + py::str(out.dtype()).cast<std::string>() + ", input has " +
+                  py::str(in.dtype()).cast<std::string>());
+    }
+    if (out.ndim() != in.ndim() || !std::equal(in.shape(), in.shape() + in.ndim(), out.shape())) {
+      throw Error("out has shape " + py::str(py::tuple(out.attr("shape"))).cast<std::string>() +
+                  ", input has " + py::str(py::tuple(in.attr("shape"))).cast<std::string>());
+    }
   }
 
   py::array empty(py::object shape, py::object dtype) {
@@ -166,11 +168,12 @@ class PyCommunicator {
     return wrapBlock(dt, dims, n * dt.itemsize());
   }
 
-  std::string lastAlgorithm() const { return lastAlgorithm_; }
+  std::string lastAlgorithm() const { return lastAlgorithm_ ? lastAlgorithm_ : ""; }
   size_t poolBytes() const { return comm_->pool()->bytesMapped(); }
   std::string transport() const { return comm_->transportName(); }
   int rank() const { return comm_->rank(); }
   int size() const { return comm_->size(); }
+  bool oversubscribed() const { return comm_->oversubscribed(); }
   std::string selected(size_t bytes) const { return tuning::selectAllreduce(*comm_, bytes).name; }
   void close() { comm_.reset(); }
 
@@ -211,7 +214,7 @@ class PyCommunicator {
   std::mutex mu_;
   std::shared_ptr<PyHooks> hooks_;
   std::unique_ptr<Communicator> comm_;
-  std::string lastAlgorithm_;
+  const char* lastAlgorithm_ = nullptr;  // a registry name (static storage)
 };
 
 }  // namespace
@@ -251,6 +254,7 @@ PYBIND11_MODULE(_core, m) {
   d["timeout"] = defaults.timeoutSeconds;
   d["algo"] = defaults.algo;
   d["transport"] = defaults.transport;
+  d["local_cpus"] = defaults.localCpus;
   m.attr("DEFAULT_CONFIG") = d;
 
   m.def("algorithms", [] {
@@ -271,7 +275,8 @@ PYBIND11_MODULE(_core, m) {
       .def_property_readonly("pool_bytes", &PyCommunicator::poolBytes)
       .def_property_readonly("transport", &PyCommunicator::transport)
       .def_property_readonly("rank", &PyCommunicator::rank)
-      .def_property_readonly("size", &PyCommunicator::size);
+      .def_property_readonly("size", &PyCommunicator::size)
+      .def_property_readonly("oversubscribed", &PyCommunicator::oversubscribed);
 
   bindTransportProbe(m);
 

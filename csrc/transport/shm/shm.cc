@@ -247,13 +247,16 @@ void ShmEndpoint::write(const void* src, const RemoteMemory& dst, size_t dstOff,
     }
   }
   if (!hasImm) return;
-  // Wait for ring space; the consumer publishes its head in the same (peer) segment.
+  // Wait for ring space. The consumer publishes its head in its own segment; reading it
+  // pulls a cache line across cores, so only when the head last seen says "full".
   uint64_t k = sent_;
-  if (k - outRing_->head.load(std::memory_order_acquire) >= kRingEntries) {
+  if (k - headSeen_ >= kRingEntries) {
+    headSeen_ = outRing_->head.load(std::memory_order_acquire);
     int spins = 0;
-    while (k - outRing_->head.load(std::memory_order_acquire) >= kRingEntries) {
+    while (k - headSeen_ >= kRingEntries) {
       if (++spins % 1024 == 0 && !alive()) throw Error("shm: " + describe() + " died");
       sched_yield();
+      headSeen_ = outRing_->head.load(std::memory_order_acquire);
     }
   }
   outRing_->entries[k % kRingEntries].store(((k + 1) << 32) | imm, std::memory_order_release);

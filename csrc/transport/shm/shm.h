@@ -79,6 +79,7 @@ class ShmEndpoint : public Endpoint {
   Ring* outRing_;              // my ring inside the peer's segment (I produce)
   Ring* inRing_;               // the peer's ring inside my segment (I consume)
   uint64_t sent_ = 0;          // immediates produced into outRing_
+  uint64_t headSeen_ = 0;      // the consumer's head when last read (it only grows)
   uint64_t received_ = 0;      // immediates consumed from inRing_
   std::unordered_map<uint64_t, Segment> mapped_;  // peer segment id -> my mapping
 };
