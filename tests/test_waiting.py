@@ -37,3 +37,10 @@ def test_two_communicators_in_one_process():
         recs = rank_records(res, n, "result")
         for r, rec in recs.items():
             res.check(rec["ok"], f"rank {r} got wrong results from two interleaved communicators")
+
+
+def test_forked_child_cannot_use_the_parents_communicator():
+    res = run_mpi(2, "waiting.py", ["fork"], timeout=90)
+    for r, rec in rank_records(res, 2, "result").items():
+        res.check("forked child" in rec["child"], f"rank {r}: the child's call gave {rec['child']!r}")
+        res.check(rec["parent_ok"], f"rank {r}: the parent's allreduce after the fork was wrong")

@@ -4,7 +4,10 @@
                            test sends SIGINT to rank 0
     waiting.py gil         rank 0 waits for a late rank 1 while a Python thread counts
     waiting.py two         every rank bootstraps two communicators and interleaves them
+    waiting.py fork        every rank forks after init(): the child's copy refuses to run,
+                           the parent goes on with its peers
 """
+import os
 import sys
 import threading
 import time
@@ -79,5 +82,25 @@ def two() -> None:
     b.core.close()
 
 
+def fork() -> None:
+    rc = init()
+    x = np.ones(4096, np.float32)
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child, like a DataLoader worker that touches the library
+        try:
+            rc.allreduce(x, op=rc.Sum, out=x)
+            msg = "returned"
+        except rc.RdmacollError as e:
+            msg = str(e)
+        os.write(w, msg.encode()[:4000])
+        os._exit(0)
+    os.close(w)
+    child = os.read(r, 4096).decode()
+    os.waitpid(pid, 0)
+    rc.allreduce(x, op=rc.Sum, out=x)  # the parent still works with its peers
+    emit("result", child=child, parent_ok=bool((x == rc.size()).all()))
+
+
 if __name__ == "__main__":
-    main({"sigint": sigint, "gil": gil, "two": two}[sys.argv[1]])
+    main({"sigint": sigint, "gil": gil, "two": two, "fork": fork}[sys.argv[1]])
