@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "comm/communicator.h"
+#include "tuning/cost_model.h"
 
 namespace rdmacoll {
 namespace algorithms {
@@ -17,6 +18,8 @@ struct AllreduceAlgorithm {
   void (*run)(Communicator&, const Call&);
   // Whether it can run this call here (e.g. eager only carries small messages).
   bool (*usable)(const Communicator&, size_t bytes);
+  // Predicted seconds for `bytes` over p ranks under model m (the selector minimises it).
+  double (*cost)(const tuning::CostModel& m, size_t bytes, int p);
 };
 
 const std::vector<AllreduceAlgorithm>& allreduceAlgorithms();
