@@ -10,10 +10,10 @@
 #include <mutex>
 #include <string>
 
-#include "algorithms/partition.h"
 #include "algorithms/registry.h"
 #include "comm/communicator.h"
 #include "common/error.h"
+#include "python/bindings.h"
 #include "reduce/reduce.h"
 #include "runtime/collectives.h"
 #include "tuning/select.h"
@@ -84,16 +84,7 @@ class PyCommunicator {
  public:
   PyCommunicator(int rank, int size, int localSize, const py::dict& cfg)
       : hooks_(std::make_shared<PyHooks>()) {
-    Config c;
-    if (cfg.contains("segment_bytes")) c.segmentBytes = cfg["segment_bytes"].cast<size_t>();
-    if (cfg.contains("slot_bytes")) c.slotBytes = cfg["slot_bytes"].cast<size_t>();
-    if (cfg.contains("slots")) c.slots = cfg["slots"].cast<int>();
-    if (cfg.contains("eager_bytes")) c.eagerBytes = cfg["eager_bytes"].cast<size_t>();
-    if (cfg.contains("timeout")) c.timeoutSeconds = cfg["timeout"].cast<double>();
-    if (cfg.contains("algo")) c.algo = cfg["algo"].cast<std::string>();
-    if (cfg.contains("transport")) c.transport = cfg["transport"].cast<std::string>();
-    if (cfg.contains("local_cpus")) c.localCpus = cfg["local_cpus"].cast<int>();
-    tuning::validateAlgoSetting(c.algo);
+    Config c = configFromDict(cfg);
     comm_ = std::make_unique<Communicator>(rank, size, localSize, c, hooks_);
   }
 
@@ -219,7 +210,6 @@ class PyCommunicator {
 
 }  // namespace
 
-void bindTransportProbe(py::module_& m);  // transport_probe.cc
 
 PYBIND11_MODULE(_core, m) {
   m.doc() = "rdmacoll core (C++): communicator, transports, algorithms";
@@ -245,17 +235,7 @@ PYBIND11_MODULE(_core, m) {
   for (int i = 0; i < kNumReduceOps; ++i) ops[opName(static_cast<ReduceOp>(i))] = i;
   m.attr("OPS") = ops;
   // Defaults of the settings bootstrap reads from RDMACOLL_* variables.
-  Config defaults;
-  py::dict d;
-  d["segment_bytes"] = defaults.segmentBytes;
-  d["slot_bytes"] = defaults.slotBytes;
-  d["slots"] = defaults.slots;
-  d["eager_bytes"] = defaults.eagerBytes;
-  d["timeout"] = defaults.timeoutSeconds;
-  d["algo"] = defaults.algo;
-  d["transport"] = defaults.transport;
-  d["local_cpus"] = defaults.localCpus;
-  m.attr("DEFAULT_CONFIG") = d;
+  m.attr("DEFAULT_CONFIG") = configToDict(Config{});
 
   m.def("algorithms", [] {
     std::vector<std::pair<std::string, std::string>> v;
@@ -279,6 +259,7 @@ PYBIND11_MODULE(_core, m) {
       .def_property_readonly("oversubscribed", &PyCommunicator::oversubscribed);
 
   bindTransportProbe(m);
+  bindSchedules(m);
 
   // Test hooks: the kernels and the ring arithmetic, without any transport.
   m.def("_reduce_local", [](int dtype, int op, py::array out, std::vector<py::array> inputs, double scale) {
@@ -297,9 +278,6 @@ PYBIND11_MODULE(_core, m) {
     reduceN(static_cast<DataType>(dtype), static_cast<ReduceOp>(op), dst, ptrs.data(),
             static_cast<int>(ptrs.size()), n, scale);
   });
-  m.def("_ring_chunk", &ring::ringChunk);
-  m.def("_chunk_begin", &ring::chunkBegin);
-  m.def("_segments_per_chunk", &ring::segmentsPerChunk);
   m.def("_hash_descriptor", [](int coll, uint64_t seq, int dtype, uint64_t count, int op, int root,
                                uint64_t nameHash, int algo, uint64_t seg) {
     Descriptor d;

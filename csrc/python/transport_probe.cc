@@ -3,6 +3,8 @@
 // (through mpi4py), then drive write/put64/poll/read/map on one endpoint per peer.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
+
+#include "python/bindings.h"
 #include <pybind11/stl.h>
 
 #include <cstring>

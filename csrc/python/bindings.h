@@ -1,0 +1,10 @@
+// Pieces of the one Python module, defined in their own files under csrc/python/.
+#pragma once
+#include <pybind11/pybind11.h>
+
+#include "comm/config.h"
+
+void bindTransportProbe(pybind11::module_& m);  // transport_probe.cc
+void bindSchedules(pybind11::module_& m);       // schedule_bindings.cc
+rdmacoll::Config configFromDict(const pybind11::dict& d);  // config.cc
+pybind11::dict configToDict(const rdmacoll::Config& c);    // config.cc
