@@ -15,7 +15,8 @@ from ._core import Average, Max, Min, Product, RdmacollError, Sum
 
 __all__ = [
     "init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size",
-    "allreduce", "empty", "algorithms",
+    "allreduce", "grouped_allreduce", "allgather", "broadcast", "reducescatter", "alltoall",
+    "barrier", "empty", "algorithms",
     "Sum", "Average", "Min", "Max", "Product", "RdmacollError",
 ]
 
@@ -89,6 +90,71 @@ def allreduce(x, op=Average, name=None, out=None):
     Every rank must call it in the same order with the same shape, dtype, op and name.
     """
     return _comm.allreduce(x, out, op, name)
+
+
+def grouped_allreduce(xs, op=Average, name=None, out=None):
+    """Reduce a list of arrays as one fused operation per dtype; returns a list.
+
+    Arrays of one dtype are packed into one buffer of library memory (one copy in),
+    reduced by a single collective, and returned as views of that buffer (out=None) or
+    copied into `out` (a list of arrays; out=xs reduces in place)."""
+    import numpy as np
+
+    views = [_core._view(x) for x in xs]
+    if out is not None and len(out) != len(views):
+        raise RdmacollError(f"grouped_allreduce: {len(views)} inputs but {len(out)} outputs")
+    groups = {}  # dtype -> indices, in first-appearance order (the same on every rank)
+    for i, v in enumerate(views):
+        groups.setdefault(v.dtype, []).append(i)
+    results = [None] * len(views)
+    for g, (dtype, idx) in enumerate(groups.items()):
+        total = sum(views[i].size for i in idx)
+        fused = _comm.empty(total, dtype)
+        offsets, o = [], 0
+        for i in idx:
+            n = views[i].size
+            fused[o:o + n] = views[i].reshape(-1)
+            offsets.append(o)
+            o += n
+        _comm.allreduce(fused, fused, op, None if name is None else f"{name}.{g}")
+        for i, o in zip(idx, offsets):
+            r = fused[o:o + views[i].size].reshape(views[i].shape)
+            if out is None:
+                results[i] = r
+            else:
+                dst = _core._view(out[i])
+                np.copyto(dst, r)
+                results[i] = out[i]
+    return results
+
+
+def allgather(x, name=None):
+    """Concatenate every rank's x along the first dimension (which may differ per rank)."""
+    return _comm.allgather(x, name)
+
+
+def broadcast(x, root_rank, name=None, out=None):
+    """root_rank's x on every rank; out=x writes it in place."""
+    return _comm.broadcast(x, root_rank, out, name)
+
+
+def reducescatter(x, op=Average, name=None):
+    """Reduce x across ranks and give each rank its share of the first dimension (the
+    first `rows % size` ranks get one row more)."""
+    return _comm.reducescatter(x, op, name)
+
+
+def alltoall(x, splits=None, name=None, return_received_splits=False):
+    """Send splits[j] rows of x (first dimension) to rank j; returns what every rank sent
+    here, concatenated in rank order (and the rows received from each rank if asked).
+    splits=None splits the first dimension evenly."""
+    result, received = _comm.alltoall(x, splits, name)
+    return (result, received) if return_received_splits else result
+
+
+def barrier():
+    """Return once every rank has called barrier()."""
+    _comm.barrier()
 
 
 def empty(shape, dtype="float32"):

@@ -30,12 +30,6 @@ namespace algorithms {
 namespace {
 constexpr size_t kPieceBytes = 256 << 10;  // measured: 64K/128K/256K/512K, 256K best at 16 MiB
 constexpr int kMaxInline = 64;  // peers described without allocation
-
-struct PeerBuffers {
-  transport::RemoteMemory in, out;
-  size_t inOff = 0, outOff = 0;
-  const char* inMap = nullptr;
-};
 }  // namespace
 
 void allreduceDirect(Communicator& c, const Call& call) {
@@ -44,27 +38,21 @@ void allreduceDirect(Communicator& c, const Call& call) {
   BufferRef in, out;
   c.describeBuffer(call.in, call.count * E, &in);
   c.describeBuffer(call.out, call.count * E, &out);
-  for (int k = 1; k < p; ++k) prim::sendHeader(c, c.peer((r + k) % p), call, &in, &out);
-
-  PeerBuffers inline_[kMaxInline];
-  std::vector<PeerBuffers> many;
-  PeerBuffers* bufs = inline_;
+  prim::PeerBuffers inline_[kMaxInline];
+  const CallHeader* hdrInline[kMaxInline];
+  std::vector<prim::PeerBuffers> many;
+  std::vector<const CallHeader*> hdrMany;
+  prim::PeerBuffers* bufs = inline_;
+  const CallHeader** headers = hdrInline;
   if (p > kMaxInline) {
     many.resize(p);
+    hdrMany.resize(p);
     bufs = many.data();
+    headers = hdrMany.data();
   }
-  for (int k = p - 1; k >= 1; --k) {  // predecessor first, as every algorithm
-    const int q = (r + k) % p;
-    Peer& peer = c.peer(q);
-    const CallHeader& h = prim::recvHeader(c, peer, call);
-    PeerBuffers& b = bufs[q];
-    peer.ep->unpack(h.in, &b.in);
-    peer.ep->unpack(h.out, &b.out);
-    b.inOff = h.inOffset;
-    b.outOff = h.outOffset;
-    b.inMap = static_cast<const char*>(peer.ep->map(&b.in));
-    peer.ep->map(&b.out);  // resolve the mapping once, not per write
-    if (b.inMap) b.inMap += b.inOff;
+  prim::exchangeHeaders(c, call, &in, &out, [](int, uint64_t*) {}, headers);
+  for (int q = 0; q < p; ++q) {
+    if (q != r) prim::viewPeer(c.peer(q), *headers[q], &bufs[q]);
   }
 
   const size_t begin = ring::chunkBegin(call.count, p, r);
@@ -89,7 +77,7 @@ void allreduceDirect(Communicator& c, const Call& call) {
         inputs[q] = bufs[q].inMap + off;
       } else {
         void* stage = c.staging(staged++);
-        c.peer(q).ep->read(bufs[q].in, bufs[q].inOff + off, stage, len);
+        prim::readInput(c.peer(q), bufs[q], off, stage, len);
         inputs[q] = stage;
       }
     }

@@ -169,8 +169,7 @@ void Communicator::raisePeerAbort() const {
 
 static std::string callText(const Descriptor& d) {
   std::ostringstream o;
-  static const char* colls[] = {"?", "allreduce"};
-  o << (d.collective < 2 ? colls[d.collective] : "?") << "(#" << d.seq << ", count=" << d.count
+  o << collectiveName(static_cast<Collective>(d.collective)) << "(#" << d.seq << ", count=" << d.count
     << ", dtype=" << dtypeName(static_cast<DataType>(d.dtype))
     << ", op=" << opName(static_cast<ReduceOp>(d.op));
   if (d.root >= 0) o << ", root=" << d.root;

@@ -52,6 +52,8 @@ struct alignas(64) CallHeader {
   transport::PackedMemory in;   // the sender's input, when the algorithm reads it
   transport::PackedMemory out;  // the sender's output
   uint64_t inOffset, outOffset;  // byte offsets of the buffers inside those regions
+  uint64_t extra[2];  // per-destination values (allgather: my rows; alltoall: the first
+                      // row and the rows I send to this peer), not part of the hash
 };
 
 constexpr size_t kAbortMessageBytes = 512;

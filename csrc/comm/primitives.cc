@@ -1,5 +1,6 @@
 #include "comm/primitives.h"
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 
@@ -37,7 +38,8 @@ uint32_t recvImmediate(Communicator& c, Peer& from, const char* what) {
 
 }  // namespace
 
-void sendHeader(Communicator& c, Peer& to, const Call& call, const BufferRef* in, const BufferRef* out) {
+void sendHeader(Communicator& c, Peer& to, const Call& call, const BufferRef* in, const BufferRef* out,
+                const uint64_t* extra) {
   CallHeader h;
   std::memset(&h, 0, sizeof(h));
   h.hash = call.hd.hash;
@@ -49,6 +51,10 @@ void sendHeader(Communicator& c, Peer& to, const Call& call, const BufferRef* in
   if (out) {
     h.out = out->packed;
     h.outOffset = out->offset;
+  }
+  if (extra) {
+    h.extra[0] = extra[0];
+    h.extra[1] = extra[1];
   }
   to.ep->write(&h, to.ctrl, c.layout().header(c.rank(), call.seq), sizeof(h), true,
                tag(kHeaderTag, call.seq));
@@ -64,6 +70,56 @@ const CallHeader& recvHeader(Communicator& c, Peer& from, const Call& call) {
   theirs.desc = h.desc;
   c.checkDescriptor(call.hd, theirs, from.rank);
   return h;
+}
+
+namespace {
+// A header names no buffer with all-zero packed bytes (sendHeader with nullptr).
+bool named(const transport::PackedMemory& m) {
+  for (uint8_t byte : m.bytes) {
+    if (byte) return true;
+  }
+  return false;
+}
+}  // namespace
+
+void viewPeer(Peer& peer, const CallHeader& h, PeerBuffers* b) {
+  if (named(h.in)) peer.ep->unpack(h.in, &b->in);
+  if (named(h.out)) peer.ep->unpack(h.out, &b->out);
+  b->inOff = h.inOffset;
+  b->outOff = h.outOffset;
+  const char* in = b->in.len ? static_cast<const char*>(peer.ep->map(&b->in)) : nullptr;
+  const char* out = b->out.len ? static_cast<const char*>(peer.ep->map(&b->out)) : nullptr;
+  b->inMap = in ? in + b->inOff : nullptr;
+  b->outMap = out ? out + b->outOff : nullptr;
+}
+
+namespace {
+void checkPeerRange(const Peer& peer, const transport::RemoteMemory& m, size_t base, size_t off, size_t len) {
+  if (base > m.len || off > m.len - base || len > m.len - base - off) {
+    throw Error("rank " + std::to_string(peer.rank) + "'s buffer holds " + std::to_string(m.len - std::min(base, m.len)) +
+                " bytes; reading " + std::to_string(len) + " at " + std::to_string(off) + " would overrun it");
+  }
+}
+}  // namespace
+
+void readInput(Peer& peer, const PeerBuffers& b, size_t off, void* dst, size_t len) {
+  if (len == 0) return;
+  checkPeerRange(peer, b.in, b.inOff, off, len);
+  if (b.inMap) {
+    std::memcpy(dst, b.inMap + off, len);
+  } else {
+    peer.ep->read(b.in, b.inOff + off, dst, len);
+  }
+}
+
+void readOutput(Peer& peer, const PeerBuffers& b, size_t off, void* dst, size_t len) {
+  if (len == 0) return;
+  checkPeerRange(peer, b.out, b.outOff, off, len);
+  if (b.outMap) {
+    std::memcpy(dst, b.outMap + off, len);
+  } else {
+    peer.ep->read(b.out, b.outOff + off, dst, len);
+  }
 }
 
 void sendEager(Communicator& c, Peer& to, const Call& call, const void* data, size_t bytes) {

@@ -16,9 +16,42 @@ enum TagKind : uint32_t { kHeaderTag = 1, kEagerTag = 2, kSlotTag = 3 };
 inline uint32_t tag(TagKind k, uint64_t n) { return (static_cast<uint32_t>(k) << 28) | (n & 0x0fffffff); }
 
 // ---- call headers: hash + descriptor (+ buffer locations), double-buffered by parity
-void sendHeader(Communicator& c, Peer& to, const Call& call, const BufferRef* in, const BufferRef* out);
+void sendHeader(Communicator& c, Peer& to, const Call& call, const BufferRef* in, const BufferRef* out,
+                const uint64_t* extra = nullptr);
 // Wait for `from`'s header of this call and compare descriptors (abort on mismatch).
 const CallHeader& recvHeader(Communicator& c, Peer& from, const Call& call);
+
+// Send my header to every peer (extra(q) gives the per-destination values, may be
+// null) and receive every peer's, predecessor first: a mismatch anywhere is seen by some
+// rank at its first receive, which aborts everyone. headers[q] for q != me.
+template <class Extra>
+void exchangeHeaders(Communicator& c, const Call& call, const BufferRef* in, const BufferRef* out,
+                     Extra extra, const CallHeader** headers) {
+  const int p = c.size(), r = c.rank();
+  for (int k = 1; k < p; ++k) {
+    const int q = (r + k) % p;
+    uint64_t e[2] = {0, 0};
+    extra(q, e);
+    sendHeader(c, c.peer(q), call, in, out, e);
+  }
+  for (int k = p - 1; k >= 1; --k) {
+    const int q = (r + k) % p;
+    headers[q] = &recvHeader(c, c.peer(q), call);
+  }
+}
+
+// A peer's buffers from its header, ready to read: mapped where the transport maps
+// (then loads come straight from the peer's memory), else read() copies.
+struct PeerBuffers {
+  transport::RemoteMemory in, out;
+  size_t inOff = 0, outOff = 0;
+  const char* inMap = nullptr;   // at inOff, or null
+  const char* outMap = nullptr;  // at outOff, or null
+};
+void viewPeer(Peer& peer, const CallHeader& h, PeerBuffers* b);
+// Copy len bytes at byte offset off of the peer's input (or output) into dst.
+void readInput(Peer& peer, const PeerBuffers& b, size_t off, void* dst, size_t len);
+void readOutput(Peer& peer, const PeerBuffers& b, size_t off, void* dst, size_t len);
 
 // ---- eager: hash/descriptor line + whole payload into the peer's eager inbox
 void sendEager(Communicator& c, Peer& to, const Call& call, const void* data, size_t bytes);

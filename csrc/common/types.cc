@@ -32,6 +32,18 @@ const char* opName(ReduceOp op) {
   return i < kNumReduceOps ? names[i] : "invalid";
 }
 
+const char* collectiveName(Collective c) {
+  switch (c) {
+    case Collective::kAllreduce: return "allreduce";
+    case Collective::kAllgather: return "allgather";
+    case Collective::kBroadcast: return "broadcast";
+    case Collective::kReducescatter: return "reducescatter";
+    case Collective::kAlltoall: return "alltoall";
+    case Collective::kBarrier: return "barrier";
+  }
+  return "?";
+}
+
 bool isFloating(DataType t) {
   return t == DataType::kFloat16 || t == DataType::kBFloat16 || t == DataType::kFloat32 ||
          t == DataType::kFloat64;

@@ -26,6 +26,17 @@ enum class ReduceOp : uint8_t {
 };
 constexpr int kNumReduceOps = 5;
 
+// Collectives, as they appear in descriptors (and so in mismatch messages).
+enum class Collective : uint8_t {
+  kAllreduce = 1,
+  kAllgather = 2,
+  kBroadcast = 3,
+  kReducescatter = 4,
+  kAlltoall = 5,
+  kBarrier = 6,
+};
+const char* collectiveName(Collective c);
+
 size_t dtypeSize(DataType t);
 const char* dtypeName(DataType t);
 const char* opName(ReduceOp op);

@@ -141,6 +141,157 @@ class PyCommunicator {
     }
   }
 
+  // Rows of x: its first dimension (a 0-d array is one row of one element).
+  static size_t rowsOf(const py::array& a) { return a.ndim() == 0 ? 1 : static_cast<size_t>(a.shape(0)); }
+  static size_t rowElemsOf(const py::array& a) {
+    size_t n = 1;
+    for (py::ssize_t i = 1; i < a.ndim(); ++i) n *= static_cast<size_t>(a.shape(i));
+    return n;
+  }
+  static std::vector<py::ssize_t> shapeWithRows(const py::array& a, size_t rows) {
+    std::vector<py::ssize_t> dims(a.shape(), a.shape() + std::max<py::ssize_t>(a.ndim(), 1));
+    dims[0] = static_cast<py::ssize_t>(rows);
+    return dims;
+  }
+  static py::array input(py::handle x, const char* what) {
+    py::array a = asArray(x, what);
+    requireContiguous(a, what);
+    return a;
+  }
+  struct Name {
+    const char* p = nullptr;
+    Py_ssize_t n = 0;
+    explicit Name(py::handle name) {
+      if (name.is_none()) return;
+      if (!PyUnicode_Check(name.ptr())) throw Error("name must be a str");
+      p = PyUnicode_AsUTF8AndSize(name.ptr(), &n);
+      if (p == nullptr) throw py::error_already_set();
+    }
+  };
+  // Output of a collective whose size is known only once the peers' headers arrived:
+  // a pool block, wrapped as an array afterwards.
+  struct PoolOutput : algorithms::Output {
+    std::shared_ptr<MemoryPool> pool;
+    MemoryPool::Block* block = nullptr;
+    explicit PoolOutput(std::shared_ptr<MemoryPool> p) : pool(std::move(p)) {}
+    ~PoolOutput() override {
+      if (block) pool->release(block);
+    }
+    void* allocate(size_t bytes) override {
+      block = pool->acquire(bytes);
+      return block->mem->data();
+    }
+  };
+  template <class F>
+  auto locked(F f) -> decltype(f()) {
+    Locked lock(mu_);
+    try {
+      return f();
+    } catch (const Interrupted&) {
+      throw py::error_already_set();
+    }
+  }
+
+  py::array allgather(py::handle x, py::handle name) {
+    check();
+    py::array in = input(x, "allgather input");
+    const DataType dt = dtypeOf(in.dtype());
+    Name nm(name);
+    PoolOutput out(comm_->pool());
+    const size_t rows = locked([&] {
+      return rdmacoll::allgather(*comm_, in.data(), rowsOf(in), rowElemsOf(in), dt, nm.p,
+                                 static_cast<size_t>(nm.n), out);
+    });
+    return adopt(out, in.dtype(), shapeWithRows(in, rows));
+  }
+
+  py::object broadcast(py::handle x, int root, py::handle outObj, py::handle name) {
+    check();
+    py::array in = input(x, "broadcast input");
+    const DataType dt = dtypeOf(in.dtype());
+    py::array out = outObj.is_none() ? poolArray(in) : asArray(outObj, "out");
+    if (!outObj.is_none()) checkOut(in, out);
+    Name nm(name);
+    locked([&] {
+      rdmacoll::broadcast(*comm_, in.data(), out.mutable_data(), static_cast<size_t>(in.size()), dt, root,
+                          nm.p, static_cast<size_t>(nm.n));
+    });
+    if (outObj.is_none()) return std::move(out);
+    return py::reinterpret_borrow<py::object>(outObj);
+  }
+
+  py::array reducescatter(py::handle x, int op, py::handle name) {
+    check();
+    py::array in = input(x, "reducescatter input");
+    const DataType dt = dtypeOf(in.dtype());
+    if (op < 0 || op >= kNumReduceOps) throw Error("unknown op " + std::to_string(op));
+    Name nm(name);
+    const size_t rows = rowsOf(in), mine = reducescatterRows(rows, comm_->size(), comm_->rank());
+    std::vector<py::ssize_t> dims = shapeWithRows(in, mine);
+    py::array out = wrapBlock(in.dtype(), dims, mine * rowElemsOf(in) * in.itemsize());
+    locked([&] {
+      rdmacoll::reducescatter(*comm_, in.data(), out.mutable_data(), static_cast<size_t>(in.size()),
+                              rowElemsOf(in), dt, static_cast<ReduceOp>(op), nm.p, static_cast<size_t>(nm.n));
+    });
+    return out;
+  }
+
+  py::tuple alltoall(py::handle x, py::handle splitsObj, py::handle name) {
+    check();
+    py::array in = input(x, "alltoall input");
+    const DataType dt = dtypeOf(in.dtype());
+    const int p = comm_->size();
+    const size_t rows = rowsOf(in);
+    std::vector<uint64_t> splits(p), received(p);
+    if (splitsObj.is_none()) {
+      if (rows % p != 0) {
+        throw Error("alltoall: the first dimension (" + std::to_string(rows) + ") is not divisible by size() (" +
+                    std::to_string(p) + "); pass splits");
+      }
+      std::fill(splits.begin(), splits.end(), rows / p);
+    } else {
+      // Any sequence of integers (list, NumPy array, tensor): small, converted once.
+      py::list l = py::module_::import("numpy").attr("asarray")(splitsObj).attr("tolist")();
+      if (static_cast<int>(l.size()) != p) {
+        throw Error("alltoall: splits has " + std::to_string(l.size()) + " entries, size() is " + std::to_string(p));
+      }
+      uint64_t total = 0;
+      for (int q = 0; q < p; ++q) {
+        long long s = l[q].cast<long long>();
+        if (s < 0) throw Error("alltoall: negative split");
+        splits[q] = static_cast<uint64_t>(s);
+        total += splits[q];
+      }
+      if (total != rows) {
+        throw Error("alltoall: splits sum to " + std::to_string(total) + " but the first dimension is " +
+                    std::to_string(rows));
+      }
+    }
+    Name nm(name);
+    PoolOutput out(comm_->pool());
+    const size_t total = locked([&] {
+      return rdmacoll::alltoall(*comm_, in.data(), rowElemsOf(in), splits.data(), received.data(), dt, nm.p,
+                                static_cast<size_t>(nm.n), out);
+    });
+    py::array result = adopt(out, in.dtype(), shapeWithRows(in, total));
+    py::array_t<int64_t> rec(p);
+    for (int q = 0; q < p; ++q) rec.mutable_at(q) = static_cast<int64_t>(received[q]);
+    return py::make_tuple(result, rec);
+  }
+
+  void barrier() {
+    check();
+    locked([&] { rdmacoll::barrier(*comm_); });
+  }
+
+  // An array over out's pool block (or an empty one): the array now owns the block.
+  py::array adopt(PoolOutput& out, const py::dtype& dt, const std::vector<py::ssize_t>& dims) {
+    if (out.block == nullptr) out.allocate(0);
+    MemoryPool::Block* b = out.block;
+    out.block = nullptr;
+    return wrapExisting(dt, dims, out.pool, b);
+  }
+
   py::array empty(py::object shape, py::object dtype) {
     check();
     py::dtype dt = py::dtype::from_args(dtype);
@@ -192,8 +343,11 @@ class PyCommunicator {
   // A NumPy array over a pool block; the block returns to the pool with the array.
   py::array wrapBlock(const py::dtype& dt, const std::vector<py::ssize_t>& dims, size_t bytes) {
     std::shared_ptr<MemoryPool> pool = comm_->pool();
-    MemoryPool::Block* b = pool->acquire(bytes);
-    auto* owner = new std::pair<std::shared_ptr<MemoryPool>, MemoryPool::Block*>(pool, b);
+    return wrapExisting(dt, dims, pool, pool->acquire(bytes));
+  }
+  static py::array wrapExisting(const py::dtype& dt, const std::vector<py::ssize_t>& dims,
+                                std::shared_ptr<MemoryPool> pool, MemoryPool::Block* b) {
+    auto* owner = new std::pair<std::shared_ptr<MemoryPool>, MemoryPool::Block*>(std::move(pool), b);
     py::capsule base(owner, [](void* p) {
       auto* o = static_cast<std::pair<std::shared_ptr<MemoryPool>, MemoryPool::Block*>*>(p);
       o->first->release(o->second);
@@ -249,6 +403,11 @@ PYBIND11_MODULE(_core, m) {
       .def("connect", &PyCommunicator::connect)
       .def("allreduce", &PyCommunicator::allreduce)
       .def("empty", &PyCommunicator::empty)
+      .def("allgather", &PyCommunicator::allgather)
+      .def("broadcast", &PyCommunicator::broadcast)
+      .def("reducescatter", &PyCommunicator::reducescatter)
+      .def("alltoall", &PyCommunicator::alltoall)
+      .def("barrier", &PyCommunicator::barrier)
       .def("close", &PyCommunicator::close)
       .def("selected_algorithm", &PyCommunicator::selected)
       .def_property_readonly("last_algorithm", &PyCommunicator::lastAlgorithm)
@@ -259,6 +418,8 @@ PYBIND11_MODULE(_core, m) {
       .def_property_readonly("oversubscribed", &PyCommunicator::oversubscribed);
 
   bindTransportProbe(m);
+  m.def("_view", [](py::handle x) { return asArray(x, "input"); },
+        "An ndarray view of x without copying (ndarray, DLPack, buffer protocol).");
   bindSchedules(m);
 
   // Test hooks: the kernels and the ring arithmetic, without any transport.

@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "common/error.h"
+#include "algorithms/partition.h"
 #include "reduce/reduce.h"
 #include "tuning/select.h"
 
@@ -37,20 +38,16 @@ uint64_t hashDescriptor(const Descriptor& d) {
   return h;
 }
 
-const char* allreduce(Communicator& c, const void* in, void* out, size_t count, DataType dtype,
-                      ReduceOp op, const char* name, size_t nameLen) {
-  c.beginCall();
+namespace {
+
+constexpr uint8_t kAllgatherDirect = 20, kBroadcastDirect = 21, kReducescatterDirect = 22,
+                  kAlltoallDirect = 23, kBarrierHeaders = 24;
+
+// The call every collective starts with: sequence number, descriptor and its hash.
+Call makeCall(Communicator& c, Collective coll, const void* in, void* out, size_t count,
+              DataType dtype, ReduceOp op, int root, uint8_t algorithm, const char* name,
+              size_t nameLen) {
   if (static_cast<int>(dtype) >= kNumDataTypes) throw Error("unsupported dtype");
-  if (static_cast<int>(op) >= kNumReduceOps) throw Error("unsupported reduction op");
-  if (op == ReduceOp::kAverage && !isFloating(dtype)) {
-    throw Error(std::string("Average is not defined for integer dtype ") + dtypeName(dtype) +
-                ": use op=Sum (and divide by size() yourself if you need a mean)");
-  }
-  const size_t E = dtypeSize(dtype), bytes = count * E;
-  if (in != out && bytes > 0) {
-    const char *a = static_cast<const char*>(in), *b = static_cast<const char*>(out);
-    if (a < b + bytes && b < a + bytes) throw Error("allreduce: out partially overlaps the input; pass out=x for in place, or a separate array");
-  }
   Call call;
   call.in = in;
   call.out = out;
@@ -58,35 +55,147 @@ const char* allreduce(Communicator& c, const void* in, void* out, size_t count, 
   call.dtype = dtype;
   call.op = op;
   call.scale = op == ReduceOp::kAverage ? 1.0 / c.size() : 1.0;
-  call.elemBytes = E;
+  call.elemBytes = dtypeSize(dtype);
   call.seq = c.nextSeq();
-
-  if (c.size() == 1) {
-    const void* one[1] = {in};
-    reduceN(dtype, op, out, one, 1, count, call.scale);
-    return "local";
-  }
-  const algorithms::AllreduceAlgorithm& algo = tuning::selectAllreduce(c, bytes);
   Descriptor& d = call.hd.desc;
-  d.collective = 1;
+  d.collective = static_cast<uint8_t>(coll);
   d.dtype = static_cast<uint8_t>(dtype);
   d.op = static_cast<uint8_t>(op);
-  d.algorithm = algo.id;
-  d.root = -1;
+  d.algorithm = algorithm;
+  d.root = root;
   d.seq = call.seq;
   d.count = count;
   d.segmentBytes = c.config().segmentBytes;
   d.nameHash = name && nameLen ? hashBytes(name, nameLen) : 0;
   if (name && nameLen) std::memcpy(d.name, name, std::min(nameLen, sizeof(d.name) - 1));
   call.hd.hash = hashDescriptor(d);
+  return call;
+}
+
+void checkReduceOp(DataType dtype, ReduceOp op) {
+  if (static_cast<int>(op) >= kNumReduceOps) throw Error("unsupported reduction op");
+  if (op == ReduceOp::kAverage && !isFloating(dtype)) {
+    throw Error(std::string("Average is not defined for integer dtype ") + dtypeName(dtype) +
+                ": use op=Sum (and divide by size() yourself if you need a mean)");
+  }
+}
+
+void requireReadablePeers(const Communicator& c, Collective coll) {
+  if (!c.peersReadable()) {
+    throw Error(std::string(collectiveName(coll)) + " needs a transport that reads peer memory; " +
+                c.transportName() + " cannot yet");
+  }
+}
+
+// Runs an algorithm. An error inside it leaves counters and slots mid-call: this
+// communicator cannot continue, and peers waiting on this rank must hear why rather
+// than time out.
+template <class F>
+auto guarded(Communicator& c, F f) -> decltype(f()) {
   try {
-    algo.run(c, call);
+    return f();
   } catch (const Error& e) {
-    // Counters and slots are mid-call: this communicator cannot continue, and peers
-    // waiting on this rank must hear why rather than time out.
     c.fail(e.what());
   }
+}
+
+}  // namespace
+
+const char* allreduce(Communicator& c, const void* in, void* out, size_t count, DataType dtype,
+                      ReduceOp op, const char* name, size_t nameLen) {
+  c.beginCall();
+  if (static_cast<int>(dtype) >= kNumDataTypes) throw Error("unsupported dtype");
+  checkReduceOp(dtype, op);
+  const size_t bytes = count * dtypeSize(dtype);
+  if (in != out && bytes > 0) {
+    const char *a = static_cast<const char*>(in), *b = static_cast<const char*>(out);
+    if (a < b + bytes && b < a + bytes) {
+      throw Error("allreduce: out partially overlaps the input; pass out=x for in place, or a separate array");
+    }
+  }
+  if (c.size() == 1) {
+    c.nextSeq();
+    const void* one[1] = {in};
+    reduceN(dtype, op, out, one, 1, count, 1.0);
+    return "local";
+  }
+  const algorithms::AllreduceAlgorithm& algo = tuning::selectAllreduce(c, bytes);
+  const Call call = makeCall(c, Collective::kAllreduce, in, out, count, dtype, op, -1, algo.id, name, nameLen);
+  guarded(c, [&] { algo.run(c, call); });
   return algo.name;
+}
+
+
+size_t reducescatterRows(size_t rows, int size, int rank) { return ring::chunkCount(rows, size, rank); }
+
+size_t allgather(Communicator& c, const void* in, size_t rows, size_t rowElems, DataType dtype,
+                 const char* name, size_t nameLen, algorithms::Output& out) {
+  c.beginCall();
+  Call call = makeCall(c, Collective::kAllgather, in, nullptr, rowElems, dtype, ReduceOp::kSum, -1,
+                       kAllgatherDirect, name, nameLen);
+  if (c.size() == 1) {
+    const size_t bytes = rows * rowElems * call.elemBytes;
+    std::memcpy(out.allocate(bytes), in, bytes);
+    return rows;
+  }
+  requireReadablePeers(c, Collective::kAllgather);
+  return guarded(c, [&] { return algorithms::allgatherDirect(c, call, rows, out); });
+}
+
+void broadcast(Communicator& c, const void* in, void* out, size_t count, DataType dtype, int root,
+               const char* name, size_t nameLen) {
+  c.beginCall();
+  if (root < 0 || root >= c.size()) {
+    throw Error("broadcast: root_rank " + std::to_string(root) + " is not a rank of this job (size " +
+                std::to_string(c.size()) + ")");
+  }
+  Call call = makeCall(c, Collective::kBroadcast, in, out, count, dtype, ReduceOp::kSum, root,
+                       kBroadcastDirect, name, nameLen);
+  if (c.size() == 1) {
+    if (in != out) std::memcpy(out, in, count * call.elemBytes);
+    return;
+  }
+  requireReadablePeers(c, Collective::kBroadcast);
+  guarded(c, [&] { algorithms::broadcastDirect(c, call, root); });
+}
+
+void reducescatter(Communicator& c, const void* in, void* out, size_t count, size_t rowElems,
+                   DataType dtype, ReduceOp op, const char* name, size_t nameLen) {
+  c.beginCall();
+  checkReduceOp(dtype, op);
+  Call call = makeCall(c, Collective::kReducescatter, in, out, count, dtype, op, -1,
+                       kReducescatterDirect, name, nameLen);
+  if (c.size() == 1) {
+    const void* one[1] = {in};
+    reduceN(dtype, op, out, one, 1, count, 1.0);
+    return;
+  }
+  requireReadablePeers(c, Collective::kReducescatter);
+  guarded(c, [&] { algorithms::reducescatterDirect(c, call, rowElems); });
+}
+
+size_t alltoall(Communicator& c, const void* in, size_t rowElems, const uint64_t* splits,
+                uint64_t* received, DataType dtype, const char* name, size_t nameLen,
+                algorithms::Output& out) {
+  c.beginCall();
+  Call call = makeCall(c, Collective::kAlltoall, in, nullptr, rowElems, dtype, ReduceOp::kSum, -1,
+                       kAlltoallDirect, name, nameLen);
+  if (c.size() == 1) {
+    received[0] = splits[0];
+    const size_t bytes = splits[0] * rowElems * call.elemBytes;
+    std::memcpy(out.allocate(bytes), in, bytes);
+    return splits[0];
+  }
+  requireReadablePeers(c, Collective::kAlltoall);
+  return guarded(c, [&] { return algorithms::alltoallDirect(c, call, splits, received, out); });
+}
+
+void barrier(Communicator& c) {
+  c.beginCall();
+  Call call = makeCall(c, Collective::kBarrier, nullptr, nullptr, 0, DataType::kUInt8, ReduceOp::kSum,
+                       -1, kBarrierHeaders, nullptr, 0);
+  if (c.size() == 1) return;
+  guarded(c, [&] { algorithms::barrierHeaders(c, call); });
 }
 
 }  // namespace rdmacoll

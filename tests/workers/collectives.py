@@ -1,0 +1,138 @@
+"""allgather, broadcast, reducescatter, alltoall, barrier and grouped_allreduce against
+NumPy references computed from every rank's deterministic input.
+
+    collectives.py check      the matrix; one record per failure, one 'done' per rank
+    collectives.py mismatch   ranks disagree (root, dtype, row shape, collective): every
+                              rank must raise RdmacollError naming the difference
+"""
+import sys
+import time
+
+import numpy as np
+from common import digest, emit, init, main
+
+try:
+    import ml_dtypes
+
+    BF16 = np.dtype(ml_dtypes.bfloat16)
+except ImportError:  # pragma: no cover
+    BF16 = None
+
+
+def data(rank: int, rows: int, row_shape, dtype) -> np.ndarray:
+    n = rows * int(np.prod(row_shape, dtype=np.int64))
+    v = (np.arange(n, dtype=np.int64) * 7 + rank * 13) % 11  # small: exact in every dtype
+    return v.astype(np.float32).astype(dtype).reshape((rows, *row_shape))
+
+
+def check() -> None:
+    rc = init()
+    r, p = rc.rank(), rc.size()
+    failures = []
+    cases = 0
+
+    def expect(name, got, want, exact=True):
+        nonlocal cases
+        cases += 1
+        got = np.asarray(got)
+        ok = got.shape == want.shape and (
+            np.array_equal(got.astype(np.float64), want.astype(np.float64)) if exact else
+            np.allclose(got.astype(np.float64), want.astype(np.float64), rtol=1e-2, atol=1e-2))
+        if not ok:
+            failures.append(name)
+            emit("fail", case=name, got=str(got.ravel()[:8]), want=str(want.ravel()[:8]),
+                 got_shape=got.shape, want_shape=want.shape)
+
+    dtypes = [np.float32, np.float64, np.int32, np.int64, np.uint8, np.float16] + ([BF16] if BF16 else [])
+    row_shapes = [(), (3,), (2, 5)]
+    for dt in dtypes:
+        for row_shape in row_shapes:
+            for base in (0, 1, p - 1, p + 1, 1037):
+                tag = f"{np.dtype(dt).name} rows~{base} row{row_shape}"
+                # allgather: rank q contributes base + q rows (some ranks none when base == 0)
+                mine = data(r, base + r, row_shape, dt)
+                want = np.concatenate([data(q, base + q, row_shape, dt) for q in range(p)])
+                expect(f"allgather {tag}", rc.allgather(mine), want)
+                pooled = rc.empty(mine.shape, dt)
+                pooled[...] = mine
+                expect(f"allgather rc.empty {tag}", rc.allgather(pooled), want)
+                # broadcast from every root, out of place and in place
+                for root in range(p):
+                    x = data(r, base, row_shape, dt)
+                    expect(f"broadcast root {root} {tag}", rc.broadcast(x, root), data(root, base, row_shape, dt))
+                    rc.broadcast(x, root, out=x)
+                    expect(f"broadcast in place root {root} {tag}", x, data(root, base, row_shape, dt))
+                # alltoall: rank r sends (r + q + base) % 3 rows to rank q
+                splits = [(r + q + base) % 3 for q in range(p)]
+                x = data(r, sum(splits), row_shape, dt)
+                got, received = rc.alltoall(x, splits=splits, return_received_splits=True)
+                parts = []
+                for q in range(p):
+                    sq = [(q + j + base) % 3 for j in range(p)]
+                    xq = data(q, sum(sq), row_shape, dt)
+                    parts.append(xq[sum(sq[:r]):sum(sq[:r]) + sq[r]])
+                expect(f"alltoall {tag}", got, np.concatenate(parts))
+                expect(f"alltoall received {tag}", received, np.array([(q + r + base) % 3 for q in range(p)]))
+        # reducescatter: every op, rows not divisible by p
+        for op_name in ("Sum", "Min", "Max", "Product", "Average"):
+            if op_name == "Average" and np.dtype(dt).kind in "iu":
+                continue
+            for rows in (0, 1, p + 1, 2 * p + 3, 4099):
+                xs = [data(q, rows, (3,), dt) for q in range(p)]
+                acc = xs[0].astype(np.float64)
+                for q in range(1, p):
+                    acc = {"Sum": np.add, "Average": np.add, "Min": np.minimum, "Max": np.maximum,
+                           "Product": np.multiply}[op_name](acc, xs[q].astype(np.float64))
+                if op_name == "Average":
+                    acc = acc / p
+                if np.dtype(dt).kind in "iu":
+                    acc = np.asarray(acc, np.int64).astype(dt)  # wraps like the library
+                first = [rows // p * q + min(q, rows % p) for q in range(p + 1)]
+                want = acc[first[r]:first[r + 1]]
+                exact = np.dtype(dt).kind in "iu" or op_name in ("Min", "Max")
+                got = rc.reducescatter(xs[r], op=getattr(rc, op_name))
+                expect(f"reducescatter {op_name} {np.dtype(dt).name} rows {rows}", got, want, exact)
+    # the default alltoall splits evenly; a first dimension not divisible by size is an error
+    x = data(r, 2 * p, (2,), np.float32)
+    expect("alltoall even", rc.alltoall(x), np.concatenate([data(q, 2 * p, (2,), np.float32)[2 * r:2 * r + 2] for q in range(p)]))
+    if p > 1:
+        try:
+            rc.alltoall(data(r, 2 * p + 1, (), np.float32))
+            failures.append("alltoall indivisible accepted")
+        except rc.RdmacollError:
+            pass
+    # grouped_allreduce: mixed dtypes, out of place and in place
+    xs = [data(r, 5, (), np.float32), data(r, 3, (2,), np.int64), data(r, 1, (), np.float32)]
+    want = [sum(data(q, *a) for q in range(p)) for a in ((5, (), np.float32), (3, (2,), np.int64), (1, (), np.float32))]
+    got = rc.grouped_allreduce(xs, op=rc.Sum)
+    for i in range(3):
+        expect(f"grouped_allreduce {i}", got[i], want[i])
+    rc.grouped_allreduce(xs, op=rc.Sum, out=xs)
+    for i in range(3):
+        expect(f"grouped_allreduce in place {i}", xs[i], want[i])
+    for _ in range(3):
+        rc.barrier()
+    emit("done", cases=cases, failures=len(failures), result=digest(np.array([cases])))
+
+
+def mismatch() -> None:
+    rc = init()
+    r, p = rc.rank(), rc.size()
+    deviant = p - 1
+    cases = {
+        "root": lambda: rc.broadcast(np.ones(8, np.float32), root_rank=1 if r == deviant else 0),
+        "dtype": lambda: rc.allgather(np.ones(4, np.float64 if r == deviant else np.float32)),
+        "row shape": lambda: rc.allgather(np.ones((2, 3 if r == deviant else 4), np.float32)),
+        "collective": lambda: rc.barrier() if r == deviant else rc.reducescatter(np.ones(6, np.float32)),
+    }
+    which = sys.argv[2]
+    t0 = time.monotonic()
+    try:
+        cases[which]()
+        emit("mismatch", case=which, error=None, seconds=time.monotonic() - t0)
+    except rc.RdmacollError as e:
+        emit("mismatch", case=which, error=str(e), seconds=time.monotonic() - t0)
+
+
+if __name__ == "__main__":
+    main({"check": check, "mismatch": mismatch}[sys.argv[1]])
