@@ -1,4 +1,4 @@
-"""rc.allreduce against NumPy, under the real mpiexec with 1-4 ranks.
+"""rc.allreduce against NumPy, under the real mpiexec with 1-5 and 8 ranks.
 
 One launch per (ranks, algorithm, thresholds) runs the whole matrix inside the worker
 (workers/allreduce_matrix.py): every dtype x op x size x mode, compared with a reference
@@ -23,6 +23,10 @@ ALGORITHMS = ["default"] + [name for name, _ in _core.algorithms()]
 # Forced algorithms that only run up to a size (above it the default rule applies).
 SIZE_LIMITED = {"eager": "RDMACOLL_EAGER_BYTES"}
 BIG_MIB = 64
+# Larger worlds (non-power of two 5, and 8) run every algorithm with the default
+# thresholds on the smaller sizes only (p-1, p+1, odd, and multi-slot at 5 ranks), to keep
+# CI time small.
+EXTRA_WORLDS = {5: "0,1,4,6,1023,100003", 8: "0,1,7,9,1023"}
 
 
 def configurations():
@@ -33,6 +37,9 @@ def configurations():
                 if nranks == 1 and (algo, thresholds) != ("default", "default"):
                     continue
                 yield pytest.param(nranks, algo, thresholds, id=f"{nranks}ranks-{algo}-{thresholds}")
+    for nranks in EXTRA_WORLDS:
+        for algo in ALGORITHMS:
+            yield pytest.param(nranks, algo, "default", id=f"{nranks}ranks-{algo}-default")
 
 
 @pytest.mark.parametrize("nranks, algo, thresholds", list(configurations()))
@@ -41,6 +48,8 @@ def test_allreduce_matrix(nranks, algo, thresholds):
     if algo != "default":
         env["RDMACOLL_ALGO"] = algo
     args = ["--large-modes", "rotate"]
+    if nranks in EXTRA_WORLDS:
+        args += ["--sizes", EXTRA_WORLDS[nranks]]
     # The 64 MiB case costs seconds per launch: run it where it says most.
     big = algo == "default" and thresholds == "default" and nranks in (2, 4)
     if big:

@@ -11,6 +11,9 @@ void allreduceEager(Communicator& c, const Call& call);
 void allreduceRing(Communicator& c, const Call& call);
 void allreduceRingSlots(Communicator& c, const Call& call);
 void allreduceDirect(Communicator& c, const Call& call);
+void allreduceRecursiveDoubling(Communicator& c, const Call& call);
+void allreduceHalvingDoubling(Communicator& c, const Call& call);
+void allreduceTree(Communicator& c, const Call& call);
 
 }  // namespace algorithms
 }  // namespace rdmacoll

@@ -27,19 +27,13 @@
 #include <cstring>
 
 #include "algorithms/allreduce.h"
+#include "algorithms/shared.h"
 #include "algorithms/partition.h"
 #include "comm/primitives.h"
 #include "reduce/reduce.h"
 
 namespace rdmacoll {
 namespace algorithms {
-
-namespace {
-
-char* at(void* base, size_t elem, size_t e) { return static_cast<char*>(base) + elem * e; }
-const char* at(const void* base, size_t elem, size_t e) { return static_cast<const char*>(base) + elem * e; }
-
-}  // namespace
 
 void allreduceRing(Communicator& c, const Call& call) {
   const int p = c.size(), r = c.rank();

@@ -1,6 +1,7 @@
 #include "algorithms/registry.h"
 
 #include "algorithms/allreduce.h"
+#include "algorithms/schedule.h"
 
 namespace rdmacoll {
 namespace algorithms {
@@ -19,6 +20,24 @@ double ringCost(const CostModel& m, size_t n, int p) {
   return 2 * (p - 1) * m.alpha + m.beta * 2.0 * (p - 1) / p * double(n) +
          m.gamma * 2.0 * (p - 1) / p * double(n);
 }
+// p not a power of two: a folded pair adds a step before and after and n bytes each way.
+double foldSteps(int p) { return schedule::foldRem(p) ? 1.0 : 0.0; }
+double recursiveDoublingCost(const CostModel& m, size_t n, int p) {
+  const double lg = schedule::log2Floor(p), f = foldSteps(p);
+  return (lg + 2 * f) * m.alpha + m.beta * (lg + f) * double(n) + m.gamma * 2.0 * (lg + f) * double(n);
+}
+double halvingDoublingCost(const CostModel& m, size_t n, int p) {
+  const double P = schedule::pow2Floor(p), lg = schedule::log2Floor(p), f = foldSteps(p);
+  return (2 * lg + 2 * f) * m.alpha + m.beta * (2.0 * (P - 1) / P + f) * double(n) +
+         m.gamma * (2.0 * (P - 1) / P + 2 * f) * double(n);
+}
+double treeCost(const CostModel& m, size_t n, int p) {
+  // Depth ~ ceil(log2 p) each way; an interior rank sends n/2 up and n down in its tree
+  // and n/2 up in the other, and reduces three inputs of n/2.
+  double depth = 0;
+  while ((1 << static_cast<int>(depth)) < p) ++depth;
+  return 2 * depth * m.alpha + m.beta * 2.0 * double(n) + m.gamma * 1.5 * double(n);
+}
 }  // namespace
 
 const std::vector<AllreduceAlgorithm>& allreduceAlgorithms() {
@@ -31,6 +50,12 @@ const std::vector<AllreduceAlgorithm>& allreduceAlgorithms() {
        allreduceRing, [](const Communicator& c, size_t) { return c.peersReadable(); }, ringCost},
       {3, "ring_slots", "pipelined ring reduce-scatter + allgather through one-sided writes into the successor's receive slots",
        allreduceRingSlots, [](const Communicator&, size_t) { return true; }, ringCost},
+      {5, "recursive_doubling", "log2 p steps, each exchanging the whole vector with the rank 2^s away through slots (extra ranks folded in): for small messages",
+       allreduceRecursiveDoubling, [](const Communicator&, size_t) { return true; }, recursiveDoublingCost},
+      {6, "halving_doubling", "Rabenseifner: reduce-scatter by recursive halving + allgather by recursive doubling through slots, any p (extra ranks folded in)",
+       allreduceHalvingDoubling, [](const Communicator&, size_t) { return true; }, halvingDoublingCost},
+      {7, "tree", "pipelined double binary tree (NCCL): two complementary trees each reduce half the vector up and broadcast it down, by segment, through slots",
+       allreduceTree, [](const Communicator&, size_t) { return true; }, treeCost},
   };
   return all;
 }

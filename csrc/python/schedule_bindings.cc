@@ -6,6 +6,7 @@
 #include <pybind11/stl.h>
 
 #include "algorithms/partition.h"
+#include "algorithms/schedule.h"
 
 namespace py = pybind11;
 
@@ -14,4 +15,29 @@ void bindSchedules(py::module_& m) {
   m.def("_ring_chunk", &ring::ringChunk);
   m.def("_chunk_begin", &ring::chunkBegin);
   m.def("_segments_per_chunk", &ring::segmentsPerChunk);
+  // algorithms/schedule.h
+  m.def("_pow2_floor", &schedule::pow2Floor);
+  m.def("_fold_partner", &schedule::foldPartner);
+  m.def("_folded_away", &schedule::foldedAway);
+  m.def("_fold_new_rank", &schedule::foldNewRank);
+  m.def("_fold_old_rank", &schedule::foldOldRank);
+  m.def("_rd_steps", &schedule::rdSteps);
+  m.def("_rd_partner", &schedule::rdPartner);
+  m.def("_hd_steps", &schedule::hdSteps);
+  m.def("_hd_partner", &schedule::hdPartner);
+  // (keep_lo, keep_n, send_lo, send_n) in blocks, for new rank nr among P at step s
+  m.def("_hd_blocks", [](int nr, int P, int s) {
+    auto k = schedule::hdKeep(nr, P, s), g = schedule::hdSend(nr, P, s);
+    return py::make_tuple(k.lo, k.n, g.lo, g.n);
+  });
+  m.def("_block_elems", [](size_t count, int P, int lo, int n) {
+    auto e = schedule::blockElems(count, P, {lo, n});
+    return py::make_tuple(e.begin, e.n);
+  });
+  // (parent, child0, child1) of rank r in tree t of the double binary tree
+  m.def("_tree_links", [](int p, int r, int t) {
+    auto l = schedule::dtree(p, r, t);
+    return py::make_tuple(l.parent, l.child[0], l.child[1]);
+  });
+  m.def("_tree_root", &schedule::treeRoot);
 }

@@ -1,0 +1,112 @@
+#include "comm/pairwise.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "comm/primitives.h"
+#include "common/error.h"
+#include "reduce/reduce.h"
+
+namespace rdmacoll {
+namespace pairwise {
+
+namespace {
+size_t pieces(size_t bytes, size_t seg) { return (bytes + seg - 1) / seg; }
+size_t pieceLen(size_t bytes, size_t seg, size_t i) { return std::min(seg, bytes - i * seg); }
+
+void recvReducePiece(Communicator& c, Peer& from, const Call& call, char* dst, const char* mine,
+                     size_t len, bool theirsFirst, double scale) {
+  const void* theirs = prim::recvSlot(c, from);
+  const size_t n = len / call.elemBytes;
+  if (theirsFirst) {
+    reduce2(call.dtype, call.op, dst, theirs, mine, n, scale);
+  } else {
+    reduce2(call.dtype, call.op, dst, mine, theirs, n, scale);
+  }
+  prim::releaseSlot(c, from);
+}
+
+void recvCopyPiece(Communicator& c, Peer& from, char* dst, size_t len) {
+  std::memcpy(dst, prim::recvSlot(c, from), len);
+  prim::releaseSlot(c, from);
+}
+}  // namespace
+
+void exchangeHeaders(Communicator& c, const Call& call, const int* peers, int n) {
+  const int p = c.size(), r = c.rank();
+  const int pred = (r + p - 1) % p, succ = (r + 1) % p;
+  // Distinct peers, successor first and predecessor second (p <= 2: they coincide).
+  constexpr int kMax = 16;
+  int list[kMax];
+  int m = 0;
+  auto add = [&](int q) {
+    if (q < 0 || q == r) return;
+    for (int i = 0; i < m; ++i) {
+      if (list[i] == q) return;
+    }
+    if (m == kMax) throw Error("internal: too many header peers");
+    list[m++] = q;
+  };
+  add(succ);
+  add(pred);
+  for (int i = 0; i < n; ++i) add(peers[i]);
+  for (int i = 0; i < m; ++i) prim::sendHeader(c, c.peer(list[i]), call, nullptr, nullptr);
+  prim::recvHeader(c, c.peer(pred), call);
+  for (int i = 0; i < m; ++i) {
+    if (list[i] != pred) prim::recvHeader(c, c.peer(list[i]), call);
+  }
+}
+
+void send(Communicator& c, Peer& to, const void* data, size_t bytes, size_t segBytes) {
+  const char* p = static_cast<const char*>(data);
+  for (size_t i = 0, np = pieces(bytes, segBytes); i < np; ++i) {
+    prim::sendSlot(c, to, p + i * segBytes, pieceLen(bytes, segBytes, i));
+  }
+}
+
+void recvCopy(Communicator& c, Peer& from, void* dst, size_t bytes, size_t segBytes) {
+  char* d = static_cast<char*>(dst);
+  for (size_t i = 0, np = pieces(bytes, segBytes); i < np; ++i) {
+    recvCopyPiece(c, from, d + i * segBytes, pieceLen(bytes, segBytes, i));
+  }
+}
+
+void recvReduce(Communicator& c, Peer& from, const Call& call, void* dst, const void* mine,
+                size_t bytes, size_t segBytes, bool theirsFirst, double scale) {
+  char* d = static_cast<char*>(dst);
+  const char* m = static_cast<const char*>(mine);
+  for (size_t i = 0, np = pieces(bytes, segBytes); i < np; ++i) {
+    recvReducePiece(c, from, call, d + i * segBytes, m + i * segBytes, pieceLen(bytes, segBytes, i),
+                    theirsFirst, scale);
+  }
+}
+
+void exchangeReduce(Communicator& c, Peer& q, const Call& call, const void* send, size_t sendBytes,
+                    void* dst, const void* mine, size_t recvBytes, size_t segBytes, bool theirsFirst,
+                    double scale) {
+  const char* s = static_cast<const char*>(send);
+  char* d = static_cast<char*>(dst);
+  const char* m = static_cast<const char*>(mine);
+  const size_t ns = pieces(sendBytes, segBytes), nr = pieces(recvBytes, segBytes);
+  for (size_t i = 0; i < std::max(ns, nr); ++i) {
+    if (i < ns) prim::sendSlot(c, q, s + i * segBytes, pieceLen(sendBytes, segBytes, i));
+    if (i < nr) {
+      recvReducePiece(c, q, call, d + i * segBytes, m + i * segBytes, pieceLen(recvBytes, segBytes, i),
+                      theirsFirst, scale);
+    }
+  }
+}
+
+void exchangeCopy(Communicator& c, Peer& q, const void* send, size_t sendBytes, void* dst,
+                  size_t recvBytes, size_t segBytes) {
+  const char* s = static_cast<const char*>(send);
+  char* d = static_cast<char*>(dst);
+  const size_t ns = pieces(sendBytes, segBytes), nr = pieces(recvBytes, segBytes);
+  for (size_t i = 0; i < std::max(ns, nr); ++i) {
+    if (i < ns) prim::sendSlot(c, q, s + i * segBytes, pieceLen(sendBytes, segBytes, i));
+    if (i < nr) recvCopyPiece(c, q, d + i * segBytes, pieceLen(recvBytes, segBytes, i));
+  }
+}
+
+}  // namespace pairwise
+}  // namespace rdmacoll

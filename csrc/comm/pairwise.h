@@ -1,0 +1,46 @@
+// Pairwise transfers of whole ranges through the peer's receive slots, built on the slot
+// primitives (primitives.h): a range of any length travels as consecutive slot messages
+// of at most `segBytes` each (the caller passes a whole number of elements, no more than
+// slotBytes). Both sides of a transfer compute the same lengths, so they agree on the
+// number of messages; an empty range sends nothing.
+//
+// The exchanges interleave sending piece i and receiving piece i, so two ranks that
+// exchange with each other never wait for a credit the other can only give after its
+// own send: deadlock-free with any number of slots.
+#pragma once
+#include <cstddef>
+
+#include "comm/communicator.h"
+
+namespace rdmacoll {
+namespace pairwise {
+
+// Call headers with the ring neighbours and `peers` (n of them, duplicates and -1 allowed):
+// send mine to each of them, then receive theirs, the predecessor's first. Every
+// algorithm's first message goes to the successor and its first wait is on the
+// predecessor, so ranks that picked different algorithms or calls meet at a header and
+// fail with a mismatch instead of waiting for messages that never come; and every rank I
+// send a header to sends me one, so a rank never starts call n+2 (overwriting its header
+// of call n, slots are per parity) before each of them started call n+1.
+void exchangeHeaders(Communicator& c, const Call& call, const int* peers, int n);
+
+// Send `bytes` from `data` to `to`.
+void send(Communicator& c, Peer& to, const void* data, size_t bytes, size_t segBytes);
+// Receive `bytes` from `from` into dst.
+void recvCopy(Communicator& c, Peer& from, void* dst, size_t bytes, size_t segBytes);
+// Receive `bytes` from `from`; dst = mine op theirs (theirsFirst: theirs op mine), times
+// scale. dst may alias mine.
+void recvReduce(Communicator& c, Peer& from, const Call& call, void* dst, const void* mine,
+                size_t bytes, size_t segBytes, bool theirsFirst, double scale);
+
+// Send sendBytes from `send` to q while receiving recvBytes from q, reduced as recvReduce.
+// `send` may alias dst only piece for piece (piece i is sent before piece i is stored).
+void exchangeReduce(Communicator& c, Peer& q, const Call& call, const void* send, size_t sendBytes,
+                    void* dst, const void* mine, size_t recvBytes, size_t segBytes, bool theirsFirst,
+                    double scale);
+// Send sendBytes from `send` to q while receiving recvBytes from q into dst.
+void exchangeCopy(Communicator& c, Peer& q, const void* send, size_t sendBytes, void* dst,
+                  size_t recvBytes, size_t segBytes);
+
+}  // namespace pairwise
+}  // namespace rdmacoll
