@@ -4,6 +4,9 @@
 #include <cstddef>
 #include <string>
 
+#include "tuning/cost_model.h"
+#include "tuning/rules.h"
+
 namespace rdmacoll {
 
 struct Config {
@@ -12,7 +15,11 @@ struct Config {
   int slots = 4;                  // RDMACOLL_SLOTS: receive slots per peer
   size_t eagerBytes = 32 << 10;   // RDMACOLL_EAGER_BYTES: largest message of `eager`
   double timeoutSeconds = 600;    // RDMACOLL_TIMEOUT: longest a wait may make no progress
-  std::string algo;               // RDMACOLL_ALGO: force an allreduce algorithm by name
+  std::string algo;               // RDMACOLL_ALGO as written: forced algorithms (tuning/rules.h)
+  tuning::AlgoRules algoRules;    // algo parsed (and validated) by configFromDict
+  // The cost model of each transport (alpha-beta-gamma, see tuning/cost_model.h): shipped
+  // defaults, or rank 0's tuning file (RDMACOLL_TUNING_FILE, rdmacoll-bench --tune).
+  tuning::CostModel costShm;
   std::string transport = "shm";  // RDMACOLL_TRANSPORT
   // Not a setting: distinct CPUs the ranks of this host may run on (union of their
   // affinity masks), measured by bootstrap; more local ranks than that = oversubscribed.

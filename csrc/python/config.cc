@@ -21,7 +21,18 @@ Config configFromDict(const py::dict& cfg) {
   if (cfg.contains("algo")) c.algo = cfg["algo"].cast<std::string>();
   if (cfg.contains("transport")) c.transport = cfg["transport"].cast<std::string>();
   if (cfg.contains("local_cpus")) c.localCpus = cfg["local_cpus"].cast<int>();
-  rdmacoll::tuning::validateAlgoSetting(c.algo);
+  if (cfg.contains("cost_model")) {
+    // {"shm": {"alpha": s, "beta": s/B, "gamma": s/B}}: missing entries keep the defaults.
+    const py::dict models = cfg["cost_model"].cast<py::dict>();
+    if (models.contains("shm")) {
+      const py::dict m = models["shm"].cast<py::dict>();
+      if (m.contains("alpha")) c.costShm.alpha = m["alpha"].cast<double>();
+      if (m.contains("beta")) c.costShm.beta = m["beta"].cast<double>();
+      if (m.contains("gamma")) c.costShm.gamma = m["gamma"].cast<double>();
+    }
+  }
+  rdmacoll::tuning::validateCostModel(c.costShm, "shm");
+  c.algoRules = rdmacoll::tuning::parseAlgoSetting(c.algo);  // throws, quoting the bad part
   return c;
 }
 
@@ -35,5 +46,12 @@ py::dict configToDict(const Config& c) {
   d["algo"] = c.algo;
   d["transport"] = c.transport;
   d["local_cpus"] = c.localCpus;
+  py::dict shm;
+  shm["alpha"] = c.costShm.alpha;
+  shm["beta"] = c.costShm.beta;
+  shm["gamma"] = c.costShm.gamma;
+  py::dict models;
+  models["shm"] = shm;
+  d["cost_model"] = models;
   return d;
 }

@@ -1,5 +1,7 @@
 #include "tuning/select.h"
 
+#include <cmath>
+
 #include "common/error.h"
 
 namespace rdmacoll {
@@ -7,30 +9,57 @@ namespace tuning {
 
 using algorithms::AllreduceAlgorithm;
 
-void validateAlgoSetting(const std::string& value) {
-  if (value.empty() || algorithms::findAllreduce(value)) return;
-  std::string names;
-  for (const auto& a : algorithms::allreduceAlgorithms()) names += std::string(names.empty() ? "" : ", ") + a.name;
-  throw Error("RDMACOLL_ALGO='" + value + "' names no allreduce algorithm; known: " + names);
+bool knownAlgorithm(Collective collective, const std::string& name, std::string* known) {
+  switch (collective) {
+    case Collective::kAllreduce: {
+      if (algorithms::findAllreduce(name)) return true;
+      if (known) {
+        known->clear();
+        for (const auto& a : algorithms::allreduceAlgorithms()) {
+          *known += std::string(known->empty() ? "" : ", ") + a.name;
+        }
+      }
+      return false;
+    }
+    default:
+      // TODO(lead): check against the registry of each collective once it has one.
+      return true;
+  }
+}
+
+AlgoRules parseAlgoSetting(const std::string& value) { return parseAlgoRules(value, &knownAlgorithm); }
+
+void validateCostModel(const CostModel& m, const std::string& transport) {
+  const struct { const char* name; double v; } constants[] = {{"alpha", m.alpha}, {"beta", m.beta}, {"gamma", m.gamma}};
+  for (const auto& k : constants) {
+    if (!std::isfinite(k.v) || k.v < 0) {
+      throw Error("cost model of transport '" + transport + "': " + k.name + "=" + std::to_string(k.v) +
+                  " must be a finite number >= 0 (check RDMACOLL_TUNING_FILE or rerun rdmacoll-bench --tune)");
+    }
+  }
+}
+
+const char* forcedAlgorithm(const Config& config, Collective collective, size_t bytes) {
+  return matchRule(config.algoRules, collective, bytes);
+}
+
+const CostModel& costModel(const Config& config, const std::string& transport) {
+  (void)transport;  // one transport so far
+  return config.costShm;
 }
 
 const AllreduceAlgorithm& selectAllreduce(const Communicator& c, size_t bytes) {
   // A forced algorithm runs wherever it can; elsewhere (eager above its size limit) the
-  // default rule applies, so one setting can be used for a whole sweep.
-  if (!c.config().algo.empty()) {  // a test/tuning path: the name lookup is fine here
-    const AllreduceAlgorithm* forced = algorithms::findAllreduce(c.config().algo);
+  // model chooses, so one setting can be used for a whole sweep.
+  if (const char* name = forcedAlgorithm(c.config(), Collective::kAllreduce, bytes)) {
+    const AllreduceAlgorithm* forced = algorithms::findAllreduce(name);  // a test/tuning path
     if (forced && forced->usable(c, bytes)) return *forced;
   }
-  // Default: eager while one step beats 2(p-1) steps (small messages); then direct
-  // where every peer's memory is mapped (same host), the ring that reads peer memory
-  // where the transport can read it, else the ring through slots.
-  static const AllreduceAlgorithm* const order[] = {
-      algorithms::findAllreduce("eager"), algorithms::findAllreduce("direct"),
-      algorithms::findAllreduce("ring"), algorithms::findAllreduce("ring_slots")};
-  for (const AllreduceAlgorithm* a : order) {
-    if (a->usable(c, bytes)) return *a;
-  }
-  return *order[3];
+  const AllreduceAlgorithm* best = cheapestAllreduce(
+      costModel(c.config(), c.transportName()), bytes, c.size(),
+      [&](const AllreduceAlgorithm& a) { return a.usable(c, bytes); });
+  if (best) return *best;
+  return *algorithms::findAllreduce("ring_slots");  // usable everywhere; not reached
 }
 
 }  // namespace tuning

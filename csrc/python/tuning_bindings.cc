@@ -1,0 +1,69 @@
+// Test hooks of selection: the RDMACOLL_ALGO parser and the cost model, without ranks.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <set>
+
+#include "algorithms/registry.h"
+#include "common/error.h"
+#include "python/bindings.h"
+#include "tuning/select.h"
+
+namespace py = pybind11;
+using namespace rdmacoll;
+
+namespace {
+
+tuning::CostModel modelFromDict(const py::dict& d) {
+  tuning::CostModel m;
+  if (d.contains("alpha")) m.alpha = d["alpha"].cast<double>();
+  if (d.contains("beta")) m.beta = d["beta"].cast<double>();
+  if (d.contains("gamma")) m.gamma = d["gamma"].cast<double>();
+  return m;
+}
+
+Collective collectiveFromName(const std::string& name) {
+  for (Collective c : {Collective::kAllreduce, Collective::kAllgather, Collective::kBroadcast,
+                       Collective::kReducescatter, Collective::kAlltoall, Collective::kBarrier}) {
+    if (name == collectiveName(c)) return c;
+  }
+  throw Error("unknown collective '" + name + "'");
+}
+
+}  // namespace
+
+void bindTuning(py::module_& m) {
+  m.def("_parse_algo_rules", [](const std::string& text) {
+    std::vector<py::tuple> out;
+    for (const auto& r : tuning::parseAlgoSetting(text)) {
+      py::object hi = r.hi == tuning::kNoLimit ? py::object(py::none()) : py::object(py::int_(r.hi));
+      out.push_back(py::make_tuple(collectiveName(r.collective), r.lo, hi, r.algorithm));
+    }
+    return out;
+  }, "RDMACOLL_ALGO parsed: [(collective, lo, hi or None for inf, algorithm)]; raises on a bad value.");
+  m.def("_default_cost_model", [] {
+    const tuning::CostModel c;
+    py::dict d;
+    d["alpha"] = c.alpha;
+    d["beta"] = c.beta;
+    d["gamma"] = c.gamma;
+    return d;
+  }, "The shipped (compiled-in) cost model constants.");
+  m.def("_allreduce_costs", [](const py::dict& model, size_t bytes, int p) {
+    const tuning::CostModel cm = modelFromDict(model);
+    py::dict out;
+    for (const auto& a : algorithms::allreduceAlgorithms()) out[a.name] = a.cost(cm, bytes, p);
+    return out;
+  }, "Predicted seconds of every allreduce algorithm for (bytes, p) under the model.");
+  m.def("_select_allreduce", [](const py::dict& model, size_t bytes, int p, const std::vector<std::string>& usable) {
+    const std::set<std::string> ok(usable.begin(), usable.end());
+    const auto* a = tuning::cheapestAllreduce(modelFromDict(model), bytes, p,
+                                              [&](const algorithms::AllreduceAlgorithm& x) { return ok.count(x.name) > 0; });
+    return a ? py::object(py::str(a->name)) : py::object(py::none());
+  }, "The model's choice among the algorithms named usable (as selection makes it).");
+  m.def("_forced_algorithm", [](const py::dict& config, const std::string& collective, size_t bytes) {
+    const Config c = configFromDict(config);
+    const char* name = tuning::forcedAlgorithm(c, collectiveFromName(collective), bytes);
+    return name ? py::object(py::str(name)) : py::object(py::none());
+  }, "The algorithm RDMACOLL_ALGO (config['algo']) forces for (collective, bytes), or None.");
+}

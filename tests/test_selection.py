@@ -1,0 +1,247 @@
+"""Algorithm selection: RDMACOLL_ALGO rules, the alpha-beta-gamma cost model, the tuning
+file (rank 0's constants reach every rank) and what a malformed setting says."""
+import json
+
+import pytest
+
+from rdmacoll import _config, _core
+from mpi_util import rank_records, run_mpi
+
+K, M, G = 1 << 10, 1 << 20, 1 << 30
+ALLREDUCE = [name for name, _ in _core.algorithms()]
+
+needs_hooks = pytest.mark.skipif(not hasattr(_core, "_parse_algo_rules"),
+                                 reason="module.cc does not call bindTuning(m) (tuning_bindings.cc)")
+
+
+# --------------------------------------------------------------------------- rule syntax
+
+
+@needs_hooks
+@pytest.mark.parametrize("text, want", [
+    ("", []),
+    ("ring", [("allreduce", 0, None, "ring")]),
+    (" ring ", [("allreduce", 0, None, "ring")]),
+    ("allreduce:ring", [("allreduce", 0, None, "ring")]),
+    ("allreduce:0-64K:eager,64K-inf:ring",
+     [("allreduce", 0, 64 * K, "eager"), ("allreduce", 64 * K, None, "ring")]),
+    ("0-1k:eager,1KiB-2MB:direct,2M-1G:ring,1g-inf:ring_slots",
+     [("allreduce", 0, K, "eager"), ("allreduce", K, 2 * M, "direct"), ("allreduce", 2 * M, G, "ring"),
+      ("allreduce", G, None, "ring_slots")]),
+    ("allreduce:0-100:eager;allgather:ring,4K-inf:direct;broadcast:0-inf:tree;reducescatter:ring;alltoall:x",
+     [("allreduce", 0, 100, "eager"), ("allgather", 0, None, "ring"), ("allgather", 4 * K, None, "direct"),
+      ("broadcast", 0, None, "tree"), ("reducescatter", 0, None, "ring"), ("alltoall", 0, None, "x")]),
+    ("ALLREDUCE:0-8:direct", [("allreduce", 0, 8, "direct")]),
+])
+def test_rules_parse(text, want):
+    assert _core._parse_algo_rules(text) == want
+
+
+@needs_hooks
+@pytest.mark.parametrize("text, quoted", [
+    ("bogus", "'bogus'"),
+    ("allreduce:0-64K:bogus", "'bogus'"),
+    ("0-64K:ring,64K-inf:nope", "'nope'"),
+    ("allreduce:0-6xK:ring", "'0-6xK'"),
+    ("allreduce:64K:ring", "'64K'"),
+    ("allreduce:64K-0:ring", "'64K-0'"),
+    ("allreduce:inf-inf:ring", "'inf-inf'"),
+    ("allreduce:1-2-3:ring", "'1-2-3'"),
+    ("allreduce:-5:ring", "'-5'"),
+    ("allgathr:0-1K:ring", "'allgathr'"),
+    ("ring:ring", "'ring'"),
+    ("allreduce:0-1K:", "'allreduce:0-1K:'"),
+    ("allreduce:a:b:c", "'allreduce:a:b:c'"),
+    ("ring,,direct", "empty item"),
+    ("ring,", "empty item"),
+    ("0-99999999999999999999K:ring", "'0-99999999999999999999K'"),
+])
+def test_rules_malformed_quote_the_bad_part(text, quoted):
+    with pytest.raises(_core.RdmacollError) as e:
+        _core._parse_algo_rules(text)
+    assert quoted in str(e.value)
+    assert "RDMACOLL_ALGO" in str(e.value)
+
+
+@needs_hooks
+def test_unknown_algorithm_lists_the_known_ones():
+    with pytest.raises(_core.RdmacollError) as e:
+        _core._parse_algo_rules("allreduce:0-1K:bogus")
+    for name in ALLREDUCE:
+        assert name in str(e.value)
+
+
+@needs_hooks
+def test_forced_algorithm_ranges_are_half_open_and_first_match_wins():
+    cfg = dict(_core.DEFAULT_CONFIG, algo="allreduce:0-64K:eager,64K-inf:ring,0-inf:direct;allgather:1K-2K:ring")
+    f = _core._forced_algorithm
+    assert f(cfg, "allreduce", 0) == "eager"
+    assert f(cfg, "allreduce", 64 * K - 1) == "eager"
+    assert f(cfg, "allreduce", 64 * K) == "ring"
+    assert f(cfg, "allreduce", 1 << 62) == "ring"
+    assert f(cfg, "allgather", 1023) is None
+    assert f(cfg, "allgather", 1024) == "ring"
+    assert f(cfg, "allgather", 2048) is None
+    assert f(cfg, "broadcast", 10) is None
+    assert f(dict(_core.DEFAULT_CONFIG, algo=""), "allreduce", 10) is None
+    assert f(dict(_core.DEFAULT_CONFIG, algo="direct"), "allreduce", 10) == "direct"
+
+
+# --------------------------------------------------------------------------- cost model
+
+
+@needs_hooks
+@pytest.mark.parametrize("p", [2, 3, 4, 5, 8, 64])
+@pytest.mark.parametrize("nbytes", [0, 8, 4 * K, 32 * K, 64 * K, M, 64 * M])
+def test_selection_is_the_cheapest_usable(p, nbytes):
+    model = _core._default_cost_model()
+    costs = _core._allreduce_costs(model, nbytes, p)
+    assert set(costs) == set(ALLREDUCE)
+    for usable in (ALLREDUCE, [a for a in ALLREDUCE if a != "eager"], ["ring", "ring_slots"], ["ring_slots"]):
+        usable = [a for a in usable if a in costs]
+        pick = _core._select_allreduce(model, nbytes, p, usable)
+        assert costs[pick] == min(costs[a] for a in usable)
+        # ties go to the algorithm registered first
+        assert pick == next(a for a in ALLREDUCE if a in usable and costs[a] == costs[pick])
+    assert _core._select_allreduce(model, nbytes, p, []) is None
+
+
+@needs_hooks
+def test_costs_are_linear_in_the_constants():
+    for p in (2, 4, 7):
+        for n in (8, 4 * K, 16 * M):
+            a, b, c = ({"alpha": 1.0, "beta": 0.0, "gamma": 0.0}, {"alpha": 0.0, "beta": 1.0, "gamma": 0.0},
+                       {"alpha": 0.0, "beta": 0.0, "gamma": 1.0})
+            m = {"alpha": 2e-6, "beta": 3e-10, "gamma": 7e-11}
+            ca, cb, cc, cm = (_core._allreduce_costs(x, n, p) for x in (a, b, c, m))
+            for name in cm:
+                assert cm[name] == pytest.approx(2e-6 * ca[name] + 3e-10 * cb[name] + 7e-11 * cc[name], rel=1e-9)
+                assert min(ca[name], cb[name], cc[name]) >= 0
+
+
+@needs_hooks
+def test_shipped_defaults_choose_like_the_measurements():
+    """eager for small messages, direct (same host) for large ones, at 2 and 4 ranks
+    (see cost_model.h for how the defaults were chosen)."""
+    model = _core._default_cost_model()
+    assert model == {k: _core.DEFAULT_CONFIG["cost_model"]["shm"][k] for k in ("alpha", "beta", "gamma")}
+    for p in (2, 4):
+        assert _core._select_allreduce(model, 8, p, ALLREDUCE) == "eager"
+        for n in (M, 64 * M):
+            assert _core._select_allreduce(model, n, p, [a for a in ALLREDUCE if a != "eager"]) == "direct"
+
+
+# --------------------------------------------------------------------------- config and tuning file
+
+
+def test_default_config_carries_the_cost_model():
+    shm = _core.DEFAULT_CONFIG["cost_model"]["shm"]
+    assert set(shm) == {"alpha", "beta", "gamma"}
+    assert all(v > 0 for v in shm.values())
+
+
+def test_tuning_file_roundtrip_and_default_location(tmp_path):
+    env = {"XDG_CACHE_HOME": str(tmp_path)}
+    assert _config.tuning_path(env) is None
+    assert _config.config_from_env(env)["cost_model"] == _core.DEFAULT_CONFIG["cost_model"]
+    path = _config.default_tuning_path(env)
+    assert path == str(tmp_path / "rdmacoll" / "tuning.json")
+    _config.write_tuning_file(path, {"shm": {"alpha": 3e-6, "beta": 2e-10, "gamma": 1e-10}}, measured={"ranks": 4})
+    cfg = _config.config_from_env(env)
+    assert cfg["cost_model"]["shm"] == {"alpha": 3e-6, "beta": 2e-10, "gamma": 1e-10}
+    assert cfg["tuning_file"] == path
+    assert _core.DEFAULT_CONFIG["cost_model"]["shm"]["alpha"] != 3e-6  # the defaults were not modified
+    # RDMACOLL_TUNING_FILE wins over the default location; 'none' ignores tuning files
+    other = tmp_path / "other.json"
+    _config.write_tuning_file(str(other), {"shm": {"alpha": 5e-6}})
+    cfg = _config.config_from_env(dict(env, RDMACOLL_TUNING_FILE=str(other)))
+    assert cfg["cost_model"]["shm"]["alpha"] == 5e-6
+    assert cfg["cost_model"]["shm"]["beta"] == _core.DEFAULT_CONFIG["cost_model"]["shm"]["beta"]
+    cfg = _config.config_from_env(dict(env, RDMACOLL_TUNING_FILE="none"))
+    assert cfg["cost_model"] == _core.DEFAULT_CONFIG["cost_model"]
+
+
+@pytest.mark.parametrize("content, words", [
+    ("{not json", "unreadable"),
+    ("[]", "cost_model"),
+    (json.dumps({"cost_model": {"shm": {"alpha": -1}}}), "'alpha'"),
+    (json.dumps({"cost_model": {"shm": {"beta": "fast"}}}), "'beta'"),
+    (json.dumps({"cost_model": {"shm": 3}}), "'shm'"),
+])
+def test_bad_tuning_file_is_an_error(tmp_path, content, words):
+    path = tmp_path / "t.json"
+    path.write_text(content)
+    with pytest.raises(_core.RdmacollError) as e:
+        _config.config_from_env({"RDMACOLL_TUNING_FILE": str(path)})
+    assert words in str(e.value) and str(path) in str(e.value)
+
+
+def test_missing_tuning_file_is_an_error(tmp_path):
+    with pytest.raises(_core.RdmacollError) as e:
+        _config.config_from_env({"RDMACOLL_TUNING_FILE": str(tmp_path / "absent.json")})
+    assert "absent.json" in str(e.value)
+
+
+# --------------------------------------------------------------------------- under mpiexec
+
+
+SIZES = [8, 4 * K, 64 * K - 4, 64 * K, M]
+
+
+def _sel(res, nranks):
+    rank_records(res, nranks, "done")
+    table = {}
+    for rec in res.select(kind="sel"):
+        res.check(rec["ok"], f"rank {rec['rank']}, {rec['bytes']} B: wrong result with {rec['ran']}")
+        res.check(rec["ran"] == rec["selected"], f"rank {rec['rank']}: ran {rec['ran']}, selected_algorithm said {rec['selected']}")
+        table.setdefault(rec["bytes"], set()).add(rec["ran"])
+    res.check(all(len(v) == 1 for v in table.values()), f"ranks chose differently: {table}")
+    return {n: v.pop() for n, v in table.items()}
+
+
+@pytest.mark.parametrize("nranks", [2, 3])
+def test_ranges_force_per_size(nranks):
+    env = {"RDMACOLL_ALGO": "allreduce:0-64K:ring,64K-inf:ring_slots", "RDMACOLL_TUNING_FILE": "none"}
+    res = run_mpi(nranks, "selection.py", args=[",".join(map(str, SIZES))], env=env, timeout=120)
+    got = _sel(res, nranks)
+    assert got == {8: "ring", 4 * K: "ring", 64 * K - 4: "ring", 64 * K: "ring_slots", M: "ring_slots"}, got
+
+
+def test_forced_where_usable_model_elsewhere():
+    # eager only carries up to RDMACOLL_EAGER_BYTES (here 4 KiB): above, the model chooses
+    env = {"RDMACOLL_ALGO": "0-inf:eager", "RDMACOLL_EAGER_BYTES": "4K", "RDMACOLL_TUNING_FILE": "none"}
+    res = run_mpi(2, "selection.py", args=[",".join(map(str, SIZES))], env=env, timeout=120)
+    got = _sel(res, 2)
+    assert got[8] == got[4 * K] == "eager"
+    assert "eager" not in (got[64 * K], got[M]) and got[M] == "direct", got
+
+
+def test_rank0_tuning_file_reaches_every_rank(tmp_path):
+    """Only rank 0 reads the file (alpha = beta = 0: reductions are all that cost, and
+    direct reduces least, even at 8 B); every rank must choose by its constants."""
+    path = tmp_path / "tuning.json"
+    _config.write_tuning_file(str(path), {"shm": {"alpha": 0.0, "beta": 0.0, "gamma": 1e-9}})
+    res = run_mpi(3, "selection.py", args=[",".join(map(str, SIZES))],
+                  env={"RANK0_TUNING_FILE": str(path)}, timeout=120)
+    got = _sel(res, 3)
+    assert set(got.values()) == {"direct"}, got
+
+
+def test_default_selection_without_tuning_file():
+    res = run_mpi(2, "selection.py", args=[",".join(map(str, SIZES))], env={"RDMACOLL_TUNING_FILE": "none"},
+                  timeout=120)
+    got = _sel(res, 2)
+    assert got[8] == "eager" and got[M] == "direct", got
+
+
+@pytest.mark.parametrize("value, quoted", [
+    ("allreduce:0-64K:bogus,64K-inf:ring", "'bogus'"),
+    ("allreduce:0-64Q:ring", "'0-64Q'"),
+    ("allgathr:ring", "'allgathr'"),
+])
+def test_malformed_algo_fails_init_everywhere(value, quoted):
+    res = run_mpi(2, "init_fails.py", env={"RDMACOLL_ALGO": value}, timeout=30)
+    for rec in rank_records(res, 2, "init").values():
+        res.check(rec["error"] is not None and quoted in rec["error"],
+                  f"rank {rec['rank']}: init() with RDMACOLL_ALGO={value!r} gave {rec['error']!r}, expected {quoted}")
+        res.check(not rec["initialized"], "is_initialized() after a failed init()")
