@@ -17,6 +17,8 @@ __all__ = [
     "init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size",
     "allreduce", "grouped_allreduce", "allgather", "broadcast", "reducescatter", "alltoall",
     "barrier", "empty", "algorithms",
+    "allreduce_async", "grouped_allreduce_async", "allgather_async", "broadcast_async",
+    "reducescatter_async", "alltoall_async", "poll", "synchronize", "Handle",
     "Sum", "Average", "Min", "Max", "Product", "RdmacollError",
 ]
 
@@ -98,34 +100,7 @@ def grouped_allreduce(xs, op=Average, name=None, out=None):
     Arrays of one dtype are packed into one buffer of library memory (one copy in),
     reduced by a single collective, and returned as views of that buffer (out=None) or
     copied into `out` (a list of arrays; out=xs reduces in place)."""
-    import numpy as np
-
-    views = [_core._view(x) for x in xs]
-    if out is not None and len(out) != len(views):
-        raise RdmacollError(f"grouped_allreduce: {len(views)} inputs but {len(out)} outputs")
-    groups = {}  # dtype -> indices, in first-appearance order (the same on every rank)
-    for i, v in enumerate(views):
-        groups.setdefault(v.dtype, []).append(i)
-    results = [None] * len(views)
-    for g, (dtype, idx) in enumerate(groups.items()):
-        total = sum(views[i].size for i in idx)
-        fused = _comm.empty(total, dtype)
-        offsets, o = [], 0
-        for i in idx:
-            n = views[i].size
-            fused[o:o + n] = views[i].reshape(-1)
-            offsets.append(o)
-            o += n
-        _comm.allreduce(fused, fused, op, None if name is None else f"{name}.{g}")
-        for i, o in zip(idx, offsets):
-            r = fused[o:o + views[i].size].reshape(views[i].shape)
-            if out is None:
-                results[i] = r
-            else:
-                dst = _core._view(out[i])
-                np.copyto(dst, r)
-                results[i] = out[i]
-    return results
+    return grouped_allreduce_async(xs, op, name, out).wait()
 
 
 def allgather(x, name=None):
@@ -155,6 +130,96 @@ def alltoall(x, splits=None, name=None, return_received_splits=False):
 def barrier():
     """Return once every rank has called barrier()."""
     _comm.barrier()
+
+
+class Handle:
+    """An asynchronous collective in flight: rdmacoll.poll(h), rdmacoll.synchronize(h)."""
+
+    __slots__ = ("_waits", "_finish")
+
+    def __init__(self, waits, finish):
+        self._waits = waits      # core handles, in submission order
+        self._finish = finish    # their results -> the user's result
+
+    def poll(self) -> bool:
+        return all(w.poll() for w in self._waits)
+
+    def wait(self):
+        return self._finish([w.wait() for w in self._waits])
+
+
+def _one(core_handle, finish=lambda r: r):
+    return Handle([core_handle], lambda results: finish(results[0]))
+
+
+def poll(handle) -> bool:
+    """True once the operation behind handle has finished (never blocks)."""
+    return handle.poll()
+
+
+def synchronize(handle):
+    """Wait for an asynchronous operation; returns its result (or raises its error).
+    Handles may be waited on in any order; operations run in submission order."""
+    return handle.wait()
+
+
+def allreduce_async(x, op=Average, name=None, out=None):
+    """allreduce queued to run in the background; returns a Handle. x (and out) must
+    not be modified until synchronize(handle)."""
+    return _one(_comm.allreduce_async(x, out, op, name))
+
+
+def grouped_allreduce_async(xs, op=Average, name=None, out=None):
+    """grouped_allreduce queued to run in the background; returns a Handle."""
+    import numpy as np
+
+    views = [_core._view(x) for x in xs]
+    if out is not None and len(out) != len(views):
+        raise RdmacollError(f"grouped_allreduce: {len(views)} inputs but {len(out)} outputs")
+    groups = {}
+    for i, v in enumerate(views):
+        groups.setdefault(v.dtype, []).append(i)
+    plans, waits = [], []
+    for g, (dtype, idx) in enumerate(groups.items()):
+        fused = _comm.empty(sum(views[i].size for i in idx), dtype)
+        offsets, o = [], 0
+        for i in idx:
+            fused[o:o + views[i].size] = views[i].reshape(-1)
+            offsets.append(o)
+            o += views[i].size
+        waits.append(_comm.allreduce_async(fused, fused, op, None if name is None else f"{name}.{g}"))
+        plans.append((fused, idx, offsets))
+
+    def finish(_):
+        results = [None] * len(views)
+        for fused, idx, offsets in plans:
+            for i, o in zip(idx, offsets):
+                r = fused[o:o + views[i].size].reshape(views[i].shape)
+                if out is None:
+                    results[i] = r
+                else:
+                    np.copyto(_core._view(out[i]), r)
+                    results[i] = out[i]
+        return results
+
+    return Handle(waits, finish)
+
+
+def allgather_async(x, name=None):
+    return _one(_comm.allgather_async(x, name))
+
+
+def broadcast_async(x, root_rank, name=None, out=None):
+    return _one(_comm.broadcast_async(x, root_rank, out, name))
+
+
+def reducescatter_async(x, op=Average, name=None):
+    return _one(_comm.reducescatter_async(x, op, name))
+
+
+def alltoall_async(x, splits=None, name=None, return_received_splits=False):
+    return _one(_comm.alltoall_async(x, splits, name),
+                (lambda r: r) if return_received_splits else (lambda r: r[0]))
 
 
 def empty(shape, dtype="float32"):

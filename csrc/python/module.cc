@@ -1,20 +1,24 @@
 // The one Python/C++ boundary. Constants (dtypes, ops, algorithm names) are exported from
-// here, never restated in Python. A synchronous call validates here, takes the
-// communicator's lock, and runs the collective inline on the caller's thread.
+// here, never restated in Python. A synchronous call validates here and runs the
+// collective inline on the caller's thread (after any asynchronous work submitted
+// before it: runtime/async.h); *_async calls queue it and return a Handle.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 #include <pthread.h>
 
 #include <atomic>
-#include <mutex>
+#include <functional>
+#include <memory>
 #include <string>
+#include <utility>
 
 #include "algorithms/registry.h"
 #include "comm/communicator.h"
 #include "common/error.h"
 #include "python/bindings.h"
 #include "reduce/reduce.h"
+#include "runtime/async.h"
 #include "runtime/collectives.h"
 #include "tuning/select.h"
 
@@ -23,15 +27,23 @@ using namespace rdmacoll;
 
 namespace {
 
-// Waits release the GIL while they sleep and poll for Ctrl-C.
+// Waits release the GIL while they sleep and poll for Ctrl-C. Collectives also run on
+// the progress thread, which never holds the GIL: there the hooks do nothing.
 class PyHooks : public WaitHooks {
  public:
-  void releaseInterpreter() override { state_ = PyEval_SaveThread(); }
-  void acquireInterpreter() override { PyEval_RestoreThread(state_); }
-  bool signalPending() override { return PyErr_CheckSignals() != 0; }
+  void releaseInterpreter() override {
+    if (PyGILState_Check()) state() = PyEval_SaveThread();
+  }
+  void acquireInterpreter() override {
+    if (state()) PyEval_RestoreThread(std::exchange(state(), nullptr));
+  }
+  bool signalPending() override { return PyGILState_Check() && PyErr_CheckSignals() != 0; }
 
  private:
-  PyThreadState* state_ = nullptr;
+  static PyThreadState*& state() {
+    thread_local PyThreadState* s = nullptr;
+    return s;
+  }
 };
 
 DataType dtypeOf(const py::dtype& dt) {
@@ -80,6 +92,29 @@ void requireContiguous(const py::array& a, const char* what) {
   }
 }
 
+// What *_async returns: poll() and wait() (rdmacoll.poll / rdmacoll.synchronize).
+struct PyHandle {
+  AsyncEngine::Handle op;
+  std::function<py::object()> result;
+  py::object keep;  // the arrays the operation reads and writes
+  std::shared_ptr<AsyncEngine> engine;
+
+  bool poll() const { return engine->poll(op); }
+  py::object wait() {
+    bool finished;
+    {
+      py::gil_scoped_release r;
+      finished = engine->wait(op, [] {
+        py::gil_scoped_acquire a;
+        return PyErr_CheckSignals() != 0;
+      });
+    }
+    if (!finished) throw py::error_already_set();  // KeyboardInterrupt; the op goes on
+    if (!op->error.empty()) throw Error(op->error);
+    return result();
+  }
+};
+
 class PyCommunicator {
  public:
   PyCommunicator(int rank, int size, int localSize, const py::dict& cfg)
@@ -99,32 +134,86 @@ class PyCommunicator {
     comm_->connect(all);
   }
 
-  py::object allreduce(py::handle x, py::handle outObj, int op, py::handle name) {
-    check();
-    py::array in = asArray(x, "allreduce input");
-    requireContiguous(in, "allreduce input");
-    const DataType dt = dtypeOf(in.dtype());
-    if (op < 0 || op >= kNumReduceOps) throw Error("unknown op " + std::to_string(op) + "; use rdmacoll.Sum, Average, Min, Max or Product");
-    // (Not `py::array out;`: pybind11's default constructor allocates an empty array.)
-    py::array out = outObj.is_none() ? poolArray(in) : asArray(outObj, "out");
-    if (!outObj.is_none()) checkOut(in, out);
-    const char* nm = nullptr;
-    Py_ssize_t nmLen = 0;
-    if (!name.is_none()) {
-      if (!PyUnicode_Check(name.ptr())) throw Error("name must be a str");
-      nm = PyUnicode_AsUTF8AndSize(name.ptr(), &nmLen);  // borrowed from the str: no copy
-      if (nm == nullptr) throw py::error_already_set();
-    }
-    const size_t count = static_cast<size_t>(in.size());
-    Locked lock(mu_);
+  // A collective ready to run: `run` touches no Python object (it may run on the
+  // progress thread); `result` builds the Python result afterwards, with the GIL;
+  // `keep` holds the Python objects whose memory run uses.
+  struct Prepared {
+    std::function<void()> run;
+    std::function<py::object()> result;
+    py::object keep;
+  };
+
+  py::object runNow(const Prepared& p) {
+    runSync(p.run);
+    return p.result();
+  }
+  void runSync(const std::function<void()>& fn) {
     try {
-      lastAlgorithm_ = rdmacoll::allreduce(*comm_, in.data(), out.mutable_data(), count, dt,
-                                           static_cast<ReduceOp>(op), nm, static_cast<size_t>(nmLen));
+      engine_->runInline(fn);
     } catch (const Interrupted&) {
       throw py::error_already_set();
     }
-    if (outObj.is_none()) return std::move(out);
-    return py::reinterpret_borrow<py::object>(outObj);
+  }
+
+  // The synchronous allreduce is the hot path: validated and run without building a
+  // Prepared (no std::function with captures, no name copy).
+  py::object allreduce(py::handle x, py::handle outObj, int op, py::handle name) {
+    check();
+    InOut io(*this, x, outObj, "allreduce");
+    checkOp(op);
+    Name nm(name);
+    const void* src = io.in.data();
+    void* dst = io.out.mutable_data();
+    const size_t count = static_cast<size_t>(io.in.size());
+    runSync([&] {
+      lastAlgorithm_ = rdmacoll::allreduce(*comm_, src, dst, count, io.dtype, static_cast<ReduceOp>(op), nm.p,
+                                           static_cast<size_t>(nm.n));
+    });
+    return std::move(io.result);
+  }
+
+  // An input and its output: `out` when given (checked against the input), else an
+  // array from the pool; `result` is what the call returns.
+  struct InOut {
+    py::array in, out;  // (not default-constructed: pybind11 would allocate empty arrays)
+    py::object result;
+    DataType dtype;
+    InOut(PyCommunicator& c, py::handle x, py::handle outObj, const char* what)
+        : in(input(x, what)), out(outObj.is_none() ? c.poolArray(in) : asArray(outObj, "out")) {
+      dtype = dtypeOf(in.dtype());
+      if (outObj.is_none()) {
+        result = out;
+      } else {
+        checkOut(in, out);
+        result = py::reinterpret_borrow<py::object>(outObj);
+      }
+    }
+  };
+
+  Prepared prepareAllreduce(py::handle x, py::handle outObj, int op, py::handle name) {
+    check();
+    InOut io(*this, x, outObj, "allreduce");
+    checkOp(op);
+    const void* src = io.in.data();
+    void* dst = io.out.mutable_data();
+    const size_t count = static_cast<size_t>(io.in.size());
+    const DataType dt = io.dtype;
+    std::string nm = nameOf(name);
+    return {[this, src, dst, count, dt, op, nm] {
+              lastAlgorithm_ = rdmacoll::allreduce(*comm_, src, dst, count, dt, static_cast<ReduceOp>(op),
+                                                   nm.data(), nm.size());
+            },
+            [result = io.result] { return result; }, py::make_tuple(io.in, io.out)};
+  }
+
+  static void checkOp(int op) {
+    if (op < 0 || op >= kNumReduceOps) {
+      throw Error("unknown op " + std::to_string(op) + "; use rdmacoll.Sum, Average, Min, Max or Product");
+    }
+  }
+  static std::string nameOf(py::handle name) {
+    Name nm(name);
+    return nm.p ? std::string(nm.p, static_cast<size_t>(nm.n)) : std::string();
   }
 
   // out must be a writeable contiguous array of the input's shape and dtype.
@@ -182,73 +271,74 @@ class PyCommunicator {
       return block->mem->data();
     }
   };
-  template <class F>
-  auto locked(F f) -> decltype(f()) {
-    Locked lock(mu_);
-    try {
-      return f();
-    } catch (const Interrupted&) {
-      throw py::error_already_set();
-    }
-  }
-
-  py::array allgather(py::handle x, py::handle name) {
+  Prepared prepareAllgather(py::handle x, py::handle name) {
     check();
     py::array in = input(x, "allgather input");
     const DataType dt = dtypeOf(in.dtype());
-    Name nm(name);
-    PoolOutput out(comm_->pool());
-    const size_t rows = locked([&] {
-      return rdmacoll::allgather(*comm_, in.data(), rowsOf(in), rowElemsOf(in), dt, nm.p,
-                                 static_cast<size_t>(nm.n), out);
-    });
-    return adopt(out, in.dtype(), shapeWithRows(in, rows));
+    auto out = std::make_shared<PoolOutput>(comm_->pool());
+    auto rows = std::make_shared<size_t>(0);
+    const void* src = in.data();
+    const size_t myRows = rowsOf(in), rowElems = rowElemsOf(in);
+    std::string nm = nameOf(name);
+    py::dtype pdt = in.dtype();
+    std::vector<py::ssize_t> dims = shapeWithRows(in, 0);
+    return {[this, src, myRows, rowElems, dt, nm, out, rows] {
+              *rows = rdmacoll::allgather(*comm_, src, myRows, rowElems, dt, nm.data(), nm.size(), *out);
+            },
+            [this, out, rows, pdt, dims]() mutable -> py::object {
+              dims[0] = static_cast<py::ssize_t>(*rows);
+              return adopt(*out, pdt, dims);
+            },
+            in};
   }
 
-  py::object broadcast(py::handle x, int root, py::handle outObj, py::handle name) {
+  Prepared prepareBroadcast(py::handle x, int root, py::handle outObj, py::handle name) {
     check();
-    py::array in = input(x, "broadcast input");
-    const DataType dt = dtypeOf(in.dtype());
-    py::array out = outObj.is_none() ? poolArray(in) : asArray(outObj, "out");
-    if (!outObj.is_none()) checkOut(in, out);
-    Name nm(name);
-    locked([&] {
-      rdmacoll::broadcast(*comm_, in.data(), out.mutable_data(), static_cast<size_t>(in.size()), dt, root,
-                          nm.p, static_cast<size_t>(nm.n));
-    });
-    if (outObj.is_none()) return std::move(out);
-    return py::reinterpret_borrow<py::object>(outObj);
+    InOut io(*this, x, outObj, "broadcast");
+    const void* src = io.in.data();
+    void* dst = io.out.mutable_data();
+    const size_t count = static_cast<size_t>(io.in.size());
+    const DataType dt = io.dtype;
+    std::string nm = nameOf(name);
+    return {[this, src, dst, count, dt, root, nm] {
+              rdmacoll::broadcast(*comm_, src, dst, count, dt, root, nm.data(), nm.size());
+            },
+            [result = io.result] { return result; }, py::make_tuple(io.in, io.out)};
   }
 
-  py::array reducescatter(py::handle x, int op, py::handle name) {
+  Prepared prepareReducescatter(py::handle x, int op, py::handle name) {
     check();
     py::array in = input(x, "reducescatter input");
     const DataType dt = dtypeOf(in.dtype());
-    if (op < 0 || op >= kNumReduceOps) throw Error("unknown op " + std::to_string(op));
-    Name nm(name);
-    const size_t rows = rowsOf(in), mine = reducescatterRows(rows, comm_->size(), comm_->rank());
-    std::vector<py::ssize_t> dims = shapeWithRows(in, mine);
-    py::array out = wrapBlock(in.dtype(), dims, mine * rowElemsOf(in) * in.itemsize());
-    locked([&] {
-      rdmacoll::reducescatter(*comm_, in.data(), out.mutable_data(), static_cast<size_t>(in.size()),
-                              rowElemsOf(in), dt, static_cast<ReduceOp>(op), nm.p, static_cast<size_t>(nm.n));
-    });
-    return out;
+    checkOp(op);
+    const size_t rowElems = rowElemsOf(in);
+    const size_t mine = reducescatterRows(rowsOf(in), comm_->size(), comm_->rank());
+    py::array out = wrapBlock(in.dtype(), shapeWithRows(in, mine), mine * rowElems * in.itemsize());
+    const void* src = in.data();
+    void* dst = out.mutable_data();
+    const size_t count = static_cast<size_t>(in.size());
+    std::string nm = nameOf(name);
+    return {[this, src, dst, count, rowElems, dt, op, nm] {
+              rdmacoll::reducescatter(*comm_, src, dst, count, rowElems, dt, static_cast<ReduceOp>(op), nm.data(),
+                                      nm.size());
+            },
+            [out] { return py::object(out); }, py::make_tuple(in, out)};
   }
 
-  py::tuple alltoall(py::handle x, py::handle splitsObj, py::handle name) {
+  Prepared prepareAlltoall(py::handle x, py::handle splitsObj, py::handle name) {
     check();
     py::array in = input(x, "alltoall input");
     const DataType dt = dtypeOf(in.dtype());
     const int p = comm_->size();
     const size_t rows = rowsOf(in);
-    std::vector<uint64_t> splits(p), received(p);
+    auto splits = std::make_shared<std::vector<uint64_t>>(p);
+    auto received = std::make_shared<std::vector<uint64_t>>(p);
     if (splitsObj.is_none()) {
       if (rows % p != 0) {
         throw Error("alltoall: the first dimension (" + std::to_string(rows) + ") is not divisible by size() (" +
                     std::to_string(p) + "); pass splits");
       }
-      std::fill(splits.begin(), splits.end(), rows / p);
+      std::fill(splits->begin(), splits->end(), rows / p);
     } else {
       // Any sequence of integers (list, NumPy array, tensor): small, converted once.
       py::list l = py::module_::import("numpy").attr("asarray")(splitsObj).attr("tolist")();
@@ -257,32 +347,63 @@ class PyCommunicator {
       }
       uint64_t total = 0;
       for (int q = 0; q < p; ++q) {
-        long long s = l[q].cast<long long>();
-        if (s < 0) throw Error("alltoall: negative split");
-        splits[q] = static_cast<uint64_t>(s);
-        total += splits[q];
+        long long v = l[q].cast<long long>();
+        if (v < 0) throw Error("alltoall: negative split");
+        (*splits)[q] = static_cast<uint64_t>(v);
+        total += (*splits)[q];
       }
       if (total != rows) {
         throw Error("alltoall: splits sum to " + std::to_string(total) + " but the first dimension is " +
                     std::to_string(rows));
       }
     }
-    Name nm(name);
-    PoolOutput out(comm_->pool());
-    const size_t total = locked([&] {
-      return rdmacoll::alltoall(*comm_, in.data(), rowElemsOf(in), splits.data(), received.data(), dt, nm.p,
-                                static_cast<size_t>(nm.n), out);
-    });
-    py::array result = adopt(out, in.dtype(), shapeWithRows(in, total));
-    py::array_t<int64_t> rec(p);
-    for (int q = 0; q < p; ++q) rec.mutable_at(q) = static_cast<int64_t>(received[q]);
-    return py::make_tuple(result, rec);
+    auto out = std::make_shared<PoolOutput>(comm_->pool());
+    auto total = std::make_shared<size_t>(0);
+    const void* src = in.data();
+    const size_t rowElems = rowElemsOf(in);
+    std::string nm = nameOf(name);
+    py::dtype pdt = in.dtype();
+    std::vector<py::ssize_t> dims = shapeWithRows(in, 0);
+    return {[this, src, rowElems, splits, received, dt, nm, out, total] {
+              *total = rdmacoll::alltoall(*comm_, src, rowElems, splits->data(), received->data(), dt, nm.data(),
+                                          nm.size(), *out);
+            },
+            [this, out, total, received, pdt, dims]() mutable -> py::object {
+              dims[0] = static_cast<py::ssize_t>(*total);
+              py::array result = adopt(*out, pdt, dims);
+              py::array_t<int64_t> rec(static_cast<py::ssize_t>(received->size()));
+              for (size_t q = 0; q < received->size(); ++q) rec.mutable_at(q) = static_cast<int64_t>((*received)[q]);
+              return py::make_tuple(result, rec);
+            },
+            in};
   }
 
-  void barrier() {
+  Prepared prepareBarrier() {
     check();
-    locked([&] { rdmacoll::barrier(*comm_); });
+    return {[this] { rdmacoll::barrier(*comm_); }, [] { return py::none(); }, py::none()};
   }
+
+  py::object allgather(py::handle x, py::handle name) { return runNow(prepareAllgather(x, name)); }
+  py::object broadcast(py::handle x, int root, py::handle out, py::handle name) {
+    return runNow(prepareBroadcast(x, root, out, name));
+  }
+  py::object reducescatter(py::handle x, int op, py::handle name) { return runNow(prepareReducescatter(x, op, name)); }
+  py::object alltoall(py::handle x, py::handle splits, py::handle name) {
+    return runNow(prepareAlltoall(x, splits, name));
+  }
+  void barrier() { runNow(prepareBarrier()); }
+
+  // Asynchronous forms: queued in submission order, run by the progress thread or by
+  // whoever waits first.
+  PyHandle submit(Prepared p) {
+    PyHandle h;
+    h.op = engine_->submit(std::move(p.run));
+    h.result = std::move(p.result);
+    h.keep = std::move(p.keep);
+    h.engine = engine_;
+    return h;
+  }
+  size_t outstanding() { return engine_->outstanding(); }
 
   // An array over out's pool block (or an empty one): the array now owns the block.
   py::array adopt(PoolOutput& out, const py::dtype& dt, const std::vector<py::ssize_t>& dims) {
@@ -317,19 +438,16 @@ class PyCommunicator {
   int size() const { return comm_->size(); }
   bool oversubscribed() const { return comm_->oversubscribed(); }
   std::string selected(size_t bytes) const { return tuning::selectAllreduce(*comm_, bytes).name; }
-  void close() { comm_.reset(); }
+  void close() {
+    if (engine_) {
+      py::gil_scoped_release r;  // queued work finishes (it never needs the GIL)
+      engine_.reset();
+    }
+    comm_.reset();
+  }
 
  private:
-  struct Locked {
-    explicit Locked(std::mutex& m) : m_(m) {
-      if (!m_.try_lock()) {
-        py::gil_scoped_release r;  // another thread runs a collective and may need the GIL
-        m_.lock();
-      }
-    }
-    ~Locked() { m_.unlock(); }
-    std::mutex& m_;
-  };
+
 
   void check() const {
     if (!comm_) throw Error("rdmacoll is shut down: call rdmacoll.init() again");
@@ -356,7 +474,7 @@ class PyCommunicator {
     return py::array(dt, dims, {}, b->mem->data(), base);
   }
 
-  std::mutex mu_;
+  std::shared_ptr<AsyncEngine> engine_ = std::make_shared<AsyncEngine>();
   std::shared_ptr<PyHooks> hooks_;
   std::unique_ptr<Communicator> comm_;
   const char* lastAlgorithm_ = nullptr;  // a registry name (static storage)
@@ -397,6 +515,10 @@ PYBIND11_MODULE(_core, m) {
     return v;
   }, "Registered allreduce algorithms: (name, description).");
 
+  py::class_<PyHandle>(m, "Handle", "An asynchronous collective in flight")
+      .def("poll", &PyHandle::poll, "True once the operation has finished")
+      .def("wait", &PyHandle::wait, "Wait for the operation; returns its result or raises its error");
+
   py::class_<PyCommunicator>(m, "Communicator")
       .def(py::init<int, int, int, const py::dict&>())
       .def("address", &PyCommunicator::address)
@@ -408,6 +530,23 @@ PYBIND11_MODULE(_core, m) {
       .def("reducescatter", &PyCommunicator::reducescatter)
       .def("alltoall", &PyCommunicator::alltoall)
       .def("barrier", &PyCommunicator::barrier)
+      .def("allreduce_async", [](PyCommunicator& c, py::handle x, py::handle out, int op, py::handle name) {
+        return c.submit(c.prepareAllreduce(x, out, op, name));
+      })
+      .def("allgather_async", [](PyCommunicator& c, py::handle x, py::handle name) {
+        return c.submit(c.prepareAllgather(x, name));
+      })
+      .def("broadcast_async", [](PyCommunicator& c, py::handle x, int root, py::handle out, py::handle name) {
+        return c.submit(c.prepareBroadcast(x, root, out, name));
+      })
+      .def("reducescatter_async", [](PyCommunicator& c, py::handle x, int op, py::handle name) {
+        return c.submit(c.prepareReducescatter(x, op, name));
+      })
+      .def("alltoall_async", [](PyCommunicator& c, py::handle x, py::handle splits, py::handle name) {
+        return c.submit(c.prepareAlltoall(x, splits, name));
+      })
+      .def("barrier_async", [](PyCommunicator& c) { return c.submit(c.prepareBarrier()); })
+      .def_property_readonly("outstanding", &PyCommunicator::outstanding)
       .def("close", &PyCommunicator::close)
       .def("selected_algorithm", &PyCommunicator::selected)
       .def_property_readonly("last_algorithm", &PyCommunicator::lastAlgorithm)
@@ -421,6 +560,7 @@ PYBIND11_MODULE(_core, m) {
   m.def("_view", [](py::handle x) { return asArray(x, "input"); },
         "An ndarray view of x without copying (ndarray, DLPack, buffer protocol).");
   bindSchedules(m);
+  bindTuning(m);
 
   // Test hooks: the kernels and the ring arithmetic, without any transport.
   m.def("_reduce_local", [](int dtype, int op, py::array out, std::vector<py::array> inputs, double scale) {

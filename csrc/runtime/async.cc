@@ -1,0 +1,119 @@
+#include "runtime/async.h"
+
+#include <chrono>
+
+#include "common/error.h"
+
+namespace rdmacoll {
+
+AsyncEngine::~AsyncEngine() {
+  std::unique_lock<std::mutex> lk(mu_);
+  cv_.wait(lk, [&] { return queue_.empty() && !executing_; });
+  lk.unlock();
+  if (thread_.joinable()) thread_.join();
+}
+
+AsyncEngine::Handle AsyncEngine::submit(std::function<void()> fn) {
+  auto h = std::make_shared<Op>();
+  h->run = std::move(fn);
+  std::unique_lock<std::mutex> lk(mu_);
+  queue_.push_back(h);
+  if (!threadRunning_) {
+    if (thread_.joinable()) thread_.join();  // the previous one has finished its loop
+    threadRunning_ = true;
+    thread_ = std::thread([this] { progressLoop(); });
+  }
+  cv_.notify_all();
+  return h;
+}
+
+bool AsyncEngine::poll(const Handle& h) {
+  std::lock_guard<std::mutex> g(mu_);
+  return h->done;
+}
+
+size_t AsyncEngine::outstanding() {
+  std::lock_guard<std::mutex> g(mu_);
+  return queue_.size() + (executing_ ? 1 : 0);
+}
+
+void AsyncEngine::executeQueued(std::unique_lock<std::mutex>& lk, const Handle& until) {
+  executing_ = true;
+  while (!queue_.empty() && !(until && until->done)) {
+    Handle op = queue_.front();
+    queue_.pop_front();
+    lk.unlock();
+    std::string error;
+    try {
+      op->run();
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+    lk.lock();
+    op->error = std::move(error);
+    op->done = true;
+    op->run = nullptr;
+    cv_.notify_all();
+  }
+  executing_ = false;
+  cv_.notify_all();
+}
+
+void AsyncEngine::progressLoop() {
+  std::unique_lock<std::mutex> lk(mu_);
+  for (;;) {
+    if (!executing_ && !queue_.empty()) {
+      executeQueued(lk, nullptr);
+      continue;
+    }
+    if (queue_.empty()) break;  // nothing left: the thread goes away until the next submit
+    cv_.wait(lk);               // someone else executes; pick up what they leave
+  }
+  threadRunning_ = false;
+  cv_.notify_all();
+}
+
+bool AsyncEngine::wait(const Handle& h, const std::function<bool()>& interrupted) {
+  std::unique_lock<std::mutex> lk(mu_);
+  while (!h->done) {
+    if (!executing_ && !queue_.empty()) {
+      executeQueued(lk, h);
+      continue;
+    }
+    cv_.wait_for(lk, std::chrono::milliseconds(100));
+    if (!h->done && interrupted) {
+      lk.unlock();
+      bool stop = interrupted();
+      lk.lock();
+      if (stop) return false;
+    }
+  }
+  return true;
+}
+
+void AsyncEngine::runInline(const std::function<void()>& fn) {
+  std::unique_lock<std::mutex> lk(mu_);
+  // Everything queued before this call runs first, here or on the executor.
+  while (executing_ || !queue_.empty()) {
+    if (!executing_) {
+      executeQueued(lk, nullptr);
+    } else {
+      cv_.wait(lk);
+    }
+  }
+  executing_ = true;
+  lk.unlock();
+  try {
+    fn();
+  } catch (...) {
+    lk.lock();
+    executing_ = false;
+    cv_.notify_all();
+    throw;
+  }
+  lk.lock();
+  executing_ = false;
+  cv_.notify_all();
+}
+
+}  // namespace rdmacoll

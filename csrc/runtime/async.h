@@ -1,0 +1,63 @@
+// Asynchronous collectives: an ordered queue of operations and one executor at a time.
+//
+// Ranks submit collectives in the same order, so operations run in submission order;
+// handles may be waited on in any order. The executor is whichever thread gets there:
+// a progress thread started when work is queued (and gone once the queue is empty), or
+// a caller that waits (or submits a synchronous call) while nobody executes; it then
+// runs queued work itself, oldest first ("the caller takes over", shared/DESIGN.md).
+// A synchronous call with nothing queued runs inline at the cost of two uncontended
+// lock operations.
+//
+// Threads: submit/poll/wait/runInline from any thread. Operations run without the
+// interpreter lock; they must not touch Python objects (the binding keeps them alive).
+#pragma once
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+namespace rdmacoll {
+
+class AsyncEngine {
+ public:
+  struct Op {
+    std::function<void()> run;
+    bool done = false;      // guarded by the engine's mutex
+    std::string error;      // an Error's message, if it failed
+  };
+  using Handle = std::shared_ptr<Op>;
+
+  AsyncEngine() = default;
+  ~AsyncEngine();  // waits for queued work, joins the progress thread
+  AsyncEngine(const AsyncEngine&) = delete;
+  AsyncEngine& operator=(const AsyncEngine&) = delete;
+
+  Handle submit(std::function<void()> fn);
+  bool poll(const Handle& h);
+  // Until h is done: execute queued work if nobody does, else sleep on the engine.
+  // `interrupted()` is asked about every 100 ms; when it returns true wait gives up and
+  // returns false (the operation goes on).
+  bool wait(const Handle& h, const std::function<bool()>& interrupted);
+  // Run fn on this thread once everything submitted before it has run (synchronous
+  // calls: they keep their place in the order). Exceptions propagate.
+  void runInline(const std::function<void()>& fn);
+  size_t outstanding();
+
+ private:
+  // Called with lk held and executing_ == false: run queued ops until `until` or empty.
+  void executeQueued(std::unique_lock<std::mutex>& lk, const Handle& until);
+  void progressLoop();
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Handle> queue_;
+  bool executing_ = false;
+  bool threadRunning_ = false;
+  std::thread thread_;
+};
+
+}  // namespace rdmacoll
