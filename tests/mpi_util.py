@@ -93,6 +93,9 @@ def _launch_env(env) -> dict:
     base = {k: v for k, v in os.environ.items() if not k.startswith("RDMACOLL_")}
     base["PYTHONUNBUFFERED"] = "1"
     base["PYTHONDONTWRITEBYTECODE"] = "1"
+    # A tuning file in the user's cache would change which algorithms the tests see;
+    # tests that want one set RDMACOLL_TUNING_FILE themselves.
+    base["RDMACOLL_TUNING_FILE"] = "none"
     if launcher_kind() == "openmpi":
         base["OMPI_ALLOW_RUN_AS_ROOT"] = "1"
         base["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] = "1"
@@ -367,7 +370,8 @@ def run_python(script_path, args=(), env=None, timeout=120) -> Result:
     cwd = tempfile.mkdtemp(prefix="rdmacoll-test-")
     cmd = [sys.executable, str(script)] + [str(a) for a in args]
     env = {k: v for k, v in os.environ.items() if not k.startswith("RDMACOLL_")} | {
-        "PYTHONUNBUFFERED": "1", "PYTHONDONTWRITEBYTECODE": "1"} | {k: str(v) for k, v in (env or {}).items()}
+        "PYTHONUNBUFFERED": "1", "PYTHONDONTWRITEBYTECODE": "1", "RDMACOLL_TUNING_FILE": "none"} | {
+        k: str(v) for k, v in (env or {}).items()}
     proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, errors="replace", start_new_session=True)
     try:
