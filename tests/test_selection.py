@@ -28,9 +28,10 @@ needs_hooks = pytest.mark.skipif(not hasattr(_core, "_parse_algo_rules"),
     ("0-1k:eager,1KiB-2MB:direct,2M-1G:ring,1g-inf:ring_slots",
      [("allreduce", 0, K, "eager"), ("allreduce", K, 2 * M, "direct"), ("allreduce", 2 * M, G, "ring"),
       ("allreduce", G, None, "ring_slots")]),
-    ("allreduce:0-100:eager;allgather:ring,4K-inf:direct;broadcast:0-inf:tree;reducescatter:ring;alltoall:x",
-     [("allreduce", 0, 100, "eager"), ("allgather", 0, None, "ring"), ("allgather", 4 * K, None, "direct"),
-      ("broadcast", 0, None, "tree"), ("reducescatter", 0, None, "ring"), ("alltoall", 0, None, "x")]),
+    ("allreduce:0-100:eager;allgather:0-4K:direct,4K-inf:direct;broadcast:0-inf:direct;reducescatter:direct;"
+     "alltoall:direct",
+     [("allreduce", 0, 100, "eager"), ("allgather", 0, 4 * K, "direct"), ("allgather", 4 * K, None, "direct"),
+      ("broadcast", 0, None, "direct"), ("reducescatter", 0, None, "direct"), ("alltoall", 0, None, "direct")]),
     ("ALLREDUCE:0-8:direct", [("allreduce", 0, 8, "direct")]),
 ])
 def test_rules_parse(text, want):
@@ -72,15 +73,23 @@ def test_unknown_algorithm_lists_the_known_ones():
 
 
 @needs_hooks
+@pytest.mark.parametrize("collective", ["allgather", "broadcast", "reducescatter", "alltoall"])
+def test_unknown_algorithm_of_other_collectives_is_refused(collective):
+    with pytest.raises(_core.RdmacollError) as e:
+        _core._parse_algo_rules(f"{collective}:bogus")
+    assert "'bogus'" in str(e.value) and f"no {collective} algorithm" in str(e.value) and "direct" in str(e.value)
+
+
+@needs_hooks
 def test_forced_algorithm_ranges_are_half_open_and_first_match_wins():
-    cfg = dict(_core.DEFAULT_CONFIG, algo="allreduce:0-64K:eager,64K-inf:ring,0-inf:direct;allgather:1K-2K:ring")
+    cfg = dict(_core.DEFAULT_CONFIG, algo="allreduce:0-64K:eager,64K-inf:ring,0-inf:direct;allgather:1K-2K:direct")
     f = _core._forced_algorithm
     assert f(cfg, "allreduce", 0) == "eager"
     assert f(cfg, "allreduce", 64 * K - 1) == "eager"
     assert f(cfg, "allreduce", 64 * K) == "ring"
     assert f(cfg, "allreduce", 1 << 62) == "ring"
     assert f(cfg, "allgather", 1023) is None
-    assert f(cfg, "allgather", 1024) == "ring"
+    assert f(cfg, "allgather", 1024) == "direct"
     assert f(cfg, "allgather", 2048) is None
     assert f(cfg, "broadcast", 10) is None
     assert f(dict(_core.DEFAULT_CONFIG, algo=""), "allreduce", 10) is None

@@ -6,6 +6,8 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <string>
+#include <vector>
 
 #include "comm/communicator.h"
 
@@ -32,6 +34,28 @@ size_t alltoallDirect(Communicator& c, const Call& call, const uint64_t* splits,
                       uint64_t* received, Output& out);
 // Returns once every rank has entered it.
 void barrierHeaders(Communicator& c, const Call& call);
+
+// The registry of these collectives' algorithms (UCC style: a name, a one-line
+// description, where it can run); RDMACOLL_ALGO rules name them, e.g. `allgather:direct`.
+template <class Fn>
+struct CollectiveAlgorithm {
+  uint8_t id;  // in the descriptor hash: ranks that chose differently get an error
+  const char* name;
+  const char* description;
+  bool (*usable)(const Communicator&);
+  Fn* run;
+};
+using AllgatherFn = size_t(Communicator&, const Call&, size_t rows, Output&);
+using BroadcastFn = void(Communicator&, const Call&, int root);
+using ReducescatterFn = void(Communicator&, const Call&, size_t rowElems);
+using AlltoallFn = size_t(Communicator&, const Call&, const uint64_t* splits, uint64_t* received, Output&);
+
+const std::vector<CollectiveAlgorithm<AllgatherFn>>& allgatherAlgorithms();
+const std::vector<CollectiveAlgorithm<BroadcastFn>>& broadcastAlgorithms();
+const std::vector<CollectiveAlgorithm<ReducescatterFn>>& reducescatterAlgorithms();
+const std::vector<CollectiveAlgorithm<AlltoallFn>>& alltoallAlgorithms();
+// Names registered for a collective other than allreduce (empty for barrier).
+std::vector<std::string> algorithmNames(Collective coll);
 
 }  // namespace algorithms
 }  // namespace rdmacoll

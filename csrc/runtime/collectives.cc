@@ -1,6 +1,7 @@
 #include "runtime/collectives.h"
 
 #include <cstring>
+#include <string>
 
 #include "common/error.h"
 #include "algorithms/partition.h"
@@ -40,8 +41,23 @@ uint64_t hashDescriptor(const Descriptor& d) {
 
 namespace {
 
-constexpr uint8_t kAllgatherDirect = 20, kBroadcastDirect = 21, kReducescatterDirect = 22,
-                  kAlltoallDirect = 23, kBarrierHeaders = 24;
+constexpr uint8_t kBarrierHeaders = 24;
+
+// A forced algorithm (RDMACOLL_ALGO rules) where it can run, else the first usable one
+// in registry order. Inputs are identical on every rank.
+template <class Fn>
+const algorithms::CollectiveAlgorithm<Fn>& select(const Communicator& c, Collective coll, size_t bytes,
+                                                  const std::vector<algorithms::CollectiveAlgorithm<Fn>>& all) {
+  if (const char* forced = tuning::forcedAlgorithm(c.config(), coll, bytes)) {
+    for (const auto& a : all) {
+      if (std::string(forced) == a.name && a.usable(c)) return a;
+    }
+  }
+  for (const auto& a : all) {
+    if (a.usable(c)) return a;
+  }
+  throw Error(std::string(collectiveName(coll)) + ": no algorithm can run on transport " + c.transportName());
+}
 
 // The call every collective starts with: sequence number, descriptor and its hash.
 Call makeCall(Communicator& c, Collective coll, const void* in, void* out, size_t count,
@@ -77,13 +93,6 @@ void checkReduceOp(DataType dtype, ReduceOp op) {
   if (op == ReduceOp::kAverage && !isFloating(dtype)) {
     throw Error(std::string("Average is not defined for integer dtype ") + dtypeName(dtype) +
                 ": use op=Sum (and divide by size() yourself if you need a mean)");
-  }
-}
-
-void requireReadablePeers(const Communicator& c, Collective coll) {
-  if (!c.peersReadable()) {
-    throw Error(std::string(collectiveName(coll)) + " needs a transport that reads peer memory; " +
-                c.transportName() + " cannot yet");
   }
 }
 
@@ -131,15 +140,16 @@ size_t reducescatterRows(size_t rows, int size, int rank) { return ring::chunkCo
 size_t allgather(Communicator& c, const void* in, size_t rows, size_t rowElems, DataType dtype,
                  const char* name, size_t nameLen, algorithms::Output& out) {
   c.beginCall();
-  Call call = makeCall(c, Collective::kAllgather, in, nullptr, rowElems, dtype, ReduceOp::kSum, -1,
-                       kAllgatherDirect, name, nameLen);
+  const size_t bytes = rows * rowElems * dtypeSize(dtype);
   if (c.size() == 1) {
-    const size_t bytes = rows * rowElems * call.elemBytes;
+    c.nextSeq();
     std::memcpy(out.allocate(bytes), in, bytes);
     return rows;
   }
-  requireReadablePeers(c, Collective::kAllgather);
-  return guarded(c, [&] { return algorithms::allgatherDirect(c, call, rows, out); });
+  const auto& algo = select(c, Collective::kAllgather, bytes, algorithms::allgatherAlgorithms());
+  Call call = makeCall(c, Collective::kAllgather, in, nullptr, rowElems, dtype, ReduceOp::kSum, -1, algo.id,
+                       name, nameLen);
+  return guarded(c, [&] { return algo.run(c, call, rows, out); });
 }
 
 void broadcast(Communicator& c, const void* in, void* out, size_t count, DataType dtype, int root,
@@ -149,45 +159,50 @@ void broadcast(Communicator& c, const void* in, void* out, size_t count, DataTyp
     throw Error("broadcast: root_rank " + std::to_string(root) + " is not a rank of this job (size " +
                 std::to_string(c.size()) + ")");
   }
-  Call call = makeCall(c, Collective::kBroadcast, in, out, count, dtype, ReduceOp::kSum, root,
-                       kBroadcastDirect, name, nameLen);
+  const size_t bytes = count * dtypeSize(dtype);
   if (c.size() == 1) {
-    if (in != out) std::memcpy(out, in, count * call.elemBytes);
+    c.nextSeq();
+    if (in != out) std::memcpy(out, in, bytes);
     return;
   }
-  requireReadablePeers(c, Collective::kBroadcast);
-  guarded(c, [&] { algorithms::broadcastDirect(c, call, root); });
+  const auto& algo = select(c, Collective::kBroadcast, bytes, algorithms::broadcastAlgorithms());
+  Call call = makeCall(c, Collective::kBroadcast, in, out, count, dtype, ReduceOp::kSum, root, algo.id, name,
+                       nameLen);
+  guarded(c, [&] { algo.run(c, call, root); });
 }
 
 void reducescatter(Communicator& c, const void* in, void* out, size_t count, size_t rowElems,
                    DataType dtype, ReduceOp op, const char* name, size_t nameLen) {
   c.beginCall();
   checkReduceOp(dtype, op);
-  Call call = makeCall(c, Collective::kReducescatter, in, out, count, dtype, op, -1,
-                       kReducescatterDirect, name, nameLen);
   if (c.size() == 1) {
+    c.nextSeq();
     const void* one[1] = {in};
     reduceN(dtype, op, out, one, 1, count, 1.0);
     return;
   }
-  requireReadablePeers(c, Collective::kReducescatter);
-  guarded(c, [&] { algorithms::reducescatterDirect(c, call, rowElems); });
+  const auto& algo = select(c, Collective::kReducescatter, count * dtypeSize(dtype), algorithms::reducescatterAlgorithms());
+  Call call = makeCall(c, Collective::kReducescatter, in, out, count, dtype, op, -1, algo.id, name, nameLen);
+  guarded(c, [&] { algo.run(c, call, rowElems); });
 }
 
 size_t alltoall(Communicator& c, const void* in, size_t rowElems, const uint64_t* splits,
                 uint64_t* received, DataType dtype, const char* name, size_t nameLen,
                 algorithms::Output& out) {
   c.beginCall();
-  Call call = makeCall(c, Collective::kAlltoall, in, nullptr, rowElems, dtype, ReduceOp::kSum, -1,
-                       kAlltoallDirect, name, nameLen);
+  const size_t rowBytes = rowElems * dtypeSize(dtype);
   if (c.size() == 1) {
+    c.nextSeq();
     received[0] = splits[0];
-    const size_t bytes = splits[0] * rowElems * call.elemBytes;
-    std::memcpy(out.allocate(bytes), in, bytes);
+    std::memcpy(out.allocate(splits[0] * rowBytes), in, splits[0] * rowBytes);
     return splits[0];
   }
-  requireReadablePeers(c, Collective::kAlltoall);
-  return guarded(c, [&] { return algorithms::alltoallDirect(c, call, splits, received, out); });
+  size_t sent = 0;
+  for (int q = 0; q < c.size(); ++q) sent += splits[q];
+  const auto& algo = select(c, Collective::kAlltoall, sent * rowBytes, algorithms::alltoallAlgorithms());
+  Call call = makeCall(c, Collective::kAlltoall, in, nullptr, rowElems, dtype, ReduceOp::kSum, -1, algo.id, name,
+                       nameLen);
+  return guarded(c, [&] { return algo.run(c, call, splits, received, out); });
 }
 
 void barrier(Communicator& c) {

@@ -1,5 +1,7 @@
 #include "tuning/select.h"
 
+#include "algorithms/collectives.h"
+
 #include <cmath>
 
 #include "common/error.h"
@@ -21,9 +23,17 @@ bool knownAlgorithm(Collective collective, const std::string& name, std::string*
       }
       return false;
     }
-    default:
-      // TODO(lead): check against the registry of each collective once it has one.
-      return true;
+    default: {
+      const std::vector<std::string> names = algorithms::algorithmNames(collective);
+      for (const auto& n : names) {
+        if (n == name) return true;
+      }
+      if (known) {
+        known->clear();
+        for (const auto& n : names) *known += std::string(known->empty() ? "" : ", ") + n;
+      }
+      return false;
+    }
   }
 }
 
