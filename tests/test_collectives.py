@@ -7,9 +7,16 @@ from mpi_util import rank_records, run_mpi
 SMALL = {"RDMACOLL_SEGMENT_BYTES": 4096}  # multi-piece reducescatter from small inputs
 
 
-@pytest.mark.parametrize("nranks", [1, 2, 3, 4, 5])
-def test_collectives_match_numpy(nranks):
-    res = run_mpi(nranks, "collectives.py", ["check"], env=SMALL, timeout=300)
+# The transport-generic algorithms, forced, with small and few slots so that parts span
+# several slot messages and senders wait for credits.
+SLOTS = SMALL | {"RDMACOLL_ALGO": "allgather:ring;broadcast:chain;reducescatter:ring;alltoall:pairwise",
+                 "RDMACOLL_SLOT_BYTES": 4096, "RDMACOLL_SLOTS": 2}
+
+
+@pytest.mark.parametrize("nranks,env", [pytest.param(n, SMALL, id=str(n)) for n in (1, 2, 3, 4, 5)] +
+                         [pytest.param(n, SLOTS, id=f"{n}-slots") for n in (2, 3, 5)])
+def test_collectives_match_numpy(nranks, env):
+    res = run_mpi(nranks, "collectives.py", ["check"], env=env, timeout=300)
     done = rank_records(res, nranks, "done")
     fails = res.select(kind="fail")
     res.check(not fails, f"{len(fails)} wrong, first: " + "; ".join(
@@ -21,8 +28,9 @@ def test_collectives_match_numpy(nranks):
 
 @pytest.mark.parametrize("case", ["root", "dtype", "row shape", "collective"])
 @pytest.mark.parametrize("nranks", [2, 3])
-def test_collective_mismatch_raises_everywhere(nranks, case):
-    res = run_mpi(nranks, "collectives.py", ["mismatch", case], timeout=60)
+@pytest.mark.parametrize("env", [pytest.param({}, id="default"), pytest.param(SLOTS, id="slots")])
+def test_collective_mismatch_raises_everywhere(nranks, case, env):
+    res = run_mpi(nranks, "collectives.py", ["mismatch", case], env=env, timeout=60)
     for r, rec in rank_records(res, nranks, "mismatch").items():
         res.check(rec["error"] is not None and "mismatch" in rec["error"],
                   f"rank {r}: {case} mismatch gave {rec['error']!r}")

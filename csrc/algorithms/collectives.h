@@ -32,6 +32,13 @@ void reducescatterDirect(Communicator& c, const Call& call, size_t rowElems);
 // rank sent me, in rank order. received[q] gets the rows from q. Returns total rows.
 size_t alltoallDirect(Communicator& c, const Call& call, const uint64_t* splits,
                       uint64_t* received, Output& out);
+// Transport-generic forms of the four above (collectives_slots.cc): same arguments and
+// results, everything moves through slot messages, no peer memory is read.
+size_t allgatherRing(Communicator& c, const Call& call, size_t rows, Output& out);
+void broadcastChain(Communicator& c, const Call& call, int root);
+void reducescatterRing(Communicator& c, const Call& call, size_t rowElems);
+size_t alltoallPairwise(Communicator& c, const Call& call, const uint64_t* splits,
+                        uint64_t* received, Output& out);
 // Returns once every rank has entered it.
 void barrierHeaders(Communicator& c, const Call& call);
 

@@ -6,6 +6,7 @@ namespace algorithms {
 
 namespace {
 bool readable(const Communicator& c) { return c.peersReadable(); }
+bool always(const Communicator&) { return true; }
 
 template <class Fn>
 std::vector<std::string> names(const std::vector<CollectiveAlgorithm<Fn>>& all) {
@@ -19,6 +20,8 @@ const std::vector<CollectiveAlgorithm<AllgatherFn>>& allgatherAlgorithms() {
   static const std::vector<CollectiveAlgorithm<AllgatherFn>> all = {
       {20, "direct", "every rank copies every peer's part straight out of its memory (same host)", readable,
        allgatherDirect},
+      {30, "ring", "parts travel around the ring through slot messages, p-1 steps (any transport)", always,
+       allgatherRing},
   };
   return all;
 }
@@ -27,6 +30,8 @@ const std::vector<CollectiveAlgorithm<BroadcastFn>>& broadcastAlgorithms() {
   static const std::vector<CollectiveAlgorithm<BroadcastFn>> all = {
       {21, "direct", "every rank copies the root's buffer straight out of its memory (same host)", readable,
        broadcastDirect},
+      {31, "chain", "the root's buffer is pipelined root -> root+1 -> ... through slot messages (any transport)",
+       always, broadcastChain},
   };
   return all;
 }
@@ -35,6 +40,8 @@ const std::vector<CollectiveAlgorithm<ReducescatterFn>>& reducescatterAlgorithms
   static const std::vector<CollectiveAlgorithm<ReducescatterFn>> all = {
       {22, "direct", "every rank reduces its share straight from every peer's input (same host)", readable,
        reducescatterDirect},
+      {32, "ring", "partial sums of each share travel around the ring through slot messages (any transport)",
+       always, reducescatterRing},
   };
   return all;
 }
@@ -43,6 +50,8 @@ const std::vector<CollectiveAlgorithm<AlltoallFn>>& alltoallAlgorithms() {
   static const std::vector<CollectiveAlgorithm<AlltoallFn>> all = {
       {23, "direct", "every rank copies what each peer sends it straight out of the peer's memory (same host)",
        readable, alltoallDirect},
+      {33, "pairwise", "at step k every rank sends to rank+k and receives from rank-k through slot messages (any transport)",
+       always, alltoallPairwise},
   };
   return all;
 }
