@@ -79,3 +79,14 @@ def test_allreduce_matrix(nranks, algo, thresholds):
     elif algo != "default":
         res.check(set(used) == {algo}, f"RDMACOLL_ALGO={algo} but the calls used {used}")
     print(f"{nranks} ranks, {algo}, {thresholds} thresholds: {cases.pop()} cases per rank, algorithms {sorted(used)}")
+
+
+@pytest.mark.parametrize("algo", ["ring_slots", "recursive_doubling", "halving_doubling", "tree"])
+def test_single_slot_per_peer_does_not_deadlock(algo):
+    """With one receive slot per peer, a rank must give its predecessor's slot back before
+    it waits for its successor's credit (ring_slots once held it and hung at 3 ranks)."""
+    env = {"RDMACOLL_ALGO": algo, "RDMACOLL_SLOTS": 1, "RDMACOLL_SLOT_BYTES": 4096,
+           "RDMACOLL_SEGMENT_BYTES": 4096, "RDMACOLL_EAGER_BYTES": 256}
+    res = run_mpi(3, "allreduce_matrix.py", ["--sizes", "0,1,7,1023,5000"], env=env, timeout=120)
+    done = rank_records(res, 3, "done")
+    res.check(all(d["failures"] == 0 for d in done.values()), "wrong results with one slot per peer")

@@ -118,26 +118,34 @@ void allreduceRingSlots(Communicator& c, const Call& call) {
       const char* input = at(call.in, E, seg.begin);
       char* result = at(call.out, E, seg.begin);
       const bool reduceScatter = j < p - 1, lastReduce = j == p - 2, lastStep = j == steps - 1;
+      // The incoming slot is given back before any send whose source is not that slot:
+      // a rank holding prev's slot while it waits for next's credit closes a cycle of
+      // waits around the ring when each peer has a single slot.
       if (reduceScatter && !lastReduce) {
-        // recvReduceSend: reduce straight into next's slot when it is mapped.
-        if (void* dst = prim::mappedSlot(c, next)) {
+        // recvReduceSend: reduce straight into next's slot when it is mapped (this holds
+        // prev's slot while waiting for next's credit: only with two slots or more).
+        void* dst = c.config().slots >= 2 ? prim::mappedSlot(c, next) : nullptr;
+        if (dst) {
           reduce2(call.dtype, call.op, dst, input, slot, seg.n);
+          prim::releaseSlot(c, prev);
           prim::sendSlot(c, next, nullptr, len);
         } else {
           void* stage = c.staging(0);
           reduce2(call.dtype, call.op, stage, input, slot, seg.n);
+          prim::releaseSlot(c, prev);
           prim::sendSlot(c, next, stage, len);
         }
       } else if (lastReduce) {
         // recvReduceCopySend: my owned chunk is final; it starts the allgather.
         reduce2(call.dtype, call.op, result, input, slot, seg.n, call.scale);
+        prim::releaseSlot(c, prev);
         prim::sendSlot(c, next, result, len);
       } else {
         // recvCopySend (or recvCopy at the last step).
         std::memcpy(result, slot, len);
+        prim::releaseSlot(c, prev);
         if (!lastStep) prim::sendSlot(c, next, result, len);
       }
-      prim::releaseSlot(c, prev);
     }
   }
 }
