@@ -191,9 +191,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"# rdmacoll-bench allreduce: {size} ranks, dtype {args.dtype}, op {args.op}, "
               f"memory {args.memory}, {'in place' if args.inplace else 'out of place'}, "
               f"{args.iters} iters, {args.warmup} warm-up")
-        print(f"# {'size':>10} {'count':>12} {'type':>9} {'redop':>7} {'algo':>10} {'transport':>9}"
+        print(f"# {'size':>10} {'count':>12} {'type':>9} {'redop':>7} {'algo':>18} {'transport':>9}"
               f" {'time(us)':>10} {'min(us)':>9} {'max(us)':>9} {'algbw':>7} {'busbw':>7} {'#wrong':>6}")
-        print("# " + " " * 82 + "(GB/s)  (GB/s)")
+        print("# " + " " * 90 + "(GB/s)  (GB/s)")
     sizes = []
     n = max(args.minbytes, 0)
     while n <= args.maxbytes:
@@ -228,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
         busbws.append(busbw)
         if rank == 0:
             algo = rc._comm.last_algorithm
-            print(f"  {nbytes:>10} {count:>12} {args.dtype:>9} {args.op:>7} {algo:>10} {rc._comm.transport:>9}"
+            print(f"  {nbytes:>10} {count:>12} {args.dtype:>9} {args.op:>7} {algo:>18} {rc._comm.transport:>9}"
                   f" {t * 1e6:10.2f} {times.min() * 1e6:9.2f} {times.max() * 1e6:9.2f} {algbw:7.2f} {busbw:7.2f} {wrong:>6}",
                   flush=True)
     if rank == 0:
