@@ -138,6 +138,13 @@ def reference(size: int, count: int, dtype: np.dtype, op: str) -> np.ndarray:
     return acc.astype(dtype)
 
 
+def slowest(seconds):
+    """The largest of every rank's value(s): a float, or an array element-wise."""
+    v = np.atleast_1d(np.asarray(seconds, np.float64))
+    out = rc.allreduce(v, op=rc.Max)
+    return out if np.ndim(seconds) else float(out[0])
+
+
 def count_wrong(got: np.ndarray, want: np.ndarray) -> int:
     """Elements that differ: exactly for integers, beyond a few ulps for floats (Average
     scales by 1/n in the element's precision)."""
@@ -179,10 +186,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.op == "Average" and args.dtype not in ("float16", "bfloat16", "float32", "float64"):
         ap.error("-o Average needs a floating dtype (use -o Sum for integers)")
 
-    from mpi4py import MPI  # the benchmark itself uses MPI for barriers and timing
-
     rc.init()
-    comm = MPI.COMM_WORLD
     rank, size = rc.rank(), rc.size()
     dtype = numpy_dtype(args.dtype)
     op = getattr(rc, args.op)
@@ -215,19 +219,21 @@ def main(argv: list[str] | None = None) -> int:
         times = []
         for _ in range(args.iters):
             x[...] = src  # reset (in place overwrites); not timed
-            comm.Barrier()
+            rc.barrier()
             t0 = time.perf_counter()
             rc.allreduce(x, op=op, out=out)
             times.append(time.perf_counter() - t0)
-        times = np.array(times)
-        comm.Allreduce(MPI.IN_PLACE, times, op=MPI.MAX)  # the slowest rank per iteration
-        wrong = comm.allreduce(count_wrong(np.asarray(out), reference(size, count, dtype, args.op))) if args.check else 0
+        algo = rc._comm.last_algorithm  # before the reductions below run algorithms of their own
+        times = slowest(times)  # the slowest rank per iteration
+        wrong = 0
+        if args.check:
+            mine = count_wrong(np.asarray(out), reference(size, count, dtype, args.op))
+            wrong = int(rc.allreduce(np.array([mine], np.int64), op=rc.Sum)[0])
         t = statistics.median(times)
         algbw = nbytes / t / 1e9 if t > 0 else 0.0
         busbw = algbw * factor
         busbws.append(busbw)
         if rank == 0:
-            algo = rc._comm.last_algorithm
             print(f"  {nbytes:>10} {count:>12} {args.dtype:>9} {args.op:>7} {algo:>18} {rc._comm.transport:>9}"
                   f" {t * 1e6:10.2f} {times.min() * 1e6:9.2f} {times.max() * 1e6:9.2f} {algbw:7.2f} {busbw:7.2f} {wrong:>6}",
                   flush=True)
@@ -240,27 +246,27 @@ def main(argv: list[str] | None = None) -> int:
 # --------------------------------------------------------------------------- --tune
 
 
-def _time_allreduce(comm, x: np.ndarray, target_s: float, rounds: int) -> float:
-    """Seconds per call: the fastest of `rounds` batches, each timed as its slowest rank
-    (the minimum: on a shared machine noise only ever adds time)."""
-    from mpi4py import MPI
-
+def _time_allreduce(x: np.ndarray, target_s: float, rounds: int) -> tuple[float, str]:
+    """Seconds per call and the algorithm that ran: the fastest of `rounds` batches, each
+    timed as its slowest rank (the minimum: on a shared machine noise only ever adds time)."""
     for _ in range(3):
         rc.allreduce(x, op=rc.Sum, out=x)
-    comm.Barrier()
+    rc.barrier()
     t0 = time.perf_counter()
     for _ in range(3):
         rc.allreduce(x, op=rc.Sum, out=x)
-    probe = comm.allreduce((time.perf_counter() - t0) / 3, op=MPI.MAX)
+    probe = slowest((time.perf_counter() - t0) / 3)
     iters = int(max(3, min(20000, target_s / max(probe, 1e-7))))
     samples = []
     for _ in range(rounds):
-        comm.Barrier()
+        rc.barrier()
         t0 = time.perf_counter()
         for _ in range(iters):
             rc.allreduce(x, op=rc.Sum, out=x)
-        samples.append(comm.allreduce((time.perf_counter() - t0) / iters, op=MPI.MAX))
-    return min(samples)
+        elapsed = time.perf_counter() - t0
+        algo = rc._comm.last_algorithm
+        samples.append(slowest(elapsed / iters))
+    return min(samples), algo
 
 
 def _coefficients(nbytes: int, p: int) -> dict[str, np.ndarray]:
@@ -318,15 +324,14 @@ def measure_gamma(count: int = 1 << 20) -> float:
 
 
 def tune(args) -> int:
-    from mpi4py import MPI
-
     from . import _config
 
     if not hasattr(rc._core, "_allreduce_costs"):
         print("rdmacoll-bench --tune: this build lacks _core._allreduce_costs (tuning bindings)", file=sys.stderr)
         return 2
-    comm = MPI.COMM_WORLD
-    rank, p = comm.Get_rank(), comm.Get_size()
+    rc.init()
+    rank, p = rc.rank(), rc.size()
+    rc.shutdown()
     if p < 2:
         if rank == 0:
             print("rdmacoll-bench --tune needs at least 2 ranks (mpiexec -n 4 rdmacoll-bench --tune, or --np 4)",
@@ -343,8 +348,8 @@ def tune(args) -> int:
         rc.init()
         for nbytes in sizes:
             x = np.ones(max(1, nbytes // 4), np.float32)
-            t = _time_allreduce(comm, x, target_s=0.05, rounds=3)
-            if rc._comm.last_algorithm == name:  # not usable at this size (eager): skipped
+            t, ran = _time_allreduce(x, target_s=0.05, rounds=3)
+            if ran == name:  # not usable at this size (eager): skipped
                 times[(name, x.nbytes)] = t
         rc.shutdown()
     del os.environ["RDMACOLL_ALGO"]
