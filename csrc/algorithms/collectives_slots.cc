@@ -33,6 +33,7 @@
 
 #include "algorithms/collectives.h"
 #include "algorithms/partition.h"
+#include "comm/pairwise.h"
 #include "comm/primitives.h"
 #include "reduce/reduce.h"
 
@@ -41,24 +42,9 @@ namespace algorithms {
 
 namespace {
 
-size_t pieces(size_t bytes, size_t seg) { return (bytes + seg - 1) / seg; }
-size_t pieceLen(size_t bytes, size_t seg, size_t i) { return std::min(seg, bytes - i * seg); }
-
-// Send sendBytes from `send` to `to` while receiving recvBytes from `from` into dst,
-// piece i sent before piece i is received (to and from may be the same rank).
-void shift(Communicator& c, Peer& to, const void* send, size_t sendBytes, Peer& from, void* dst,
-           size_t recvBytes, size_t seg) {
-  const char* s = static_cast<const char*>(send);
-  char* d = static_cast<char*>(dst);
-  const size_t ns = pieces(sendBytes, seg), nr = pieces(recvBytes, seg);
-  for (size_t i = 0; i < std::max(ns, nr); ++i) {
-    if (i < ns) prim::sendSlot(c, to, s + i * seg, pieceLen(sendBytes, seg, i));
-    if (i < nr) {
-      std::memcpy(d + i * seg, prim::recvSlot(c, from), pieceLen(recvBytes, seg, i));
-      prim::releaseSlot(c, from);
-    }
-  }
-}
+using pairwise::pieceLen;
+using pairwise::pieces;
+using pairwise::shift;
 
 // Pure copies: pieces of a whole slot.
 size_t copyPiece(const Communicator& c) { return c.config().slotBytes; }

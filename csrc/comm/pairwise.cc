@@ -11,8 +11,6 @@ namespace rdmacoll {
 namespace pairwise {
 
 namespace {
-size_t pieces(size_t bytes, size_t seg) { return (bytes + seg - 1) / seg; }
-size_t pieceLen(size_t bytes, size_t seg, size_t i) { return std::min(seg, bytes - i * seg); }
 
 void recvReducePiece(Communicator& c, Peer& from, const Call& call, char* dst, const char* mine,
                      size_t len, bool theirsFirst, double scale) {
@@ -97,14 +95,14 @@ void exchangeReduce(Communicator& c, Peer& q, const Call& call, const void* send
   }
 }
 
-void exchangeCopy(Communicator& c, Peer& q, const void* send, size_t sendBytes, void* dst,
-                  size_t recvBytes, size_t segBytes) {
+void shift(Communicator& c, Peer& to, const void* send, size_t sendBytes, Peer& from, void* dst,
+           size_t recvBytes, size_t segBytes) {
   const char* s = static_cast<const char*>(send);
   char* d = static_cast<char*>(dst);
   const size_t ns = pieces(sendBytes, segBytes), nr = pieces(recvBytes, segBytes);
   for (size_t i = 0; i < std::max(ns, nr); ++i) {
-    if (i < ns) prim::sendSlot(c, q, s + i * segBytes, pieceLen(sendBytes, segBytes, i));
-    if (i < nr) recvCopyPiece(c, q, d + i * segBytes, pieceLen(recvBytes, segBytes, i));
+    if (i < ns) prim::sendSlot(c, to, s + i * segBytes, pieceLen(sendBytes, segBytes, i));
+    if (i < nr) recvCopyPiece(c, from, d + i * segBytes, pieceLen(recvBytes, segBytes, i));
   }
 }
 

@@ -8,12 +8,17 @@
 // exchange with each other never wait for a credit the other can only give after its
 // own send: deadlock-free with any number of slots.
 #pragma once
+#include <algorithm>
 #include <cstddef>
 
 #include "comm/communicator.h"
 
 namespace rdmacoll {
 namespace pairwise {
+
+// A range of `bytes` travels as pieces(bytes, seg) messages; piece i holds pieceLen bytes.
+inline size_t pieces(size_t bytes, size_t seg) { return (bytes + seg - 1) / seg; }
+inline size_t pieceLen(size_t bytes, size_t seg, size_t i) { return std::min(seg, bytes - i * seg); }
 
 // Call headers with the ring neighbours and `peers` (n of them, duplicates and -1 allowed):
 // send mine to each of them, then receive theirs, the predecessor's first. Every
@@ -38,9 +43,15 @@ void recvReduce(Communicator& c, Peer& from, const Call& call, void* dst, const 
 void exchangeReduce(Communicator& c, Peer& q, const Call& call, const void* send, size_t sendBytes,
                     void* dst, const void* mine, size_t recvBytes, size_t segBytes, bool theirsFirst,
                     double scale);
+// Send sendBytes from `send` to `to` while receiving recvBytes from `from` into dst, piece
+// i sent before piece i is received (a ring step when to != from).
+void shift(Communicator& c, Peer& to, const void* send, size_t sendBytes, Peer& from, void* dst,
+           size_t recvBytes, size_t segBytes);
 // Send sendBytes from `send` to q while receiving recvBytes from q into dst.
-void exchangeCopy(Communicator& c, Peer& q, const void* send, size_t sendBytes, void* dst,
-                  size_t recvBytes, size_t segBytes);
+inline void exchangeCopy(Communicator& c, Peer& q, const void* send, size_t sendBytes, void* dst,
+                         size_t recvBytes, size_t segBytes) {
+  shift(c, q, send, sendBytes, q, dst, recvBytes, segBytes);
+}
 
 }  // namespace pairwise
 }  // namespace rdmacoll

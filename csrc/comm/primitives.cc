@@ -102,24 +102,26 @@ void checkPeerRange(const Peer& peer, const transport::RemoteMemory& m, size_t b
 }
 }  // namespace
 
-void readInput(Peer& peer, const PeerBuffers& b, size_t off, void* dst, size_t len) {
+namespace {
+// len bytes at off of a peer region described by (m, base offset, mapping or null).
+void readPeer(Peer& peer, const transport::RemoteMemory& m, size_t base, const char* map, size_t off,
+              void* dst, size_t len) {
   if (len == 0) return;
-  checkPeerRange(peer, b.in, b.inOff, off, len);
-  if (b.inMap) {
-    std::memcpy(dst, b.inMap + off, len);
+  checkPeerRange(peer, m, base, off, len);
+  if (map) {
+    std::memcpy(dst, map + off, len);
   } else {
-    peer.ep->read(b.in, b.inOff + off, dst, len);
+    peer.ep->read(m, base + off, dst, len);
   }
+}
+}  // namespace
+
+void readInput(Peer& peer, const PeerBuffers& b, size_t off, void* dst, size_t len) {
+  readPeer(peer, b.in, b.inOff, b.inMap, off, dst, len);
 }
 
 void readOutput(Peer& peer, const PeerBuffers& b, size_t off, void* dst, size_t len) {
-  if (len == 0) return;
-  checkPeerRange(peer, b.out, b.outOff, off, len);
-  if (b.outMap) {
-    std::memcpy(dst, b.outMap + off, len);
-  } else {
-    peer.ep->read(b.out, b.outOff + off, dst, len);
-  }
+  readPeer(peer, b.out, b.outOff, b.outMap, off, dst, len);
 }
 
 void sendEager(Communicator& c, Peer& to, const Call& call, const void* data, size_t bytes) {
