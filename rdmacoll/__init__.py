@@ -16,7 +16,7 @@ from ._core import Average, Max, Min, Product, RdmacollError, Sum
 __all__ = [
     "init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size",
     "allreduce", "grouped_allreduce", "allgather", "broadcast", "reducescatter", "alltoall",
-    "barrier", "empty", "algorithms",
+    "barrier", "empty", "algorithms", "broadcast_object", "allgather_object",
     "allreduce_async", "grouped_allreduce_async", "allgather_async", "broadcast_async",
     "reducescatter_async", "alltoall_async", "poll", "synchronize", "Handle",
     "Sum", "Average", "Min", "Max", "Product", "RdmacollError",
@@ -130,6 +130,36 @@ def alltoall(x, splits=None, name=None, return_received_splits=False):
 def barrier():
     """Return once every rank has called barrier()."""
     _comm.barrier()
+
+
+def broadcast_object(obj, root_rank=0, name=None):
+    """root_rank's picklable obj on every rank (pickled there, unpickled everywhere)."""
+    import pickle
+
+    import numpy as np
+
+    me = rank() == root_rank
+    payload = np.frombuffer(pickle.dumps(obj), np.uint8) if me else None
+    length = np.array([payload.size if me else 0], np.int64)
+    broadcast(length, root_rank, name=None if name is None else name + ".len", out=length)
+    if not me:
+        payload = np.empty(int(length[0]), np.uint8)
+    data = broadcast(payload, root_rank, name=name, out=None if me else payload)
+    return obj if me else pickle.loads(memoryview(data))
+
+
+def allgather_object(obj, name=None):
+    """Every rank's picklable obj, as a list in rank order."""
+    import pickle
+
+    import numpy as np
+
+    payload = np.frombuffer(pickle.dumps(obj), np.uint8)
+    lengths = allgather(np.array([payload.size], np.int64),
+                        name=None if name is None else name + ".len")
+    data = memoryview(allgather(payload, name=name))
+    offsets = np.concatenate(([0], np.cumsum(lengths)))
+    return [pickle.loads(data[offsets[r]:offsets[r + 1]]) for r in range(len(lengths))]
 
 
 class Handle:

@@ -110,6 +110,13 @@ def check() -> None:
     rc.grouped_allreduce(xs, op=rc.Sum, out=xs)
     for i in range(3):
         expect(f"grouped_allreduce in place {i}", xs[i], want[i])
+    # Python objects: pickled, sized, then moved (lengths differ per rank)
+    obj = {"root": p - 1, "blob": "x" * (1000 * (p - 1) + 3), "list": list(range(p))}
+    got_obj = rc.broadcast_object(obj if r == p - 1 else None, root_rank=p - 1)
+    expect("broadcast_object", np.array([got_obj == obj]), np.array([True]))
+    gathered = rc.allgather_object(("rank", r, "y" * (r * 517)))
+    expect("allgather_object", np.array([gathered == [("rank", q, "y" * (q * 517)) for q in range(p)]]),
+           np.array([True]))
     for _ in range(3):
         rc.barrier()
     emit("done", cases=cases, failures=len(failures), result=digest(np.array([cases])))
