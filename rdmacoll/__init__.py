@@ -258,6 +258,7 @@ def empty(shape, dtype="float32"):
     return _comm.empty(shape, dtype)
 
 
-def algorithms():
-    """The registered allreduce algorithms: [(name, description)]."""
-    return _core.algorithms()
+def algorithms(collective="allreduce"):
+    """The algorithms registered for a collective (allreduce, allgather, broadcast,
+    reducescatter, alltoall): [(name, description)]; RDMACOLL_ALGO names them."""
+    return _core.algorithms(collective)

@@ -35,3 +35,24 @@ def test_collective_mismatch_raises_everywhere(nranks, case, env):
         res.check(rec["error"] is not None and "mismatch" in rec["error"],
                   f"rank {r}: {case} mismatch gave {rec['error']!r}")
         res.check(rec["seconds"] < 30, f"rank {r} took {rec['seconds']:.1f} s")
+
+
+@pytest.mark.parametrize("env, want", [
+    pytest.param({}, {"allgather": "direct", "broadcast": "direct", "reducescatter": "direct", "alltoall": "direct"},
+                 id="model"),
+    pytest.param(SLOTS, {"allgather": "ring", "broadcast": "chain", "reducescatter": "ring", "alltoall": "pairwise"},
+                 id="forced"),
+    # allgather/alltoall choose by row size (the same everywhere), never by the rows a rank
+    # sends: with rows that differ per rank, ranks still agree.
+    pytest.param({"RDMACOLL_ALGO": "allgather:0-32:direct,32-inf:ring;alltoall:0-16:direct,16-inf:pairwise"},
+                 {"allgather": "ring", "broadcast": "direct", "reducescatter": "direct", "alltoall": "pairwise"},
+                 id="ranges"),
+])
+def test_each_collective_runs_the_algorithm_selection_chose(env, want):
+    res = run_mpi(3, "collectives.py", ["chosen"], env=env, timeout=120)
+    recs = res.select(kind="chosen")
+    res.check(len(recs) == 3 * len(want), f"expected {3 * len(want)} records, got {len(recs)}")
+    for rec in recs:
+        res.check(rec["error"] is None and rec["ok"], f"rank {rec['rank']} {rec['collective']}: {rec}")
+        res.check(rec["algo"] == want[rec["collective"]],
+                  f"rank {rec['rank']} {rec['collective']} ran {rec['algo']}, expected {want[rec['collective']]}")

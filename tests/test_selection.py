@@ -128,6 +128,40 @@ def test_costs_are_linear_in_the_constants():
                 assert min(ca[name], cb[name], cc[name]) >= 0
 
 
+OTHER = {"allgather": ("direct", "ring"), "broadcast": ("direct", "chain"),
+         "reducescatter": ("direct", "ring"), "alltoall": ("direct", "pairwise")}
+
+
+@needs_hooks
+@pytest.mark.parametrize("collective", sorted(OTHER))
+def test_other_collectives_have_costs(collective):
+    """Every registered algorithm of every collective has a cost, linear in the constants.
+    Where peer memory is readable (same host), the one-pass direct form wins from 3 ranks
+    at every size, and at 2 ranks for large messages; small ones at 2 ranks take one slot
+    step against direct's two rounds (headers, then done), as allreduce's eager does."""
+    assert tuple(name for name, _ in _core.algorithms(collective)) == OTHER[collective]
+    units = [{"alpha": 1.0, "beta": 0.0, "gamma": 0.0}, {"alpha": 0.0, "beta": 1.0, "gamma": 0.0},
+             {"alpha": 0.0, "beta": 0.0, "gamma": 1.0}]
+    m = {"alpha": 2e-6, "beta": 3e-10, "gamma": 7e-11}
+    default = _core._default_cost_model()
+    direct, slots = OTHER[collective]
+    for p in (2, 3, 4, 8, 64):
+        for n in (0, 8, 4 * K, M, 256 * M):
+            parts = [_core._collective_costs(u, collective, n, p) for u in units]
+            cm = _core._collective_costs(m, collective, n, p)
+            assert set(cm) == set(OTHER[collective])
+            for name in cm:
+                assert cm[name] == pytest.approx(sum(k * c[name] for k, c in zip((2e-6, 3e-10, 7e-11), parts)),
+                                                 rel=1e-9, abs=1e-15)
+            d = _core._collective_costs(default, collective, n, p)
+            if p >= 3 or n >= M:
+                assert d[direct] <= d[slots], (p, n, d)
+            else:
+                assert d[slots] < d[direct], (p, n, d)
+    with pytest.raises(_core.RdmacollError, match="unknown collective"):
+        _core.algorithms("gather")
+
+
 @needs_hooks
 def test_shipped_defaults_choose_like_the_measurements():
     """eager for small messages, direct (same host) for large ones, at 2 and 4 ranks

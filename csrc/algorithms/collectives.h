@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "comm/communicator.h"
+#include "tuning/cost_model.h"
 
 namespace rdmacoll {
 namespace algorithms {
@@ -43,7 +44,9 @@ size_t alltoallPairwise(Communicator& c, const Call& call, const uint64_t* split
 void barrierHeaders(Communicator& c, const Call& call);
 
 // The registry of these collectives' algorithms (UCC style: a name, a one-line
-// description, where it can run); RDMACOLL_ALGO rules name them, e.g. `allgather:direct`.
+// description, where it can run, what it costs); RDMACOLL_ALGO rules name them, e.g.
+// `allgather:direct`. Costs take n = the collective's bytes as selection sees them
+// (runtime/collectives.cc: the same on every rank) and p ranks.
 template <class Fn>
 struct CollectiveAlgorithm {
   uint8_t id;  // in the descriptor hash: ranks that chose differently get an error
@@ -51,6 +54,7 @@ struct CollectiveAlgorithm {
   const char* description;
   bool (*usable)(const Communicator&);
   Fn* run;
+  double (*cost)(const tuning::CostModel& m, size_t n, int p);
 };
 using AllgatherFn = size_t(Communicator&, const Call&, size_t rows, Output&);
 using BroadcastFn = void(Communicator&, const Call&, int root);

@@ -102,6 +102,10 @@ class Communicator {
   bool peersMappable() const { return peersMappable_; }
   bool oversubscribed() const { return oversubscribed_; }
   const char* transportName() const { return device_->name(); }
+  // The registry name of the algorithm the latest collective chose (static storage;
+  // "local" at one rank), for benchmarks and logs.
+  const char* lastAlgorithm() const { return lastAlgorithm_; }
+  void noteAlgorithm(const char* name) { lastAlgorithm_ = name; }
   uint64_t callsStarted() const { return seq_; }
   // Units this rank completed in earlier calls (its progress counter at the peers).
   uint64_t progressBase() const { return progressBase_; }
@@ -156,6 +160,7 @@ class Communicator {
 
   int rank_, size_, localSize_;
   Config config_;
+  const char* lastAlgorithm_ = "";
   bool oversubscribed_;
   std::shared_ptr<WaitHooks> hooks_;
   std::unique_ptr<transport::Device> device_;

@@ -166,7 +166,7 @@ class PyCommunicator {
     void* dst = io.out.mutable_data();
     const size_t count = static_cast<size_t>(io.in.size());
     runSync([&] {
-      lastAlgorithm_ = rdmacoll::allreduce(*comm_, src, dst, count, io.dtype, static_cast<ReduceOp>(op), nm.p,
+      rdmacoll::allreduce(*comm_, src, dst, count, io.dtype, static_cast<ReduceOp>(op), nm.p,
                                            static_cast<size_t>(nm.n));
     });
     return std::move(io.result);
@@ -200,7 +200,7 @@ class PyCommunicator {
     const DataType dt = io.dtype;
     std::string nm = nameOf(name);
     return {[this, src, dst, count, dt, op, nm] {
-              lastAlgorithm_ = rdmacoll::allreduce(*comm_, src, dst, count, dt, static_cast<ReduceOp>(op),
+              rdmacoll::allreduce(*comm_, src, dst, count, dt, static_cast<ReduceOp>(op),
                                                    nm.data(), nm.size());
             },
             [result = io.result] { return result; }, py::make_tuple(io.in, io.out)};
@@ -431,7 +431,7 @@ class PyCommunicator {
     return wrapBlock(dt, dims, n * dt.itemsize());
   }
 
-  std::string lastAlgorithm() const { return lastAlgorithm_ ? lastAlgorithm_ : ""; }
+  std::string lastAlgorithm() const { return comm_ ? comm_->lastAlgorithm() : ""; }
   size_t poolBytes() const { return comm_->pool()->bytesMapped(); }
   std::string transport() const { return comm_->transportName(); }
   int rank() const { return comm_->rank(); }
@@ -477,7 +477,6 @@ class PyCommunicator {
   std::shared_ptr<AsyncEngine> engine_ = std::make_shared<AsyncEngine>();
   std::shared_ptr<PyHooks> hooks_;
   std::unique_ptr<Communicator> comm_;
-  const char* lastAlgorithm_ = nullptr;  // a registry name (static storage)
 };
 
 }  // namespace
@@ -509,11 +508,20 @@ PYBIND11_MODULE(_core, m) {
   // Defaults of the settings bootstrap reads from RDMACOLL_* variables.
   m.attr("DEFAULT_CONFIG") = configToDict(Config{});
 
-  m.def("algorithms", [] {
+  m.def("algorithms", [](const std::string& collective) {
     std::vector<std::pair<std::string, std::string>> v;
-    for (const auto& a : algorithms::allreduceAlgorithms()) v.emplace_back(a.name, a.description);
+    auto list = [&](const auto& all) {
+      for (const auto& a : all) v.emplace_back(a.name, a.description);
+    };
+    if (collective == "allreduce") list(algorithms::allreduceAlgorithms());
+    else if (collective == "allgather") list(algorithms::allgatherAlgorithms());
+    else if (collective == "broadcast") list(algorithms::broadcastAlgorithms());
+    else if (collective == "reducescatter") list(algorithms::reducescatterAlgorithms());
+    else if (collective == "alltoall") list(algorithms::alltoallAlgorithms());
+    else throw Error("algorithms: unknown collective '" + collective +
+                     "' (allreduce, allgather, broadcast, reducescatter, alltoall)");
     return v;
-  }, "Registered allreduce algorithms: (name, description).");
+  }, py::arg("collective") = "allreduce", "Registered algorithms of a collective: (name, description).");
 
   py::class_<PyHandle>(m, "Handle", "An asynchronous collective in flight")
       .def("poll", &PyHandle::poll, "True once the operation has finished")

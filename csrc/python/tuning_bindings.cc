@@ -4,6 +4,7 @@
 
 #include <set>
 
+#include "algorithms/collectives.h"
 #include "algorithms/registry.h"
 #include "common/error.h"
 #include "python/bindings.h"
@@ -55,6 +56,22 @@ void bindTuning(py::module_& m) {
     for (const auto& a : algorithms::allreduceAlgorithms()) out[a.name] = a.cost(cm, bytes, p);
     return out;
   }, "Predicted seconds of every allreduce algorithm for (bytes, p) under the model.");
+  m.def("_collective_costs", [](const py::dict& model, const std::string& collective, size_t bytes, int p) {
+    const tuning::CostModel cm = modelFromDict(model);
+    py::dict out;
+    auto fill = [&](const auto& all) {
+      for (const auto& a : all) out[a.name] = a.cost(cm, bytes, p);
+    };
+    switch (collectiveFromName(collective)) {
+      case Collective::kAllreduce: fill(algorithms::allreduceAlgorithms()); break;
+      case Collective::kAllgather: fill(algorithms::allgatherAlgorithms()); break;
+      case Collective::kBroadcast: fill(algorithms::broadcastAlgorithms()); break;
+      case Collective::kReducescatter: fill(algorithms::reducescatterAlgorithms()); break;
+      case Collective::kAlltoall: fill(algorithms::alltoallAlgorithms()); break;
+      default: throw Error(collective + " has no algorithms to cost");
+    }
+    return out;
+  }, "Predicted seconds of every algorithm of a collective for (bytes, p) under the model.");
   m.def("_select_allreduce", [](const py::dict& model, size_t bytes, int p, const std::vector<std::string>& usable) {
     const std::set<std::string> ok(usable.begin(), usable.end());
     const auto* a = tuning::cheapestAllreduce(modelFromDict(model), bytes, p,

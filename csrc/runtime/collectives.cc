@@ -43,19 +43,27 @@ namespace {
 
 constexpr uint8_t kBarrierHeaders = 24;
 
-// A forced algorithm (RDMACOLL_ALGO rules) where it can run, else the first usable one
-// in registry order. Inputs are identical on every rank.
+// A forced algorithm (RDMACOLL_ALGO rules) where it can run, else the usable one the
+// transport's cost model predicts cheapest (registry order breaks ties). `bytes` must be
+// identical on every rank: allgather and alltoall, whose ranks contribute different
+// sizes that no rank knows before the call's headers, pass one row per rank.
 template <class Fn>
-const algorithms::CollectiveAlgorithm<Fn>& select(const Communicator& c, Collective coll, size_t bytes,
+const algorithms::CollectiveAlgorithm<Fn>& select(Communicator& c, Collective coll, size_t bytes,
                                                   const std::vector<algorithms::CollectiveAlgorithm<Fn>>& all) {
   if (const char* forced = tuning::forcedAlgorithm(c.config(), coll, bytes)) {
     for (const auto& a : all) {
-      if (std::string(forced) == a.name && a.usable(c)) return a;
+      if (std::string(forced) == a.name && a.usable(c)) return c.noteAlgorithm(a.name), a;
     }
   }
+  const tuning::CostModel& model = tuning::costModel(c.config(), c.transportName());
+  const algorithms::CollectiveAlgorithm<Fn>* best = nullptr;
+  double bestCost = 0;
   for (const auto& a : all) {
-    if (a.usable(c)) return a;
+    if (!a.usable(c)) continue;
+    const double cost = a.cost(model, bytes, c.size());
+    if (!best || cost < bestCost) best = &a, bestCost = cost;
   }
+  if (best) return c.noteAlgorithm(best->name), *best;
   throw Error(std::string(collectiveName(coll)) + ": no algorithm can run on transport " + c.transportName());
 }
 
@@ -124,11 +132,13 @@ const char* allreduce(Communicator& c, const void* in, void* out, size_t count, 
   }
   if (c.size() == 1) {
     c.nextSeq();
+    c.noteAlgorithm("local");
     const void* one[1] = {in};
     reduceN(dtype, op, out, one, 1, count, 1.0);
     return "local";
   }
   const algorithms::AllreduceAlgorithm& algo = tuning::selectAllreduce(c, bytes);
+  c.noteAlgorithm(algo.name);
   const Call call = makeCall(c, Collective::kAllreduce, in, out, count, dtype, op, -1, algo.id, name, nameLen);
   guarded(c, [&] { algo.run(c, call); });
   return algo.name;
@@ -143,10 +153,12 @@ size_t allgather(Communicator& c, const void* in, size_t rows, size_t rowElems, 
   const size_t bytes = rows * rowElems * dtypeSize(dtype);
   if (c.size() == 1) {
     c.nextSeq();
+    c.noteAlgorithm("local");
     std::memcpy(out.allocate(bytes), in, bytes);
     return rows;
   }
-  const auto& algo = select(c, Collective::kAllgather, bytes, algorithms::allgatherAlgorithms());
+  const auto& algo = select(c, Collective::kAllgather, rowElems * dtypeSize(dtype) * c.size(),
+                            algorithms::allgatherAlgorithms());
   Call call = makeCall(c, Collective::kAllgather, in, nullptr, rowElems, dtype, ReduceOp::kSum, -1, algo.id,
                        name, nameLen);
   return guarded(c, [&] { return algo.run(c, call, rows, out); });
@@ -162,6 +174,7 @@ void broadcast(Communicator& c, const void* in, void* out, size_t count, DataTyp
   const size_t bytes = count * dtypeSize(dtype);
   if (c.size() == 1) {
     c.nextSeq();
+    c.noteAlgorithm("local");
     if (in != out) std::memcpy(out, in, bytes);
     return;
   }
@@ -177,6 +190,7 @@ void reducescatter(Communicator& c, const void* in, void* out, size_t count, siz
   checkReduceOp(dtype, op);
   if (c.size() == 1) {
     c.nextSeq();
+    c.noteAlgorithm("local");
     const void* one[1] = {in};
     reduceN(dtype, op, out, one, 1, count, 1.0);
     return;
@@ -193,13 +207,12 @@ size_t alltoall(Communicator& c, const void* in, size_t rowElems, const uint64_t
   const size_t rowBytes = rowElems * dtypeSize(dtype);
   if (c.size() == 1) {
     c.nextSeq();
+    c.noteAlgorithm("local");
     received[0] = splits[0];
     std::memcpy(out.allocate(splits[0] * rowBytes), in, splits[0] * rowBytes);
     return splits[0];
   }
-  size_t sent = 0;
-  for (int q = 0; q < c.size(); ++q) sent += splits[q];
-  const auto& algo = select(c, Collective::kAlltoall, sent * rowBytes, algorithms::alltoallAlgorithms());
+  const auto& algo = select(c, Collective::kAlltoall, rowBytes * c.size(), algorithms::alltoallAlgorithms());
   Call call = makeCall(c, Collective::kAlltoall, in, nullptr, rowElems, dtype, ReduceOp::kSum, -1, algo.id, name,
                        nameLen);
   return guarded(c, [&] { return algo.run(c, call, splits, received, out); });

@@ -141,5 +141,31 @@ def mismatch() -> None:
         emit("mismatch", case=which, error=str(e), seconds=time.monotonic() - t0)
 
 
+def chosen() -> None:
+    """Which algorithm each collective ran (rc._comm.last_algorithm) on every rank, and
+    whether its result was right. allgather/alltoall get different row counts per rank:
+    selection must not depend on them, or ranks would disagree."""
+    rc = init()
+    r, p = rc.rank(), rc.size()
+    calls = {
+        "allgather": lambda: (rc.allgather(data(r, 3 + 40 * r, (4,), np.float32)),
+                              np.concatenate([data(q, 3 + 40 * q, (4,), np.float32) for q in range(p)])),
+        "broadcast": lambda: (rc.broadcast(data(r, 1000, (), np.float32), root_rank=p - 1),
+                              data(p - 1, 1000, (), np.float32)),
+        "reducescatter": lambda: (rc.reducescatter(data(r, 4 * p, (8,), np.float32), op=rc.Sum),
+                                  sum(data(q, 4 * p, (8,), np.float32) for q in range(p))[4 * r:4 * r + 4]),
+        "alltoall": lambda: (rc.alltoall(data(r, (5 + r) * p, (2,), np.float32)),
+                             np.concatenate([data(q, (5 + q) * p, (2,), np.float32)[(5 + q) * r:(5 + q) * (r + 1)]
+                                             for q in range(p)])),
+    }
+    for name, call in calls.items():
+        try:
+            got, want = call()
+            emit("chosen", collective=name, algo=rc._comm.last_algorithm, error=None,
+                 ok=bool(np.array_equal(np.asarray(got), want)))
+        except rc.RdmacollError as e:
+            emit("chosen", collective=name, algo=None, error=str(e), ok=False)
+
+
 if __name__ == "__main__":
-    main({"check": check, "mismatch": mismatch}[sys.argv[1]])
+    main({"check": check, "mismatch": mismatch, "chosen": chosen}[sys.argv[1]])
