@@ -1,0 +1,177 @@
+"""rdmacoll-bench's command line: nccl-tests' options plus rdmacoll's, checked up front so
+that a bad value costs one line on stderr, not a launch that fails halfway."""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import sys
+
+COLLECTIVES = ("allreduce", "allgather", "broadcast", "reducescatter", "alltoall")
+PEERS = ("mpi", "gloo", "horovod")
+DTYPES = ("float16", "bfloat16", "float32", "float64", "int32", "int64", "uint8")
+OPS = ("Sum", "Average", "Min", "Max", "Product")
+FLOATS = ("float16", "bfloat16", "float32", "float64")
+
+
+def launcher_rank() -> int:
+    """This process's rank as the MPI launcher announced it (0 when not launched by one)."""
+    for var in ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK"):
+        if var in os.environ:
+            try:
+                return int(os.environ[var])
+            except ValueError:
+                pass
+    return 0
+
+
+def parse_size(text: str) -> int:
+    t = text.strip().upper().removesuffix("B").removesuffix("I")
+    mult = 1
+    for suffix, m in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
+        if t.endswith(suffix):
+            t, mult = t[:-1], m
+            break
+    try:
+        value = int(float(t) * mult)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a size: {text!r} (examples: 8, 64K, 16M, 1G)") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"size must be >= 0: {text!r}")
+    return value
+
+
+def _int_at_least(low: int):
+    def parse(text: str) -> int:
+        try:
+            v = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+        if v < low:
+            raise argparse.ArgumentTypeError(f"must be >= {low}: {text!r}")
+        return v
+    parse.__name__ = f"integer >= {low}"
+    return parse
+
+
+positive_int = _int_at_least(1)
+
+
+def peer_list(text: str) -> list[str]:
+    names = []
+    for name in (t.strip().lower() for t in text.split(",")):
+        if name not in PEERS:
+            raise argparse.ArgumentTypeError(f"unknown peer {name!r} (choose from {','.join(PEERS)})")
+        if name not in names:
+            names.append(name)
+    return names
+
+
+def human(n: int) -> str:
+    for suffix, mult in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
+        if n >= mult and n % mult == 0:
+            return f"{n // mult}{suffix}"
+    return str(n)
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """Errors as one line on stderr (from rank 0 only under a launcher), exit status 2."""
+
+    def error(self, message):
+        if launcher_rank() == 0:
+            print(f"{self.prog}: error: {message}", file=sys.stderr)
+        sys.exit(2)
+
+
+def build_parser(description: str | None = None) -> argparse.ArgumentParser:
+    ap = OneLineParser(prog="rdmacoll-bench", description=description,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("collectives", nargs="*", metavar="COLLECTIVE", default=[],
+                    help=f"{' '.join(COLLECTIVES)} or all (default: allreduce)")
+    ap.add_argument("-b", "--minbytes", type=parse_size, default=parse_size("8"), help="smallest size (default 8)")
+    ap.add_argument("-e", "--maxbytes", type=parse_size, default=parse_size("64M"), help="largest size (default 64M)")
+    ap.add_argument("-f", "--stepfactor", type=_int_at_least(2), default=4, help="size multiplier (default 4)")
+    ap.add_argument("-n", "--iters", type=positive_int, default=20, help="timed iterations per size (default 20)")
+    ap.add_argument("-w", "--warmup", type=_int_at_least(0), default=5, help="warm-up iterations (default 5)")
+    ap.add_argument("-c", "--check", type=int, choices=(0, 1), default=1, help="verify results (default 1)")
+    ap.add_argument("-d", "--dtype", choices=DTYPES, default="float32")
+    ap.add_argument("-o", "--op", choices=OPS, default="Sum")
+    ap.add_argument("--algo", default=None,
+                    help="force an algorithm: a name (applied to every collective swept) or RDMACOLL_ALGO rules")
+    ap.add_argument("--transport", default=None, help="RDMACOLL_TRANSPORT for this run (default: shm)")
+    ap.add_argument("--inplace", type=int, choices=(0, 1), nargs="?", const=1, default=1,
+                    help="allreduce and broadcast write into their input (default 1)")
+    ap.add_argument("--memory", choices=("user", "empty"), default="user",
+                    help="user: plain NumPy arrays; empty: arrays from rc.empty (zero-copy)")
+    ap.add_argument("--compare", type=peer_list, default=[], metavar="PEERS",
+                    help="also time these, same sizes, same processes: mpi,gloo,horovod")
+    ap.add_argument("--json", metavar="FILE", default=None, help="write every row as JSON (rank 0)")
+    ap.add_argument("--plot", metavar="FILE.png", default=None, help="draw busbw and time against size (matplotlib)")
+    ap.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
+    ap.add_argument("--list", action="store_true", help="list the allreduce algorithms and exit")
+    ap.add_argument("--np", type=positive_int, default=None,
+                    help="launch this many local ranks through mpiexec")
+    ap.add_argument("--tune", action="store_true",
+                    help="measure the cost model constants and write the tuning file")
+    ap.add_argument("--tune-file", default=None,
+                    help="where --tune writes (default: $RDMACOLL_TUNING_FILE, else ~/.cache/rdmacoll/tuning.json)")
+    ap.add_argument("--tune-sizes", default="8,1K,4K,16K,32K,64K,256K,1M,4M",
+                    help="message sizes --tune times (comma-separated)")
+    return ap
+
+
+def _writable(path: str) -> bool:
+    return os.access(os.path.dirname(os.path.abspath(path)), os.W_OK)
+
+
+def parse(argv: list[str], description: str | None = None) -> argparse.Namespace:
+    """Parsed and checked arguments; a bad one exits with a one-line error."""
+    ap = build_parser(description)
+    args = ap.parse_args(argv)
+    wanted = args.collectives or ["allreduce"]
+    for name in wanted:
+        if name != "all" and name not in COLLECTIVES:
+            ap.error(f"unknown collective {name!r} (choose from {', '.join(COLLECTIVES)}, all)")
+    args.collectives = list(COLLECTIVES) if "all" in wanted else list(dict.fromkeys(wanted))
+    if args.maxbytes < args.minbytes:
+        ap.error(f"--maxbytes ({args.maxbytes}) must be >= --minbytes ({args.minbytes})")
+    if args.op == "Average" and args.dtype not in FLOATS:
+        ap.error(f"-o Average needs a floating dtype, not {args.dtype} (use -o Sum for integers)")
+    if args.dtype == "bfloat16" and importlib.util.find_spec("ml_dtypes") is None:
+        ap.error("-d bfloat16 needs ml_dtypes (pip install ml_dtypes)")
+    if args.json is not None and not _writable(args.json):
+        ap.error(f"--json {args.json}: cannot write into its directory")
+    if args.plot is not None:
+        if not args.plot.lower().endswith(".png"):
+            ap.error(f"--plot writes a PNG: name the file FILE.png, not {args.plot!r}")
+        if not _writable(args.plot):
+            ap.error(f"--plot {args.plot}: cannot write into its directory")
+        if importlib.util.find_spec("matplotlib") is None:
+            ap.error("--plot needs matplotlib (pip install matplotlib, or rdmacoll[plot])")
+    if args.algo is not None and not args.algo.strip():
+        ap.error("--algo needs an algorithm name or RDMACOLL_ALGO rules")
+    if args.transport is not None and not args.transport.strip():
+        ap.error("--transport needs a transport name (e.g. shm)")
+    return args
+
+
+def algo_rules(algo: str, collectives: list[str]) -> str:
+    """--algo as RDMACOLL_ALGO: rules pass through; a bare name applies to every
+    collective swept (collective:name;...)."""
+    text = algo.strip()
+    if ":" in text or ";" in text or "," in text:
+        return text
+    return ";".join(f"{c}:{text}" for c in collectives)
+
+
+def without_np(argv: list[str]) -> list[str]:
+    """argv less --np N / --np=N (what the ranks of a self-launch get)."""
+    rest, skip = [], False
+    for a in argv:
+        if skip:
+            skip = False
+        elif a == "--np":
+            skip = True
+        elif not a.startswith("--np="):
+            rest.append(a)
+    return rest

@@ -1,0 +1,166 @@
+"""The sweep: for every collective and size, every implementation in turn (rdmacoll, then
+the --compare peers) in the same processes on the same inputs, timed, checked, printed."""
+from __future__ import annotations
+
+import os
+import sys
+
+import numpy as np
+
+import rdmacoll as rc
+
+from . import collectives as C
+from .impl import Rdmacoll
+from .options import algo_rules, human, launcher_rank
+from .report import Progress, Table, make_row, write_json
+from .timing import measure, total
+
+
+def numpy_dtype(name: str) -> np.dtype:
+    if name == "bfloat16":
+        import ml_dtypes
+
+        return np.dtype(ml_dtypes.bfloat16)
+    return np.dtype(name)
+
+
+def _available_memory() -> int | None:
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def _too_big(args) -> str | None:
+    """Why the largest size cannot fit in this host's memory (rank 0 decides)."""
+    avail = _available_memory()
+    # per rank: send + receive buffers for every implementation, the input pattern and
+    # the reference (allgather's output is ranks x its input, at most maxbytes)
+    need = args.maxbytes * (4 + 2 * len(args.compare) + 2 * args.check) * rc.local_size()
+    if avail is not None and need > 0.9 * avail:
+        return (f"-e {human(args.maxbytes)}B does not fit in memory: about {need / 2**30:.1f} GiB for "
+                f"{rc.local_size()} ranks on this host, {avail / 2**30:.1f} GiB available (lower --maxbytes)")
+    return None
+
+
+def _peers(names: list[str], say) -> tuple[list, list[str]]:
+    """The comparison peers every rank can run, and a line for each one left out."""
+    if not names:
+        return [], []
+    from rdmacoll.frameworks import peers
+
+    made, notes = [], []
+    for name in names:
+        why = next((w for w in rc.allgather_object(peers.missing(name)) if w), None)
+        peer = None
+        if why is None:
+            try:
+                peer = peers.create(name)
+            except Exception as e:  # noqa: BLE001 - reported, then the peer is left out everywhere
+                why = f"could not start: {type(e).__name__}: {e}"
+            why = next((w for w in rc.allgather_object(why) if w), None)
+        if why is None:
+            made.append(peer)
+        else:
+            if peer is not None:
+                peer.close()
+            notes.append(f"# {name}: skipped: {why}")
+            say(f"rdmacoll-bench: --compare {name} skipped: {why}")
+    return made, notes
+
+
+def run(args) -> int:
+    if args.algo:
+        os.environ["RDMACOLL_ALGO"] = algo_rules(args.algo, args.collectives)
+    if args.transport:
+        os.environ["RDMACOLL_TRANSPORT"] = args.transport.strip()
+    try:
+        rc.init()
+    except rc.RdmacollError as e:
+        if launcher_rank() == 0:
+            print(f"rdmacoll-bench: {e}", file=sys.stderr)
+        return 2
+    rank, p = rc.rank(), rc.size()
+    lead = rank == 0
+
+    def say(text: str) -> None:
+        if lead:
+            print(text, file=sys.stderr, flush=True)
+
+    too_big = rc.broadcast_object(_too_big(args) if lead else None)
+    if too_big:
+        say(f"rdmacoll-bench: error: {too_big}")
+        return 2
+    impls = [Rdmacoll(args.memory)]
+    peers, notes = _peers(args.compare, say)
+    impls += peers
+    names = [i.name for i in impls]
+    dtype = numpy_dtype(args.dtype)
+    plan = [(coll, C.sizes(args.minbytes, args.maxbytes, args.stepfactor, coll, dtype.itemsize, p))
+            for coll in args.collectives]
+    progress = Progress([(coll, n) for coll, steps in plan for n, _, _ in steps], lead and not args.quiet)
+    rows, failed = [], 0
+    try:
+        for coll, steps in plan:
+            reducing = coll in C.REDUCING
+            op = args.op if reducing else "none"
+            runs, coll_notes = [], list(notes)
+            for impl in impls:
+                why = impl.supports(coll, dtype, args.op)
+                if why:
+                    coll_notes.append(f"# {impl.name}: {coll} skipped: {why}")
+                else:
+                    runs.append(impl)
+            table = Table(names[1:] if len(names) > 1 else [])
+            if lead:
+                inplace = "in place" if args.inplace else "out of place"
+                where = f", {inplace}" if coll in ("allreduce", "broadcast") else ""
+                print(f"# rdmacoll-bench {coll}: {p} ranks, dtype {args.dtype}"
+                      f"{', op ' + args.op if reducing else ''}{', root 0' if coll == 'broadcast' else ''}, "
+                      f"memory {args.memory}{where}, {args.iters} iters, {args.warmup} warm-up")
+                for line in coll_notes:
+                    print(line)
+                table.header()
+            mine = []
+            factor = C.bus_factor(coll, p)
+            for nbytes, count_all, count in steps:
+                progress.step()
+                send = C.send_buffer(coll, rank, count_all, count, dtype)
+                want = C.expected(coll, rank, p, count_all, count, dtype, args.op) if args.check else None
+                at_size = []
+                for impl in runs:
+                    prepared = impl.prepare(coll, send, args.op, bool(args.inplace))
+                    times = measure(prepared, args.iters, args.warmup, algo=lambda: impl.algo)
+                    wrong = total(C.count_wrong(prepared.result(), want)) if args.check else None
+                    del prepared
+                    at_size.append(make_row(impl.name, coll, nbytes, count, args.dtype, op, times.algo,
+                                            impl.transport, times, factor, wrong))
+                if at_size and at_size[0].impl == names[0]:
+                    failed += at_size[0].wrong or 0
+                mine += at_size
+                if lead:
+                    table.rows(at_size)
+            if lead:
+                table.summary(mine, [i.name for i in runs])
+                print(flush=True)
+            rows += mine
+    finally:
+        progress.finish()
+        for impl in reversed(impls):
+            impl.close()
+    if lead and args.json:
+        write_json(args.json, rows)
+        say(f"rdmacoll-bench: wrote {len(rows)} rows to {args.json}")
+    if lead and args.plot:
+        from .plot import plot
+
+        colls = ", ".join(args.collectives)
+        plot(args.plot, rows, f"rdmacoll-bench {colls}: {p} ranks, {args.dtype}"
+                              f"{', ' + args.op if any(c in C.REDUCING for c in args.collectives) else ''}")
+        say(f"rdmacoll-bench: wrote {args.plot}")
+    rc.shutdown()
+    return 1 if failed else 0

@@ -1,0 +1,165 @@
+"""rdmacoll-bench --tune: time every registered allreduce algorithm and fit the cost
+model's alpha-beta-gamma constants to the times; rank 0 writes the tuning file."""
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+import numpy as np
+
+import rdmacoll as rc
+
+from .options import human, parse_size
+from .timing import slowest
+
+
+def _time_allreduce(x: np.ndarray, target_s: float, rounds: int) -> tuple[float, str]:
+    """Seconds per call and the algorithm that ran: the fastest of `rounds` batches, each
+    timed as its slowest rank (the minimum: on a shared machine noise only ever adds time)."""
+    for _ in range(3):
+        rc.allreduce(x, op=rc.Sum, out=x)
+    rc.barrier()
+    t0 = time.perf_counter()
+    for _ in range(3):
+        rc.allreduce(x, op=rc.Sum, out=x)
+    probe = slowest((time.perf_counter() - t0) / 3)
+    iters = int(max(3, min(20000, target_s / max(probe, 1e-7))))
+    samples = []
+    for _ in range(rounds):
+        rc.barrier()
+        t0 = time.perf_counter()
+        for _ in range(iters):
+            rc.allreduce(x, op=rc.Sum, out=x)
+        elapsed = time.perf_counter() - t0
+        algo = rc._comm.last_algorithm
+        samples.append(slowest(elapsed / iters))
+    return min(samples), algo
+
+
+def _coefficients(nbytes: int, p: int) -> dict[str, np.ndarray]:
+    """Each algorithm's cost as (steps, bytes moved, bytes reduced): its cost function
+    evaluated at the unit models (costs are linear in the constants)."""
+    units = [dict(alpha=1.0, beta=0.0, gamma=0.0), dict(alpha=0.0, beta=1.0, gamma=0.0),
+             dict(alpha=0.0, beta=0.0, gamma=1.0)]
+    per_unit = [rc._core._allreduce_costs(u, nbytes, p) for u in units]
+    return {name: np.array([c[name] for c in per_unit]) for name in per_unit[0]}
+
+
+def _nnls_relative(rows) -> np.ndarray:
+    A = np.array([r[0] / r[1] for r in rows])
+    b = np.ones(len(rows))
+    free = [0, 1, 2]
+    x = np.zeros(3)
+    while free:
+        sol, *_ = np.linalg.lstsq(A[:, free], b, rcond=None)
+        if (sol > 0).all():
+            x[free] = sol
+            break
+        free = [f for f, v in zip(free, sol) if v > 0]
+    return x
+
+
+def fit_cost_model(rows: list[tuple[np.ndarray, float]]) -> tuple[np.ndarray, list[int]]:
+    """Non-negative least squares on relative error: minimise sum(((A.x - t) / t)^2) with
+    x = (alpha, beta, gamma) >= 0 (a constant the data cannot support is set to 0).
+    Times the model misses by more than 3x either way (noise from other processes, or an
+    algorithm far from its formula) are left out and the rest refitted. Returns x and the
+    indices of the rows left out."""
+    keep = list(range(len(rows)))
+    x = _nnls_relative(rows)
+    for _ in range(5):
+        ratio = [float(rows[i][0] @ x) / rows[i][1] for i in range(len(rows))]
+        new = [i for i in range(len(rows)) if 1 / 3 <= ratio[i] <= 3]
+        if new == keep or len(new) < 3:
+            break
+        keep = new
+        x = _nnls_relative([rows[i] for i in keep])
+    return x, [i for i in range(len(rows)) if i not in keep]
+
+
+def measure_gamma(count: int = 1 << 20) -> float:
+    """Seconds per byte of reduction input of the local kernel (float32 Sum, 2 inputs)."""
+    a = np.ones(count, np.float32)
+    b = np.ones(count, np.float32)
+    out = np.empty(count, np.float32)
+    best = float("inf")
+    for _ in range(15):
+        t0 = time.perf_counter()
+        rc._core._reduce_local(rc._core.DTYPES["float32"], rc.Sum, out, [a, b], 1.0)
+        best = min(best, time.perf_counter() - t0)
+    return best / (2 * a.nbytes)
+
+
+def tune(args) -> int:
+    from .. import _config
+
+    if not hasattr(rc._core, "_allreduce_costs"):
+        print("rdmacoll-bench --tune: this build lacks _core._allreduce_costs (tuning bindings)", file=sys.stderr)
+        return 2
+    rc.init()
+    rank, p = rc.rank(), rc.size()
+    rc.shutdown()
+    if p < 2:
+        if rank == 0:
+            print("rdmacoll-bench --tune needs at least 2 ranks (mpiexec -n 4 rdmacoll-bench --tune, or --np 4)",
+                  file=sys.stderr)
+        return 2
+    path = args.tune_file or os.environ.get(_config.TUNING_FILE_VAR) or _config.default_tuning_path()
+    sizes = [parse_size(s) for s in args.tune_sizes.split(",") if s.strip()]
+    names = [name for name, _ in rc.algorithms()]
+    gamma_kernel = measure_gamma()
+    times: dict[tuple[str, int], float] = {}
+    os.environ[_config.TUNING_FILE_VAR] = "none"  # the constants being measured must not steer anything
+    for name in names:
+        os.environ["RDMACOLL_ALGO"] = name
+        rc.init()
+        for nbytes in sizes:
+            x = np.ones(max(1, nbytes // 4), np.float32)
+            t, ran = _time_allreduce(x, target_s=0.05, rounds=3)
+            if ran == name:  # not usable at this size (eager): skipped
+                times[(name, x.nbytes)] = t
+        rc.shutdown()
+    del os.environ["RDMACOLL_ALGO"]
+    rows = []
+    for (name, nbytes), t in times.items():
+        rows.append((_coefficients(nbytes, p)[name], t))
+    x, left_out = fit_cost_model(rows)
+    alpha, beta, gamma = (float(v) for v in x)
+    model = dict(alpha=alpha, beta=beta, gamma=gamma)
+    keys = list(times)
+    if rank == 0:
+        print(f"# rdmacoll-bench --tune: {p} ranks, transport shm, float32 Sum on NumPy arrays")
+        default = rc._core._default_cost_model()
+        print(f"# {'size':>8} " + " ".join(f"{n[:12]:>12}" for n in names)
+              + f" {'fastest':>18} {'tuned picks':>18} {'shipped picks':>18}")
+        ok = ok_default = 0
+        used_sizes = sorted({n for _, n in times})
+        for nbytes in used_sizes:
+            measured = {n: times.get((n, nbytes)) for n in names}
+            usable = [n for n in names if measured[n] is not None]
+            pick = rc._core._select_allreduce(model, nbytes, p, usable)
+            shipped = rc._core._select_allreduce(default, nbytes, p, usable)
+            fastest = min(usable, key=lambda n: measured[n])
+            ok += measured[pick] <= 1.15 * measured[fastest]
+            ok_default += measured[shipped] <= 1.15 * measured[fastest]
+            cells = " ".join(f"{measured[n] * 1e6:12.2f}" if measured[n] is not None else f"{'-':>12}" for n in names)
+            print(f"  {human(nbytes):>8} {cells} {fastest:>18} {pick:>18}{'' if measured[pick] <= 1.15 * measured[fastest] else '*'}"
+                  f" {shipped:>18}{'' if measured[shipped] <= 1.15 * measured[fastest] else '*'}")
+        print(f"# times in us (fastest of 5 batches); a pick within 15% of the fastest: tuned {ok}, shipped "
+              f"{ok_default} of {len(used_sizes)} sizes (* marks the others)")
+        if left_out:
+            print("# left out of the fit (model off by more than 3x): "
+                  + ", ".join(f"{keys[i][0]}@{human(keys[i][1])}" for i in left_out))
+        print(f"# measured: alpha = {alpha:.3e} s/step, beta = {beta:.3e} s/B ({1 / beta / 1e9 if beta else float('inf'):.2f} GB/s), "
+              f"gamma = {gamma:.3e} s/B ({1 / gamma / 1e9 if gamma else float('inf'):.2f} GB/s)")
+        print(f"# shipped:  alpha = {default['alpha']:.3e}, beta = {default['beta']:.3e}, gamma = {default['gamma']:.3e}")
+        print(f"# local reduction kernel alone: gamma = {gamma_kernel:.3e} s/B ({1 / gamma_kernel / 1e9:.2f} GB/s)")
+        _config.write_tuning_file(path, {"shm": model}, measured={
+            "ranks": p, "sizes": used_sizes, "gamma_kernel": gamma_kernel,
+            "times": {f"{n}@{b}": t for (n, b), t in sorted(times.items())},
+            "date": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        })
+        print(f"# wrote {path} (read by init() on rank 0; {_config.TUNING_FILE_VAR} chooses another file, "
+              f"{_config.TUNING_FILE_VAR}=none ignores it)")
+    return 0
