@@ -13,8 +13,8 @@ SLOTS = SMALL | {"RDMACOLL_ALGO": "allgather:ring;broadcast:chain;reducescatter:
                  "RDMACOLL_SLOT_BYTES": 4096, "RDMACOLL_SLOTS": 2}
 
 
-@pytest.mark.parametrize("nranks,env", [pytest.param(n, SMALL, id=str(n)) for n in (1, 2, 3, 4, 5)] +
-                         [pytest.param(n, SLOTS, id=f"{n}-slots") for n in (2, 3, 5)])
+@pytest.mark.parametrize("nranks,env", [pytest.param(n, SMALL, id=str(n)) for n in (1, 2, 3, 4, 5, 8)] +
+                         [pytest.param(n, SLOTS, id=f"{n}-slots") for n in (2, 3, 4, 5, 8)])
 def test_collectives_match_numpy(nranks, env):
     res = run_mpi(nranks, "collectives.py", ["check"], env=env, timeout=300)
     done = rank_records(res, nranks, "done")
