@@ -1,0 +1,104 @@
+"""Bring every rank to rank root's model and optimizer: broadcast_parameters,
+broadcast_optimizer_state, and the object helpers Horovod's torch module exports."""
+from __future__ import annotations
+
+import collections.abc
+
+import torch
+
+import rdmacoll as rc
+from rdmacoll import RdmacollError
+
+from .ops import broadcast_async_
+
+
+def broadcast_object(obj, root_rank=0, name=None, process_set=None):
+    """root_rank's picklable obj on every rank."""
+    return rc.broadcast_object(obj, root_rank, name)
+
+
+def allgather_object(obj, name=None, process_set=None):
+    """Every rank's picklable obj, as a list in rank order."""
+    return rc.allgather_object(obj, name)
+
+
+def _named_tensors(params):
+    if isinstance(params, collections.abc.Mapping):
+        items = list(params.items())
+    elif isinstance(params, collections.abc.Iterable):
+        items = []
+        for i, p in enumerate(params):
+            items.append(p if isinstance(p, tuple) and len(p) == 2 else (f"param.{i}", p))
+    else:
+        raise RdmacollError(f"broadcast_parameters: expected a state_dict or named_parameters(), "
+                            f"got {type(params).__name__}")
+    for n, t in items:
+        if not isinstance(t, torch.Tensor):
+            raise RdmacollError(f"broadcast_parameters: {n!r} is a {type(t).__name__}, not a tensor")
+    return items
+
+
+def broadcast_parameters(params, root_rank=0, process_set=None):
+    """Overwrite every rank's parameters (a state_dict or model.named_parameters()) with
+    root_rank's, in place. Every rank must pass the same names, shapes and dtypes (a
+    difference raises RdmacollError naming it)."""
+    handles = [broadcast_async_(t, root_rank, name=f"broadcast.{n}")
+               for n, t in _named_tensors(params)]
+    for h in handles:
+        h.wait()
+
+
+class _TensorSlot:
+    """A tensor's place in an optimizer state skeleton (what travels by pickle)."""
+
+    __slots__ = ("shape", "dtype")
+
+    def __init__(self, t):
+        self.shape, self.dtype = tuple(t.shape), t.dtype
+
+
+def _skeleton(obj, tensors):
+    """obj with every tensor replaced by a _TensorSlot; tensors collects them in order."""
+    if isinstance(obj, torch.Tensor):
+        tensors.append(obj)
+        return _TensorSlot(obj)
+    if isinstance(obj, dict):
+        return {k: _skeleton(v, tensors) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_skeleton(v, tensors) for v in obj)
+    return obj
+
+
+def _fill(obj, tensors):
+    """The inverse of _skeleton on a receiving rank: fresh tensors where slots were."""
+    if isinstance(obj, _TensorSlot):
+        t = torch.empty(obj.shape, dtype=obj.dtype)
+        tensors.append(t)
+        return t
+    if isinstance(obj, dict):
+        return {k: _fill(v, tensors) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_fill(v, tensors) for v in obj)
+    return obj
+
+
+def broadcast_optimizer_state(optimizer, root_rank=0, process_set=None):
+    """Give every rank root_rank's optimizer state (momentum buffers, Adam moments, step
+    counts) and hyperparameters (learning rate...), e.g. after restoring a checkpoint on
+    rank 0 or to repair a rank that diverged. The structure travels pickled once; every
+    tensor travels by broadcast into a tensor of its own."""
+    if isinstance(optimizer, torch.optim.LBFGS):
+        raise RdmacollError("broadcast_optimizer_state: LBFGS is not supported")
+    tensors = []
+    if rc.rank() == root_rank:
+        skeleton = _skeleton(optimizer.state_dict(), tensors)
+        rc.broadcast_object(skeleton, root_rank, name="broadcast_optimizer_state")
+    else:
+        skeleton = rc.broadcast_object(None, root_rank, name="broadcast_optimizer_state")
+        state = _fill(skeleton, tensors)
+    handles = [broadcast_async_(t.contiguous() if not t.is_contiguous() else t, root_rank,
+                                name=f"optimizer_state.{i}") for i, t in enumerate(tensors)]
+    for h in handles:
+        h.wait()
+    if rc.rank() != root_rank:
+        optimizer.load_state_dict(state)

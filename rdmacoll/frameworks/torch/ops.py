@@ -1,0 +1,333 @@
+"""Horovod's torch collectives over rdmacoll's core: tensors go in as views, never copied
+(a non-contiguous tensor is made contiguous first; compression and scaling make copies).
+
+Handles are objects (Horovod's are ints): pass them to poll() / synchronize().
+"""
+from __future__ import annotations
+
+import time
+
+import torch
+
+import rdmacoll as rc
+from rdmacoll import RdmacollError
+
+from ._tensors import as_numpy, as_torch, check_tensor, contiguous, flat
+from .compression import Compression
+
+Average, Sum, Min, Max, Product = rc.Average, rc.Sum, rc.Min, rc.Max, rc.Product
+_OPS = {Average, Sum, Min, Max, Product}
+
+
+class _Unsupported:
+    def __init__(self, name):
+        self.name = name
+
+    def __repr__(self):
+        return self.name
+
+
+Adasum = _Unsupported("Adasum")   # Horovod's op exists by name; passing it raises RdmacollError
+
+
+class ProcessSet:
+    """Only the global process set exists (every rank)."""
+
+    def __repr__(self):
+        return "global_process_set"
+
+
+global_process_set = ProcessSet()
+
+
+def _check_process_set(process_set):
+    if process_set is not None and process_set is not global_process_set:
+        raise RdmacollError("process sets other than global_process_set are not supported")
+
+
+def resolve_op(average=None, op=None):
+    """Horovod's rules: op wins; average=True/False means Average/Sum; default Average."""
+    if op is not None and average is not None:
+        raise RdmacollError("pass either op or the deprecated average, not both")
+    if op is None:
+        op = Sum if average is False else Average
+    if op not in _OPS:
+        raise RdmacollError(f"unsupported reduction op {op!r} (Adasum is not supported); "
+                            "use Average, Sum, Min, Max or Product")
+    return op
+
+
+class Handle:
+    """An operation in flight: a core handle (or None when already done) + a finisher."""
+
+    __slots__ = ("_core", "_finish", "_result", "_done")
+
+    def __init__(self, core, finish):
+        self._core, self._finish, self._done, self._result = core, finish, False, None
+
+    def poll(self) -> bool:
+        return self._done or self._core is None or self._core.poll()
+
+    def wait(self):
+        if not self._done:
+            value = self._core.wait() if self._core is not None else None
+            self._result, self._done = self._finish(value), True
+            self._core = self._finish = None
+        return self._result
+
+
+def poll(handle) -> bool:
+    """True once the operation behind handle has finished (never blocks)."""
+    return handle.poll()
+
+
+def synchronize(handle):
+    """Wait for an asynchronous operation and return its result."""
+    return handle.wait()
+
+
+def _scale(t, factor):
+    if factor == 1.0:
+        return t
+    if t.dtype.is_floating_point:
+        return t.mul_(factor)
+    return t.copy_(torch.floor(t * factor).to(t.dtype)) if factor < 1 else t.mul_(int(factor))
+
+
+def _private(x, source):
+    """x, or a copy of it when it shares memory with the caller's tensor source."""
+    if x.untyped_storage().data_ptr() == source.untyped_storage().data_ptr():
+        return x.clone()
+    return x
+
+
+def _in_place(tensor):
+    """(work, copy_back): the memory to reduce into (tensor's own when contiguous, else a
+    contiguous copy) and the function that finishes: copy_back(work) -> tensor."""
+    if tensor.is_contiguous():
+        return tensor.detach(), lambda work: tensor
+
+    def copy_back(work):
+        tensor.detach().copy_(work)
+        return tensor
+
+    return tensor.detach().contiguous(), copy_back
+
+
+# --------------------------------------------------------------------------- allreduce
+
+
+def _sparse_allreduce(tensor, op, name):
+    """Sparse tensors: allgather indices and values, let coalesce() sum duplicates."""
+    if op not in (Sum, Average):
+        raise RdmacollError("sparse tensors support only Sum and Average")
+    t = tensor.coalesce()
+    idx = allgather(t.indices().t().contiguous(), name=None if name is None else name + ".idx")
+    val = allgather(t.values().contiguous(), name=None if name is None else name + ".val")
+    out = torch.sparse_coo_tensor(idx.t(), val, t.shape).coalesce()
+    return out / rc.size() if op == Average else out
+
+
+def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0,
+                    postscale_factor=1.0, process_set=None, compression=Compression.none):
+    """Start reducing tensor across ranks; synchronize(handle) returns a new tensor."""
+    _check_process_set(process_set)
+    op = resolve_op(average, op)
+    if isinstance(tensor, torch.Tensor) and tensor.layout == torch.sparse_coo:
+        check_tensor(tensor._values(), "allreduce input")
+        result = _sparse_allreduce(tensor, op, name)
+        return Handle(None, lambda _: result)
+    check_tensor(tensor, "allreduce input")
+    x, ctx = compression.compress(tensor.detach())
+    x = contiguous(x)
+    if prescale_factor != 1.0:
+        x = _scale(_private(x, tensor), prescale_factor)
+    out = torch.empty_like(x, memory_format=torch.contiguous_format)
+    h = rc.allreduce_async(flat(x), op=op, name=name, out=flat(out))
+
+    def finish(_):
+        return _scale(compression.decompress(out, ctx), postscale_factor)
+
+    return Handle(h, finish)
+
+
+def allreduce(tensor, average=None, name=None, compression=Compression.none, op=None,
+              prescale_factor=1.0, postscale_factor=1.0, process_set=None):
+    """tensor reduced across ranks (Average by default), as a new tensor."""
+    return allreduce_async(tensor, average, name, op, prescale_factor, postscale_factor,
+                           process_set, compression).wait()
+
+
+def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
+                     postscale_factor=1.0, process_set=None):
+    """Start reducing tensor in place; synchronize(handle) returns tensor."""
+    _check_process_set(process_set)
+    op = resolve_op(average, op)
+    check_tensor(tensor, "allreduce_ input")
+    work, copy_back = _in_place(tensor)
+    _scale(work, prescale_factor)
+    a = flat(work)
+    h = rc.allreduce_async(a, op=op, name=name, out=a)
+    return Handle(h, lambda _: copy_back(_scale(work, postscale_factor)))
+
+
+def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
+               postscale_factor=1.0, process_set=None):
+    """Reduce tensor in place; returns tensor."""
+    return allreduce_async_(tensor, average, name, op, prescale_factor, postscale_factor,
+                            process_set).wait()
+
+
+def _grouped(tensors, op, name, prescale_factor, postscale_factor, compression, inplace):
+    for i, t in enumerate(tensors):
+        check_tensor(t, f"grouped_allreduce input {i}")
+    packed = []
+    for t in tensors:
+        x, ctx = compression.compress(t.detach())
+        x = contiguous(x)
+        if prescale_factor != 1.0:
+            x = _scale(_private(x, t), prescale_factor)
+        packed.append((x, ctx))
+    h = rc.grouped_allreduce_async([as_numpy(x) for x, _ in packed], op=op, name=name)
+
+    def finish(results):
+        out = []
+        for t, (x, ctx), r in zip(tensors, packed, results):
+            r = _scale(compression.decompress(as_torch(r).view(x.shape), ctx), postscale_factor)
+            if inplace:
+                t.detach().copy_(r)
+                r = t
+            out.append(r)
+        return out
+
+    return Handle(h, finish)
+
+
+def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0,
+                            postscale_factor=1.0, process_set=None, compression=Compression.none):
+    """Reduce a list of tensors as one fused operation per dtype; returns a handle whose
+    result is a list of new tensors."""
+    _check_process_set(process_set)
+    return _grouped(list(tensors), resolve_op(average, op), name, prescale_factor,
+                    postscale_factor, compression, inplace=False)
+
+
+def grouped_allreduce(tensors, average=None, name=None, compression=Compression.none, op=None,
+                      prescale_factor=1.0, postscale_factor=1.0, process_set=None):
+    return grouped_allreduce_async(tensors, average, name, op, prescale_factor, postscale_factor,
+                                   process_set, compression).wait()
+
+
+def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
+                             postscale_factor=1.0, process_set=None):
+    """In-place form of grouped_allreduce_async; the result is the list of inputs."""
+    _check_process_set(process_set)
+    return _grouped(list(tensors), resolve_op(average, op), name, prescale_factor,
+                    postscale_factor, Compression.none, inplace=True)
+
+
+def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
+                       postscale_factor=1.0, process_set=None):
+    return grouped_allreduce_async_(tensors, average, name, op, prescale_factor,
+                                    postscale_factor, process_set).wait()
+
+
+# --------------------------------------------------------------------------- the others
+
+
+def allgather_async(tensor, name=None, process_set=None):
+    _check_process_set(process_set)
+    check_tensor(tensor, "allgather input")
+    x = contiguous(tensor.detach())
+    return Handle(rc.allgather_async(as_numpy(x), name=name), as_torch)
+
+
+def allgather(tensor, name=None, process_set=None):
+    """Every rank's tensor concatenated along the first dimension (sizes may differ)."""
+    return allgather_async(tensor, name, process_set).wait()
+
+
+def broadcast_async_(tensor, root_rank, name=None, process_set=None):
+    _check_process_set(process_set)
+    check_tensor(tensor, "broadcast_ input")
+    work, copy_back = _in_place(tensor)
+    a = flat(work)
+    return Handle(rc.broadcast_async(a, root_rank, name=name, out=a), lambda _: copy_back(work))
+
+
+def broadcast_(tensor, root_rank, name=None, process_set=None):
+    """Overwrite tensor with root_rank's, in place; returns tensor."""
+    return broadcast_async_(tensor, root_rank, name, process_set).wait()
+
+
+def broadcast_async(tensor, root_rank, name=None, process_set=None):
+    check_tensor(tensor, "broadcast input")
+    return broadcast_async_(tensor.detach().clone(memory_format=torch.contiguous_format),
+                            root_rank, name, process_set)
+
+
+def broadcast(tensor, root_rank, name=None, process_set=None):
+    """root_rank's tensor, as a new tensor on every rank."""
+    return broadcast_async(tensor, root_rank, name, process_set).wait()
+
+
+def _splits_list(splits):
+    if splits is None:
+        return None
+    if isinstance(splits, torch.Tensor):
+        return [int(s) for s in splits.tolist()]
+    return [int(s) for s in splits]
+
+
+def alltoall_async(tensor, splits=None, name=None, process_set=None):
+    _check_process_set(process_set)
+    check_tensor(tensor, "alltoall input")
+    x = contiguous(tensor.detach())
+    h = rc.alltoall_async(as_numpy(x), _splits_list(splits), name=name, return_received_splits=True)
+
+    def finish(result):
+        data, received = result
+        out = as_torch(data)
+        return out if splits is None else (out, torch.as_tensor(received, dtype=torch.int32))
+
+    return Handle(h, finish)
+
+
+def alltoall(tensor, splits=None, name=None, process_set=None):
+    """splits[j] rows of tensor to rank j; returns the rows every rank sent here (and, when
+    splits is given, a tensor of how many came from each rank), as Horovod does."""
+    return alltoall_async(tensor, splits, name, process_set).wait()
+
+
+def reducescatter_async(tensor, name=None, op=Average, process_set=None, prescale_factor=1.0,
+                        postscale_factor=1.0):
+    _check_process_set(process_set)
+    op = resolve_op(None, op)
+    check_tensor(tensor, "reducescatter input")
+    x = contiguous(tensor.detach())
+    if prescale_factor != 1.0:
+        x = _scale(_private(x, tensor), prescale_factor)
+    h = rc.reducescatter_async(as_numpy(x), op=op, name=name)
+    return Handle(h, lambda r: _scale(as_torch(r), postscale_factor))
+
+
+def reducescatter(tensor, name=None, op=Average, process_set=None, prescale_factor=1.0,
+                  postscale_factor=1.0):
+    """The reduction of tensor across ranks, split along the first dimension (the first
+    rows % size ranks get one row more)."""
+    return reducescatter_async(tensor, name, op, process_set, prescale_factor,
+                               postscale_factor).wait()
+
+
+def barrier(process_set=None):
+    _check_process_set(process_set)
+    rc.barrier()
+
+
+def join(device=-1):
+    """Wait until every rank has called join(); returns the rank that arrived last.
+
+    Unlike Horovod, ranks that joined early do not stand in for the others' collectives:
+    every rank must have made the same collective calls before it joins."""
+    arrived = rc.allgather_object((time.time(), rc.rank()))
+    return max(arrived)[1]

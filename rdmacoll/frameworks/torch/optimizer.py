@@ -1,0 +1,328 @@
+"""DistributedOptimizer: gradients reduced in buckets of library memory while backward
+still runs.
+
+- Gradients are views into buckets (buckets.py); a gradient hook
+  (Tensor.register_post_accumulate_grad_hook) marks each one ready. When zero_grad()
+  set it to None (PyTorch 2.x's default), autograd hands a fresh tensor: the hook copies
+  it into its bucket while it is hot in cache and points .grad back at the view
+  (counted in `stats["copies"]`).
+- Buckets are launched strictly in bucket order once all their gradients are ready, the
+  same order on every rank, so no negotiation is needed; step() waits for them.
+- Gradients that did not arrive (unused parameters, fewer backward passes than
+  backward_passes_per_step) are reduced at step() like Horovod does (zeros when absent).
+- A rank that calls step() without backward, or a hook that fires more often than
+  backward_passes_per_step allows (reentrant checkpointing), raises RdmacollError; the
+  first case is made visible to the other ranks through a collective whose name says it.
+"""
+from __future__ import annotations
+
+import contextlib
+import time
+
+import torch
+
+import rdmacoll as rc
+from rdmacoll import RdmacollError
+
+from .._common import first_difference, fusion_threshold, signature_digest
+from ._tensors import contiguous, flat
+from .buckets import Layout
+from .compression import Compression
+
+# Collective names reach error messages cut to 15 characters: keep them short.
+NO_BACKWARD = "no backward()"
+
+
+class _DistributedOptimizer:
+    """Mixed in before the user's optimizer class (isinstance checks keep working)."""
+
+    # ------------------------------------------------------------------ set-up
+    def _rc_setup(self, named_parameters, compression, backward_passes_per_step, op,
+                  gradient_predivide_factor):
+        if backward_passes_per_step < 1:
+            raise RdmacollError("backward_passes_per_step must be at least 1")
+        if op not in (rc.Average, rc.Sum):
+            raise RdmacollError("DistributedOptimizer supports op=Average or op=Sum")
+        if gradient_predivide_factor != 1.0 and op != rc.Average:
+            raise RdmacollError("gradient_predivide_factor needs op=Average")
+        self._rc_compression = compression
+        self._rc_passes = backward_passes_per_step
+        self._rc_op = op
+        self._rc_predivide = float(gradient_predivide_factor)
+        # rank 0's setting: ranks with different bucket plans could not reduce together
+        self._rc_threshold = rc.broadcast_object(fusion_threshold(), 0,
+                                                 name="DistributedOptimizer.fusion_threshold")
+        seen, params = set(), []
+        for group in self.param_groups:
+            for p in group["params"]:
+                if id(p) not in seen:
+                    seen.add(id(p))
+                    params.append(p)
+        self._rc_params = params
+        self._rc_names = self._rc_name_params(named_parameters, params)
+        self._rc_hooks = [p.register_post_accumulate_grad_hook(self._rc_hook) for p in params]
+        self.stats = {"copies": 0, "steps": 0, "launched_in_backward": 0, "launched_in_step": 0,
+                      "wait_s": 0.0, "rebuilds": 0}
+        self._rc_build(check_ranks=True)
+
+    @staticmethod
+    def _rc_name_params(named_parameters, params):
+        if named_parameters is None:
+            return {id(p): f"allreduce.noname.{i}" for i, p in enumerate(params)}
+        names = {}
+        for item in named_parameters:
+            if not (isinstance(item, tuple) and len(item) == 2):
+                raise RdmacollError("named_parameters must be a sequence of (name, parameter) "
+                                    "tuples, e.g. model.named_parameters()")
+            n, p = item
+            if n in names.values() and names.get(id(p)) != n:
+                raise RdmacollError(f"named_parameters: the name {n!r} is used twice")
+            names.setdefault(id(p), n)
+        missing = [i for i, p in enumerate(params) if id(p) not in names]
+        if missing:
+            raise RdmacollError(f"named_parameters was given, but {len(missing)} of the optimizer's "
+                                f"parameters are not named (positions {missing[:5]} in param_groups)")
+        return {id(p): names[id(p)] for p in params}
+
+    def _rc_signature(self):
+        return [(self._rc_names[id(p)], tuple(p.shape), str(p.dtype).replace("torch.", ""),
+                 bool(p.requires_grad)) for p in self._rc_params]
+
+    def _rc_layout_key(self):
+        return [(p.dtype, p.shape, p.stride(), p.requires_grad) for p in self._rc_params]
+
+    def _rc_check_ranks(self, rows):
+        digests = rc.allgather_object(signature_digest(rows), name="DistributedOptimizer.check")
+        if len(set(digests)) == 1:
+            return
+        lists = rc.allgather_object(rows, name="DistributedOptimizer.params")
+        diff = first_difference(lists)
+        i, per_rank = diff
+        desc = "; ".join(f"rank {r}: {v if v is not None else 'no such parameter'}"
+                         for r, v in per_rank.items())
+        raise RdmacollError(f"DistributedOptimizer: the model differs between ranks; first "
+                            f"difference at parameter #{i} (name, shape, dtype, requires_grad): {desc}")
+
+    def _rc_build(self, check_ranks):
+        """(Re)build the buckets from the parameters as they are now; gradients move in."""
+        if check_ranks:
+            self._rc_check_ranks(self._rc_signature())
+        self._rc_key = self._rc_layout_key()
+        self._rc_layout = Layout(self._rc_params, self._rc_threshold)
+        for bucket in self._rc_layout.buckets:
+            for p, view in zip(bucket.params, bucket.views):
+                g = p.grad
+                if g is not None and g.shape == view.shape:
+                    view.copy_(g.to_dense() if g.is_sparse else g)
+                p.grad = view
+        self._rc_reset()
+
+    def _rc_reset(self):
+        self._rc_counts = {}
+        for bucket in self._rc_layout.buckets:
+            bucket.ready, bucket.handle = 0, None
+        self._rc_next = 0
+        self._rc_pass = 0
+        self._rc_cb_queued = False
+        self._rc_started = False
+        self._rc_synchronized = False
+
+    def _rc_begin_step(self):
+        if self._rc_layout_key() != self._rc_key:   # model.half(), requires_grad changed
+            self.stats["rebuilds"] += 1
+            self._rc_build(check_ranks=True)
+        self._rc_started = True
+
+    # ------------------------------------------------------------------ backward
+    def _rc_hook(self, p):
+        if self._rc_synchronized:       # synchronize() without step(): a new step begins
+            self._rc_reset()
+        if not self._rc_started:
+            self._rc_begin_step()
+        if not self._rc_cb_queued:      # once per backward pass: know when it ends
+            torch.autograd.Variable._execution_engine.queue_callback(self._rc_end_of_backward)
+            self._rc_cb_queued = True
+        where = self._rc_layout.where.get(id(p))
+        if where is None:
+            return                      # not reduced (requires_grad was off at build time)
+        bucket, j = where
+        count = self._rc_counts.get(id(p), 0) + 1
+        if count > self._rc_passes:
+            raise RdmacollError(
+                f"DistributedOptimizer: the gradient of {self._rc_names[id(p)]!r} arrived "
+                f"{count} times before step(), but backward_passes_per_step={self._rc_passes}. "
+                "Either more backward passes ran than backward_passes_per_step (raise it), or "
+                "its gradient hook fired twice in one pass (reentrant activation checkpointing: "
+                "use torch.utils.checkpoint with use_reentrant=False)")
+        if bucket.index < self._rc_next:
+            raise RdmacollError(
+                f"DistributedOptimizer: the gradient of {self._rc_names[id(p)]!r} arrived after "
+                "its bucket was already being reduced (after the last of backward_passes_per_step "
+                "backward passes ended); with reentrant activation checkpointing use "
+                "torch.utils.checkpoint(..., use_reentrant=False)")
+        self._rc_counts[id(p)] = count
+        view = bucket.views[j]
+        g = p.grad
+        if g is not view:
+            view.copy_(g.to_dense() if g.is_sparse else g)
+            p.grad = view
+            self.stats["copies"] += 1
+        if count == self._rc_passes:
+            bucket.ready += 1
+            if bucket.ready == len(bucket.params) and bucket.index == self._rc_next:
+                self._rc_launch_ready(in_backward=True)
+
+    def _rc_launch_ready(self, in_backward):
+        buckets = self._rc_layout.buckets
+        while self._rc_next < len(buckets) and buckets[self._rc_next].ready == len(buckets[self._rc_next].params):
+            self._rc_launch(buckets[self._rc_next])
+            self.stats["launched_in_backward" if in_backward else "launched_in_step"] += 1
+            self._rc_next += 1
+
+    def _rc_end_of_backward(self):
+        """Autograd calls this when a backward pass ends; after the last pass of a step,
+        gradients that did not arrive (unused parameters) will not: launch everything."""
+        self._rc_cb_queued = False
+        self._rc_pass += 1
+        if self._rc_pass == self._rc_passes:
+            self._rc_launch_all(in_backward=True)
+
+    def _rc_launch_all(self, in_backward):
+        """Launch every bucket not launched yet, in order; gradients that did not arrive
+        this step count as zero (as in Horovod), gradients set by hand are copied in."""
+        for bucket in self._rc_layout.buckets[self._rc_next:]:
+            for p, view in zip(bucket.params, bucket.views):
+                if self._rc_counts.get(id(p), 0) == 0:
+                    g = p.grad
+                    if g is None:
+                        view.zero_()
+                    elif g is not view:
+                        view.copy_(g.to_dense() if g.is_sparse else g)
+                    p.grad = view
+            bucket.ready = len(bucket.params)
+        self._rc_launch_ready(in_backward)
+
+    def _rc_launch(self, bucket):
+        t = bucket.flat
+        op, post = self._rc_op, 1.0
+        if self._rc_predivide != 1.0:
+            t.mul_(1.0 / self._rc_predivide)
+            op, post = rc.Sum, self._rc_predivide / rc.size()
+        name = f"grad.bucket.{bucket.index}"
+        if self._rc_compression is Compression.none:
+            h = rc.allreduce_async(flat(t), op=op, name=name, out=flat(t))
+            bucket.handle = (h, None, None, post)
+        else:   # the packing path: the compressed copy is reduced, then unpacked
+            c, ctx = self._rc_compression.compress(t)
+            c = contiguous(c)
+            h = rc.allreduce_async(flat(c), op=op, name=name, out=flat(c))
+            bucket.handle = (h, c, ctx, post)
+
+    def _rc_finish(self, bucket):
+        h, c, ctx, post = bucket.handle
+        bucket.handle = None
+        try:
+            h.wait()
+        except RdmacollError as e:
+            hint = (" (another rank called step() without running backward() first)"
+                    if NO_BACKWARD in str(e) else "")
+            raise RdmacollError(f"DistributedOptimizer: reducing gradient bucket {bucket.index} "
+                                f"failed{hint}: {e}") from e
+        if c is not None:
+            bucket.flat.copy_(self._rc_compression.decompress(c, ctx))
+        if post != 1.0:
+            bucket.flat.mul_(post)
+
+    # ------------------------------------------------------------------ step
+    def _rc_no_backward(self):
+        """Tell the other ranks (their bucket reduction meets a differently named one and
+        fails naming it), then raise here."""
+        first = self._rc_layout.buckets[0]
+        with contextlib.suppress(RdmacollError):
+            rc.allreduce(flat(first.flat), op=self._rc_op, name=NO_BACKWARD, out=flat(first.flat))
+        raise RdmacollError("DistributedOptimizer: step() (or synchronize()) was called on this "
+                            "rank without a backward pass since the last step; every rank must "
+                            "run loss.backward() before step() (gradients set by hand, without "
+                            "backward, are not supported)")
+
+    def synchronize(self):
+        """Wait until every gradient is reduced (for clipping or unscaling before step();
+        then call step() inside `with optimizer.skip_synchronize():`)."""
+        if self._rc_synchronized:
+            return
+        if not self._rc_layout.buckets:
+            self._rc_synchronized = True
+            return
+        if not self._rc_started:
+            self._rc_no_backward()
+        self._rc_launch_all(in_backward=False)
+        t0 = time.perf_counter()
+        for bucket in self._rc_layout.buckets:
+            self._rc_finish(bucket)
+        self.stats["wait_s"] += time.perf_counter() - t0
+        self._rc_reset()
+        self._rc_synchronized = True
+
+    @contextlib.contextmanager
+    def skip_synchronize(self):
+        """step() inside this block does not synchronize (call synchronize() before)."""
+        self._rc_skip = True
+        try:
+            yield
+        finally:
+            self._rc_skip = False
+
+    def step(self, closure=None):
+        if not getattr(self, "_rc_skip", False):
+            self.synchronize()
+        self.stats["steps"] += 1
+        self._rc_synchronized = False
+        return super().step(closure)
+
+    def zero_grad(self, set_to_none: bool = True):
+        """set_to_none=False zeroes whole buckets (one memset each); True drops the views
+        as PyTorch does (the next backward's gradients are then copied into the buckets)."""
+        if set_to_none:
+            return super().zero_grad(set_to_none=True)
+        for bucket in self._rc_layout.buckets:
+            bucket.buffer.zero_()
+            for p, view in zip(bucket.params, bucket.views):
+                p.grad = view
+        for p in self._rc_params:
+            if id(p) not in self._rc_layout.where and p.grad is not None:
+                p.grad.zero_()
+
+    # ------------------------------------------------------------------ introspection
+    def bucket_sizes(self):
+        """Bytes of every bucket, in launch order."""
+        return self._rc_layout.sizes()
+
+    def bucket_params(self):
+        """Names of the parameters in every bucket, in launch order."""
+        return [[self._rc_names[id(p)] for p in b.params] for b in self._rc_layout.buckets]
+
+
+def DistributedOptimizer(optimizer, named_parameters=None, compression=Compression.none,
+                         backward_passes_per_step=1, op=rc.Average, gradient_predivide_factor=1.0,
+                         num_groups=0, groups=None, sparse_as_dense=False, process_set=None):
+    """Wrap a torch.optim optimizer so that step() applies gradients averaged over ranks.
+
+    Horovod's signature; num_groups/groups/sparse_as_dense are accepted and have no effect
+    (buckets replace groups; sparse gradients are always densified into their bucket).
+    The result is an instance of a subclass of optimizer's class sharing its state.
+    """
+    if process_set is not None:
+        from .ops import _check_process_set
+
+        _check_process_set(process_set)
+    if not isinstance(optimizer, torch.optim.Optimizer):
+        raise RdmacollError(f"DistributedOptimizer needs a torch.optim.Optimizer, got "
+                            f"{type(optimizer).__name__}")
+    if isinstance(optimizer, _DistributedOptimizer):
+        raise RdmacollError("this optimizer is already a DistributedOptimizer")
+    cls = type(optimizer.__class__.__name__, (_DistributedOptimizer, optimizer.__class__), {})
+    dist = cls.__new__(cls)
+    dist.__dict__.update(optimizer.__dict__)
+    dist._rc_setup(named_parameters, compression, backward_passes_per_step, op,
+                   gradient_predivide_factor)
+    return dist
