@@ -39,7 +39,7 @@ import sys
 
 from ._bench.collectives import bus_factor, count_wrong  # noqa: F401 - the bench's public helpers
 from ._bench.launch import relaunch
-from ._bench.options import human, parse, parse_size, positive_int, without_np  # noqa: F401
+from ._bench.options import human, launcher_rank, parse, parse_size, positive_int, without_np  # noqa: F401
 from ._bench.timing import slowest  # noqa: F401
 from ._bench.tune import fit_cost_model, measure_gamma, tune  # noqa: F401
 
@@ -50,8 +50,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.list:
         import rdmacoll as rc
 
-        for name, desc in rc.algorithms():
-            print(f"{name:18s} {desc}")
+        if launcher_rank() == 0:
+            for name, desc in rc.algorithms():
+                print(f"{name:18s} {desc}")
         return 0
     if args.np is not None:
         return relaunch(args.np, without_np(argv))

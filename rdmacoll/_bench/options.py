@@ -74,6 +74,12 @@ def human(n: int) -> str:
     return str(n)
 
 
+def human_bytes(n: int) -> str:
+    """8 B, 64 KiB, 16 MiB (binary units where the size is a whole multiple)."""
+    h = human(n)
+    return f"{h[:-1]} {h[-1]}iB" if h[-1] in "KMG" else f"{n} B"
+
+
 class OneLineParser(argparse.ArgumentParser):
     """Errors as one line on stderr (from rank 0 only under a launcher), exit status 2."""
 

@@ -9,7 +9,7 @@ import sys
 import time
 from dataclasses import dataclass
 
-from .options import human
+from .options import human_bytes
 
 JSON_KEYS = ("impl", "collective", "bytes", "count", "dtype", "op", "algo", "transport",
              "time_us", "algbw", "busbw", "wrong")
@@ -134,7 +134,7 @@ class Progress:
         coll, nbytes = self.steps[self.index]
         elapsed = time.monotonic() - self.start
         left = f"~{elapsed * (self.total - self.done) / self.done:.0f} s left" if self.done else "estimating"
-        text = f"rdmacoll-bench: {coll} {human(nbytes)}B ({self.index + 1}/{len(self.steps)}), {left}"
+        text = f"rdmacoll-bench: {coll} {human_bytes(nbytes)} ({self.index + 1}/{len(self.steps)}), {left}"
         if self.tty:
             self.err.write("\r\033[K" + text)
         else:

@@ -132,13 +132,14 @@ def run(args) -> int:
                 send = C.send_buffer(coll, rank, count_all, count, dtype)
                 want = C.expected(coll, rank, p, count_all, count, dtype, args.op) if args.check else None
                 at_size = []
-                for impl in runs:
-                    prepared = impl.prepare(coll, send, args.op, bool(args.inplace))
-                    times = measure(prepared, args.iters, args.warmup, algo=lambda: impl.algo)
-                    wrong = total(C.count_wrong(prepared.result(), want)) if args.check else None
-                    del prepared
+                prepared = [impl.prepare(coll, send, args.op, bool(args.inplace)) for impl in runs]
+                timed = measure([(pr, lambda impl=impl: impl.algo) for pr, impl in zip(prepared, runs)],
+                                args.iters, args.warmup)
+                for impl, pr, times in zip(runs, prepared, timed):
+                    wrong = total(C.count_wrong(pr.result(), want)) if args.check else None
                     at_size.append(make_row(impl.name, coll, nbytes, count, args.dtype, op, times.algo,
                                             impl.transport, times, factor, wrong))
+                del prepared
                 if at_size and at_size[0].impl == names[0]:
                     failed += at_size[0].wrong or 0
                 mine += at_size

@@ -44,13 +44,23 @@ def _average(buf, nranks: int) -> None:
 # --------------------------------------------------------------------------- MPI
 
 
+def _mpi_name(version: str) -> str:
+    """A short name of the MPI library for the algo column (it chooses inside)."""
+    for prefix, name in (("Open MPI", "openmpi"), ("MPICH", "mpich"), ("Intel", "intelmpi"),
+                         ("MVAPICH", "mvapich")):
+        if version.startswith(prefix):
+            return name
+    words = version.split()
+    return words[0].lower() if words else "mpi"
+
+
 class MpiPeer:
     """mpi4py on a duplicate of COMM_WORLD. Average is Sum then a scale (MPI has no
     average), both timed, as a user of MPI would run it."""
 
     name = "mpi"
     transport = "mpi"
-    algo = "-"  # the MPI library chooses inside
+    algo = "mpi"  # replaced by the library's name
     _OPS = {"Sum": "SUM", "Average": "SUM", "Min": "MIN", "Max": "MAX", "Product": "PROD"}
 
     def __init__(self):
@@ -59,8 +69,7 @@ class MpiPeer:
         self.MPI = MPI
         self.comm = MPI.COMM_WORLD.Dup()
         self.nranks = self.comm.Get_size()
-        lib = MPI.Get_library_version().split()
-        self.algo = lib[0].lower() if lib else "-"
+        self.algo = _mpi_name(MPI.Get_library_version())
 
     def supports(self, collective: str, dtype: np.dtype, op: str) -> str | None:
         if dtype.name == "bfloat16":
