@@ -64,6 +64,18 @@ def test_sizes_round_to_whole_parts_and_count_like_nccl_tests():
     # to the same call appear once; at least one element per rank
     assert C.sizes(4, 64, 2, "allgather", 4, 3) == [(12, 3, 1), (24, 6, 2), (60, 15, 5)]
     assert C.sizes(0, 4, 4, "alltoall", 2, 2) == [(0, 0, 0), (4, 2, 1)]
+    # the largest size is swept even where the steps jump over it
+    assert [b for b, _, _ in C.sizes(8, 100, 4, "allreduce", 4, 2)] == [8, 32, 100]
+    assert [b for b, _, _ in C.sizes(8, 64 << 20, 4, "broadcast", 4, 2)][-2:] == [32 << 20, 64 << 20]
+
+
+def test_sizes_beyond_memory_are_refused_up_front():
+    from rdmacoll._bench.sweep import too_big
+
+    assert too_big(64 << 20, 2, True, 2, 24 << 30) is None
+    why = too_big(1 << 40, 0, True, 2, 24 << 30)
+    assert "-e 1024 GiB does not fit in memory" in why and "lower --maxbytes" in why
+    assert too_big(1 << 40, 0, True, 2, None) is None  # unknown: let it try
 
 
 @pytest.mark.parametrize("coll", ["allreduce", "allgather", "broadcast", "reducescatter", "alltoall"])
@@ -197,7 +209,7 @@ def test_forced_algo_bfloat16_rc_empty_mpi_skipped():
                   timeout=120)
     _bench(res, 2)
     table = _table(res)
-    res.check(len(table) == 4 and all(t[0] == "rdmacoll" and t[5] == "ring" and t[12] == "0" for t in table),
+    res.check(len(table) == 5 and all(t[0] == "rdmacoll" and t[5] == "ring" and t[12] == "0" for t in table),
               "rdmacoll rows with algo ring and 0 wrong")
     res.check(any("mpi: allreduce skipped: MPI has no bfloat16" in ln.text for ln in res.lines), "no skip note")
 
@@ -216,4 +228,4 @@ def test_np_launches_itself():
     res.check(len(recs) == 1 and recs[0]["code"] == 0, "--np 2 failed")
     header = [ln.text for ln in res.lines if ln.text.startswith("# rdmacoll-bench broadcast: 2 ranks")]
     res.check(len(header) == 1, "one table, from rank 0 of 2")
-    res.check(len(_table(res)) == 2, "sizes 8 and 256")
+    res.check(len(_table(res)) == 3, "sizes 8, 256 and 1K")

@@ -40,15 +40,21 @@ def counts(collective: str, nbytes: int, itemsize: int, nranks: int) -> tuple[in
 
 
 def sizes(minbytes: int, maxbytes: int, factor: int, collective: str, itemsize: int, nranks: int):
-    """[(bytes, total elements, count)] of the sweep, sizes that round to the same
-    element count listed once."""
-    out, seen, n = [], set(), minbytes
+    """[(bytes, total elements, count)] of the sweep: minbytes times powers of factor,
+    and maxbytes last where the steps jump over it; sizes that round to the same element
+    count are listed once."""
+    requested, n = [], minbytes
     while n <= maxbytes:
+        requested.append(n)
+        n = n * factor if n else 1
+    if requested[-1] != maxbytes:
+        requested.append(maxbytes)
+    out, seen = [], set()
+    for n in requested:
         total, count = counts(collective, n, itemsize, nranks)
         if total not in seen:
             seen.add(total)
             out.append((total * itemsize, total, count))
-        n = n * factor if n else 1
     return out
 
 

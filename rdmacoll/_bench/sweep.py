@@ -11,7 +11,7 @@ import rdmacoll as rc
 
 from . import collectives as C
 from .impl import Rdmacoll
-from .options import algo_rules, human, launcher_rank
+from .options import algo_rules, human_bytes, launcher_rank
 from .report import Progress, Table, make_row, write_json
 from .timing import measure, total
 
@@ -35,15 +35,14 @@ def _available_memory() -> int | None:
     return None
 
 
-def _too_big(args) -> str | None:
-    """Why the largest size cannot fit in this host's memory (rank 0 decides)."""
-    avail = _available_memory()
-    # per rank: send + receive buffers for every implementation, the input pattern and
-    # the reference (allgather's output is ranks x its input, at most maxbytes)
-    need = args.maxbytes * (4 + 2 * len(args.compare) + 2 * args.check) * rc.local_size()
-    if avail is not None and need > 0.9 * avail:
-        return (f"-e {human(args.maxbytes)}B does not fit in memory: about {need / 2**30:.1f} GiB for "
-                f"{rc.local_size()} ranks on this host, {avail / 2**30:.1f} GiB available (lower --maxbytes)")
+def too_big(maxbytes: int, peers: int, check: bool, local_ranks: int, available: int | None) -> str | None:
+    """Why the largest size cannot fit in this host's memory, or None."""
+    # per rank: send and receive buffers of every implementation (all prepared at once),
+    # the input pattern and the reference (allgather's output, at most maxbytes)
+    need = maxbytes * (4 + 2 * peers + 2 * int(check)) * local_ranks
+    if available is not None and need > 0.9 * available:
+        return (f"-e {human_bytes(maxbytes)} does not fit in memory: about {need / 2**30:.1f} GiB for "
+                f"{local_ranks} ranks on this host, {available / 2**30:.1f} GiB available (lower --maxbytes)")
     return None
 
 
@@ -91,9 +90,11 @@ def run(args) -> int:
         if lead:
             print(text, file=sys.stderr, flush=True)
 
-    too_big = rc.broadcast_object(_too_big(args) if lead else None)
-    if too_big:
-        say(f"rdmacoll-bench: error: {too_big}")
+    why = too_big(args.maxbytes, len(args.compare), args.check, rc.local_size(), _available_memory()) if lead else None
+    why = rc.broadcast_object(why)  # rank 0 decides for all: they must sweep alike
+    if why:
+        say(f"rdmacoll-bench: error: {why}")
+        rc.shutdown()
         return 2
     impls = [Rdmacoll(args.memory)]
     peers, notes = _peers(args.compare, say)

@@ -4,6 +4,8 @@ import sys
 
 from common import emit, main
 
+status = []
+
 
 def body():
     from rdmacoll.bench import main as bench_main
@@ -13,7 +15,8 @@ def body():
     except SystemExit as e:  # option errors exit from argparse
         code = e.code
     emit("bench", code=code, matplotlib="matplotlib" in sys.modules, torch="torch" in sys.modules)
-    sys.exit(code)
+    status.append(code)
 
 
 main(body)
+sys.exit(status[0])
