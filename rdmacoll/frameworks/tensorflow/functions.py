@@ -1,0 +1,142 @@
+"""Horovod's tensor collectives for TensorFlow: tensors in, tensors out, eagerly or
+inside tf.function (see _graph.py for how graph mode keeps every rank's order)."""
+from __future__ import annotations
+
+import numpy as np
+import tensorflow as tf
+
+import rdmacoll as rc
+
+from .._common import fusion_threshold
+from . import _arrays, _graph
+from .compression import Compression
+
+_UNBOUNDED = 1 << 62  # a "threshold" that puts every tensor of a dtype into one bucket
+
+
+def _resolve_op(average, op):
+    """Horovod's deprecated average= flag, or op= (default Average)."""
+    if average is not None and op is not None:
+        raise ValueError("pass either average= (deprecated) or op=, not both")
+    if average is not None:
+        return rc.Average if average else rc.Sum
+    return rc.Average if op is None else op
+
+
+def _name(name, default):
+    return default if name is None else str(name)
+
+
+def fused_allreduce(tensors, op=rc.Average, threshold=None, name=None):
+    """Reduce a list of dense tensors in as few collectives as the fusion threshold
+    allows (default: RDMACOLL_FUSION_THRESHOLD); returns the reduced tensors."""
+    tensors = [tf.convert_to_tensor(t) for t in tensors]
+    if not tensors:
+        return []
+    threshold = fusion_threshold() if threshold is None else threshold
+    name = _name(name, "allreduce")
+    return _graph.run(lambda *arrays: _arrays.allreduce_arrays(arrays, op, threshold, name),
+                      tensors, [t.dtype for t in tensors], [t.shape for t in tensors])
+
+
+def _scale(t, factor):
+    return t if factor == 1.0 else t * tf.cast(factor, t.dtype)
+
+
+def allreduce(tensor, average=None, device_dense="", device_sparse="", compression=Compression.none,
+              op=None, prescale_factor=1.0, postscale_factor=1.0, name=None):
+    """The reduction of tensor across ranks (op: Average by default, Sum, Min, Max,
+    Product). tf.IndexedSlices are allgathered (values and indices), as Horovod does."""
+    op = _resolve_op(average, op)
+    if isinstance(tensor, tf.IndexedSlices):
+        if op not in (rc.Average, rc.Sum):
+            raise ValueError("allreduce of tf.IndexedSlices supports only Sum and Average")
+        values = allgather(_scale(tensor.values, prescale_factor), name=_name(name, "allreduce") + ".values")
+        indices = allgather(tensor.indices, name=_name(name, "allreduce") + ".indices")
+        post = postscale_factor / (rc.size() if op == rc.Average else 1)
+        return tf.IndexedSlices(_scale(values, post), indices, dense_shape=tensor.dense_shape)
+    compressed, ctx = compression.compress(_scale(tf.convert_to_tensor(tensor), prescale_factor))
+    (reduced,) = fused_allreduce([compressed], op, _UNBOUNDED, _name(name, "allreduce"))
+    return _scale(compression.decompress(reduced, ctx), postscale_factor)
+
+
+def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="", compression=Compression.none,
+                      op=None, prescale_factor=1.0, postscale_factor=1.0, name=None):
+    """allreduce of a list of tensors as one collective per dtype; returns a list."""
+    op = _resolve_op(average, op)
+    pairs = [compression.compress(_scale(tf.convert_to_tensor(t), prescale_factor)) for t in tensors]
+    reduced = fused_allreduce([p[0] for p in pairs], op, _UNBOUNDED, _name(name, "grouped_allreduce"))
+    return [_scale(compression.decompress(r, ctx), postscale_factor) for r, (_, ctx) in zip(reduced, pairs)]
+
+
+def allgather(tensor, name=None):
+    """Every rank's tensor concatenated along the first dimension (which may differ)."""
+    t = tf.convert_to_tensor(tensor)
+    name = _name(name, "allgather")
+    (out,) = _graph.run(lambda a: [rc.allgather(a, name=name)], [t], [t.dtype], [[None] + t.shape[1:]])
+    return out
+
+
+def broadcast(tensor, root_rank, name=None):
+    """root_rank's tensor on every rank."""
+    t = tf.convert_to_tensor(tensor)
+    name = _name(name, "broadcast")
+    (out,) = _graph.run(lambda a: [rc.broadcast(a, root_rank, name=name)], [t], [t.dtype], [t.shape])
+    return out
+
+
+def reducescatter(tensor, op=rc.Average, name=None):
+    """The reduction of tensor across ranks, split along the first dimension: this rank's
+    share (the first rows % size ranks get one row more)."""
+    t = tf.convert_to_tensor(tensor)
+    name = _name(name, "reducescatter")
+    (out,) = _graph.run(lambda a: [rc.reducescatter(a, op=op, name=name)], [t], [t.dtype],
+                        [[None] + t.shape[1:]])
+    return out
+
+
+def alltoall(tensor, splits=None, name=None):
+    """Send splits[j] rows of tensor to rank j (splits=None: even split); returns
+    (what every rank sent here in rank order, the rows received from each rank)."""
+    t = tf.convert_to_tensor(tensor)
+    name = _name(name, "alltoall")
+    inputs = [t] if splits is None else [t, tf.cast(tf.convert_to_tensor(splits), tf.int64)]
+
+    def fn(a, s=None):
+        out, received = rc.alltoall(a, None if s is None else s.tolist(), name=name,
+                                    return_received_splits=True)
+        return [out, np.asarray(received, np.int32)]
+
+    out, received = _graph.run(fn, inputs, [t.dtype, tf.int32], [[None] + t.shape[1:], [None]])
+    return out, received
+
+
+def _value(variable):
+    """A tensor holding the current value of a tf.Variable or a Keras 3 Variable."""
+    if isinstance(variable, tf.Variable):
+        return variable.read_value()
+    return tf.convert_to_tensor(variable.value)
+
+
+def broadcast_variables(variables, root_rank=0, name=None):
+    """Assign root_rank's values to `variables` (tf.Variable or Keras 3 Variable) on
+    every rank, all through one broadcast. Returns the grouped assign op in graph mode."""
+    variables = list(variables)
+    if not variables:
+        return None
+    values = [_value(v) for v in variables]
+    name = _name(name, "broadcast_variables")
+    new = _graph.run(lambda *arrays: _arrays.broadcast_arrays(arrays, root_rank, name),
+                     values, [v.dtype for v in values], [v.shape for v in values])
+    assigns = [v.assign(n) for v, n in zip(variables, new)]
+    return None if tf.executing_eagerly() else tf.group(*assigns)
+
+
+def broadcast_object(obj, root_rank=0, name=None):
+    """root_rank's picklable obj on every rank (eager: a Python object)."""
+    return rc.broadcast_object(obj, root_rank, name=name)
+
+
+def allgather_object(obj, name=None):
+    """Every rank's picklable obj, as a list in rank order."""
+    return rc.allgather_object(obj, name=name)

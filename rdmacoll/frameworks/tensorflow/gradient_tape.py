@@ -1,0 +1,52 @@
+"""DistributedGradientTape: tape.gradient() returns gradients averaged across ranks."""
+from __future__ import annotations
+
+import tensorflow as tf
+
+import rdmacoll as rc
+
+from ._reduce import GradientReducer
+from .compression import Compression
+
+
+class _DistributedGradientTape:
+    """Wraps a tf.GradientTape; everything but gradient() goes to the wrapped tape."""
+
+    def __init__(self, tape, reducer):
+        self._rdmacoll_tape = tape
+        self._rdmacoll_reducer = reducer
+
+    def gradient(self, target, sources, output_gradients=None,
+                 unconnected_gradients=tf.UnconnectedGradients.NONE):
+        grads = self._rdmacoll_tape.gradient(target, sources, output_gradients, unconnected_gradients)
+        flat = tf.nest.flatten(grads)
+        return tf.nest.pack_sequence_as(grads, self._rdmacoll_reducer.reduce(flat))
+
+    def __enter__(self):
+        self._rdmacoll_tape.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        return self._rdmacoll_tape.__exit__(*exc)
+
+    def __getattr__(self, name):
+        return getattr(self._rdmacoll_tape, name)
+
+
+def DistributedGradientTape(gradtape, device_dense="", device_sparse="", compression=Compression.none,
+                            sparse_as_dense=False, op=rc.Average, gradient_predivide_factor=1.0,
+                            num_groups=0, groups=None):
+    """A tape whose gradient() averages (op) the gradients across ranks, fused into as few
+    collectives as RDMACOLL_FUSION_THRESHOLD allows; works eagerly and in tf.function.
+
+        with tf.GradientTape() as tape:
+            loss = ...
+        tape = hvd.DistributedGradientTape(tape)
+        grads = tape.gradient(loss, model.trainable_variables)
+
+    device_*, sparse_as_dense, num_groups and groups are accepted for Horovod
+    compatibility: sparse gradients are always reduced as dense tensors and buckets
+    follow the fusion threshold.
+    """
+    return _DistributedGradientTape(gradtape, GradientReducer(op, compression, gradient_predivide_factor,
+                                                              name="DistributedGradientTape"))

@@ -1,0 +1,107 @@
+"""rdmacoll.frameworks.tensorflow (Horovod's TensorFlow / Keras 3 API) under the real
+mpiexec, 2 ranks. TensorFlow imports slowly, so one launch runs every check of
+workers/tf_checks.py (each test below reads its part) and a second runs the Keras
+example, a Horovod script whose only change is its import line."""
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from mpi_util import rank_records, run_mpi
+
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("tensorflow") is None,
+                                reason="TensorFlow is not installed (pip install '.[test]' brings tensorflow-cpu)")
+
+NRANKS = 2
+TF_ENV = {"TF_CPP_MIN_LOG_LEVEL": "2", "CUDA_VISIBLE_DEVICES": ""}
+EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "keras_mnist.py"
+
+
+@pytest.fixture(scope="module")
+def checks():
+    res = run_mpi(NRANKS, "tf_checks.py", env=TF_ENV, timeout=280)
+    crashes = res.select(kind="crash")
+    res.check(not crashes, "a rank crashed: " + "; ".join(c["error"] for c in crashes[:2]))
+    rank_records(res, NRANKS, "done")
+    res.check(res.returncode == 0, "the launch failed")
+    return res
+
+
+def assert_check(res, name):
+    recs = res.select(kind="check", name=name)
+    res.check(len(recs) == NRANKS, f"{len(recs)} ranks reported check {name}")
+    for r in recs:
+        res.check(r["ok"], f"rank {r['rank']}: {name} failed: {r['detail']}")
+
+
+def assert_training(res, run, tol=1e-5):
+    """After every epoch: weights identical on every rank (same digest) and within tol
+    of a single process trained on the union of the ranks' batches."""
+    recs = res.select(kind="epoch", run=run)
+    epochs = sorted({r["epoch"] for r in recs})
+    res.check(len(epochs) >= 2 and len(recs) == NRANKS * len(epochs), f"{run}: epoch records {recs}")
+    for e in epochs:
+        mine = [r for r in recs if r["epoch"] == e]
+        res.check(len({r["digest"] for r in mine}) == 1, f"{run} epoch {e}: ranks' weights differ")
+        worst = max(r["diff"] for r in mine)
+        res.check(worst < tol, f"{run} epoch {e}: {worst:.3g} from the single-process weights")
+
+
+def test_collectives_eager_and_tf_function(checks):
+    assert_check(checks, "collectives")
+
+
+def test_graph_mode_collectives_run_in_program_order(checks):
+    assert_check(checks, "graph_order")
+
+
+def test_one_step_is_fused_into_threshold_buckets(checks):
+    assert_check(checks, "fusion")
+
+
+def test_model_fit_matches_one_process_on_union_batch(checks):
+    assert_check(checks, "fit_matches_union")
+    assert_training(checks, "fit")
+
+
+def test_backward_passes_per_step(checks):
+    assert_check(checks, "fit_backward_passes")
+    assert_training(checks, "fit-passes2")
+
+
+def test_gradient_tape_in_tf_function_matches_one_process(checks):
+    assert_check(checks, "tape_in_tf_function")
+    assert_training(checks, "tape")
+
+
+def test_broadcast_callback_makes_ranks_identical(checks):
+    assert_check(checks, "broadcast_callback")
+    recs = rank_records(checks, NRANKS, "broadcast")
+    checks.check(len({r["initial"] for r in recs.values()}) == NRANKS, "ranks did not start different")
+    for field in ("at_start", "optimizer", "final"):
+        checks.check(len({r[field] for r in recs.values()}) == 1, f"ranks' {field} digests differ")
+    checks.check(recs[1]["at_start"] == recs[0]["initial"], "rank 1 did not start from rank 0's weights")
+
+
+def test_metric_average_and_lr_warmup_callbacks(checks):
+    assert_check(checks, "metric_average_and_warmup")
+
+
+def test_mixed_precision_ranks_stay_identical(checks):
+    assert_check(checks, "mixed_precision")
+
+
+def test_mismatched_models_raise_on_every_rank(checks):
+    assert_check(checks, "mismatch_raises")
+
+
+def test_horovod_keras_script_runs_with_only_its_import_changed():
+    text = EXAMPLE.read_text()
+    imports = [ln for ln in text.splitlines() if "hvd" in ln and ln.lstrip().startswith("import")]
+    assert imports == ["import rdmacoll.frameworks.tensorflow.keras as hvd  # was: import horovod.tensorflow.keras "
+                       "as hvd  # noqa: E402"], imports
+    res = run_mpi(NRANKS, EXAMPLE, ["--epochs", "2", "--steps-per-epoch", "6", "--batch-size", "16",
+                                    "--threads", "1"], env=TF_ENV, timeout=200)
+    out = res.output()
+    res.check(res.returncode == 0, "the example failed")
+    res.check("Epoch 2/2" in out and "lr:" in out, "the example did not train two epochs")

@@ -1,0 +1,436 @@
+"""TensorFlow / Keras 3 adapter checks, many per launch (TensorFlow imports slowly).
+
+Run under mpiexec with 2 ranks. Reports through common.emit():
+  check   {name, ok, detail}        one per numbered check
+  epoch   {run, epoch, digest, diff} weights after each epoch of a training run: digest
+                                     (compared across ranks by the test) and the largest
+                                     difference from a single process trained on the
+                                     union of the ranks' batches
+  done    {checks}
+"""
+import os
+import sys
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+from common import digest, emit, main, set_rank  # noqa: E402
+
+CHECKS = []
+
+
+def check(fn):
+    CHECKS.append(fn)
+    return fn
+
+
+def setup_tf():
+    import tensorflow as tf
+
+    tf.config.threading.set_intra_op_parallelism_threads(1)
+    tf.config.threading.set_inter_op_parallelism_threads(1)
+    return tf
+
+
+def weights_digest(variables):
+    import numpy as np
+
+    return digest(np.concatenate([np.asarray(v).reshape(-1).astype(np.float64) for v in variables]))
+
+
+# --------------------------------------------------------------------------- training set-up
+
+FEATURES, BATCH, STEPS, EPOCHS = 6, 8, 4, 3
+
+
+def dataset(rank, size, passes=1):
+    """Every rank's shard (rank's own rows) and the union batches of a single process:
+    union batch k = the k-th group of `passes` batches of every rank, in rank order."""
+    import numpy as np
+
+    rng = np.random.default_rng(7)
+    rows = BATCH * STEPS
+    x = rng.standard_normal((size * rows, FEATURES)).astype(np.float32)
+    y = (np.sin(x[:, :1]) + 0.5 * x[:, 1:2] ** 2).astype(np.float32)
+    shards = [(x[r * rows:(r + 1) * rows], y[r * rows:(r + 1) * rows]) for r in range(size)]
+    chunk = BATCH * passes
+    ux = np.concatenate([s[0][k:k + chunk] for k in range(0, rows, chunk) for s in shards])
+    uy = np.concatenate([s[1][k:k + chunk] for k in range(0, rows, chunk) for s in shards])
+    return shards[rank], (ux, uy), chunk * size
+
+
+def make_model(seed):
+    import keras
+
+    keras.utils.set_random_seed(seed)
+    return keras.Sequential([keras.Input((FEATURES,)), keras.layers.Dense(16, activation="tanh"),
+                             keras.layers.Dense(8, activation="tanh"), keras.layers.Dense(1)])
+
+
+class EpochWeights:
+    """A Keras callback factory recording the weights after every epoch."""
+
+    @staticmethod
+    def make():
+        import keras
+
+        class Recorder(keras.callbacks.Callback):
+            def __init__(self):
+                super().__init__()
+                self.epochs = []
+
+            def on_epoch_end(self, epoch, logs=None):
+                self.epochs.append([w.copy() for w in self.model.get_weights()])
+
+        return Recorder()
+
+
+def max_diff(a, b):
+    import numpy as np
+
+    return max(float(np.max(np.abs(x - y))) for x, y in zip(a, b))
+
+
+def report_epochs(run, got, want):
+    for e, (g, w) in enumerate(zip(got, want)):
+        emit("epoch", run=run, epoch=e, digest=weights_digest(g), diff=max_diff(g, w))
+
+
+def fit_run(hvd, run, passes=1):
+    """model.fit on this rank's shard with DistributedOptimizer vs one process on the
+    union batches (same initial weights, plain optimizer)."""
+    import keras
+
+    rank, size = hvd.rank(), hvd.size()
+    (x, y), (ux, uy), union_batch = dataset(rank, size, passes)
+
+    def train(model, opt, xs, ys, batch):
+        model.compile(optimizer=opt, loss="mse")
+        rec = EpochWeights.make()
+        model.fit(xs, ys, batch_size=batch, epochs=EPOCHS, shuffle=False, verbose=0, callbacks=[rec])
+        return rec.epochs
+
+    opt = hvd.DistributedOptimizer(keras.optimizers.SGD(0.05, momentum=0.9), backward_passes_per_step=passes,
+                                   average_aggregated_gradients=True)
+    got = train(make_model(1), opt, x, y, BATCH)
+    want = train(make_model(1), keras.optimizers.SGD(0.05, momentum=0.9), ux, uy, union_batch)
+    report_epochs(run, got, want)
+    return opt
+
+
+# --------------------------------------------------------------------------- checks
+
+
+@check
+def collectives(hvd, tf, np):
+    """Tensor collectives eagerly and in tf.function, against NumPy."""
+    rank, size = hvd.rank(), hvd.size()
+    bad = []
+
+    def same(name, got, want, tol=0.0):
+        got, want = np.asarray(got), np.asarray(want)
+        if got.shape != want.shape or not np.allclose(got, want, atol=tol, rtol=0):
+            bad.append(f"{name}: got {got.tolist()} want {want.tolist()}")
+
+    base = np.arange(5, dtype=np.float32)
+    mine = base + rank
+    total = sum(base + r for r in range(size))
+    rows = np.full((rank + 1, 2), rank, np.int32)
+    gathered = np.concatenate([np.full((r + 1, 2), r, np.int32) for r in range(size)])
+
+    def ops(x, rows):
+        return [hvd.allreduce(x, op=hvd.Sum), hvd.allreduce(x), hvd.allreduce(x, op=hvd.Max),
+                *hvd.grouped_allreduce([x, tf.cast(x, tf.float64) * 2], op=hvd.Sum),
+                hvd.allgather(rows), hvd.broadcast(x, size - 1),
+                hvd.reducescatter(tf.reshape(tf.tile(x, [size]), [size, 5]), op=hvd.Sum),
+                *hvd.alltoall(tf.repeat(x[:size], 2), splits=[2] * size),   # element j of every rank, twice
+                hvd.allreduce(x, op=hvd.Sum, compression=hvd.Compression.fp16),
+                hvd.allreduce(x, op=hvd.Sum, prescale_factor=2.0, postscale_factor=0.5)]
+
+    want = [total, total / size, base + size - 1, total, 2 * total, gathered, base + size - 1,
+            total[None, :], np.repeat([base[rank] + r for r in range(size)], 2),
+            np.full(size, 2, np.int32), total, total]
+    for mode, fn in (("eager", ops), ("tf.function", tf.function(ops))):
+        for i, (g, w) in enumerate(zip(fn(tf.constant(mine), tf.constant(rows)), want)):
+            same(f"{mode} #{i}", g, w, 1e-3 if i == 10 else 1e-6)
+    sparse = hvd.allreduce(tf.IndexedSlices(tf.constant([[1.0, 2.0]]) * (rank + 1), tf.constant([rank]),
+                                            dense_shape=tf.constant([size, 2])), op=hvd.Sum)
+    same("IndexedSlices", tf.convert_to_tensor(sparse),
+         np.array([[r + 1.0, 2.0 * (r + 1)] for r in range(size)], np.float32))
+    if hvd.broadcast_object({"from": rank}, root_rank=size - 1) != {"from": size - 1}:
+        bad.append("broadcast_object")
+    if hvd.allgather_object(rank * 10) != [r * 10 for r in range(size)]:
+        bad.append("allgather_object")
+    return not bad, "; ".join(bad[:4])
+
+
+def ancestors(op):
+    """Every op that op waits for (through data and control inputs)."""
+    seen, todo = set(), [op]
+    while todo:
+        cur = todo.pop()
+        for dep in [t.op for t in cur.inputs] + list(cur.control_inputs):
+            if dep not in seen:
+                seen.add(dep)
+                todo.append(dep)
+    return seen
+
+
+@check
+def graph_order(hvd, tf, np):
+    """Inside tf.function every collective op waits for the one before it in program
+    order, also when that one sits in a tf.cond branch, so every rank runs them in the
+    same order (independent ops would otherwise be unordered). Under XLA: a clear error."""
+    @tf.function
+    def independent(a, b, c, flag):
+        first, gathered = hvd.allreduce(a, op=hvd.Sum), hvd.allgather(b)
+        d = tf.cond(flag, lambda: hvd.allreduce(c, op=hvd.Sum), lambda: c)
+        return first, gathered, hvd.broadcast(c, 0), hvd.allreduce(c), d, hvd.allreduce(a, name="after_cond")
+
+    args = [tf.constant([1.0]), tf.constant([2, 3]), tf.constant([4.0, 5.0]), tf.constant(True)]
+    ops = independent.get_concrete_function(*args).graph.get_operations()
+    order = [op for op in ops if op.type in ("PyFunc", "If", "StatelessIf")]
+    chained = [order[i - 1] in ancestors(order[i]) for i in range(1, len(order))]
+    for _ in range(20):   # and it runs, repeatedly, with the same results on every rank
+        out = independent(*args)
+    xla = None   # XLA cannot call Python: a clear error when traced, on every rank alike
+    try:
+        tf.function(lambda a: hvd.allreduce(a), jit_compile=True)(args[0])
+    except hvd.RdmacollError as e:
+        xla = str(e)
+    ok = (len(order) == 6 and all(chained) and float(out[0][0]) == hvd.size()
+          and float(out[4][0]) == 4.0 * hvd.size() and xla and "jit_compile=False" in xla)
+    return ok, (f"{[op.type for op in order]} each after the one before: {chained}; "
+                f"under XLA: {xla and xla[-200:]}")
+
+
+class CountingComm:
+    """Stands in for rdmacoll's communicator and counts the collectives started."""
+
+    def __init__(self, inner):
+        self.inner = inner
+        self.calls = []
+
+    def __getattr__(self, name):
+        attr = getattr(self.inner, name)
+        if name.split("_")[0] in ("allreduce", "allgather", "broadcast", "reducescatter", "alltoall"):
+            def counted(*a, **k):
+                self.calls.append(name)
+                return attr(*a, **k)
+            return counted
+        return attr
+
+
+@check
+def fusion(hvd, tf, np):
+    """One step's gradients take one collective at the default fusion threshold, and
+    as many as plan_buckets says at a small one (eager and tf.function)."""
+    import keras
+    import rdmacoll as rc
+    from rdmacoll.frameworks._common import plan_buckets
+
+    model = make_model(3)
+    x, y = tf.ones((4, FEATURES)), tf.ones((4, 1))
+    variables = model.trainable_variables
+    sizes = [(np.float32, int(np.prod(v.shape)) * 4) for v in variables]
+    results = []
+    for threshold in (None, "400"):
+        if threshold is None:
+            os.environ.pop("RDMACOLL_FUSION_THRESHOLD", None)
+        else:
+            os.environ["RDMACOLL_FUSION_THRESHOLD"] = threshold
+
+        def grads(x, y):
+            with tf.GradientTape() as tape:
+                loss = keras.losses.mean_squared_error(y, model(x))
+            return hvd.DistributedGradientTape(tape).gradient(loss, variables)
+
+        want = len(plan_buckets(sizes, 400)) if threshold else 1
+        for mode, fn in (("eager", grads), ("tf.function", tf.function(grads))):
+            fn(x, y)   # trace first
+            counter = CountingComm(rc._comm)
+            rc._comm = counter
+            try:
+                fn(x, y)
+            finally:
+                rc._comm = counter.inner
+            results.append((threshold or "default", mode, len(counter.calls), want))
+    os.environ.pop("RDMACOLL_FUSION_THRESHOLD", None)
+    ok = all(got == want for _, _, got, want in results) and results[-1][3] > 1
+    return ok, f"{len(variables)} gradients: (threshold, mode, collectives, expected) {results}"
+
+
+@check
+def fit_matches_union(hvd, tf, np):
+    """model.fit, DistributedOptimizer: see the 'epoch' records of run 'fit'."""
+    fit_run(hvd, "fit")
+    return True, ""
+
+
+@check
+def fit_backward_passes(hvd, tf, np):
+    """backward_passes_per_step=2 (averaged): equals one process on batches of
+    2 passes x all ranks; see the 'epoch' records of run 'fit-passes2'."""
+    opt = fit_run(hvd, "fit-passes2", passes=2)
+    iterations = int(opt.iterations.numpy())
+    return iterations == EPOCHS * STEPS // 2, f"optimizer iterations {iterations}"
+
+
+@check
+def tape_in_tf_function(hvd, tf, np):
+    """A custom loop: DistributedGradientTape inside tf.function vs one process on the
+    union batches; see the 'epoch' records of run 'tape'."""
+    import keras
+
+    rank, size = hvd.rank(), hvd.size()
+    (x, y), (ux, uy), union_batch = dataset(rank, size)
+
+    def train(distributed, xs, ys, batch):
+        model, opt = make_model(2), keras.optimizers.Adam(0.01)
+
+        @tf.function
+        def step(xb, yb):
+            with tf.GradientTape() as tape:
+                loss = tf.reduce_mean(keras.losses.mean_squared_error(yb, model(xb, training=True)))
+            if distributed:
+                tape = hvd.DistributedGradientTape(tape)
+            grads = tape.gradient(loss, model.trainable_variables)
+            opt.apply_gradients(zip(grads, model.trainable_variables))
+            return loss
+
+        epochs = []
+        for _ in range(EPOCHS):
+            for k in range(STEPS):
+                step(xs[k * batch:(k + 1) * batch], ys[k * batch:(k + 1) * batch])
+            epochs.append([v.numpy().copy() for v in model.trainable_variables])
+        return epochs
+
+    report_epochs("tape", train(True, x, y, BATCH), train(False, ux, uy, union_batch))
+    return True, ""
+
+
+@check
+def broadcast_callback(hvd, tf, np):
+    """Ranks start from different random weights; BroadcastGlobalVariablesCallback(0)
+    makes them rank 0's before the first batch (weights and optimizer state)."""
+    import keras
+
+    rank, size = hvd.rank(), hvd.size()
+    model = make_model(100 + rank)
+    initial = weights_digest(model.get_weights())
+    root_initial = hvd.broadcast_object(initial, root_rank=0)
+    seen = {}
+
+    class AtStart(keras.callbacks.Callback):
+        def on_train_begin(self, logs=None):
+            seen["weights"] = weights_digest(self.model.get_weights())
+            seen["optimizer"] = weights_digest(self.model.optimizer.variables)
+
+        def on_train_batch_begin(self, batch, logs=None):
+            seen.setdefault("first_batch", weights_digest(self.model.get_weights()))
+
+    (x, y), _, _ = dataset(rank, size)
+    model.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.Adam(0.01)), loss="mse")
+    model.fit(x, y, batch_size=BATCH, epochs=1, shuffle=False, verbose=0,
+              callbacks=[hvd.callbacks.BroadcastGlobalVariablesCallback(0), AtStart()])
+    emit("broadcast", initial=initial, at_start=seen["weights"], first_batch=seen["first_batch"],
+         optimizer=seen["optimizer"], final=weights_digest(model.get_weights()))
+    ok = seen["weights"] == root_initial == seen["first_batch"] and (rank == 0 or initial != root_initial)
+    return ok, f"initial {initial} root {root_initial} at start {seen['weights']}"
+
+
+@check
+def metric_average_and_warmup(hvd, tf, np):
+    """MetricAverageCallback: every rank's logs hold the average over ranks.
+    LearningRateWarmupCallback: lr goes from lr/size to lr over warmup_epochs."""
+    import keras
+
+    rank, size = hvd.rank(), hvd.size()
+    lr, warmup = 0.02, 2
+    model = make_model(4)
+    model.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.SGD(lr)), loss="mse")
+    per_batch = []
+
+    class LrLog(keras.callbacks.Callback):
+        def on_train_batch_begin(self, batch, logs=None):
+            per_batch.append(float(np.asarray(self.model.optimizer.learning_rate)))
+
+    raw = {}
+
+    class Raw(keras.callbacks.Callback):   # runs before the averaging callback
+        def on_epoch_end(self, epoch, logs=None):
+            raw.setdefault("loss", []).append(logs["loss"])
+
+    (x, y), _, _ = dataset(rank, size)
+    x = x * (rank + 1)   # ranks see different losses
+    hist = model.fit(x, y, batch_size=BATCH, epochs=3, shuffle=False, verbose=0,
+                     callbacks=[hvd.callbacks.BroadcastGlobalVariablesCallback(0), Raw(),
+                                hvd.callbacks.MetricAverageCallback(),
+                                hvd.callbacks.LearningRateWarmupCallback(lr, warmup_epochs=warmup), LrLog()])
+    all_raw = hvd.allgather_object(raw["loss"])
+    want_avg = np.mean(all_raw, axis=0)
+    avg_ok = np.allclose(hist.history["loss"], want_avg, rtol=1e-6)
+    want_lr = [lr / size * ((e + (b + 1) / STEPS) * (size - 1) / warmup + 1)
+               for e in range(warmup) for b in range(STEPS)]
+    lr_ok = np.allclose(per_batch[:len(want_lr)], want_lr, rtol=1e-5) and np.allclose(
+        per_batch[len(want_lr):], per_batch[len(want_lr) - 1], rtol=1e-6)
+    emit("metrics", loss=hist.history["loss"])
+    return bool(avg_ok and lr_ok), f"loss {hist.history['loss']} want {want_avg.tolist()}; lr {per_batch}"
+
+
+@check
+def mixed_precision(hvd, tf, np):
+    """Under mixed_float16, DistributedOptimizer scales the loss outside the reduction:
+    model.fit trains, the ranks' weights stay identical, every rank skips the same steps."""
+    import keras
+
+    rank, size = hvd.rank(), hvd.size()
+    keras.mixed_precision.set_global_policy("mixed_float16")
+    try:
+        model = make_model(5)
+        opt = hvd.DistributedOptimizer(keras.optimizers.SGD(0.01))
+        model.compile(optimizer=opt, loss="mse")
+        (x, y), _, _ = dataset(rank, size)
+        model.fit(x * (rank + 1), y, batch_size=BATCH, epochs=2, shuffle=False, verbose=0,
+                  callbacks=[hvd.callbacks.BroadcastGlobalVariablesCallback(0)])
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+    state = (weights_digest(model.get_weights()), int(opt.iterations.numpy()), float(opt.dynamic_scale.numpy()))
+    states = hvd.allgather_object(state)
+    ok = isinstance(model.optimizer, keras.optimizers.LossScaleOptimizer) and len(set(states)) == 1
+    return ok, f"(weights, iterations, loss scale) per rank: {states}"
+
+
+@check
+def mismatch_raises(hvd, tf, np):
+    """Ranks whose models differ get an RdmacollError naming the mismatch, not a hang
+    (last: the job is aborted afterwards)."""
+    v = tf.Variable(tf.ones([3 + hvd.rank()]))
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_sum(v * v)
+    try:
+        hvd.DistributedGradientTape(tape).gradient(loss, [v])
+    except hvd.RdmacollError as e:
+        return "mismatch" in str(e), str(e)[:300]
+    return False, "no error"
+
+
+def body():
+    tf = setup_tf()
+    import numpy as np
+
+    import rdmacoll.frameworks.tensorflow.keras as hvd
+
+    hvd.init()
+    set_rank(hvd.rank())
+    emit("versions", tensorflow=tf.__version__, keras=__import__("keras").__version__)
+    only = sys.argv[1:]
+    for fn in CHECKS:
+        if only and fn.__name__ not in only:
+            continue
+        ok, detail = fn(hvd, tf, np)
+        emit("check", name=fn.__name__, ok=bool(ok), detail=detail)
+    emit("done", checks=len(CHECKS))
+
+
+if __name__ == "__main__":
+    main(body)
