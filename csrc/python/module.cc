@@ -569,6 +569,7 @@ PYBIND11_MODULE(_core, m) {
         "An ndarray view of x without copying (ndarray, DLPack, buffer protocol).");
   bindSchedules(m);
   bindTuning(m);
+  bindIbverbs(m);
 
   // Test hooks: the kernels and the ring arithmetic, without any transport.
   m.def("_reduce_local", [](int dtype, int op, py::array out, std::vector<py::array> inputs, double scale) {

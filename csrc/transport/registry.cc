@@ -1,7 +1,12 @@
 // The registry of transport backends: the one place that knows their names.
+#include "transport/registry.h"
+
 #include "common/error.h"
 #include "transport/shm/shm.h"
 #include "transport/transport.h"
+#ifdef RDMACOLL_WITH_IBVERBS  // CMake: the verbs headers were found
+#include "transport/ibverbs/ibverbs.h"
+#endif
 
 namespace rdmacoll {
 namespace transport {
@@ -16,9 +21,27 @@ void Device::packUser(const void*, size_t, PackedMemory*) {
   throw Error(std::string(name()) + ": user memory must be registered or staged");
 }
 
+std::vector<std::string> compiledTransports() {
+  std::vector<std::string> v{"shm"};
+#ifdef RDMACOLL_WITH_IBVERBS
+  v.push_back("ibverbs");
+#endif
+  return v;
+}
+
 std::unique_ptr<Device> createDevice(const std::string& name, int rank, int size) {
   if (name == "shm") return std::make_unique<shm::ShmDevice>(rank, size);
-  throw Error("unknown transport '" + name + "'; available here: shm");
+#ifdef RDMACOLL_WITH_IBVERBS
+  if (name == "ibverbs") return std::make_unique<ibverbs::IbvDevice>(rank, size);
+#else
+  if (name == "ibverbs") {
+    throw Error("transport 'ibverbs' is not compiled into this build (the verbs headers were missing: install "
+                "libibverbs-dev or rdma-core-devel, then reinstall rdmacoll); use shm or tcp");
+  }
+#endif
+  std::string names;
+  for (const std::string& n : compiledTransports()) names += (names.empty() ? "" : ", ") + n;
+  throw Error("unknown transport '" + name + "'; available here: " + names);
 }
 
 }  // namespace transport

@@ -1,0 +1,390 @@
+#include "transport/ibverbs/ibverbs.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <random>
+
+#include "common/error.h"
+#include "transport/ibverbs/diagnose.h"
+#include "transport/ibverbs/wire.h"
+
+namespace rdmacoll {
+namespace transport {
+namespace ibverbs {
+
+namespace {
+constexpr size_t kBounceHalfBytes = 256 << 10;
+constexpr size_t kHugePageAdviceBytes = 4 << 20;
+constexpr int kAccess = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+
+size_t pageRound(size_t n) {
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  return (std::max<size_t>(n, 1) + page - 1) / page * page;
+}
+
+ibv_send_wr rdmaWr(ibv_wr_opcode op, ibv_sge* sge, uint64_t raddr, uint32_t rkey) {
+  ibv_send_wr wr{};
+  wr.opcode = op;
+  wr.sg_list = sge;
+  wr.num_sge = sge ? 1 : 0;
+  wr.wr.rdma.remote_addr = raddr;
+  wr.wr.rdma.rkey = rkey;
+  return wr;
+}
+}  // namespace
+
+// ---------------------------------------------------------------- memory
+
+IbvMemory::IbvMemory(IbvDevice* dev, void* ptr, size_t len, ibv_mr* mr, size_t mapped, bool allocated)
+    : Memory(ptr, len), dev_(dev), mr_(mr), mapped_(mapped), allocated_(allocated) {}
+
+IbvMemory::~IbvMemory() {
+  dev_->forget(this);
+  if (mr_) dev_->verbs().dereg_mr(mr_);
+  if (mapped_) munmap(ptr_, mapped_);
+}
+
+void IbvMemory::pack(PackedMemory* out) const {
+  wire::Region r;
+  r.owner = dev_->rank();
+  r.allocated = allocated_;
+  r.addr = reinterpret_cast<uint64_t>(ptr_);
+  r.len = len_;
+  r.rkey = mr_ ? mr_->rkey : 0;
+  wire::packRegion(r, out);
+}
+
+// ---------------------------------------------------------------- device
+
+IbvDevice::IbvDevice(int rank, int size) : rank_(rank), size_(size), connected_(static_cast<size_t>(size)) {
+  verbs_ = loadVerbs();
+  // Registered pages and fork(): kernels since 5.12 keep them safe; older ones need
+  // ibv_fork_init (pages become MADV_DONTFORK: a child must not touch them).
+  if (!verbs_->is_fork_initialized || verbs_->is_fork_initialized() != IBV_FORK_UNNEEDED) {
+    if (verbs_->fork_init) verbs_->fork_init();
+  }
+  port_ = choosePort(*verbs_);
+  portName_ = port_.device + ":" + std::to_string(port_.port);
+  try {
+    ibv_device_attr da;
+    if (verbs_->query_device(port_.ctx, &da) != 0) throw Error(sysError("ibverbs: ibv_query_device", errno));
+    pd_ = verbs_->alloc_pd(port_.ctx);
+    if (!pd_) throw Error(sysError("ibverbs: ibv_alloc_pd on " + portName_, errno));
+    channel_ = verbs_->create_comp_channel(port_.ctx);
+    if (!channel_) throw Error(sysError("ibverbs: ibv_create_comp_channel on " + portName_, errno));
+    int fl = fcntl(channel_->fd, F_GETFL);
+    fcntl(channel_->fd, F_SETFL, fl | O_NONBLOCK);
+
+    QpLimits lim;
+    lim.sendDepth = std::min(lim.sendDepth, da.max_qp_wr);
+    lim.recvDepth = std::min(lim.recvDepth, da.max_qp_wr);
+    if (lim.sendDepth + lim.recvDepth > da.max_cqe) {
+      lim.sendDepth = lim.recvDepth = da.max_cqe / 2;
+    }
+    if (lim.sendDepth < 8 || lim.recvDepth < 8) {
+      throw Error(unusable(portName_ + " allows only " + std::to_string(da.max_qp_wr) + " work requests per queue"));
+    }
+    lim.maxRdAtomic = static_cast<uint8_t>(
+        std::max(1, std::min({16, da.max_qp_rd_atom, da.max_qp_init_rd_atom})));
+    maxMessage_ = std::min<size_t>(port_.attr.max_msg_sz ? port_.attr.max_msg_sz : (1u << 30), size_t(1) << 30);
+
+    local_.port = port_.port;
+    local_.linkLayer = port_.attr.link_layer == IBV_LINK_LAYER_ETHERNET ? wire::kEthernet : wire::kInfiniBand;
+    local_.mtu = static_cast<uint8_t>(port_.attr.active_mtu);
+    local_.lid = port_.attr.lid;
+    local_.gidIndex = port_.gidIndex;
+    std::random_device rd;
+    local_.psn = rd() & 0xffffff;
+
+    qps_.resize(static_cast<size_t>(size));
+    for (int r = 0; r < size; ++r) {
+      if (r != rank) qps_[r] = std::make_unique<QueuePair>(*verbs_, port_.ctx, pd_, channel_, lim, r);
+    }
+  } catch (...) {
+    release();
+    throw;
+  }
+}
+
+IbvDevice::~IbvDevice() { release(); }
+
+void IbvDevice::release() {
+  bounce_.reset();
+  qps_.clear();
+  if (channel_) verbs_->destroy_comp_channel(channel_), channel_ = nullptr;
+  if (pd_) verbs_->dealloc_pd(pd_), pd_ = nullptr;
+  if (port_.ctx) verbs_->close_device(port_.ctx), port_.ctx = nullptr;
+}
+
+std::unique_ptr<Memory> IbvDevice::allocate(size_t len) {
+  const size_t mapped = pageRound(len);
+  void* p = mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) throw Error(sysError("ibverbs: mmap of " + std::to_string(mapped) + " bytes", errno));
+  if (mapped >= kHugePageAdviceBytes) madvise(p, mapped, MADV_HUGEPAGE);
+  // Pre-fault (registration pins the pages anyway; this makes them ours first).
+  volatile char* c = static_cast<volatile char*>(p);
+  for (size_t off = 0; off < mapped; off += static_cast<size_t>(sysconf(_SC_PAGESIZE))) c[off] = 0;
+  ibv_mr* mr = verbs_->reg_mr(pd_, p, mapped, kAccess);
+  if (!mr) {
+    const int err = errno;
+    munmap(p, mapped);
+    throw Error("ibverbs: " + registrationFailed(err, p, mapped, memlockLimit()));
+  }
+  auto m = std::make_unique<IbvMemory>(this, p, len, mr, mapped, /*allocated=*/true);
+  std::lock_guard<std::mutex> g(regionsMu_);
+  regions_.push_back({reinterpret_cast<uintptr_t>(p), reinterpret_cast<uintptr_t>(p) + mapped, mr->lkey, m.get()});
+  return m;
+}
+
+std::unique_ptr<Memory> IbvDevice::registerMemory(void* ptr, size_t len) {
+  if (len == 0) return std::make_unique<IbvMemory>(this, ptr, 0, nullptr, 0, false);
+  ibv_mr* mr = verbs_->reg_mr(pd_, ptr, len, kAccess);
+  if (!mr) throw Error("ibverbs: " + registrationFailed(errno, ptr, len, memlockLimit()));
+  auto m = std::make_unique<IbvMemory>(this, ptr, len, mr, 0, /*allocated=*/false);
+  std::lock_guard<std::mutex> g(regionsMu_);
+  regions_.push_back({reinterpret_cast<uintptr_t>(ptr), reinterpret_cast<uintptr_t>(ptr) + len, mr->lkey, m.get()});
+  return m;
+}
+
+void IbvDevice::forget(const IbvMemory* m) {
+  std::lock_guard<std::mutex> g(regionsMu_);
+  regions_.erase(std::remove_if(regions_.begin(), regions_.end(), [m](const Region& r) { return r.owner == m; }),
+                 regions_.end());
+}
+
+bool IbvDevice::findLkey(const void* p, size_t len, uint32_t* lkey) const {
+  const uintptr_t b = reinterpret_cast<uintptr_t>(p);
+  std::lock_guard<std::mutex> g(regionsMu_);
+  for (const Region& r : regions_) {
+    if (b >= r.begin && b <= r.end && len <= r.end - b) {
+      *lkey = r.lkey;
+      return true;
+    }
+  }
+  return false;
+}
+
+Bytes IbvDevice::address() const {
+  wire::Address a;
+  a.rank = rank_;
+  a.size = size_;
+  a.linkLayer = local_.linkLayer;
+  a.port = local_.port;
+  a.mtu = local_.mtu;
+  a.gidIndex = static_cast<uint8_t>(local_.gidIndex);
+  a.lid = local_.lid;
+  a.psn = local_.psn;
+  std::memcpy(a.gid, port_.gid.raw, sizeof(a.gid));
+  a.qpn.assign(static_cast<size_t>(size_), 0);
+  for (int r = 0; r < size_; ++r) {
+    if (qps_[r]) a.qpn[r] = qps_[r]->qpn();
+  }
+  return wire::packAddress(a);
+}
+
+std::unique_ptr<Endpoint> IbvDevice::connect(int peer, const Bytes& peerAddress) {
+  if (peer < 0 || peer >= size_ || peer == rank_) throw Error("ibverbs: cannot connect to rank " + std::to_string(peer));
+  if (connected_[peer]) throw Error("ibverbs: rank " + std::to_string(peer) + " is already connected");
+  wire::Address a = wire::unpackAddress(peerAddress, peer, rank_, size_);
+  if (a.linkLayer != local_.linkLayer) {
+    auto ll = [](uint8_t l) { return l == wire::kEthernet ? "Ethernet (RoCE)" : "InfiniBand"; };
+    throw Error("ibverbs: rank " + std::to_string(peer) + "'s port is " + ll(a.linkLayer) + ", this rank's (" +
+                portName_ + ") is " + ll(local_.linkLayer) + ": they cannot reach each other; choose ports with "
+                "RDMACOLL_IB_DEVICE");
+  }
+  qps_[peer]->connect(local_, a, rank_);
+  connected_[peer] = true;
+  return std::make_unique<IbvEndpoint>(this, qps_[peer].get(), peer, a.qpn[rank_]);
+}
+
+uint64_t IbvDevice::prepareSleep() {
+  for (auto& q : qps_) {
+    if (q) q->arm();
+  }
+  return events_;
+}
+
+void IbvDevice::consumeEvents() {
+  ibv_cq* cq;
+  void* ctx;
+  while (verbs_->get_cq_event(channel_, &cq, &ctx) == 0) {
+    verbs_->ack_cq_events(cq, 1);
+    ++events_;
+  }
+}
+
+void IbvDevice::sleep(uint64_t seen, int timeoutMs) {
+  // A completion that arrived before the CQs were armed raises no event: look first.
+  bool any = false;
+  for (auto& q : qps_) {
+    if (q) any = q->drain() || any;
+  }
+  consumeEvents();
+  if (any || events_ != seen) return;
+  struct pollfd p{channel_->fd, POLLIN, 0};
+  poll(&p, 1, timeoutMs);
+  consumeEvents();
+}
+
+IbvDevice::BounceHalf& IbvDevice::nextHalf() {
+  if (!bounce_) {
+    bounce_ = allocate(2 * kBounceHalfBytes);
+    bounceLkey_ = static_cast<IbvMemory*>(bounce_.get())->lkey();
+    halves_[0].ptr = static_cast<char*>(bounce_->data());
+    halves_[1].ptr = halves_[0].ptr + kBounceHalfBytes;
+  }
+  BounceHalf& h = halves_[nextHalf_];
+  nextHalf_ ^= 1;
+  if (h.qp) {
+    try {
+      h.qp->waitSent(h.seq);  // the HCA has finished with the bytes this half held
+    } catch (const Error&) {
+      // That queue pair died: its requests are flushed, nothing reads the half any more.
+    }
+    h.qp = nullptr;
+  }
+  return h;
+}
+
+void IbvDevice::bounceWrite(QueuePair* qp, const char* src, uint64_t raddr, uint32_t rkey, size_t len, bool hasImm,
+                            uint32_t imm) {
+  std::lock_guard<std::mutex> g(bounceMu_);
+  for (size_t done = 0; done < len;) {
+    const size_t n = std::min(len - done, kBounceHalfBytes);
+    BounceHalf& h = nextHalf();
+    std::memcpy(h.ptr, src + done, n);
+    ibv_sge sge{reinterpret_cast<uint64_t>(h.ptr), static_cast<uint32_t>(n), bounceLkey_};
+    const bool last = done + n == len;
+    ibv_send_wr wr = rdmaWr(last && hasImm ? IBV_WR_RDMA_WRITE_WITH_IMM : IBV_WR_RDMA_WRITE, &sge, raddr + done, rkey);
+    if (last && hasImm) wr.imm_data = htonl(imm);
+    h.seq = qp->post(&wr, /*signaled=*/true);
+    h.qp = qp;
+    done += n;
+  }
+}
+
+void IbvDevice::bounceRead(QueuePair* qp, uint64_t raddr, uint32_t rkey, char* dst, size_t len) {
+  std::lock_guard<std::mutex> g(bounceMu_);
+  for (size_t done = 0; done < len;) {
+    const size_t n = std::min(len - done, kBounceHalfBytes);
+    BounceHalf& h = nextHalf();
+    ibv_sge sge{reinterpret_cast<uint64_t>(h.ptr), static_cast<uint32_t>(n), bounceLkey_};
+    ibv_send_wr wr = rdmaWr(IBV_WR_RDMA_READ, &sge, raddr + done, rkey);
+    qp->waitSent(qp->post(&wr, /*signaled=*/true));
+    std::memcpy(dst + done, h.ptr, n);
+    done += n;
+  }
+}
+
+// ---------------------------------------------------------------- endpoint
+
+IbvEndpoint::IbvEndpoint(IbvDevice* dev, QueuePair* qp, int peer, uint32_t remoteQpn)
+    : dev_(dev), qp_(qp), peer_(peer), remoteQpn_(remoteQpn) {}
+
+std::string IbvEndpoint::describe() const {
+  return "ibverbs " + dev_->portName() + " (rank " + std::to_string(peer_) + ", qpn " + std::to_string(qp_->qpn()) +
+         " -> " + std::to_string(remoteQpn_) + ")";
+}
+
+void IbvEndpoint::unpack(const PackedMemory& packed, RemoteMemory* out) { wire::unpackRegion(packed, peer_, out); }
+
+void IbvEndpoint::write(const void* src, const RemoteMemory& dst, size_t dstOff, size_t len, bool hasImm,
+                        uint32_t imm) {
+  wire::checkRemote(dst, peer_, dstOff, len, "write");
+  const uint64_t raddr = dst.key[0] + dstOff;
+  const uint32_t rkey = static_cast<uint32_t>(dst.key[1]);
+  const ibv_wr_opcode lastOp = hasImm ? IBV_WR_RDMA_WRITE_WITH_IMM : IBV_WR_RDMA_WRITE;
+  if (len == 0) {
+    if (!hasImm) return;
+    ibv_send_wr wr = rdmaWr(IBV_WR_RDMA_WRITE_WITH_IMM, nullptr, raddr, rkey);  // the immediate alone
+    wr.imm_data = htonl(imm);
+    qp_->post(&wr, false);
+    return;
+  }
+  if (len <= qp_->maxInline()) {
+    // The provider copies inline data at post time: src is free on return, no lkey needed.
+    ibv_sge sge{reinterpret_cast<uint64_t>(src), static_cast<uint32_t>(len), 0};
+    ibv_send_wr wr = rdmaWr(lastOp, &sge, raddr, rkey);
+    wr.send_flags = IBV_SEND_INLINE;
+    if (hasImm) wr.imm_data = htonl(imm);
+    qp_->post(&wr, false);
+    return;
+  }
+  uint32_t lkey;
+  if (!dev_->findLkey(src, len, &lkey)) {
+    dev_->bounceWrite(qp_, static_cast<const char*>(src), raddr, rkey, len, hasImm, imm);
+    return;
+  }
+  // Zero-copy from registered memory, in messages the port accepts; only the last one
+  // carries the immediate, and RC executes them in order.
+  const char* s = static_cast<const char*>(src);
+  uint64_t last = 0;
+  for (size_t done = 0; done < len;) {
+    const size_t n = std::min(len - done, dev_->maxMessage());
+    const bool isLast = done + n == len;
+    ibv_sge sge{reinterpret_cast<uint64_t>(s + done), static_cast<uint32_t>(n), lkey};
+    ibv_send_wr wr = rdmaWr(isLast ? lastOp : IBV_WR_RDMA_WRITE, &sge, raddr + done, rkey);
+    if (isLast && hasImm) wr.imm_data = htonl(imm);
+    last = qp_->post(&wr, isLast);
+    done += n;
+  }
+  qp_->waitSent(last);  // the contract: src may be reused when write returns
+}
+
+void IbvEndpoint::put64(const RemoteMemory& dst, size_t dstOff, uint64_t value) {
+  wire::checkRemote(dst, peer_, dstOff, 8, "put64", 8);
+  ibv_send_wr wr{};
+  const uint64_t raddr = dst.key[0] + dstOff;
+  const uint32_t rkey = static_cast<uint32_t>(dst.key[1]);
+  if (qp_->maxInline() >= sizeof(value)) {
+    ibv_sge sge{reinterpret_cast<uint64_t>(&value), sizeof(value), 0};
+    wr = rdmaWr(IBV_WR_RDMA_WRITE, &sge, raddr, rkey);
+    wr.send_flags = IBV_SEND_INLINE;
+    qp_->post(&wr, false);
+    return;
+  }
+  std::lock_guard<std::mutex> g(scratchMu_);
+  if (!scratch_) scratch_ = dev_->allocate(sizeof(value));
+  std::memcpy(scratch_->data(), &value, sizeof(value));
+  ibv_sge sge{reinterpret_cast<uint64_t>(scratch_->data()), sizeof(value),
+              static_cast<IbvMemory*>(scratch_.get())->lkey()};
+  wr = rdmaWr(IBV_WR_RDMA_WRITE, &sge, raddr, rkey);
+  qp_->waitSent(qp_->post(&wr, true));
+}
+
+bool IbvEndpoint::pollImmediate(uint32_t* imm) { return qp_->pollImmediate(imm); }
+
+void IbvEndpoint::read(const RemoteMemory& src, size_t srcOff, void* dst, size_t len) {
+  wire::checkRemote(src, peer_, srcOff, len, "read");
+  if (len == 0) return;
+  const uint64_t raddr = src.key[0] + srcOff;
+  const uint32_t rkey = static_cast<uint32_t>(src.key[1]);
+  uint32_t lkey;
+  if (!dev_->findLkey(dst, len, &lkey)) {
+    dev_->bounceRead(qp_, raddr, rkey, static_cast<char*>(dst), len);
+    return;
+  }
+  char* d = static_cast<char*>(dst);
+  uint64_t last = 0;
+  for (size_t done = 0; done < len;) {
+    const size_t n = std::min(len - done, dev_->maxMessage());
+    ibv_sge sge{reinterpret_cast<uint64_t>(d + done), static_cast<uint32_t>(n), lkey};
+    ibv_send_wr wr = rdmaWr(IBV_WR_RDMA_READ, &sge, raddr + done, rkey);
+    last = qp_->post(&wr, done + n == len);
+    done += n;
+  }
+  qp_->waitSent(last);
+}
+
+bool IbvEndpoint::alive() { return qp_->alive(); }
+
+}  // namespace ibverbs
+}  // namespace transport
+}  // namespace rdmacoll

@@ -1,0 +1,141 @@
+// RDMA transport over libibverbs (InfiniBand, RoCE v1/v2): one RC queue pair per peer.
+//
+//   allocate        page-aligned anonymous memory, pre-faulted, ibv_reg_mr'd (local write,
+//                   remote write, remote read); registerMemory registers the user's bytes
+//   pack/unpack     {owner, address, length, rkey} (wire.h), validated on unpack
+//   write           IBV_WR_RDMA_WRITE_WITH_IMM (plain RDMA WRITE without an immediate):
+//                   payloads up to the QP's max_inline_data go inline (IBV_SEND_INLINE) and
+//                   return at once; larger ones from registered memory go zero-copy and wait
+//                   for their completion (the contract: src may be reused on return); from
+//                   unregistered memory they are copied through two registered bounce
+//                   halves, chunk by chunk
+//   put64           an 8-byte inline RDMA WRITE (aligned: never torn in practice on PCIe
+//                   HCAs); counters only grow, the peer polls its own memory
+//   read            IBV_WR_RDMA_READ (kCanRead)
+//   pollImmediate   drains the endpoint's completion queue (queue_pair.h)
+//   sleeping        completion channel: prepareSleep arms every CQ, sleep polls the
+//                   channel's fd. put64 generates no completion at the peer, so a sleeper
+//                   notices one only when its timeout ends (the communicator sleeps 1 ms at
+//                   a time): immediates wake at once, credits within the timeout.
+// Nothing of this data path has run on RDMA hardware yet (docs/ibverbs.md).
+#pragma once
+#include <infiniband/verbs.h>
+
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "transport/ibverbs/loader.h"
+#include "transport/ibverbs/port.h"
+#include "transport/ibverbs/queue_pair.h"
+#include "transport/transport.h"
+
+namespace rdmacoll {
+namespace transport {
+namespace ibverbs {
+
+class IbvDevice;
+
+class IbvMemory : public Memory {
+ public:
+  // mapped: bytes this object mmap'ed (0 for registered user memory).
+  IbvMemory(IbvDevice* dev, void* ptr, size_t len, ibv_mr* mr, size_t mapped, bool allocated);
+  ~IbvMemory() override;
+  void pack(PackedMemory* out) const override;
+  uint32_t lkey() const { return mr_ ? mr_->lkey : 0; }
+
+ private:
+  IbvDevice* dev_;
+  ibv_mr* mr_;
+  size_t mapped_;
+  bool allocated_;
+};
+
+class IbvEndpoint : public Endpoint {
+ public:
+  IbvEndpoint(IbvDevice* dev, QueuePair* qp, int peer, uint32_t remoteQpn);
+  uint32_t capabilities() const override { return kCanRead; }
+  void unpack(const PackedMemory& packed, RemoteMemory* out) override;
+  void write(const void* src, const RemoteMemory& dst, size_t dstOff, size_t len, bool hasImm,
+             uint32_t imm) override;
+  void put64(const RemoteMemory& dst, size_t dstOff, uint64_t value) override;
+  bool pollImmediate(uint32_t* imm) override;
+  void read(const RemoteMemory& src, size_t srcOff, void* dst, size_t len) override;
+  bool alive() override;
+  std::string describe() const override;
+
+ private:
+  IbvDevice* dev_;
+  QueuePair* qp_;
+  int peer_;
+  uint32_t remoteQpn_;
+  std::mutex scratchMu_;                // put64 without inline support (rare providers)
+  std::unique_ptr<Memory> scratch_;
+};
+
+class IbvDevice : public Device {
+ public:
+  IbvDevice(int rank, int size);
+  ~IbvDevice() override;
+  const char* name() const override { return "ibverbs"; }
+  std::unique_ptr<Memory> allocate(size_t len) override;
+  std::unique_ptr<Memory> registerMemory(void* ptr, size_t len) override;
+  Bytes address() const override;
+  std::unique_ptr<Endpoint> connect(int peer, const Bytes& peerAddress) override;
+  uint64_t prepareSleep() override;
+  void cancelSleep() override {}
+  void sleep(uint64_t seen, int timeoutMs) override;
+
+  // For memory and endpoints.
+  const Verbs& verbs() const { return *verbs_; }
+  int rank() const { return rank_; }
+  size_t maxMessage() const { return maxMessage_; }
+  const std::string& portName() const { return portName_; }
+  void forget(const IbvMemory* m);
+  // The lkey of a registered region holding [p, p+len); false when there is none.
+  bool findLkey(const void* p, size_t len, uint32_t* lkey) const;
+  // Move [src, src+len) to the peer through the bounce halves (unregistered src), or
+  // fetch into dst (read). The last chunk of a write carries the immediate.
+  void bounceWrite(QueuePair* qp, const char* src, uint64_t raddr, uint32_t rkey, size_t len, bool hasImm,
+                   uint32_t imm);
+  void bounceRead(QueuePair* qp, uint64_t raddr, uint32_t rkey, char* dst, size_t len);
+
+ private:
+  struct Region {
+    uintptr_t begin, end;
+    uint32_t lkey;
+    const IbvMemory* owner;
+  };
+  struct BounceHalf {
+    char* ptr = nullptr;
+    QueuePair* qp = nullptr;  // last request that used this half
+    uint64_t seq = 0;
+  };
+  void release();
+  void consumeEvents();
+  BounceHalf& nextHalf();
+
+  int rank_, size_;
+  std::unique_ptr<Verbs> verbs_;
+  PortChoice port_;
+  std::string portName_;
+  LocalPort local_;
+  ibv_pd* pd_ = nullptr;
+  ibv_comp_channel* channel_ = nullptr;
+  size_t maxMessage_ = 1u << 30;
+  std::vector<std::unique_ptr<QueuePair>> qps_;  // [peer]; null for this rank
+  std::vector<bool> connected_;
+  uint64_t events_ = 0;
+  mutable std::mutex regionsMu_;
+  std::vector<Region> regions_;
+  std::mutex bounceMu_;  // abortAll may write from another thread
+  std::unique_ptr<Memory> bounce_;
+  uint32_t bounceLkey_ = 0;
+  BounceHalf halves_[2];
+  int nextHalf_ = 0;
+};
+
+}  // namespace ibverbs
+}  // namespace transport
+}  // namespace rdmacoll

@@ -1,0 +1,167 @@
+#include "transport/ibverbs/port.h"
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <vector>
+
+#include "common/error.h"
+#include "transport/ibverbs/diagnose.h"
+
+namespace rdmacoll {
+namespace transport {
+namespace ibverbs {
+
+namespace {
+
+const char* stateName(ibv_port_state s) {
+  switch (s) {
+    case IBV_PORT_DOWN: return "DOWN";
+    case IBV_PORT_INIT: return "INIT";
+    case IBV_PORT_ARMED: return "ARMED";
+    case IBV_PORT_ACTIVE: return "ACTIVE";
+    case IBV_PORT_ACTIVE_DEFER: return "ACTIVE_DEFER";
+    default: return "NOP";
+  }
+}
+
+bool zeroGid(const ibv_gid& g) {
+  for (uint8_t b : g.raw) {
+    if (b) return false;
+  }
+  return true;
+}
+
+// ::ffff:a.b.c.d
+bool ipv4Mapped(const ibv_gid& g) {
+  for (int i = 0; i < 10; ++i) {
+    if (g.raw[i]) return false;
+  }
+  return g.raw[10] == 0xff && g.raw[11] == 0xff;
+}
+
+struct DeviceList {
+  const Verbs& v;
+  ibv_device** list = nullptr;
+  int n = 0;
+  ~DeviceList() {
+    if (list) v.free_device_list(list);
+  }
+};
+
+// RoCE: the best GID of the port (see port.h); -1 when none.
+int chooseGid(const Verbs& v, ibv_device* dev, ibv_context* ctx, uint8_t port, int tableLen, ibv_gid* out,
+              std::string* type) {
+  int best = -1, bestScore = 0;
+  for (int i = 0; i < tableLen; ++i) {
+    ibv_gid g;
+    if (v.query_gid(ctx, port, i, &g) != 0 || zeroGid(g)) continue;
+    const std::string t = gidTypeOf(dev, port, i);
+    const bool v2 = t.find("v2") != std::string::npos;
+    const int score = v2 ? (ipv4Mapped(g) ? 3 : 2) : 1;
+    if (score > bestScore) {
+      best = i, bestScore = score, *out = g, *type = v2 ? "RoCE v2" : "RoCE v1";
+    }
+  }
+  return best;
+}
+
+}  // namespace
+
+std::string gidTypeOf(const ibv_device* dev, uint8_t port, int index) {
+  std::ifstream f(std::string(dev->ibdev_path) + "/ports/" + std::to_string(port) + "/gid_attrs/types/" +
+                  std::to_string(index));
+  std::string s;
+  std::getline(f, s);
+  return s;
+}
+
+PortChoice choosePort(const Verbs& v) {
+  DeviceList dl{v};
+  errno = 0;
+  dl.list = v.get_device_list(&dl.n);
+  if (!dl.list) throw Error(unusable(deviceListFailed(errno ? errno : ENODEV)));
+  if (dl.n == 0) {
+    throw Error(unusable("no RDMA devices (the kernel supports RDMA but no NIC driver registered a device; "
+                         "load the NIC's RDMA driver, or rdma_rxe / siw for software RDMA over Ethernet)"));
+  }
+  const char* envDev = std::getenv("RDMACOLL_IB_DEVICE");
+  std::string wantDev = envDev ? envDev : "";
+  int wantPort = 0;
+  if (auto colon = wantDev.find(':'); colon != std::string::npos) {
+    wantPort = std::atoi(wantDev.c_str() + colon + 1);
+    wantDev.resize(colon);
+    if (wantPort <= 0 || wantPort > 255) throw Error("RDMACOLL_IB_DEVICE: bad port in '" + std::string(envDev) + "'");
+  }
+  std::string seen;  // "mlx5_0:1 DOWN, ..." for the error text
+  for (int d = 0; d < dl.n; ++d) {
+    const std::string name = v.get_device_name(dl.list[d]);
+    if (!wantDev.empty() && name != wantDev) {
+      seen += (seen.empty() ? "" : ", ") + name;
+      continue;
+    }
+    ibv_context* ctx = v.open_device(dl.list[d]);
+    if (!ctx) {
+      seen += (seen.empty() ? "" : ", ") + sysError(name + " cannot be opened", errno);
+      continue;
+    }
+    ibv_device_attr da;
+    if (v.query_device(ctx, &da) != 0) {
+      seen += (seen.empty() ? "" : ", ") + name + " (query failed)";
+      v.close_device(ctx);
+      continue;
+    }
+    for (int p = 1; p <= da.phys_port_cnt; ++p) {
+      if (wantPort && p != wantPort) continue;
+      ibv_port_attr pa;
+      if (v.queryPort(ctx, static_cast<uint8_t>(p), &pa) != 0) continue;
+      seen += (seen.empty() ? "" : ", ") + name + ":" + std::to_string(p) + " " + stateName(pa.state);
+      if (pa.state != IBV_PORT_ACTIVE) continue;
+      PortChoice c;
+      c.ctx = ctx;
+      c.device = name;
+      c.port = static_cast<uint8_t>(p);
+      c.attr = pa;
+      if (pa.link_layer == IBV_LINK_LAYER_ETHERNET) {
+        const char* envGid = std::getenv("RDMACOLL_IB_GID_INDEX");
+        if (envGid && *envGid) {
+          c.gidIndex = std::atoi(envGid);
+          if (c.gidIndex < 0 || c.gidIndex >= pa.gid_tbl_len ||
+              v.query_gid(ctx, c.port, c.gidIndex, &c.gid) != 0 || zeroGid(c.gid)) {
+            v.close_device(ctx);
+            throw Error("RDMACOLL_IB_GID_INDEX=" + std::string(envGid) + ": no such GID on " + name + ":" +
+                        std::to_string(p) + " (`rdmacoll doctor` lists them)");
+          }
+          const std::string t = gidTypeOf(dl.list[d], c.port, c.gidIndex);
+          c.gidType = t.find("v2") != std::string::npos ? "RoCE v2" : "RoCE v1";
+        } else {
+          c.gidIndex = chooseGid(v, dl.list[d], ctx, c.port, pa.gid_tbl_len, &c.gid, &c.gidType);
+          if (c.gidIndex < 0) {
+            seen += " (RoCE, but no GID: no IP address on its network interface)";
+            continue;
+          }
+        }
+      } else {
+        c.gidType = "IB";
+        if (v.query_gid(ctx, c.port, 0, &c.gid) != 0) std::memset(&c.gid, 0, sizeof(c.gid));
+        if (pa.lid == 0) {
+          seen += " (LID 0: no subnet manager has configured it)";
+          continue;
+        }
+      }
+      return c;
+    }
+    v.close_device(ctx);
+  }
+  if (!wantDev.empty() && seen.find(wantDev + ":") == std::string::npos) {
+    throw Error(unusable("RDMACOLL_IB_DEVICE=" + std::string(envDev) + " matches no usable device (found: " + seen +
+                         ")"));
+  }
+  throw Error(unusable("no ACTIVE port with a usable address on any RDMA device (" + seen +
+                       "); check cabling and `ibv_devinfo`"));
+}
+
+}  // namespace ibverbs
+}  // namespace transport
+}  // namespace rdmacoll
