@@ -30,6 +30,18 @@ def test_transports_exported():
         assert COMPILED, "the verbs headers are installed but this build has no ibverbs transport"
 
 
+def test_probe_transport():
+    assert _core.probe_transport("shm")[0] is True
+    usable, lines = _core.probe_transport("bogus")
+    assert not usable and "bogus" in lines[-1]
+    usable, lines = _core.probe_transport("ibverbs")
+    print("\n".join(lines))
+    if not usable:
+        assert any(c in lines[-1] for c in CAUSES), lines
+    if COMPILED and usable:
+        assert lines[-1].startswith("would use ")
+
+
 @needs_ibverbs
 def test_core_does_not_link_libibverbs():
     """Every ibv_* call goes through the dlopen'ed table or verbs.h's inline ops."""

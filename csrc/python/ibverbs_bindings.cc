@@ -1,4 +1,4 @@
-// _core.TRANSPORTS (the backends compiled into this build) and test hooks for the pure
+// _core.TRANSPORTS (the backends compiled into this build), _core.probe_transport, and test hooks for the pure
 // parts of the ibverbs transport (address blob, packed regions, key checks, error texts),
 // which tests/test_ibverbs.py exercises on hosts without RDMA hardware.
 #include <pybind11/pybind11.h>
@@ -89,6 +89,12 @@ py::dict unpackRegion(const std::string& bytes, int peer) {
 
 void bindIbverbs(py::module_& m) {
   m.attr("TRANSPORTS") = py::tuple(py::cast(compiledTransports()));
+  m.def("probe_transport", [](const std::string& name) {
+    TransportReport r = probeTransport(name);
+    return py::make_tuple(r.usable, r.lines);
+  }, py::arg("name"),
+        "(usable, lines): whether the transport can run on this host and what it found there "
+        "(devices, ports, GIDs, limits) or why not. For `rdmacoll doctor`.");
   m.def("_ibverbs_pack_address", &packAddress);
   m.def("_ibverbs_unpack_address", &unpackAddress, py::arg("bytes"), py::arg("peer"), py::arg("self"),
         py::arg("size"));

@@ -29,6 +29,18 @@ std::vector<std::string> compiledTransports() {
   return v;
 }
 
+TransportReport probeTransport(const std::string& name) {
+#ifdef RDMACOLL_WITH_IBVERBS
+  if (name == "ibverbs") return ibverbs::probe();
+#endif
+  try {
+    createDevice(name, 0, 1);
+    return {true, {}};
+  } catch (const Error& e) {
+    return {false, {e.what()}};
+  }
+}
+
 std::unique_ptr<Device> createDevice(const std::string& name, int rank, int size) {
   if (name == "shm") return std::make_unique<shm::ShmDevice>(rank, size);
 #ifdef RDMACOLL_WITH_IBVERBS

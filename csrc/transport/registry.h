@@ -10,5 +10,14 @@ namespace transport {
 // Compiled is not usable: createDevice says why a compiled backend cannot run here.
 std::vector<std::string> compiledTransports();
 
+// What a backend finds on this host, for `rdmacoll doctor`: whether createDevice would
+// succeed and, one line each, what it found (devices, ports, addresses, limits) or why
+// it cannot run. Creates no connection and registers no memory.
+struct TransportReport {
+  bool usable = false;
+  std::vector<std::string> lines;
+};
+TransportReport probeTransport(const std::string& name);
+
 }  // namespace transport
 }  // namespace rdmacoll

@@ -1,5 +1,7 @@
 #include "transport/ibverbs/port.h"
 
+#include <arpa/inet.h>
+
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -67,7 +69,83 @@ int chooseGid(const Verbs& v, ibv_device* dev, ibv_context* ctx, uint8_t port, i
   return best;
 }
 
+std::string gidText(const ibv_gid& g) {
+  char buf[INET6_ADDRSTRLEN];
+  return inet_ntop(AF_INET6, g.raw, buf, sizeof(buf)) ? buf : "?";
+}
+
+const char* mtuText(ibv_mtu m) {
+  switch (m) {
+    case IBV_MTU_256: return "256";
+    case IBV_MTU_512: return "512";
+    case IBV_MTU_1024: return "1024";
+    case IBV_MTU_2048: return "2048";
+    case IBV_MTU_4096: return "4096";
+    default: return "?";
+  }
+}
+
+// The lines probe() prints for one device.
+void describeDevice(const Verbs& v, ibv_device* dev, std::vector<std::string>* out) {
+  const std::string name = v.get_device_name(dev);
+  ibv_context* ctx = v.open_device(dev);
+  if (!ctx) {
+    out->push_back(sysError(name + ": cannot open", errno));
+    return;
+  }
+  ibv_device_attr da;
+  if (v.query_device(ctx, &da) != 0) {
+    out->push_back(name + ": ibv_query_device failed");
+    v.close_device(ctx);
+    return;
+  }
+  for (int p = 1; p <= da.phys_port_cnt; ++p) {
+    ibv_port_attr pa;
+    if (v.queryPort(ctx, static_cast<uint8_t>(p), &pa) != 0) continue;
+    const bool eth = pa.link_layer == IBV_LINK_LAYER_ETHERNET;
+    out->push_back(name + ":" + std::to_string(p) + " " + stateName(pa.state) + ", " +
+                   (eth ? "Ethernet (RoCE)" : "InfiniBand, LID " + std::to_string(pa.lid)) + ", active MTU " +
+                   mtuText(pa.active_mtu));
+    for (int i = 0; i < pa.gid_tbl_len; ++i) {
+      ibv_gid g;
+      if (v.query_gid(ctx, static_cast<uint8_t>(p), i, &g) != 0 || zeroGid(g)) continue;
+      const std::string t = gidTypeOf(dev, static_cast<uint8_t>(p), i);
+      out->push_back("  GID[" + std::to_string(i) + "] " + gidText(g) + (t.empty() ? "" : " (" + t + ")"));
+    }
+  }
+  v.close_device(ctx);
+}
+
 }  // namespace
+
+TransportReport probe() {
+  TransportReport r;
+  std::unique_ptr<Verbs> v;
+  try {
+    v = loadVerbs();
+  } catch (const Error& e) {
+    r.lines.push_back(e.what());
+    return r;
+  }
+  const uint64_t memlock = memlockLimit();
+  r.lines.push_back("memlock limit (ulimit -l): " +
+                    (memlock == UINT64_MAX ? std::string("unlimited") : std::to_string(memlock >> 10) + " KiB"));
+  {
+    DeviceList dl{*v};
+    dl.list = v->get_device_list(&dl.n);
+    for (int d = 0; dl.list && d < dl.n; ++d) describeDevice(*v, dl.list[d], &r.lines);
+  }
+  try {
+    PortChoice c = choosePort(*v);
+    v->close_device(c.ctx);
+    r.usable = true;
+    r.lines.push_back("would use " + c.device + ":" + std::to_string(c.port) + ", GID[" +
+                      std::to_string(c.gidIndex) + "] " + gidText(c.gid) + " (" + c.gidType + ")");
+  } catch (const Error& e) {
+    r.lines.push_back(e.what());
+  }
+  return r;
+}
 
 std::string gidTypeOf(const ibv_device* dev, uint8_t port, int index) {
   std::ifstream f(std::string(dev->ibdev_path) + "/ports/" + std::to_string(port) + "/gid_attrs/types/" +

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "transport/ibverbs/loader.h"
+#include "transport/registry.h"
 
 namespace rdmacoll {
 namespace transport {
@@ -31,6 +32,10 @@ struct PortChoice {
 // list failing (ENOSYS: no kernel support), no devices, the requested one missing, no
 // ACTIVE port (listing each port's state), or no usable GID on a RoCE port.
 PortChoice choosePort(const Verbs& v);
+
+// Everything this host offers: each device's ports (state, link layer, LID, MTU, GIDs
+// with their types), the memlock limit, and the port choosePort would take or why none.
+TransportReport probe();
 
 // The GID type as sysfs reports it for (device, port, index): "IB/RoCE v1", "RoCE v2", or "".
 std::string gidTypeOf(const ibv_device* dev, uint8_t port, int index);
