@@ -14,7 +14,8 @@ Configurations, interleaved in every round (medians of --rounds rounds, each the
   comm-only rows: the same buckets reduced alone (no compute), rdmacoll and gloo
 
 Per step it reports total, compute, communication (alone), exposed (total - compute)
-and hidden (communication - exposed, as a share of communication) time, the gradient
+and hidden (communication - exposed, as a share of communication) time, how long step()
+waited for the reductions (rdmacoll: the exposed communication it saw), the gradient
 tensors and buckets, how often a gradient was copied into its bucket, and draws a bar
 chart (rank 0, matplotlib) of compute vs exposed communication per configuration.
 """
@@ -220,15 +221,17 @@ def main():
           f"{[round(s / 2**20, 2) for s in ex['buckets']]}")
     print(f"# medians of {args.rounds} rounds, each the median of {args.steps} steps after {args.warmup} warm-up")
     print(f"{'config':<16}{'step ms':>9}{'compute':>9}{'comm':>9}{'exposed':>9}{'hidden':>8}"
-          f"{'copies/step':>13}{'x DDP':>7}")
+          f"{'step() wait':>12}{'copies/step':>13}{'x DDP':>7}")
     for c in configs:
         t = med[c]
         comm_t = {"rdmacoll": cmed["rdmacoll"], "rdmacoll-views": cmed["rdmacoll"], "ddp-gloo": cmed["gloo"]}.get(c, 0.0)
         exposed = max(0.0, t - compute) if c != "compute" else 0.0
         hidden = max(0.0, min(1.0, (comm_t - exposed) / comm_t)) if comm_t else 0.0
-        copies = statistics.median(e["copies_per_step"] for e in extras[c]) if c.startswith("rdmacoll") else float("nan")
+        ours = c.startswith("rdmacoll")
+        copies = statistics.median(e["copies_per_step"] for e in extras[c]) if ours else float("nan")
+        wait = statistics.median(e["wait_per_step"] for e in extras[c]) * 1e3 if ours else float("nan")
         print(f"{c:<16}{t * 1e3:9.1f}{compute * 1e3:9.1f}{comm_t * 1e3:9.1f}{exposed * 1e3:9.1f}"
-              f"{hidden * 100:7.0f}%{copies:13.1f}{t / med['ddp-gloo']:7.2f}")
+              f"{hidden * 100:7.0f}%{wait:12.1f}{copies:13.1f}{t / med['ddp-gloo']:7.2f}")
     print(f"comm-only: rdmacoll {cmed['rdmacoll'] * 1e3:.1f} ms, gloo {cmed['gloo'] * 1e3:.1f} ms for "
           f"{nbytes / 2**20:.0f} MiB of gradients")
     try:
