@@ -417,7 +417,7 @@ def mismatch_raises(hvd, tf, np):
         grads()
     except Exception as e:  # noqa: BLE001 - TensorFlow's wrapper type; the text is what counts
         text = str(e)
-        return "collective mismatch" in text and "count=3" in text and "count=4" in text, (
+        return "collective mismatch (different counts)" in text, (
             f"{type(e).__name__}: ...{text[-400:]}")
     return False, "no error"
 
