@@ -72,6 +72,64 @@ def _peers(names: list[str], say) -> tuple[list, list[str]]:
     return made, notes
 
 
+def _title(args, coll: str, p: int) -> str:
+    reducing = coll in C.REDUCING
+    inplace = "in place" if args.inplace else "out of place"
+    where = f", {inplace}" if coll in ("allreduce", "broadcast") else ""
+    return (f"# rdmacoll-bench {coll}: {p} ranks, dtype {args.dtype}"
+            f"{', op ' + args.op if reducing else ''}{', root 0' if coll == 'broadcast' else ''}, "
+            f"memory {args.memory}{where}, {args.iters} iters, {args.warmup} warm-up")
+
+
+def _one_size(args, coll, impls, dtype, nbytes, count_all, count, rank, p) -> list:
+    """Every implementation's row at one size (rdmacoll's first)."""
+    send = C.send_buffer(coll, rank, count_all, count, dtype)
+    want = C.expected(coll, rank, p, count_all, count, dtype, args.op) if args.check else None
+    prepared = [impl.prepare(coll, send, args.op, bool(args.inplace)) for impl in impls]
+    timed = measure([(pr, lambda impl=impl: impl.algo) for pr, impl in zip(prepared, impls)],
+                    args.iters, args.warmup)
+    op = args.op if coll in C.REDUCING else "none"
+    rows = []
+    for impl, pr, times in zip(impls, prepared, timed):
+        wrong = total(C.count_wrong(pr.result(), want)) if args.check else None
+        rows.append(make_row(impl.name, coll, nbytes, count, args.dtype, op, times.algo, impl.transport,
+                             times, C.bus_factor(coll, p), wrong))
+    return rows
+
+
+def _sweep(args, plan, impls, notes, progress, lead) -> list:
+    """Every collective's table; returns all rows."""
+    rank, p = rc.rank(), rc.size()
+    dtype = numpy_dtype(args.dtype)
+    rows = []
+    for coll, steps in plan:
+        runs, coll_notes = [], list(notes)
+        for impl in impls:
+            why = impl.supports(coll, dtype, args.op)
+            if why:
+                coll_notes.append(f"# {impl.name}: {coll} skipped: {why}")
+            else:
+                runs.append(impl)
+        table = Table([i.name for i in impls[1:]])
+        if lead:
+            print(_title(args, coll, p))
+            for line in coll_notes:
+                print(line)
+            table.header()
+        mine = []
+        for nbytes, count_all, count in steps:
+            progress.step()
+            at_size = _one_size(args, coll, runs, dtype, nbytes, count_all, count, rank, p)
+            mine += at_size
+            if lead:
+                table.rows(at_size)
+        if lead:
+            table.summary(mine, [i.name for i in runs])
+            print(flush=True)
+        rows += mine
+    return rows
+
+
 def run(args) -> int:
     if args.algo:
         os.environ["RDMACOLL_ALGO"] = algo_rules(args.algo, args.collectives)
@@ -83,8 +141,7 @@ def run(args) -> int:
         if launcher_rank() == 0:
             print(f"rdmacoll-bench: {e}", file=sys.stderr)
         return 2
-    rank, p = rc.rank(), rc.size()
-    lead = rank == 0
+    lead = rc.rank() == 0
 
     def say(text: str) -> None:
         if lead:
@@ -96,60 +153,14 @@ def run(args) -> int:
         say(f"rdmacoll-bench: error: {why}")
         rc.shutdown()
         return 2
-    impls = [Rdmacoll(args.memory)]
     peers, notes = _peers(args.compare, say)
-    impls += peers
-    names = [i.name for i in impls]
-    dtype = numpy_dtype(args.dtype)
-    plan = [(coll, C.sizes(args.minbytes, args.maxbytes, args.stepfactor, coll, dtype.itemsize, p))
+    impls = [Rdmacoll(args.memory)] + peers
+    itemsize = numpy_dtype(args.dtype).itemsize
+    plan = [(coll, C.sizes(args.minbytes, args.maxbytes, args.stepfactor, coll, itemsize, rc.size()))
             for coll in args.collectives]
     progress = Progress([(coll, n) for coll, steps in plan for n, _, _ in steps], lead and not args.quiet)
-    rows, failed = [], 0
     try:
-        for coll, steps in plan:
-            reducing = coll in C.REDUCING
-            op = args.op if reducing else "none"
-            runs, coll_notes = [], list(notes)
-            for impl in impls:
-                why = impl.supports(coll, dtype, args.op)
-                if why:
-                    coll_notes.append(f"# {impl.name}: {coll} skipped: {why}")
-                else:
-                    runs.append(impl)
-            table = Table(names[1:] if len(names) > 1 else [])
-            if lead:
-                inplace = "in place" if args.inplace else "out of place"
-                where = f", {inplace}" if coll in ("allreduce", "broadcast") else ""
-                print(f"# rdmacoll-bench {coll}: {p} ranks, dtype {args.dtype}"
-                      f"{', op ' + args.op if reducing else ''}{', root 0' if coll == 'broadcast' else ''}, "
-                      f"memory {args.memory}{where}, {args.iters} iters, {args.warmup} warm-up")
-                for line in coll_notes:
-                    print(line)
-                table.header()
-            mine = []
-            factor = C.bus_factor(coll, p)
-            for nbytes, count_all, count in steps:
-                progress.step()
-                send = C.send_buffer(coll, rank, count_all, count, dtype)
-                want = C.expected(coll, rank, p, count_all, count, dtype, args.op) if args.check else None
-                at_size = []
-                prepared = [impl.prepare(coll, send, args.op, bool(args.inplace)) for impl in runs]
-                timed = measure([(pr, lambda impl=impl: impl.algo) for pr, impl in zip(prepared, runs)],
-                                args.iters, args.warmup)
-                for impl, pr, times in zip(runs, prepared, timed):
-                    wrong = total(C.count_wrong(pr.result(), want)) if args.check else None
-                    at_size.append(make_row(impl.name, coll, nbytes, count, args.dtype, op, times.algo,
-                                            impl.transport, times, factor, wrong))
-                del prepared
-                if at_size and at_size[0].impl == names[0]:
-                    failed += at_size[0].wrong or 0
-                mine += at_size
-                if lead:
-                    table.rows(at_size)
-            if lead:
-                table.summary(mine, [i.name for i in runs])
-                print(flush=True)
-            rows += mine
+        rows = _sweep(args, plan, impls, notes, progress, lead)
     finally:
         progress.finish()
         for impl in reversed(impls):
@@ -160,9 +171,10 @@ def run(args) -> int:
     if lead and args.plot:
         from .plot import plot
 
-        colls = ", ".join(args.collectives)
-        plot(args.plot, rows, f"rdmacoll-bench {colls}: {p} ranks, {args.dtype}"
-                              f"{', ' + args.op if any(c in C.REDUCING for c in args.collectives) else ''}")
+        reducing = any(c in C.REDUCING for c in args.collectives)
+        plot(args.plot, rows, f"rdmacoll-bench {', '.join(args.collectives)}: {rc.size()} ranks, {args.dtype}"
+                              f"{', ' + args.op if reducing else ''}")
         say(f"rdmacoll-bench: wrote {args.plot}")
     rc.shutdown()
+    failed = sum(r.wrong or 0 for r in rows if r.impl == impls[0].name)
     return 1 if failed else 0
