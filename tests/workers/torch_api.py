@@ -133,6 +133,21 @@ def run():
         want[0] += 2
     expect("sparse allreduce", close(hvd.allreduce(s, op=hvd.Sum).to_dense(), want))
 
+    # gradients through collectives (Horovod's rules)
+    w = data(r, (3, 2)).requires_grad_()
+    (hvd.allreduce(w, op=hvd.Sum) * (r + 1)).sum().backward()      # d/dw = sum_q (q+1)
+    expect("allreduce gradient", close(w.grad, np.full((3, 2), p * (p + 1) / 2)))
+    w = torch.ones(r + 1, 2, requires_grad=True)
+    g = hvd.allgather(w)
+    expect("allgather forward", g.shape == (p * (p + 1) // 2, 2) and g.requires_grad)
+    (g * torch.arange(g.shape[0]).unsqueeze(1)).sum().backward()   # averaged, own rows
+    start = r * (r + 1) // 2
+    expect("allgather gradient", close(w.grad, torch.arange(start, start + r + 1).unsqueeze(1).expand(r + 1, 2).numpy()))
+    w = data(r, (4,)).requires_grad_()
+    (hvd.broadcast(w, p - 1) * (r + 1)).sum().backward()            # root: mean of (q+1)
+    want = np.full(4, (p + 1) / 2 if r == p - 1 else 0.0)
+    expect("broadcast gradient", close(w.grad, want))
+
     # errors: clear RdmacollError, same on every rank, communicator still usable after
     meta = torch.empty(3, device="meta")
     e = raises(hvd.allreduce, meta)

@@ -153,7 +153,14 @@ def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.
 
 def allreduce(tensor, average=None, name=None, compression=Compression.none, op=None,
               prescale_factor=1.0, postscale_factor=1.0, process_set=None):
-    """tensor reduced across ranks (Average by default), as a new tensor."""
+    """tensor reduced across ranks (Average by default), as a new tensor (differentiable
+    when tensor requires grad)."""
+    from . import autograd
+
+    if autograd.wanted(tensor):
+        _check_process_set(process_set)
+        return autograd.Allreduce.apply(tensor, resolve_op(average, op), name, compression,
+                                        prescale_factor, postscale_factor)
     return allreduce_async(tensor, average, name, op, prescale_factor, postscale_factor,
                            process_set, compression).wait()
 
@@ -243,7 +250,13 @@ def allgather_async(tensor, name=None, process_set=None):
 
 
 def allgather(tensor, name=None, process_set=None):
-    """Every rank's tensor concatenated along the first dimension (sizes may differ)."""
+    """Every rank's tensor concatenated along the first dimension (sizes may differ);
+    differentiable when tensor requires grad."""
+    from . import autograd
+
+    if autograd.wanted(tensor):
+        _check_process_set(process_set)
+        return autograd.Allgather.apply(tensor, name)
     return allgather_async(tensor, name, process_set).wait()
 
 
@@ -267,7 +280,13 @@ def broadcast_async(tensor, root_rank, name=None, process_set=None):
 
 
 def broadcast(tensor, root_rank, name=None, process_set=None):
-    """root_rank's tensor, as a new tensor on every rank."""
+    """root_rank's tensor, as a new tensor on every rank (differentiable when tensor
+    requires grad)."""
+    from . import autograd
+
+    if autograd.wanted(tensor):
+        _check_process_set(process_set)
+        return autograd.Broadcast.apply(tensor, root_rank, name)
     return broadcast_async(tensor, root_rank, name, process_set).wait()
 
 
