@@ -3,6 +3,7 @@
 
 #include "common/error.h"
 #include "transport/shm/shm.h"
+#include "transport/tcp/tcp.h"
 #include "transport/transport.h"
 #ifdef RDMACOLL_WITH_IBVERBS  // CMake: the verbs headers were found
 #include "transport/ibverbs/ibverbs.h"
@@ -22,7 +23,7 @@ void Device::packUser(const void*, size_t, PackedMemory*) {
 }
 
 std::vector<std::string> compiledTransports() {
-  std::vector<std::string> v{"shm"};
+  std::vector<std::string> v{"shm", "tcp"};
 #ifdef RDMACOLL_WITH_IBVERBS
   v.push_back("ibverbs");
 #endif
@@ -43,6 +44,7 @@ TransportReport probeTransport(const std::string& name) {
 
 std::unique_ptr<Device> createDevice(const std::string& name, int rank, int size) {
   if (name == "shm") return std::make_unique<shm::ShmDevice>(rank, size);
+  if (name == "tcp") return std::make_unique<tcp::TcpDevice>(rank, size);
 #ifdef RDMACOLL_WITH_IBVERBS
   if (name == "ibverbs") return std::make_unique<ibverbs::IbvDevice>(rank, size);
 #else

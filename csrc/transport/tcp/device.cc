@@ -1,0 +1,375 @@
+// TcpDevice: memory (allocate/register), address, connection setup, the progress
+// thread, sleeping. Endpoints (the data path) are in endpoint.cc.
+#include <arpa/inet.h>
+#include <linux/futex.h>
+#include <poll.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <random>
+
+#include "common/error.h"
+#include "transport/tcp/fork_guard.h"
+#include "transport/tcp/socket.h"
+#include "transport/tcp/tcp.h"
+
+namespace rdmacoll {
+namespace transport {
+namespace tcp {
+
+namespace {
+
+constexpr uint32_t kAddressMagic = 0x31444352;  // "RCD1"
+constexpr uint32_t kHelloMagic = 0x31484352;    // "RCH1"
+constexpr uint32_t kAckMagic = 0x31414352;      // "RCA1"
+constexpr uint32_t kPackedMagic = 0x314d4354;   // "TCM1"
+enum : uint32_t { kAllocated = 1, kUser = 2 };
+// Setup waits at most this long for a peer (they all start together under mpiexec).
+constexpr auto kConnectTimeout = std::chrono::seconds(120);
+// A connection that has not sent its hello within this long is dropped.
+constexpr auto kHelloTimeout = std::chrono::seconds(10);
+
+struct Address {
+  uint32_t magic;
+  int32_t rank;
+  int32_t size;
+  uint32_t ip;  // network byte order
+  uint16_t port;
+  uint16_t pad;
+  uint32_t pad2;
+  uint64_t nonce;
+};
+
+struct Hello {
+  uint32_t magic;
+  int32_t from, to, size;
+  uint64_t toNonce, fromNonce;
+};
+
+struct Ack {
+  uint32_t magic;
+  int32_t from, to, pad;
+  uint64_t toNonce;
+};
+
+struct Packed {
+  uint32_t magic;
+  uint32_t kind;
+  int32_t rank;
+  uint32_t id;
+  uint64_t len;
+};
+static_assert(sizeof(Packed) <= PackedMemory::kBytes, "packed tcp memory too large");
+
+// Library-owned memory: anonymous, pre-faulted, unmapped when the last holder (Memory,
+// or a parser landing a payload in it) lets go.
+struct Mapping {
+  Mapping(void* p_, size_t len_) : p(p_), len(len_) {}
+  Mapping(const Mapping&) = delete;
+  Mapping& operator=(const Mapping&) = delete;
+  void* p;
+  size_t len;
+  ~Mapping() {
+    if (p != MAP_FAILED && len) munmap(p, len);
+  }
+};
+
+long futex(std::atomic<uint32_t>* addr, int op, uint32_t val, const struct timespec* ts) {
+  return syscall(SYS_futex, reinterpret_cast<uint32_t*>(addr), op, val, ts, nullptr, 0);
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- regions and memory
+
+uint32_t Regions::add(char* base, size_t len, std::shared_ptr<void> keep) {
+  std::lock_guard<std::mutex> g(mu_);
+  uint32_t id = next_++;
+  map_[id] = RegionRef{base, len, std::move(keep)};
+  return id;
+}
+
+void Regions::remove(uint32_t id) {
+  std::lock_guard<std::mutex> g(mu_);
+  map_.erase(id);
+}
+
+bool Regions::find(uint32_t id, RegionRef* out) {
+  std::lock_guard<std::mutex> g(mu_);
+  auto it = map_.find(id);
+  if (it == map_.end()) return false;
+  *out = it->second;
+  return true;
+}
+
+TcpMemory::TcpMemory(std::shared_ptr<Regions> regions, int rank, char* ptr, size_t len,
+                     std::shared_ptr<void> keep, bool allocated)
+    : Memory(ptr, len), regions_(std::move(regions)), rank_(rank), allocated_(allocated) {
+  id_ = regions_->add(ptr, len, std::move(keep));
+}
+
+TcpMemory::~TcpMemory() { regions_->remove(id_); }
+
+void TcpMemory::pack(PackedMemory* out) const {
+  Packed p{kPackedMagic, allocated_ ? kAllocated : kUser, rank_, id_, len_};
+  std::memset(out->bytes, 0, sizeof(out->bytes));
+  std::memcpy(out->bytes, &p, sizeof(p));
+}
+
+void TcpEndpoint::unpack(const PackedMemory& packed, RemoteMemory* out) {
+  Packed p;
+  std::memcpy(&p, packed.bytes, sizeof(p));
+  if (p.magic != kPackedMagic || (p.kind != kAllocated && p.kind != kUser) || p.rank != peer_ ||
+      p.id == 0 || p.len > (uint64_t(1) << 48)) {
+    throw Error("tcp: malformed memory descriptor from rank " + std::to_string(peer_));
+  }
+  out->len = p.len;
+  out->allocated = p.kind == kAllocated;
+  out->key[0] = p.id;
+  out->key[1] = out->key[2] = out->key[3] = 0;
+  out->mapped = nullptr;
+}
+
+// ---------------------------------------------------------------- device
+
+TcpDevice::TcpDevice(int rank, int size)
+    : rank_(rank), size_(size), pid_(getpid()), regions_(std::make_shared<Regions>()) {
+  Interface itf = chooseInterface();
+  ip_ = itf.ip;
+  ifname_ = itf.name;
+  std::random_device rd;
+  nonce_ = (uint64_t(rd()) << 32) ^ rd() ^ (uint64_t(getpid()) << 16);
+  listenFd_ = listenOn(ip_, &port_, size + 64);
+  epollFd_ = epoll_create1(EPOLL_CLOEXEC);
+  eventFd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (epollFd_ < 0 || eventFd_ < 0) {
+    int e = errno;
+    if (epollFd_ >= 0) close(epollFd_);
+    if (eventFd_ >= 0) close(eventFd_);
+    close(listenFd_);
+    throw Error(sysError("tcp: epoll/eventfd", e));
+  }
+  struct epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.fd = eventFd_;
+  epoll_ctl(epollFd_, EPOLL_CTL_ADD, eventFd_, &ev);
+  forkGuardAdd(listenFd_);
+  forkGuardAdd(epollFd_);
+  forkGuardAdd(eventFd_);
+  progress_ = std::thread([this] { progressLoop(); });
+}
+
+TcpDevice::~TcpDevice() {
+  if (getpid() != pid_) {
+    // A forked child's copy: the thread does not exist here and the descriptors were
+    // closed at fork (fork_guard.h); touch nothing.
+    progress_.detach();
+    return;
+  }
+  stop_.store(true);
+  uint64_t one = 1;
+  ssize_t ignored = ::write(eventFd_, &one, sizeof(one));
+  (void)ignored;
+  if (progress_.joinable()) progress_.join();
+  for (auto& kv : pending_) {
+    forkGuardRemove(kv.second.fd);
+    close(kv.second.fd);
+  }
+  for (int fd : {listenFd_, epollFd_, eventFd_}) {
+    forkGuardRemove(fd);
+    close(fd);
+  }
+}
+
+std::unique_ptr<Memory> TcpDevice::allocate(size_t len) {
+  size_t maplen = len ? len : 1;
+  void* p = mmap(nullptr, maplen, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+  if (p == MAP_FAILED) throw Error(sysError("tcp: allocating " + std::to_string(len) + " bytes", errno));
+  auto keep = std::make_shared<Mapping>(p, maplen);
+  return std::make_unique<TcpMemory>(regions_, rank_, static_cast<char*>(p), len, keep, true);
+}
+
+std::unique_ptr<Memory> TcpDevice::registerMemory(void* ptr, size_t len) {
+  return std::make_unique<TcpMemory>(regions_, rank_, static_cast<char*>(ptr), len, nullptr, false);
+}
+
+Bytes TcpDevice::address() const {
+  Address a{};
+  a.magic = kAddressMagic;
+  a.rank = rank_;
+  a.size = size_;
+  a.ip = ip_;
+  a.port = port_;
+  a.nonce = nonce_;
+  Bytes out(sizeof(a));
+  std::memcpy(out.data(), &a, sizeof(a));
+  return out;
+}
+
+int TcpDevice::connectToPeer(int peer, uint32_t ip, uint16_t port, uint64_t peerNonce) {
+  auto deadline = Clock::now() + kConnectTimeout;
+  std::string who = "rank " + std::to_string(peer);
+  int fd = connectTo(ip, port, deadline, who);
+  try {
+    Hello h{kHelloMagic, rank_, peer, size_, peerNonce, nonce_};
+    Ack a{};
+    if (!writeFull(fd, &h, sizeof(h), deadline) || !readFull(fd, &a, sizeof(a), deadline)) {
+      throw Error("tcp: " + who + " at " + ipText(ip) + ":" + std::to_string(port) +
+                  " did not acknowledge the connection (closed or timed out)");
+    }
+    if (a.magic != kAckMagic || a.from != peer || a.to != rank_ || a.toNonce != nonce_) {
+      throw Error("tcp: the process at " + ipText(ip) + ":" + std::to_string(port) + " is not " + who +
+                  " of this job (bad acknowledgement)");
+    }
+  } catch (...) {
+    close(fd);
+    throw;
+  }
+  return fd;
+}
+
+int TcpDevice::acceptFrom(int peer, uint64_t peerNonce) {
+  auto deadline = Clock::now() + kConnectTimeout;
+  while (pending_.find(peer) == pending_.end()) {
+    if (Clock::now() >= deadline) {
+      throw Error("tcp: rank " + std::to_string(peer) + " did not connect to rank " + std::to_string(rank_) +
+                  " at " + ipText(ip_) + ":" + std::to_string(port_) + " within " +
+                  std::to_string(kConnectTimeout.count()) + " s (firewall, or wrong interface: "
+                  "set RDMACOLL_SOCKET_IFNAME)");
+    }
+    struct pollfd p{listenFd_, POLLIN, 0};
+    if (poll(&p, 1, 200) <= 0) continue;
+    int fd = accept4(listenFd_, nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd < 0) continue;
+    Hello h{};
+    auto helloDeadline = std::min(deadline, Clock::now() + kHelloTimeout);
+    bool ok = false;
+    try {
+      ok = readFull(fd, &h, sizeof(h), helloDeadline);
+    } catch (const Error&) {
+      ok = false;
+    }
+    // Anything else (a stray client, another job) is dropped; the real peer still comes.
+    if (!ok || h.magic != kHelloMagic || h.to != rank_ || h.size != size_ || h.toNonce != nonce_ ||
+        h.from < 0 || h.from >= rank_) {
+      close(fd);
+      continue;
+    }
+    auto old = pending_.find(h.from);
+    if (old != pending_.end()) close(old->second.fd);
+    pending_[h.from] = Pending{fd, h.fromNonce};
+  }
+  Pending p = pending_[peer];
+  pending_.erase(peer);
+  Ack a{kAckMagic, rank_, peer, 0, peerNonce};
+  if (p.nonce != peerNonce || !writeFull(p.fd, &a, sizeof(a), deadline)) {
+    close(p.fd);
+    throw Error("tcp: connection claiming to be rank " + std::to_string(peer) +
+                " does not match its address (or closed during setup)");
+  }
+  return p.fd;
+}
+
+std::unique_ptr<Endpoint> TcpDevice::connect(int peer, const Bytes& peerAddress) {
+  Address a;
+  if (peerAddress.size() != sizeof(a)) {
+    throw Error("tcp: rank " + std::to_string(peer) + " sent a " + std::to_string(peerAddress.size()) +
+                "-byte address, expected " + std::to_string(sizeof(a)) + " (is it using another transport?)");
+  }
+  std::memcpy(&a, peerAddress.data(), sizeof(a));
+  if (a.magic != kAddressMagic || a.rank != peer || a.size != size_ || peer == rank_ || peer < 0 ||
+      peer >= size_) {
+    throw Error("tcp: malformed address from rank " + std::to_string(peer));
+  }
+  int fd = peer > rank_ ? connectToPeer(peer, a.ip, a.port, a.nonce) : acceptFrom(peer, a.nonce);
+  try {
+    tuneDataSocket(fd);
+  } catch (...) {
+    close(fd);
+    throw;
+  }
+  return std::make_unique<TcpEndpoint>(this, peer, fd, ipText(a.ip) + ":" + std::to_string(a.port));
+}
+
+void TcpDevice::attach(TcpEndpoint* ep) {
+  std::lock_guard<std::mutex> g(connsMu_);
+  conns_[ep->fd()] = ep;
+  forkGuardAdd(ep->fd());
+  struct epoll_event ev{};
+  ev.events = EPOLLIN | EPOLLRDHUP;
+  ev.data.fd = ep->fd();
+  if (epoll_ctl(epollFd_, EPOLL_CTL_ADD, ep->fd(), &ev) != 0) {
+    conns_.erase(ep->fd());
+    throw Error(sysError("tcp: epoll_ctl", errno));
+  }
+}
+
+void TcpDevice::detach(TcpEndpoint* ep) {
+  std::lock_guard<std::mutex> g(connsMu_);
+  if (getpid() != pid_) return;
+  epoll_ctl(epollFd_, EPOLL_CTL_DEL, ep->fd(), nullptr);
+  conns_.erase(ep->fd());
+  forkGuardRemove(ep->fd());
+}
+
+void TcpDevice::unwatch(int fd) { epoll_ctl(epollFd_, EPOLL_CTL_DEL, fd, nullptr); }
+
+void TcpDevice::progressLoop() {
+  struct epoll_event evs[64];
+  while (!stop_.load(std::memory_order_relaxed)) {
+    int n = epoll_wait(epollFd_, evs, 64, -1);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return;  // the epoll fd is gone: nothing to progress
+    }
+    bool events = false;
+    for (int i = 0; i < n; ++i) {
+      int fd = evs[i].data.fd;
+      if (fd == eventFd_) {
+        uint64_t v;
+        ssize_t ignored = ::read(eventFd_, &v, sizeof(v));
+        (void)ignored;
+        continue;
+      }
+      std::lock_guard<std::mutex> g(connsMu_);
+      auto it = conns_.find(fd);
+      if (it != conns_.end()) events |= it->second->onReadable();
+    }
+    if (events) ring();
+  }
+}
+
+// ---------------------------------------------------------------- sleeping
+
+void TcpDevice::ring() {
+  doorbell_.fetch_add(1, std::memory_order_seq_cst);
+  if (sleepers_.load(std::memory_order_seq_cst) != 0) {
+    futex(&doorbell_, FUTEX_WAKE_PRIVATE, INT32_MAX, nullptr);
+  }
+}
+
+uint64_t TcpDevice::prepareSleep() {
+  sleepers_.fetch_add(1, std::memory_order_seq_cst);
+  return doorbell_.load(std::memory_order_seq_cst);
+}
+
+void TcpDevice::cancelSleep() { sleepers_.fetch_sub(1, std::memory_order_seq_cst); }
+
+void TcpDevice::sleep(uint64_t seen, int timeoutMs) {
+  struct timespec ts;
+  ts.tv_sec = timeoutMs / 1000;
+  ts.tv_nsec = static_cast<long>(timeoutMs % 1000) * 1000000L;
+  futex(&doorbell_, FUTEX_WAIT_PRIVATE, static_cast<uint32_t>(seen), &ts);
+  sleepers_.fetch_sub(1, std::memory_order_seq_cst);
+}
+
+}  // namespace tcp
+}  // namespace transport
+}  // namespace rdmacoll

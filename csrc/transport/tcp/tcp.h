@@ -1,0 +1,164 @@
+// Network transport over TCP: the one-sided contract on one ordered byte stream per peer.
+//
+// A write is a frame {region, offset, length, immediate} + payload (frame.h). The
+// receiving device's progress thread (one per device, epoll over the connections plus
+// an eventfd for shutdown) reads each payload straight into the registered target
+// region, then queues the immediate: the stream's order gives the contract's ordering
+// guarantee. put64 is a header-only frame whose value the receiver stores atomically.
+// Senders send from the calling thread (non-blocking socket, poll while the kernel's
+// buffer is full), one frame at a time per endpoint (a mutex: put64 may come from any
+// thread). Every event bumps the device's doorbell (a futex word) and wakes threads
+// sleeping in sleep().
+//
+// Connections: every device listens on its interface (socket.h) from construction;
+// address() = {rank, size, IPv4, port, nonce}. For each pair the lower rank connects and
+// sends a hello naming both ranks and the target's nonce; the higher rank accepts (any
+// order: hellos of other peers wait in `pending_`), checks it, and acknowledges.
+//
+// Capabilities: none (no read, no map); registration is an id in a table, so user
+// memory is registered like allocated memory, but not per call (cheapRegistration false).
+#pragma once
+#include <sys/types.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+
+#include "transport/tcp/frame.h"
+#include "transport/transport.h"
+
+namespace rdmacoll {
+namespace transport {
+namespace tcp {
+
+// Registered regions by id, shared by the device, its parsers and its Memory objects
+// (pool memory may outlive the device).
+class Regions : public RegionLookup {
+ public:
+  uint32_t add(char* base, size_t len, std::shared_ptr<void> keep);
+  void remove(uint32_t id);
+  bool find(uint32_t id, RegionRef* out) override;
+
+ private:
+  std::mutex mu_;
+  uint32_t next_ = 1;
+  std::unordered_map<uint32_t, RegionRef> map_;
+};
+
+class TcpMemory : public Memory {
+ public:
+  TcpMemory(std::shared_ptr<Regions> regions, int rank, char* ptr, size_t len, std::shared_ptr<void> keep,
+            bool allocated);
+  ~TcpMemory() override;
+  void pack(PackedMemory* out) const override;
+
+ private:
+  std::shared_ptr<Regions> regions_;
+  int rank_;
+  uint32_t id_;
+  bool allocated_;
+};
+
+class TcpDevice;
+
+class TcpEndpoint : public Endpoint {
+ public:
+  TcpEndpoint(TcpDevice* dev, int peer, int fd, const std::string& where);
+  ~TcpEndpoint() override;
+  uint32_t capabilities() const override { return 0; }
+  void unpack(const PackedMemory& packed, RemoteMemory* out) override;
+  void write(const void* src, const RemoteMemory& dst, size_t dstOff, size_t len, bool hasImm,
+             uint32_t imm) override;
+  void put64(const RemoteMemory& dst, size_t dstOff, uint64_t value) override;
+  bool pollImmediate(uint32_t* imm) override;
+  bool alive() override { return !dead_.load(std::memory_order_acquire); }
+  std::string describe() const override;
+
+  // Progress thread only (under the device's connection lock): read what the socket
+  // holds. Returns true when something happened that sleepers must see.
+  bool onReadable();
+  int fd() const { return fd_; }
+
+ private:
+  void sendFrame(const FrameHeader& h, const void* payload, size_t len);
+  void markDead(const std::string& why);
+  std::string deathText() const;
+  void checkBounds(const RemoteMemory& m, size_t off, size_t len, const char* what) const;
+
+  TcpDevice* dev_;
+  int peer_;
+  int fd_;
+  std::string where_;  // peer's ip:port
+  FrameParser parser_;
+  std::mutex sendMu_;
+  std::atomic<bool> dead_{false};
+  bool removed_ = false;  // taken out of the epoll set (progress thread)
+  mutable std::mutex errMu_;
+  std::string error_;
+  std::mutex immMu_;
+  std::deque<uint32_t> imms_;
+  std::atomic<uint64_t> immAvail_{0};
+};
+
+class TcpDevice : public Device {
+ public:
+  TcpDevice(int rank, int size);
+  ~TcpDevice() override;
+  const char* name() const override { return "tcp"; }
+  std::unique_ptr<Memory> allocate(size_t len) override;
+  std::unique_ptr<Memory> registerMemory(void* ptr, size_t len) override;
+  Bytes address() const override;
+  std::unique_ptr<Endpoint> connect(int peer, const Bytes& peerAddress) override;
+  uint64_t prepareSleep() override;
+  void cancelSleep() override;
+  void sleep(uint64_t seen, int timeoutMs) override;
+
+  int rank() const { return rank_; }
+  // True in a child of fork(): its copy owns nothing (fork_guard.h).
+  bool forked() const { return getpid() != pid_; }
+  Regions* regions() const { return regions_.get(); }
+  // Wake sleepers (an event landed, or a connection died).
+  void ring();
+  void attach(TcpEndpoint* ep);
+  void detach(TcpEndpoint* ep);
+  void unwatch(int fd);
+
+ private:
+  struct Pending {
+    int fd;
+    uint64_t nonce;  // the connector's
+  };
+  void progressLoop();
+  int acceptFrom(int peer, uint64_t peerNonce);
+  int connectToPeer(int peer, uint32_t ip, uint16_t port, uint64_t peerNonce);
+
+  int rank_, size_;
+  pid_t pid_;
+  uint32_t ip_ = 0;
+  uint16_t port_ = 0;
+  std::string ifname_;
+  uint64_t nonce_;
+  int listenFd_ = -1;
+  int epollFd_ = -1;
+  int eventFd_ = -1;
+  std::shared_ptr<Regions> regions_;
+  std::map<int, Pending> pending_;  // accepted hellos not yet claimed by connect()
+
+  std::mutex connsMu_;  // held by the progress thread while it reads
+  std::unordered_map<int, TcpEndpoint*> conns_;  // by fd
+  std::atomic<bool> stop_{false};
+  std::thread progress_;
+
+  std::atomic<uint32_t> doorbell_{0};
+  std::atomic<uint32_t> sleepers_{0};
+};
+
+}  // namespace tcp
+}  // namespace transport
+}  // namespace rdmacoll
