@@ -1,13 +1,11 @@
 // TcpDevice: memory (allocate/register), address, connection setup, the progress
 // thread, sleeping. Endpoints (the data path) are in endpoint.cc.
 #include <arpa/inet.h>
-#include <linux/futex.h>
 #include <poll.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -81,10 +79,6 @@ struct Mapping {
   }
 };
 
-long futex(std::atomic<uint32_t>* addr, int op, uint32_t val, const struct timespec* ts) {
-  return syscall(SYS_futex, reinterpret_cast<uint32_t*>(addr), op, val, ts, nullptr, 0);
-}
-
 }  // namespace
 
 // ---------------------------------------------------------------- regions and memory
@@ -149,10 +143,12 @@ TcpDevice::TcpDevice(int rank, int size)
   listenFd_ = listenOn(ip_, &port_, size + 64);
   epollFd_ = epoll_create1(EPOLL_CLOEXEC);
   eventFd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-  if (epollFd_ < 0 || eventFd_ < 0) {
+  sleepFd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (epollFd_ < 0 || eventFd_ < 0 || sleepFd_ < 0) {
     int e = errno;
-    if (epollFd_ >= 0) close(epollFd_);
-    if (eventFd_ >= 0) close(eventFd_);
+    for (int fd : {epollFd_, eventFd_, sleepFd_}) {
+      if (fd >= 0) close(fd);
+    }
     close(listenFd_);
     throw Error(sysError("tcp: epoll/eventfd", e));
   }
@@ -163,6 +159,7 @@ TcpDevice::TcpDevice(int rank, int size)
   forkGuardAdd(listenFd_);
   forkGuardAdd(epollFd_);
   forkGuardAdd(eventFd_);
+  forkGuardAdd(sleepFd_);
   progress_ = std::thread([this] { progressLoop(); });
 }
 
@@ -182,7 +179,7 @@ TcpDevice::~TcpDevice() {
     forkGuardRemove(kv.second.fd);
     close(kv.second.fd);
   }
-  for (int fd : {listenFd_, epollFd_, eventFd_}) {
+  for (int fd : {listenFd_, epollFd_, eventFd_, sleepFd_}) {
     forkGuardRemove(fd);
     close(fd);
   }
@@ -316,7 +313,6 @@ void TcpDevice::detach(TcpEndpoint* ep) {
   if (getpid() != pid_) return;
   epoll_ctl(epollFd_, EPOLL_CTL_DEL, ep->fd(), nullptr);
   conns_.erase(ep->fd());
-  forkGuardRemove(ep->fd());
 }
 
 void TcpDevice::unwatch(int fd) { epoll_ctl(epollFd_, EPOLL_CTL_DEL, fd, nullptr); }
@@ -340,7 +336,7 @@ void TcpDevice::progressLoop() {
       }
       std::lock_guard<std::mutex> g(connsMu_);
       auto it = conns_.find(fd);
-      if (it != conns_.end()) events |= it->second->onReadable();
+      if (it != conns_.end()) events |= it->second->drain(true);
     }
     if (events) ring();
   }
@@ -351,7 +347,9 @@ void TcpDevice::progressLoop() {
 void TcpDevice::ring() {
   doorbell_.fetch_add(1, std::memory_order_seq_cst);
   if (sleepers_.load(std::memory_order_seq_cst) != 0) {
-    futex(&doorbell_, FUTEX_WAKE_PRIVATE, INT32_MAX, nullptr);
+    uint64_t one = 1;
+    ssize_t ignored = ::write(sleepFd_, &one, sizeof(one));
+    (void)ignored;
   }
 }
 
@@ -363,11 +361,40 @@ uint64_t TcpDevice::prepareSleep() {
 void TcpDevice::cancelSleep() { sleepers_.fetch_sub(1, std::memory_order_seq_cst); }
 
 void TcpDevice::sleep(uint64_t seen, int timeoutMs) {
-  struct timespec ts;
-  ts.tv_sec = timeoutMs / 1000;
-  ts.tv_nsec = static_cast<long>(timeoutMs % 1000) * 1000000L;
-  futex(&doorbell_, FUTEX_WAIT_PRIVATE, static_cast<uint32_t>(seen), &ts);
+  // Wait for a ring (sleepFd_) or bytes on any connection, then read them here. The
+  // connection list is only tried: the progress thread may hold it, and then it is the
+  // one reading (and it rings).
+  constexpr int kMaxFds = 64;
+  struct pollfd fds[kMaxFds];
+  TcpEndpoint* eps[kMaxFds];
+  int n = 0;
+  fds[n++] = {sleepFd_, POLLIN, 0};
+  std::unique_lock<std::mutex> g(connsMu_, std::try_to_lock);
+  if (g.owns_lock()) {
+    for (auto& kv : conns_) {
+      if (n == kMaxFds) break;
+      eps[n] = kv.second;
+      fds[n++] = {kv.first, POLLIN, 0};
+    }
+    g.unlock();
+  }
+  if (doorbell_.load(std::memory_order_seq_cst) == static_cast<uint32_t>(seen)) {
+    poll(fds, static_cast<nfds_t>(n), timeoutMs);
+  }
+  if (fds[0].revents & POLLIN) {
+    uint64_t v;
+    ssize_t ignored = ::read(sleepFd_, &v, sizeof(v));
+    (void)ignored;
+  }
+  bool events = false;
+  if (n > 1 && g.try_lock()) {  // endpoints cannot go away while the list is held
+    for (int i = 1; i < n; ++i) {
+      if (fds[i].revents && conns_.count(fds[i].fd) && conns_[fds[i].fd] == eps[i]) events |= eps[i]->drain(false);
+    }
+    g.unlock();
+  }
   sleepers_.fetch_sub(1, std::memory_order_seq_cst);
+  if (events) ring();
 }
 
 }  // namespace tcp

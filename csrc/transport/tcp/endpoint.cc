@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "common/error.h"
+#include "transport/tcp/fork_guard.h"
 #include "transport/tcp/tcp.h"
 
 namespace rdmacoll {
@@ -30,10 +31,25 @@ TcpEndpoint::TcpEndpoint(TcpDevice* dev, int peer, int fd, const std::string& wh
   }
 }
 
+// Leaving: a goodbye tells the peer that its later writes (credits, acknowledgements of
+// this rank's last call) may be dropped instead of failing. The socket itself stays open
+// until the process ends, as a shared-memory peer's process does: its end (EOF/RST) is
+// what peers take for death, whether it ends normally or is killed.
 TcpEndpoint::~TcpEndpoint() {
   if (dev_->forked()) return;  // the child's copy: the descriptor was closed at fork
   dev_->detach(this);
-  close(fd_);
+  std::lock_guard<std::mutex> g(sendMu_);
+  if (!alive()) {
+    forkGuardRemove(fd_);
+    close(fd_);
+    return;
+  }
+  FrameHeader h = byeHeader();
+  struct pollfd p{fd_, POLLOUT, 0};
+  if (poll(&p, 1, 100) > 0) {
+    ssize_t ignored = send(fd_, &h, sizeof(h), MSG_NOSIGNAL | MSG_DONTWAIT);
+    (void)ignored;
+  }
 }
 
 std::string TcpEndpoint::describe() const {
@@ -67,6 +83,7 @@ void TcpEndpoint::checkBounds(const RemoteMemory& m, size_t off, size_t len, con
 
 void TcpEndpoint::sendFrame(const FrameHeader& h, const void* payload, size_t len) {
   std::lock_guard<std::mutex> g(sendMu_);
+  if (left_.load(std::memory_order_acquire)) return;  // it no longer listens, nor needs to
   if (!alive()) throw Error(deathText());
   struct iovec iov[2] = {{const_cast<FrameHeader*>(&h), sizeof(h)}, {const_cast<void*>(payload), len}};
   struct iovec* v = iov;
@@ -79,10 +96,12 @@ void TcpEndpoint::sendFrame(const FrameHeader& h, const void* payload, size_t le
     if (n < 0) {
       if (errno == EINTR) continue;
       if (errno != EAGAIN && errno != EWOULDBLOCK) {
+        if (left_.load(std::memory_order_acquire)) return;
         markDead(strerror(errno));
         throw Error(deathText());
       }
       // The peer's kernel buffer is full; its progress thread drains it into memory.
+      if (left_.load(std::memory_order_acquire)) return;
       if (!alive()) throw Error(deathText());
       struct pollfd p{fd_, POLLOUT, 0};
       poll(&p, 1, 100);
@@ -115,7 +134,11 @@ void TcpEndpoint::put64(const RemoteMemory& dst, size_t dstOff, uint64_t value) 
 }
 
 bool TcpEndpoint::pollImmediate(uint32_t* imm) {
-  if (immAvail_.load(std::memory_order_acquire) == 0) return false;
+  if (immAvail_.load(std::memory_order_acquire) == 0) {
+    // The caller drives the receive itself when the progress thread is not at it.
+    if (drain(false)) dev_->ring();
+    if (immAvail_.load(std::memory_order_acquire) == 0) return false;
+  }
   std::lock_guard<std::mutex> g(immMu_);
   *imm = imms_.front();
   imms_.pop_front();
@@ -123,7 +146,17 @@ bool TcpEndpoint::pollImmediate(uint32_t* imm) {
   return true;
 }
 
-bool TcpEndpoint::onReadable() {
+bool TcpEndpoint::drain(bool wait) {
+  std::unique_lock<std::mutex> g(rxMu_, std::defer_lock);
+  if (wait) {
+    g.lock();
+  } else if (!g.try_lock()) {
+    return false;
+  }
+  return readLocked();
+}
+
+bool TcpEndpoint::readLocked() {
   if (removed_) return false;
   bool events = false;
   size_t budget = kReadBudget;
@@ -143,6 +176,8 @@ bool TcpEndpoint::onReadable() {
         events = true;
       } else if (ev == FrameParser::Event::kPut) {
         events = true;
+      } else if (ev == FrameParser::Event::kBye) {
+        left_.store(true, std::memory_order_release);
       } else if (ev == FrameParser::Event::kError) {
         markDead("rank " + std::to_string(peer_) + " sent a malformed frame (" + parser_.error() +
                  "); connection closed");
@@ -150,8 +185,9 @@ bool TcpEndpoint::onReadable() {
       continue;
     }
     if (n == 0) {
-      markDead(parser_.atFrameBoundary() ? "the peer closed the connection (process ended?)"
-                                         : "the peer closed the connection in the middle of a frame");
+      markDead(left_.load() ? "the peer left (shutdown) and its process ended"
+               : parser_.atFrameBoundary() ? "the peer closed the connection (process ended?)"
+                                           : "the peer closed the connection in the middle of a frame");
     } else if (errno == EINTR) {
       continue;
     } else if (errno != EAGAIN && errno != EWOULDBLOCK) {

@@ -29,6 +29,13 @@ FrameHeader put64Header(uint32_t region, uint64_t offset, uint64_t value) {
   return h;
 }
 
+FrameHeader byeHeader() {
+  FrameHeader h{};
+  h.magic = kFrameMagic;
+  h.type = kBye;
+  return h;
+}
+
 FrameParser::Target FrameParser::next() {
   if (state_ == State::kPayload) {
     char* dst = region_.base + h_.offset + (h_.length - left_);
@@ -71,6 +78,13 @@ FrameParser::Event FrameParser::onHeader(uint32_t* imm) {
   const FrameHeader& h = h_;
   if (h.magic != kFrameMagic) return fail("bad frame magic (stream out of sync or not an rdmacoll peer)");
   if (h.reserved != 0) return fail("nonzero reserved field in a frame header");
+  if (bye_) return fail("a frame after the goodbye");
+  if (h.type == kBye) {
+    if (h.flags || h.region || h.imm || h.offset || h.length) return fail("nonzero fields in a goodbye frame");
+    bye_ = true;
+    ++frames_;
+    return Event::kBye;
+  }
   if (h.type != kWrite && h.type != kPut64) return fail("unknown frame type " + std::to_string(h.type));
   if (h.type == kPut64 ? h.flags != 0 : (h.flags & ~kHasImm) != 0) {
     return fail("unknown flags " + std::to_string(h.flags) + " in a frame header");

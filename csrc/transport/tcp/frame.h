@@ -8,6 +8,8 @@
 //           reported only after every earlier frame's payload is in memory.
 //   kPut64  {region, offset, value}          no payload; the parser stores the 8-byte value
 //           at region+offset with one atomic release store (never torn).
+//   kBye    all fields 0                     the sender left (its endpoint was destroyed):
+//           later writes to it may be dropped; nothing may follow on the stream.
 //
 // FrameParser is pure: no sockets, no threads. Its user asks where the next bytes go
 // (next(): the header buffer or a slice of a registered region), puts up to that many
@@ -31,7 +33,7 @@ namespace transport {
 namespace tcp {
 
 constexpr uint32_t kFrameMagic = 0x31464352;  // "RCF1" in memory on little-endian hosts
-enum FrameType : uint8_t { kWrite = 1, kPut64 = 2 };
+enum FrameType : uint8_t { kWrite = 1, kPut64 = 2, kBye = 3 };
 enum FrameFlags : uint8_t { kHasImm = 1 };
 
 struct FrameHeader {
@@ -48,6 +50,7 @@ static_assert(sizeof(FrameHeader) == 32, "the frame header is 32 bytes on the wi
 
 FrameHeader writeHeader(uint32_t region, uint64_t offset, uint64_t length, bool hasImm, uint32_t imm);
 FrameHeader put64Header(uint32_t region, uint64_t offset, uint64_t value);
+FrameHeader byeHeader();
 
 // A registered region as the parser sees it; `keep` holds library-owned memory alive
 // while a payload is landing in it.
@@ -66,7 +69,7 @@ class RegionLookup {
 
 class FrameParser {
  public:
-  enum class Event { kNone, kImmediate, kPut, kError };
+  enum class Event { kNone, kImmediate, kPut, kBye, kError };
   struct Target {
     char* dst;
     size_t len;     // > 0
@@ -78,8 +81,8 @@ class FrameParser {
   // Where the next bytes of the stream go. Not valid after an error.
   Target next();
   // n (1..next().len) bytes were placed at next().dst. Returns the event the bytes
-  // completed: kImmediate (*imm set), kPut (a put64 was stored), kError (see error()),
-  // or kNone.
+  // completed: kImmediate (*imm set), kPut (a put64 was stored), kBye, kError (see
+  // error()), or kNone.
   Event advance(size_t n, uint32_t* imm);
   // Convenience for buffered bytes (and the fuzz test): places up to n bytes from p
   // through next()/advance(), stopping after the first event other than kNone. Returns
@@ -94,6 +97,7 @@ class FrameParser {
 
  private:
   enum class State { kHeader, kPayload, kFailed };
+  bool bye_ = false;  // a goodbye arrived: any further frame is an error
   Event onHeader(uint32_t* imm);
   Event fail(const std::string& why);
 

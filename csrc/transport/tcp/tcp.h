@@ -7,7 +7,10 @@
 // guarantee. put64 is a header-only frame whose value the receiver stores atomically.
 // Senders send from the calling thread (non-blocking socket, poll while the kernel's
 // buffer is full), one frame at a time per endpoint (a mutex: put64 may come from any
-// thread). Every event bumps the device's doorbell (a futex word) and wakes threads
+// thread). Callers waiting for an immediate read their connection themselves when the
+// progress thread is not at it, and a caller in sleep() polls the connections and reads
+// them too: under load, a hand-off to another thread costs a scheduling delay per message.
+// Every event bumps the device doorbell and wakes threads
 // sleeping in sleep().
 //
 // Connections: every device listens on its interface (socket.h) from construction;
@@ -80,12 +83,14 @@ class TcpEndpoint : public Endpoint {
   bool alive() override { return !dead_.load(std::memory_order_acquire); }
   std::string describe() const override;
 
-  // Progress thread only (under the device's connection lock): read what the socket
-  // holds. Returns true when something happened that sleepers must see.
-  bool onReadable();
+  // Read what the socket holds into memory (the receive lock: the progress thread waits
+  // for it, a caller only tries it). Returns true when something happened that sleepers
+  // must see.
+  bool drain(bool wait);
   int fd() const { return fd_; }
 
  private:
+  bool readLocked();
   void sendFrame(const FrameHeader& h, const void* payload, size_t len);
   void markDead(const std::string& why);
   std::string deathText() const;
@@ -95,10 +100,12 @@ class TcpEndpoint : public Endpoint {
   int peer_;
   int fd_;
   std::string where_;  // peer's ip:port
+  std::mutex rxMu_;       // the parser and the reading side of the socket
   FrameParser parser_;
   std::mutex sendMu_;
   std::atomic<bool> dead_{false};
-  bool removed_ = false;  // taken out of the epoll set (progress thread)
+  std::atomic<bool> left_{false};  // the peer said goodbye: writes to it are dropped
+  bool removed_ = false;  // taken out of the epoll set (under rxMu_)
   mutable std::mutex errMu_;
   std::string error_;
   std::mutex immMu_;
@@ -150,13 +157,18 @@ class TcpDevice : public Device {
   std::shared_ptr<Regions> regions_;
   std::map<int, Pending> pending_;  // accepted hellos not yet claimed by connect()
 
-  std::mutex connsMu_;  // held by the progress thread while it reads
+  // Held by the progress thread while it reads; a sleeping caller only tries it.
+  std::mutex connsMu_;
   std::unordered_map<int, TcpEndpoint*> conns_;  // by fd
   std::atomic<bool> stop_{false};
   std::thread progress_;
 
+  // Sleeping (prepareSleep/sleep): the doorbell counts events; ring() signals sleepFd_
+  // when a thread sleeps, which waits in poll() on it and on the connections (and reads
+  // them itself: no hand-off to the progress thread on the way to a waiting caller).
   std::atomic<uint32_t> doorbell_{0};
   std::atomic<uint32_t> sleepers_{0};
+  int sleepFd_ = -1;
 };
 
 }  // namespace tcp

@@ -1,0 +1,149 @@
+"""The tcp transport (csrc/transport/tcp/): its frame parser fuzzed, every allreduce
+algorithm usable without map/read at 2-4 ranks, asynchronous operations, a killed rank,
+and ranks on several "hosts" (network namespaces joined by veth pairs).
+
+Every launch forces RDMACOLL_TRANSPORT=tcp, so all peers talk over sockets even on one
+host (loopback, or the first non-loopback interface)."""
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from mpi_util import Launch, keep_siblings_flags, rank_records, require_mpiexec, run_mpi
+
+TCP = {"RDMACOLL_TRANSPORT": "tcp"}
+REPO = Path(__file__).resolve().parent.parent
+DETECTION_BOUND_S = 60  # catches hangs only; the measured time is printed
+
+# --------------------------------------------------------------------------- parser fuzz
+
+
+def _compiler():
+    for cc in (os.environ.get("CXX"), "c++", "g++", "clang++"):
+        if cc and shutil.which(cc):
+            return shutil.which(cc)
+    return None
+
+
+def _build_fuzzer(out: Path) -> tuple[Path, str]:
+    """Builds tests/fuzz/tcp_frame_fuzz.cc against the parser's source, with
+    AddressSanitizer + UBSan where the toolchain has them."""
+    cc = _compiler()
+    if cc is None:
+        pytest.skip("no C++ compiler to build the frame parser fuzzer")
+    src = [REPO / "tests" / "fuzz" / "tcp_frame_fuzz.cc", REPO / "csrc" / "transport" / "tcp" / "frame.cc"]
+    if not all(p.exists() for p in src):
+        pytest.skip("the C++ sources are not next to the tests (installed test tree?)")
+    base = [cc, "-std=c++17", "-O1", "-g", f"-I{REPO / 'csrc'}", *map(str, src), "-o", str(out)]
+    san = ["-fsanitize=address,undefined", "-fno-omit-frame-pointer", "-fno-sanitize-recover=all"]
+    if subprocess.run(base[:1] + san + base[1:], capture_output=True).returncode == 0:
+        return out, "asan+ubsan"
+    r = subprocess.run(base, capture_output=True, text=True)
+    assert r.returncode == 0, f"building the fuzzer failed:\n{r.stderr[-3000:]}"
+    return out, "plain"
+
+
+def test_frame_parser_fuzz():
+    """Random, mutated, truncated and hostile frame streams through the parser in random
+    chunk sizes: never a byte outside the named region, and the same events and memory
+    as an independent reference parser (tests/fuzz/tcp_frame_fuzz.cc)."""
+    with tempfile.TemporaryDirectory(prefix="rdmacoll-fuzz-") as d:
+        exe, kind = _build_fuzzer(Path(d) / "tcp_frame_fuzz")
+        seed = int(os.environ.get("RDMACOLL_FUZZ_SEED", time.time_ns() % 1_000_000))
+        r = subprocess.run([str(exe), str(seed), "20000", "15"], capture_output=True, text=True, timeout=120)
+    out = (r.stdout + r.stderr).strip()
+    assert r.returncode == 0 and out.startswith("ok"), f"fuzzer ({kind}, seed {seed}) failed:\n{out[-4000:]}"
+    cases = int(re.search(r"cases=(\d+)", out).group(1))
+    assert cases >= 1000, f"only {cases} cases ran in the time budget: {out}"
+    print(f"frame parser fuzz ({kind}, seed {seed}): {out}")
+
+
+# --------------------------------------------------------------------------- allreduce
+
+SMALL = {"RDMACOLL_SEGMENT_BYTES": 4096, "RDMACOLL_SLOT_BYTES": 4096, "RDMACOLL_SLOTS": 2,
+         "RDMACOLL_EAGER_BYTES": 256}
+# Elements (bytes depend on the dtype): empty, tiny, odd, multi-segment, multi-MiB.
+SIZES = "0,1,7,1023,4097,100003,1048579"
+# Every algorithm that runs without map/read, forced by size range; two launches per
+# world so that each algorithm sees small and large messages. (direct and ring need
+# map/read: the selector must never choose them on tcp.)
+RULES = {
+    "a": "0-512:eager,512-8K:recursive_doubling,8K-128K:tree,128K-1M:halving_doubling,1M-inf:ring_slots",
+    "b": "0-8K:tree,8K-128K:ring_slots,128K-1M:recursive_doubling,1M-inf:halving_doubling",
+}
+ON_TCP = {"eager", "recursive_doubling", "tree", "halving_doubling", "ring_slots"}
+
+
+@pytest.mark.parametrize("nranks", [2, 3, 4])
+@pytest.mark.parametrize("rules", sorted(RULES))
+def test_allreduce_algorithms(nranks, rules):
+    env = TCP | SMALL | {"RDMACOLL_ALGO": RULES[rules]}
+    res = run_mpi(nranks, "allreduce_matrix.py", ["--large-modes", "rotate", "--sizes", SIZES], env=env,
+                  timeout=240)
+    done = rank_records(res, nranks, "done")
+    fails = res.select(kind="fail")
+    res.check(not fails and all(d["failures"] == 0 for d in done.values()),
+              f"{sum(d['failures'] for d in done.values())} wrong cases, first ones:\n"
+              + "\n".join(f"rank {f['rank']}: {f['case']}: {f['detail']}" for f in fails[:20]))
+    res.check(all(not d["differing"] for d in done.values()),
+              f"ranks got different result bytes in: {done[0]['differing']}")
+    used = set(done[0]["algorithms"])
+    forced = set(re.findall(r":([a-z_]+)", RULES[rules]))
+    res.check(used <= ON_TCP, f"algorithms that need map/read ran on tcp: {used - ON_TCP}")
+    res.check(forced - {"eager"} <= used, f"forced algorithms that did not run: {forced - used}")
+    res.check(res.returncode == 0, "the launch failed")
+    print(f"tcp, {nranks} ranks, rules {rules}: {done[0]['cases']} cases, algorithms {sorted(used)}")
+
+
+def test_default_selection_and_big_message():
+    """The selector's own choice on tcp, up to 64 MiB, at 2 ranks."""
+    res = run_mpi(2, "allreduce_matrix.py", ["--large-modes", "rotate", "--sizes", "0,1,1023,100003",
+                                             "--big-mib", 64], env=TCP, timeout=240)
+    done = rank_records(res, 2, "done")
+    res.check(all(d["failures"] == 0 for d in done.values()), f"wrong results: {res.select(kind='fail')[:5]}")
+    used = set(done[0]["algorithms"])
+    res.check(used <= ON_TCP, f"the selector chose {used - ON_TCP} on tcp")
+    res.check(res.returncode == 0, "the launch failed")
+
+
+# --------------------------------------------------------------------------- async, failure
+
+
+def test_async_many_in_flight():
+    res = run_mpi(3, "async_ops.py", ["check"], env=TCP | {"RDMACOLL_SEGMENT_BYTES": 65536}, timeout=240)
+    for r, rec in rank_records(res, 3, "done").items():
+        res.check(not rec["bad"], f"rank {r}: wrong results for {rec['bad']}")
+        res.check(rec["outstanding"] == 0, f"rank {r}: {rec['outstanding']} operations still queued")
+
+
+def test_killed_peer_is_detected():
+    """kill -9 of one rank in a 64 MiB allreduce loop: the others raise RdmacollError
+    naming it (EOF/RST on its connections), and so does their next call."""
+    nranks, victim = 3, 1
+    launch = Launch(nranks, "kill_loop.py", ["--mib", 64, "--max-seconds", 120], env=TCP, timeout=180,
+                    extra_launcher_args=keep_siblings_flags())
+    with launch:
+        rec = launch.wait_record(kind="looping", rank=victim, timeout=120)
+        time.sleep(0.3)
+        t_kill = time.time()
+        os.kill(rec["pid"], signal.SIGKILL)
+        res = launch.finish()
+    survivors = [r for r in range(nranks) if r != victim]
+    errors = {r["rank"]: r for r in res.select(kind="error")}
+    res.check(not res.select(kind="no error"), "a survivor's loop ran to its end without an error")
+    res.check(set(errors) == set(survivors), f"ranks {sorted(set(survivors) - set(errors))} did not raise")
+    for r, e in errors.items():
+        res.check(re.search(rf"\brank {victim}\b", e["message"]), f"rank {r}: {e['message']!r} does not name rank {victim}")
+        res.check(e["time"] - t_kill < DETECTION_BOUND_S, f"rank {r} took {e['time'] - t_kill:.1f} s to notice")
+    later = {r["rank"]: r["message"] for r in res.select(kind="later")}
+    res.check(set(later) == set(survivors) and all(later.values()), f"a later call did not raise: {later}")
+    res.check(not res.leftovers, f"processes of the launch still running: {res.leftovers}")
+    print("kill -9 under tcp: " + ", ".join(f"rank {r} raised after {(e['time'] - t_kill) * 1e3:.0f} ms: "
+                                          f"{e['message'][:160]}" for r, e in sorted(errors.items())))
