@@ -13,8 +13,13 @@ SLOTS = SMALL | {"RDMACOLL_ALGO": "allgather:ring;broadcast:chain;reducescatter:
                  "RDMACOLL_SLOT_BYTES": 4096, "RDMACOLL_SLOTS": 2}
 
 
+# The same over the tcp transport (sockets even between ranks of one host).
+TCP = {"RDMACOLL_TRANSPORT": "tcp"}
+
+
 @pytest.mark.parametrize("nranks,env", [pytest.param(n, SMALL, id=str(n)) for n in (1, 2, 3, 4, 5, 8)] +
-                         [pytest.param(n, SLOTS, id=f"{n}-slots") for n in (2, 3, 4, 5, 8)])
+                         [pytest.param(n, SLOTS, id=f"{n}-slots") for n in (2, 3, 4, 5, 8)] +
+                         [pytest.param(4, SMALL | TCP, id="4-tcp"), pytest.param(3, SLOTS | TCP, id="3-slots-tcp")])
 def test_collectives_match_numpy(nranks, env):
     res = run_mpi(nranks, "collectives.py", ["check"], env=env, timeout=300)
     done = rank_records(res, nranks, "done")
