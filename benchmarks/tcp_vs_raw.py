@@ -1,0 +1,160 @@
+"""rdmacoll over tcp vs torch.distributed (gloo) vs a raw TCP exchange, 2 ranks, same run.
+
+    RDMACOLL_TRANSPORT=tcp mpiexec -n 2 python benchmarks/tcp_vs_raw.py [--sizes 1K,...,256M] [--rounds 3]
+
+For every size, in turn within each round (so machine noise hits them alike):
+  rdmacoll  rc.allreduce(x, op=Sum) on float32 (the transport RDMACOLL_TRANSPORT picks);
+  gloo      torch.distributed.all_reduce on the same bytes (skipped without torch);
+  raw       the two processes send each other `size` bytes at once over one TCP
+            connection (a sender thread and the main thread receiving), no framing.
+Each round times a batch (barrier-aligned; the slower rank's time counts); the table
+shows the median round. busbw = algbw * 2(n-1)/n (= algbw at 2 ranks, which is the
+bytes each direction of a link carries: comparable with raw's per-direction rate).
+Latency: the 8-byte allreduce time vs the raw 8-byte ping-pong round trip.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import statistics
+import threading
+import time
+
+import numpy as np
+from mpi4py import MPI
+
+import rdmacoll as rc
+
+SIZES = "1K,4K,16K,64K,256K,1M,4M,16M,64M,256M"
+
+
+def parse_size(text: str) -> int:
+    t = text.strip().upper()
+    for suffix, mult in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
+        if t.endswith(suffix):
+            return int(t[:-1]) * mult
+    return int(t)
+
+
+def raw_pair(comm) -> socket.socket:
+    """One TCP connection between ranks 0 and 1 (loopback or the first interface's address)."""
+    rank = comm.Get_rank()
+    if rank == 0:
+        srv = socket.socket()
+        srv.bind(("127.0.0.1", 0))
+        srv.listen(1)
+        comm.send(srv.getsockname()[1], dest=1)
+        s, _ = srv.accept()
+        srv.close()
+    else:
+        port = comm.recv(source=0)
+        s = socket.create_connection(("127.0.0.1", port))
+    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    for opt in (socket.SO_SNDBUF, socket.SO_RCVBUF):
+        s.setsockopt(socket.SOL_SOCKET, opt, 4 << 20)
+    return s
+
+
+def recv_exact(s: socket.socket, view: memoryview):
+    got = 0
+    while got < len(view):
+        n = s.recv_into(view[got:])
+        if n == 0:
+            raise ConnectionError("peer closed")
+        got += n
+
+
+def exchange(s, out: np.ndarray, into: np.ndarray):
+    t = threading.Thread(target=s.sendall, args=(memoryview(out).cast("B"),))
+    t.start()
+    recv_exact(s, memoryview(into).cast("B"))
+    t.join()
+
+
+def ping_pong(s, rank, buf):
+    mv = memoryview(buf).cast("B")
+    if rank == 0:
+        s.sendall(mv)
+        recv_exact(s, mv)
+    else:
+        recv_exact(s, mv)
+        s.sendall(mv)
+
+
+def timed(comm, fn, iters) -> float:
+    comm.Barrier()
+    t0 = time.perf_counter()
+    for _ in range(iters):
+        fn()
+    dt = (time.perf_counter() - t0) / iters
+    return comm.allreduce(dt, op=MPI.MAX)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--sizes", default=SIZES)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--no-gloo", action="store_true")
+    a = ap.parse_args()
+    comm = MPI.COMM_WORLD
+    rank, size = comm.Get_rank(), comm.Get_size()
+    assert size == 2, "2 ranks"
+    rc.init()
+    sock = raw_pair(comm)
+    dist = None
+    if not a.no_gloo:
+        try:
+            import torch
+            import torch.distributed as dist
+
+            os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+            port = comm.bcast(29500 + os.getpid() % 2000 if rank == 0 else None, root=0)
+            os.environ["MASTER_PORT"] = str(port)
+            dist.init_process_group("gloo", rank=rank, world_size=size)
+        except Exception as e:  # noqa: BLE001 - reported, gloo column left out
+            if rank == 0:
+                print(f"# gloo unavailable: {e}")
+            dist = None
+    sizes = [parse_size(x) for x in a.sizes.split(",")]
+    results = {n: {"rdmacoll": [], "gloo": [], "raw": []} for n in sizes}
+    lat = {"rdmacoll": [], "raw": []}
+    for _ in range(a.rounds):
+        for n in sizes:
+            count = max(1, n // 4)
+            x = np.ones(count, np.float32)
+            out = np.empty_like(x)
+            iters = max(3, min(200, (64 << 20) // max(n, 1)))
+            rc.allreduce(x, op=rc.Sum, out=out)
+            results[n]["rdmacoll"].append(timed(comm, lambda: rc.allreduce(x, op=rc.Sum, out=out), iters))
+            if dist is not None:
+                tx = torch.ones(count, dtype=torch.float32)
+                dist.all_reduce(tx)
+                results[n]["gloo"].append(timed(comm, lambda: dist.all_reduce(tx), iters))
+            into = np.empty(count, np.float32)
+            exchange(sock, x, into)
+            results[n]["raw"].append(timed(comm, lambda: exchange(sock, x, into), iters))
+        x8 = np.ones(2, np.float32)
+        o8 = np.empty_like(x8)
+        lat["rdmacoll"].append(timed(comm, lambda: rc.allreduce(x8, op=rc.Sum, out=o8), 500))
+        b8 = np.zeros(8, np.uint8)
+        lat["raw"].append(timed(comm, lambda: ping_pong(sock, rank, b8), 500))
+    if rank == 0:
+        print(f"# 2 ranks, float32 Sum, transport {rc._comm.transport}, median of {a.rounds} rounds; "
+              f"load average {os.getloadavg()[0]:.1f}")
+        print(f"# {'size':>10} {'rdmacoll GB/s':>14} {'gloo GB/s':>10} {'raw GB/s':>9} {'vs gloo':>8} {'vs raw':>7}")
+        for n in sizes:
+            med = {k: statistics.median(v) for k, v in results[n].items() if v}
+            bw = {k: n / t / 1e9 for k, t in med.items()}
+            g = bw.get("gloo")
+            print(f"  {n:>10} {bw['rdmacoll']:>14.3f} {g if g else float('nan'):>10.3f} {bw['raw']:>9.3f} "
+                  f"{(bw['rdmacoll'] / g) if g else float('nan'):>8.2f} {bw['rdmacoll'] / bw['raw']:>7.2f}")
+        r, p = statistics.median(lat["rdmacoll"]) * 1e6, statistics.median(lat["raw"]) * 1e6
+        print(f"# 8 B: rdmacoll allreduce {r:.1f} us, raw TCP ping-pong round trip {p:.1f} us, ratio {r / p:.2f}")
+    sock.close()
+    if dist is not None:
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
