@@ -162,7 +162,7 @@ def _testbed_module():
     return netns_testbed
 
 
-@pytest.mark.parametrize("rules", sorted(RULES))
+@pytest.mark.parametrize("rules", ["a"])  # "a" forces all five algorithms; "b" adds little (CI time)
 def test_two_hosts_in_network_namespaces(rules):
     """2 hosts x 2 ranks, each host a network namespace with its own address on a veth
     bridge (scripts/netns_testbed.py) and its own hostname: every tcp-usable algorithm,
