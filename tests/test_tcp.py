@@ -1,4 +1,5 @@
-"""The tcp transport (csrc/transport/tcp/): its frame parser fuzzed, every allreduce
+"""The tcp transport (csrc/transport/tcp/): its frame parser fuzzed, the contract's
+conformance checks, hostile frames over a real connection, every allreduce
 algorithm usable without map/read at 2-4 ranks, asynchronous operations, a killed rank,
 and ranks on several "hosts" (network namespaces joined by veth pairs).
 
@@ -63,6 +64,55 @@ def test_frame_parser_fuzz():
     cases = int(re.search(r"cases=(\d+)", out).group(1))
     assert cases >= 1000, f"only {cases} cases ran in the time budget: {out}"
     print(f"frame parser fuzz ({kind}, seed {seed}): {out}")
+
+
+# --------------------------------------------------------------------------- contract
+
+# tcp has no read/map: these conformance checks report the capability's absence.
+NO_READ_MAP = {"capabilities", "read_and_map[allocated]", "read_and_map[registered]"}
+
+
+def _results(res):
+    results = res.select(kind="result")
+    res.check(results, "no checks reported")
+    return results
+
+
+def test_conformance():
+    """The transport contract's checks (tests/workers/transport.py) over tcp: immediates
+    after payloads, unaligned writes, put64, zero-length writes, 5000 outstanding writes,
+    malformed descriptors; everything but read/map."""
+    res = run_mpi(2, "transport.py", ["conformance", "--transport", "tcp"], timeout=120)
+    results = _results(res)
+    failed = [f"rank {r['rank']}: {r['name']}: {r['detail']}" for r in results
+              if not r["ok"] and r["name"] not in NO_READ_MAP]
+    res.check(not failed, "conformance checks failed over tcp:\n" + "\n".join(failed))
+    res.check(len({r["name"] for r in results}) >= 11, f"checks ran: {sorted({r['name'] for r in results})}")
+    res.check(res.returncode == 0, "the launch failed")
+
+
+@pytest.mark.parametrize("who", ["writer-exits", "reader-exits"])
+def test_teardown_with_writes_pending(who):
+    res = run_mpi(2, "transport.py", [who, "--transport", "tcp"], timeout=90,
+                  extra_launcher_args=keep_siblings_flags())
+    results = _results(res)
+    failed = [f"rank {r['rank']}: {r['name']}: {r['detail']}" for r in results if not r["ok"]]
+    res.check(not failed, "\n".join(failed))
+    res.check(len(results) >= (4 if who == "writer-exits" else 2), f"checks that reported: {results}")
+    res.check(not res.leftovers, f"processes still running after the launch: {res.leftovers}")
+
+
+def test_hostile_frames_close_the_connection():
+    """Frames whose header a peer forged (offset past the region, unknown region, put64
+    past the end) over a real connection: the receiver closes it, delivers nothing and
+    writes nothing (guard bytes around the region checked)."""
+    res = run_mpi(2, "tcp_hostile.py", [], timeout=120)
+    results = _results(res)
+    failed = [f"rank {r['rank']}: {r['name']}: {r['detail']}" for r in results if not r["ok"]]
+    res.check(not failed, "\n".join(failed))
+    res.check({(r["rank"], r["name"]) for r in results} ==
+              {(k, c) for k in (0, 1) for c in ("length", "region", "put64")}, f"results: {results}")
+    res.check(res.returncode == 0, "the launch failed")
 
 
 # --------------------------------------------------------------------------- allreduce

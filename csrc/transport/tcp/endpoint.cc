@@ -81,6 +81,15 @@ void TcpEndpoint::checkBounds(const RemoteMemory& m, size_t off, size_t len, con
   }
 }
 
+// After a goodbye, writes into the peer's allocated memory are dropped (as a shared-memory
+// peer's mapping outlives it, so late credits are harmless); its registered user memory is
+// gone with it, and saying so is the contract's.
+void TcpEndpoint::checkLeft(const RemoteMemory& dst) const {
+  if (left_.load(std::memory_order_acquire) && !dst.allocated) {
+    throw Error("tcp: " + describe() + " left (shutdown); its registered memory is gone");
+  }
+}
+
 void TcpEndpoint::sendFrame(const FrameHeader& h, const void* payload, size_t len) {
   std::lock_guard<std::mutex> g(sendMu_);
   if (left_.load(std::memory_order_acquire)) return;  // it no longer listens, nor needs to
@@ -124,12 +133,14 @@ void TcpEndpoint::write(const void* src, const RemoteMemory& dst, size_t dstOff,
                         uint32_t imm) {
   checkBounds(dst, dstOff, len, "write");
   if (len == 0 && !hasImm) return;
+  checkLeft(dst);
   sendFrame(writeHeader(static_cast<uint32_t>(dst.key[0]), dstOff, len, hasImm, imm), src, len);
 }
 
 void TcpEndpoint::put64(const RemoteMemory& dst, size_t dstOff, uint64_t value) {
   checkBounds(dst, dstOff, 8, "put64");
   if (dstOff % 8 != 0) throw Error("tcp: put64 at unaligned offset " + std::to_string(dstOff));
+  checkLeft(dst);
   sendFrame(put64Header(static_cast<uint32_t>(dst.key[0]), dstOff, value), nullptr, 0);
 }
 

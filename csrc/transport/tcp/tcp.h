@@ -91,6 +91,7 @@ class TcpEndpoint : public Endpoint {
 
  private:
   bool readLocked();
+  void checkLeft(const RemoteMemory& dst) const;
   void sendFrame(const FrameHeader& h, const void* payload, size_t len);
   void markDead(const std::string& why);
   std::string deathText() const;
