@@ -59,7 +59,8 @@ def main() -> None:
     n = comm.Get_size()
     sizes = [max(4, parse_size(s)) // 4 * 4 for s in args.sizes.split(",")]
     rc.init()
-    algos = [a for a, _ in rc.algorithms()]
+    # Only what can run here (hierarchical needs several hosts).
+    algos = [a for a, _ in rc.algorithms() if rc._comm.usable(a, 1 << 20)]
     rc.shutdown()
     if args.algos:
         algos = [a for a in algos if a in args.algos.split(",")]

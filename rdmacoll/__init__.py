@@ -46,10 +46,19 @@ def init() -> None:
 
 
 def shutdown() -> None:
-    """Leave the job and release every resource; init() may be called again."""
+    """Leave the job and release every resource; init() may be called again.
+
+    Collective, like MPI_Finalize: it first waits (at most RDMACOLL_TIMEOUT) until every
+    rank has finished the collectives before it, so that no rank goes away while a peer
+    still receives what it sent (a root may finish a broadcast long before the last rank
+    of the chain). A job that already failed skips the wait."""
     global _world, _comm
     if _world is None:
         return
+    try:
+        _world.core.barrier()
+    except (RdmacollError, KeyboardInterrupt):
+        pass
     _world.core.close()
     _world, _comm = None, _Uninitialized()
 

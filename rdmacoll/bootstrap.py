@@ -7,11 +7,15 @@ no collective of rdmacoll goes through MPI.
 """
 from __future__ import annotations
 
+import logging
 import os
 import socket
+import sys
 
 from . import _core
 from ._config import config_from_env
+
+_log = logging.getLogger("rdmacoll")
 
 
 def _host_identity() -> str:
@@ -21,6 +25,18 @@ def _host_identity() -> str:
     except OSError:
         boot = ""
     return f"{socket.gethostname()}|{boot}"
+
+
+def mpi_library() -> str:
+    """The MPI library mpi4py loads (first line of its version string), without
+    initialising MPI when nothing did yet (for rdmacoll doctor)."""
+    import mpi4py
+
+    if "mpi4py.MPI" not in sys.modules:
+        mpi4py.rc.initialize = False
+    from mpi4py import MPI
+
+    return f"{MPI.Get_library_version().splitlines()[0].strip()} (mpi4py {mpi4py.__version__})"
 
 
 class World:
@@ -61,14 +77,15 @@ def bootstrap() -> World:
     mine = hosts[rank][0]
     local = [r for r in range(size) if hosts[r][0] == mine]
     local_rank, local_size = local.index(rank), len(local)
+    # Hosts numbered in order of their first rank; every rank computes the same list.
+    index = {}
+    host_of = [index.setdefault(h, len(index)) for h, _ in hosts]
     # CPUs this host's ranks share: oversubscribed when there are more ranks than these.
-    config = dict(config, local_cpus=len(set().union(*(hosts[r][1] for r in local))))
-    nhosts = len({h for h, _ in hosts})
-    if nhosts > 1 and config.get("transport", "shm") == "shm":
-        raise _core.RdmacollError(
-            f"ranks run on {nhosts} hosts, but only the shared-memory transport is "
-            "available in this version; run all ranks on one host"
-        )
+    config = dict(config, local_cpus=len(set().union(*(hosts[r][1] for r in local))), hosts=host_of)
+    if len(index) > 1 and config.get("transport") == "auto":
+        # The network backend between hosts: ibverbs only where every rank can use it.
+        usable = world.allgather(_core._backend_usable("ibverbs")[0])
+        config["net_transport"] = "ibverbs" if all(usable) else "tcp"
 
     # Every rank creates its endpoint first; a failure anywhere is reported everywhere
     # (otherwise the ranks that succeeded would wait for the others forever).
@@ -90,4 +107,11 @@ def bootstrap() -> World:
     if errors:
         raise _core.RdmacollError("rdmacoll.init() failed to connect: " + "; ".join(errors))
     world.Barrier()
+    if _log.isEnabledFor(logging.INFO):
+        kinds = {}
+        for r, d in enumerate(core.peer_transports()):
+            if d:
+                kinds.setdefault(d.split()[0], []).append(r)
+        _log.info("rank %d (host %d of %d, %s): %s", rank, host_of[rank], len(index), core.transport,
+                  "; ".join(f"{k} to ranks {v}" for k, v in kinds.items()) or "no peers")
     return World(rank, size, local_rank, local_size, core, world)

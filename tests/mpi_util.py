@@ -80,12 +80,18 @@ def keep_siblings_flags() -> list[str]:
     pytest.skip("unknown MPI launcher: cannot ask it to keep ranks alive after one dies")
 
 
-def _launcher_command(nranks: int, script: Path, args, extra) -> list[str]:
-    cmd = [require_mpiexec(), "-n", str(nranks)]
+def _launcher_command(nranks, script: Path, args, extra) -> list[str]:
+    """nranks: a number, or a list of (ranks, wrapper argv) groups, which become an MPMD
+    launch whose i-th group runs `wrapper python script args` (netns_util.py uses this to
+    put each group of ranks on its own network-namespace "host")."""
+    groups = [(nranks, [])] if isinstance(nranks, int) else list(nranks)
+    cmd = [require_mpiexec()]
     if launcher_kind() == "openmpi":
         cmd.append("--oversubscribe")
     cmd += list(extra)
-    cmd += [sys.executable, str(script)] + [str(a) for a in args]
+    for i, (n, wrapper) in enumerate(groups):
+        cmd += ([":"] if i else []) + ["-n", str(n)] + list(wrapper)
+        cmd += [sys.executable, str(script)] + [str(a) for a in args]
     return cmd
 
 

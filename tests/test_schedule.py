@@ -167,3 +167,35 @@ def test_double_binary_tree(p):
     # odd p (the root of tree 0, interior in tree 1)
     both = [r for r in range(p) if interior[r] == 2]
     assert both == ([] if p % 2 == 0 or p < 3 else [0]), (p, both)
+
+
+def _hosts_layouts():
+    yield [0]                                   # one rank
+    for l in (1, 2, 3, 4):                      # l ranks on each of h hosts, in blocks
+        for h in (1, 2, 3, 5):
+            yield [q // l for q in range(l * h)]
+    yield [0, 1, 0, 1, 0, 1]                    # round-robin placement (mpiexec -ppn 1 style)
+    yield [0, 0, 0, 1]                          # irregular: 3 + 1
+    yield [2, 2, 7, 7, 2, 7]                    # host ids need not be 0..h-1
+
+
+@pytest.mark.parametrize("host_of", list(_hosts_layouts()), ids=str)
+def test_hierarchy(host_of):
+    """Local groups partition the ranks by host; cross groups take the same local index
+    on every host, in host order; every rank agrees on both."""
+    p = len(host_of)
+    views = [_core._hierarchy(host_of, r) for r in range(p)]
+    order = list(dict.fromkeys(host_of))
+    per_host = {h: [q for q in range(p) if host_of[q] == h] for h in order}
+    regular = len({len(v) for v in per_host.values()}) == 1
+    for r, v in enumerate(views):
+        assert v["hosts"] == len(order) and v["regular"] == regular
+        assert v["local"] == per_host[host_of[r]] and v["local"][v["local_index"]] == r
+        assert v["cross_index"] == order.index(host_of[r])
+        if regular:
+            assert v["cross"] == [per_host[h][v["local_index"]] for h in order]
+            assert v["cross"][v["cross_index"]] == r
+            for q in v["cross"]:  # my cross partners see the same group
+                assert views[q]["cross"] == v["cross"]
+        for q in v["local"]:
+            assert views[q]["local"] == v["local"]

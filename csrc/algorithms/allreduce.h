@@ -14,6 +14,7 @@ void allreduceDirect(Communicator& c, const Call& call);
 void allreduceRecursiveDoubling(Communicator& c, const Call& call);
 void allreduceHalvingDoubling(Communicator& c, const Call& call);
 void allreduceTree(Communicator& c, const Call& call);
+void allreduceHierarchical(Communicator& c, const Call& call);
 
 }  // namespace algorithms
 }  // namespace rdmacoll

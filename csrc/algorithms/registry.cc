@@ -40,6 +40,12 @@ double treeCost(const CostModel& m, size_t n, int p) {
 }
 }  // namespace
 
+double hierarchicalCost(const CostModel& local, const CostModel& net, size_t n, int l, int h) {
+  const double N = double(n), L = l, H = h;
+  return 2 * (l - 1) * local.alpha + local.beta * 2.0 * (L - 1) / L * N + local.gamma * (L - 1) / L * N +
+         2 * (h - 1) * net.alpha + net.beta * 2.0 * (H - 1) / H * N / L + net.gamma * (H - 1) / H * N / L;
+}
+
 const std::vector<AllreduceAlgorithm>& allreduceAlgorithms() {
   static const std::vector<AllreduceAlgorithm> all = {
       {1, "eager", "every rank sends its whole input to every peer, each reduces p inputs in rank order: 1 step, for small messages",
@@ -56,6 +62,11 @@ const std::vector<AllreduceAlgorithm>& allreduceAlgorithms() {
        allreduceHalvingDoubling, [](const Communicator&, size_t) { return true; }, halvingDoublingCost},
       {7, "tree", "pipelined double binary tree (NCCL): two complementary trees each reduce half the vector up and broadcast it down, by segment, through slots",
        allreduceTree, [](const Communicator&, size_t) { return true; }, treeCost},
+      {8, "hierarchical", "ring reduce-scatter within each host, ring allreduce of each share across hosts, ring allgather within each host: the network carries 1/l of the data (several hosts, same ranks per host)",
+       allreduceHierarchical,
+       [](const Communicator& c, size_t) { return c.topology().hosts > 1 && c.topology().regular; },
+       // On one host it is a ring through slots; across hosts selection uses hierarchicalCost.
+       ringCost},
   };
   return all;
 }

@@ -22,6 +22,10 @@ struct AllreduceAlgorithm {
   double (*cost)(const tuning::CostModel& m, size_t bytes, int p);
 };
 
+// Predicted seconds of `hierarchical` with l ranks on each of h hosts: the local rings
+// under the shared-memory model, the cross ring (n/l bytes) under the network's.
+double hierarchicalCost(const tuning::CostModel& local, const tuning::CostModel& net, size_t n, int l, int h);
+
 const std::vector<AllreduceAlgorithm>& allreduceAlgorithms();
 const AllreduceAlgorithm* findAllreduce(const std::string& name);  // nullptr if unknown
 

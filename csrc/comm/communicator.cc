@@ -43,7 +43,10 @@ Communicator::Communicator(int rank, int size, int localSize, const Config& conf
   // masks, gathered by bootstrap): one rank's own mask says nothing about that (ranks
   // bound to one core each see one CPU and are not oversubscribed).
   oversubscribed_ = config.localCpus > 0 && localSize > config.localCpus;
-  device_ = transport::createDevice(config.transport, rank, size);
+  if (config_.hostOf.empty()) config_.hostOf.assign(size, 0);  // a communicator of one host
+  RC_CHECK(static_cast<int>(config_.hostOf.size()) == size, "hosts: expected one host index per rank");
+  topology_ = schedule::hierarchy(config_.hostOf, rank);
+  device_ = transport::createJobDevice(config_.transport, config_.netTransport, rank, config_.hostOf);
   pool_ = std::make_shared<MemoryPool>(device_.get());
   ctrl_ = device_->allocate(layout_.total());
   staging_ = device_->allocate(std::max(2, size) * config_.segmentBytes);

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "comm/config.h"
+#include "comm/topology.h"
 #include "comm/ctrl.h"
 #include "comm/pool.h"
 #include "common/types.h"
@@ -105,6 +106,8 @@ class Communicator {
   // The registry name of the algorithm the latest collective chose (static storage;
   // "local" at one rank), for benchmarks and logs.
   const char* lastAlgorithm() const { return lastAlgorithm_; }
+  // Hosts, this rank's local and cross groups (config().hostOf, computed once).
+  const schedule::Hierarchy& topology() const { return topology_; }
   void noteAlgorithm(const char* name) { lastAlgorithm_ = name; }
   uint64_t callsStarted() const { return seq_; }
   // Units this rank completed in earlier calls (its progress counter at the peers).
@@ -160,6 +163,7 @@ class Communicator {
 
   int rank_, size_, localSize_;
   Config config_;
+  schedule::Hierarchy topology_;
   const char* lastAlgorithm_ = "";
   bool oversubscribed_;
   std::shared_ptr<WaitHooks> hooks_;

@@ -3,6 +3,7 @@
 #pragma once
 #include <cstddef>
 #include <string>
+#include <vector>
 
 #include "tuning/cost_model.h"
 #include "tuning/rules.h"
@@ -20,10 +21,15 @@ struct Config {
   // The cost model of each transport (alpha-beta-gamma, see tuning/cost_model.h): shipped
   // defaults, or rank 0's tuning file (RDMACOLL_TUNING_FILE, rdmacoll-bench --tune).
   tuning::CostModel costShm;
-  std::string transport = "shm";  // RDMACOLL_TRANSPORT
+  std::string transport = "auto";  // RDMACOLL_TRANSPORT: auto, shm, tcp, ibverbs
+  tuning::CostModel costNet{30e-6, 4e-10, 1.2e-11};  // the network backend's (loopback tcp here)
   // Not a setting: distinct CPUs the ranks of this host may run on (union of their
   // affinity masks), measured by bootstrap; more local ranks than that = oversubscribed.
   int localCpus = 0;
+  // Not settings either, from bootstrap: the network backend all ranks can use ("tcp", or
+  // "ibverbs" where every rank has a usable device), and the host index of every rank.
+  std::string netTransport = "tcp";
+  std::vector<int> hostOf;
 };
 
 }  // namespace rdmacoll

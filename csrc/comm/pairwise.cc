@@ -79,17 +79,16 @@ void recvReduce(Communicator& c, Peer& from, const Call& call, void* dst, const 
   }
 }
 
-void exchangeReduce(Communicator& c, Peer& q, const Call& call, const void* send, size_t sendBytes,
-                    void* dst, const void* mine, size_t recvBytes, size_t segBytes, bool theirsFirst,
-                    double scale) {
+void shiftReduce(Communicator& c, Peer& to, const void* send, size_t sendBytes, Peer& from, const Call& call,
+                 void* dst, const void* mine, size_t recvBytes, size_t segBytes, bool theirsFirst, double scale) {
   const char* s = static_cast<const char*>(send);
   char* d = static_cast<char*>(dst);
   const char* m = static_cast<const char*>(mine);
   const size_t ns = pieces(sendBytes, segBytes), nr = pieces(recvBytes, segBytes);
   for (size_t i = 0; i < std::max(ns, nr); ++i) {
-    if (i < ns) prim::sendSlot(c, q, s + i * segBytes, pieceLen(sendBytes, segBytes, i));
+    if (i < ns) prim::sendSlot(c, to, s + i * segBytes, pieceLen(sendBytes, segBytes, i));
     if (i < nr) {
-      recvReducePiece(c, q, call, d + i * segBytes, m + i * segBytes, pieceLen(recvBytes, segBytes, i),
+      recvReducePiece(c, from, call, d + i * segBytes, m + i * segBytes, pieceLen(recvBytes, segBytes, i),
                       theirsFirst, scale);
     }
   }

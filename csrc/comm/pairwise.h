@@ -38,11 +38,17 @@ void recvCopy(Communicator& c, Peer& from, void* dst, size_t bytes, size_t segBy
 void recvReduce(Communicator& c, Peer& from, const Call& call, void* dst, const void* mine,
                 size_t bytes, size_t segBytes, bool theirsFirst, double scale);
 
-// Send sendBytes from `send` to q while receiving recvBytes from q, reduced as recvReduce.
-// `send` may alias dst only piece for piece (piece i is sent before piece i is stored).
-void exchangeReduce(Communicator& c, Peer& q, const Call& call, const void* send, size_t sendBytes,
-                    void* dst, const void* mine, size_t recvBytes, size_t segBytes, bool theirsFirst,
-                    double scale);
+// Send sendBytes from `send` to `to` while receiving recvBytes from `from`, reduced as
+// recvReduce (a reduce-scatter ring step when to != from). `send` may alias dst only
+// piece for piece (piece i is sent before piece i is stored).
+void shiftReduce(Communicator& c, Peer& to, const void* send, size_t sendBytes, Peer& from, const Call& call,
+                 void* dst, const void* mine, size_t recvBytes, size_t segBytes, bool theirsFirst, double scale);
+// shiftReduce with one peer q both ways.
+inline void exchangeReduce(Communicator& c, Peer& q, const Call& call, const void* send, size_t sendBytes,
+                           void* dst, const void* mine, size_t recvBytes, size_t segBytes, bool theirsFirst,
+                           double scale) {
+  shiftReduce(c, q, send, sendBytes, q, call, dst, mine, recvBytes, segBytes, theirsFirst, scale);
+}
 // Send sendBytes from `send` to `to` while receiving recvBytes from `from` into dst, piece
 // i sent before piece i is received (a ring step when to != from).
 void shift(Communicator& c, Peer& to, const void* send, size_t sendBytes, Peer& from, void* dst,

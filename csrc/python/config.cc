@@ -6,6 +6,7 @@
 #include <pybind11/stl.h>
 
 #include "comm/config.h"
+#include "common/error.h"
 #include "tuning/select.h"
 
 namespace py = pybind11;
@@ -20,18 +21,29 @@ Config configFromDict(const py::dict& cfg) {
   if (cfg.contains("timeout")) c.timeoutSeconds = cfg["timeout"].cast<double>();
   if (cfg.contains("algo")) c.algo = cfg["algo"].cast<std::string>();
   if (cfg.contains("transport")) c.transport = cfg["transport"].cast<std::string>();
+  if (c.transport != "auto" && c.transport != "shm" && c.transport != "tcp" && c.transport != "ibverbs") {
+    throw rdmacoll::Error("RDMACOLL_TRANSPORT='" + c.transport + "' is not a transport: auto (shm on one host, "
+                          "shm + the network between hosts), shm, tcp or ibverbs");
+  }
   if (cfg.contains("local_cpus")) c.localCpus = cfg["local_cpus"].cast<int>();
+  if (cfg.contains("net_transport")) c.netTransport = cfg["net_transport"].cast<std::string>();
+  if (cfg.contains("hosts")) c.hostOf = cfg["hosts"].cast<std::vector<int>>();
   if (cfg.contains("cost_model")) {
-    // {"shm": {"alpha": s, "beta": s/B, "gamma": s/B}}: missing entries keep the defaults.
+    // {"shm": {"alpha": s, "beta": s/B, "gamma": s/B}, "tcp": {...}}: missing entries keep
+    // the defaults; the network backend's entry is the one of net_transport.
     const py::dict models = cfg["cost_model"].cast<py::dict>();
-    if (models.contains("shm")) {
-      const py::dict m = models["shm"].cast<py::dict>();
-      if (m.contains("alpha")) c.costShm.alpha = m["alpha"].cast<double>();
-      if (m.contains("beta")) c.costShm.beta = m["beta"].cast<double>();
-      if (m.contains("gamma")) c.costShm.gamma = m["gamma"].cast<double>();
-    }
+    auto load = [&](const char* name, rdmacoll::tuning::CostModel* into) {
+      if (!models.contains(name)) return;
+      const py::dict m = models[name].cast<py::dict>();
+      if (m.contains("alpha")) into->alpha = m["alpha"].cast<double>();
+      if (m.contains("beta")) into->beta = m["beta"].cast<double>();
+      if (m.contains("gamma")) into->gamma = m["gamma"].cast<double>();
+    };
+    load("shm", &c.costShm);
+    load(c.netTransport.c_str(), &c.costNet);
   }
   rdmacoll::tuning::validateCostModel(c.costShm, "shm");
+  rdmacoll::tuning::validateCostModel(c.costNet, c.netTransport);
   c.algoRules = rdmacoll::tuning::parseAlgoSetting(c.algo);  // throws, quoting the bad part
   return c;
 }
@@ -50,8 +62,14 @@ py::dict configToDict(const Config& c) {
   shm["alpha"] = c.costShm.alpha;
   shm["beta"] = c.costShm.beta;
   shm["gamma"] = c.costShm.gamma;
+  py::dict net;
+  net["alpha"] = c.costNet.alpha;
+  net["beta"] = c.costNet.beta;
+  net["gamma"] = c.costNet.gamma;
   py::dict models;
   models["shm"] = shm;
+  models[py::str(c.netTransport)] = net;
+  d["net_transport"] = c.netTransport;
   d["cost_model"] = models;
   return d;
 }

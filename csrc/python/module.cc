@@ -434,10 +434,25 @@ class PyCommunicator {
   std::string lastAlgorithm() const { return comm_ ? comm_->lastAlgorithm() : ""; }
   size_t poolBytes() const { return comm_->pool()->bytesMapped(); }
   std::string transport() const { return comm_->transportName(); }
+  // How each peer is reached ("" for this rank): the endpoint's description.
+  std::vector<std::string> peerTransports() {
+    std::vector<std::string> out(comm_->size());
+    for (int r = 0; r < comm_->size(); ++r) {
+      if (r != comm_->rank() && comm_->peer(r).ep) out[r] = comm_->peer(r).ep->describe();
+    }
+    return out;
+  }
   int rank() const { return comm_->rank(); }
   int size() const { return comm_->size(); }
   bool oversubscribed() const { return comm_->oversubscribed(); }
   std::string selected(size_t bytes) const { return tuning::selectAllreduce(*comm_, bytes).name; }
+  // Whether the allreduce algorithm `name` can run a message of `bytes` in this job
+  // (hierarchical needs several hosts, direct same-host peers, eager small messages).
+  bool usable(const std::string& name, size_t bytes) const {
+    const algorithms::AllreduceAlgorithm* a = algorithms::findAllreduce(name);
+    if (!a) throw Error("unknown allreduce algorithm '" + name + "'");
+    return a->usable(*comm_, bytes);
+  }
   void close() {
     if (engine_) {
       py::gil_scoped_release r;  // queued work finishes (it never needs the GIL)
@@ -557,9 +572,11 @@ PYBIND11_MODULE(_core, m) {
       .def_property_readonly("outstanding", &PyCommunicator::outstanding)
       .def("close", &PyCommunicator::close)
       .def("selected_algorithm", &PyCommunicator::selected)
+      .def("usable", &PyCommunicator::usable, "Whether an allreduce algorithm can run (name, bytes) here")
       .def_property_readonly("last_algorithm", &PyCommunicator::lastAlgorithm)
       .def_property_readonly("pool_bytes", &PyCommunicator::poolBytes)
       .def_property_readonly("transport", &PyCommunicator::transport)
+      .def("peer_transports", &PyCommunicator::peerTransports)
       .def_property_readonly("rank", &PyCommunicator::rank)
       .def_property_readonly("size", &PyCommunicator::size)
       .def_property_readonly("oversubscribed", &PyCommunicator::oversubscribed);

@@ -6,12 +6,18 @@
 #include <pybind11/stl.h>
 
 #include "algorithms/partition.h"
+#include "comm/topology.h"
 #include "algorithms/schedule.h"
 
 namespace py = pybind11;
 
 void bindSchedules(py::module_& m) {
   using namespace rdmacoll;
+  m.def("_hierarchy", [](const std::vector<int>& hostOf, int r) {
+    const schedule::Hierarchy h = schedule::hierarchy(hostOf, r);
+    return py::dict(py::arg("local") = h.local, py::arg("local_index") = h.localIndex, py::arg("cross") = h.cross,
+                    py::arg("cross_index") = h.crossIndex, py::arg("hosts") = h.hosts, py::arg("regular") = h.regular);
+  }, "The hierarchical allreduce's groups of rank r, given every rank's host index.");
   m.def("_ring_chunk", &ring::ringChunk);
   m.def("_chunk_begin", &ring::chunkBegin);
   m.def("_segments_per_chunk", &ring::segmentsPerChunk);

@@ -53,7 +53,7 @@ enum Capability : uint32_t {
 
 // The packed form of a Memory: what travels to peers. Fixed size, no allocation.
 struct PackedMemory {
-  static constexpr size_t kBytes = 40;
+  static constexpr size_t kBytes = 64;  // two backends' forms of 32 (hybrid/)
   uint8_t bytes[kBytes];
 };
 
@@ -154,6 +154,13 @@ class Device {
 // Create the device of a backend by name ("shm"). Throws Error naming the alternatives
 // when the backend does not exist or cannot run on this host.
 std::unique_ptr<Device> createDevice(const std::string& name, int rank, int size);
+
+// The device of a job (job.cc). setting = RDMACOLL_TRANSPORT: "auto" uses shm when every
+// rank is on this host, else shm to same-host peers and `net` ("tcp" or "ibverbs", the
+// network backend every rank agreed on at bootstrap) to the others (hybrid/); "shm",
+// "tcp" or "ibverbs" use that backend for every peer. hostOf[r] = host index of rank r.
+std::unique_ptr<Device> createJobDevice(const std::string& setting, const std::string& net, int rank,
+                                        const std::vector<int>& hostOf);
 
 }  // namespace transport
 }  // namespace rdmacoll

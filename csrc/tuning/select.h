@@ -36,7 +36,7 @@ const algorithms::AllreduceAlgorithm* cheapestAllreduce(const CostModel& m, size
 // back to its default where it is not).
 const char* forcedAlgorithm(const Config& config, Collective collective, size_t bytes);
 
-// The cost model constants of a transport ("shm"; unknown names get shm's for now).
+// The cost model constants of a device: "shm", else the network backend's.
 const CostModel& costModel(const Config& config, const std::string& transport);
 
 // Whether `name` is an algorithm of `collective` (*known: the valid names otherwise).

@@ -1,0 +1,126 @@
+#include "transport/hybrid/hybrid.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "common/error.h"
+
+namespace rdmacoll {
+namespace transport {
+namespace hybrid {
+
+namespace {
+
+class HybridMemory : public Memory {
+ public:
+  HybridMemory(std::unique_ptr<Memory> local, std::unique_ptr<Memory> net)
+      : Memory(local->data(), local->size()), local_(std::move(local)), net_(std::move(net)) {}
+  // The network registration goes first: it refers to the local backend's bytes.
+  ~HybridMemory() override { net_.reset(); }
+  void pack(PackedMemory* out) const override {
+    PackedMemory a, b;
+    local_->pack(&a);
+    net_->pack(&b);
+    std::memcpy(out->bytes, a.bytes, kHalfBytes);
+    std::memcpy(out->bytes + kHalfBytes, b.bytes, kHalfBytes);
+  }
+
+ private:
+  std::unique_ptr<Memory> local_, net_;
+};
+
+// A backend's endpoint that reads its half of packed memory.
+class HalfEndpoint : public Endpoint {
+ public:
+  HalfEndpoint(std::unique_ptr<Endpoint> inner, size_t half) : inner_(std::move(inner)), half_(half) {}
+  uint32_t capabilities() const override { return inner_->capabilities(); }
+  void unpack(const PackedMemory& packed, RemoteMemory* out) override {
+    PackedMemory mine{};
+    std::memcpy(mine.bytes, packed.bytes + half_ * kHalfBytes, kHalfBytes);
+    inner_->unpack(mine, out);
+  }
+  void write(const void* src, const RemoteMemory& dst, size_t dstOff, size_t len, bool hasImm,
+             uint32_t imm) override {
+    inner_->write(src, dst, dstOff, len, hasImm, imm);
+  }
+  void put64(const RemoteMemory& dst, size_t dstOff, uint64_t value) override { inner_->put64(dst, dstOff, value); }
+  bool pollImmediate(uint32_t* imm) override { return inner_->pollImmediate(imm); }
+  void read(const RemoteMemory& src, size_t srcOff, void* dst, size_t len) override {
+    inner_->read(src, srcOff, dst, len);
+  }
+  void* map(RemoteMemory* mem) override { return inner_->map(mem); }
+  bool alive() override { return inner_->alive(); }
+  std::string describe() const override { return inner_->describe(); }
+
+ private:
+  std::unique_ptr<Endpoint> inner_;
+  size_t half_;
+};
+
+// Address: [u32 length of the local backend's address][local address][network address].
+void appendU32(Bytes* b, uint32_t v) {
+  const uint8_t* p = reinterpret_cast<const uint8_t*>(&v);
+  b->insert(b->end(), p, p + 4);
+}
+
+}  // namespace
+
+HybridDevice::HybridDevice(int rank, std::vector<int> hostOf, std::unique_ptr<Device> local,
+                           std::unique_ptr<Device> net)
+    : rank_(rank), hostOf_(std::move(hostOf)), local_(std::move(local)), net_(std::move(net)),
+      name_(std::string(local_->name()) + "+" + net_->name()) {}
+
+HybridDevice::~HybridDevice() = default;
+
+std::unique_ptr<Memory> HybridDevice::allocate(size_t len) {
+  std::unique_ptr<Memory> local = local_->allocate(len);
+  std::unique_ptr<Memory> net = net_->registerMemory(local->data(), local->size());
+  return std::make_unique<HybridMemory>(std::move(local), std::move(net));
+}
+
+std::unique_ptr<Memory> HybridDevice::registerMemory(void* ptr, size_t len) {
+  std::unique_ptr<Memory> local = local_->registerMemory(ptr, len);
+  std::unique_ptr<Memory> net = net_->registerMemory(ptr, len);
+  return std::make_unique<HybridMemory>(std::move(local), std::move(net));
+}
+
+Bytes HybridDevice::address() const {
+  const Bytes a = local_->address(), b = net_->address();
+  Bytes out;
+  appendU32(&out, static_cast<uint32_t>(a.size()));
+  out.insert(out.end(), a.begin(), a.end());
+  out.insert(out.end(), b.begin(), b.end());
+  return out;
+}
+
+std::unique_ptr<Endpoint> HybridDevice::connect(int peer, const Bytes& peerAddress) {
+  RC_CHECK(peer >= 0 && peer < static_cast<int>(hostOf_.size()), "hybrid: no host known for rank " + std::to_string(peer));
+  uint32_t localLen = 0;
+  RC_CHECK(peerAddress.size() >= 4, "malformed address from rank " + std::to_string(peer));
+  std::memcpy(&localLen, peerAddress.data(), 4);
+  RC_CHECK(localLen <= peerAddress.size() - 4, "malformed address from rank " + std::to_string(peer));
+  const auto split = peerAddress.begin() + 4 + localLen;
+  if (hostOf_[peer] == hostOf_[rank_]) {
+    return std::make_unique<HalfEndpoint>(local_->connect(peer, Bytes(peerAddress.begin() + 4, split)), 0);
+  }
+  return std::make_unique<HalfEndpoint>(net_->connect(peer, Bytes(split, peerAddress.end())), 1);
+}
+
+uint64_t HybridDevice::prepareSleep() {
+  netSeen_ = net_->prepareSleep();
+  return local_->prepareSleep();
+}
+
+void HybridDevice::cancelSleep() {
+  local_->cancelSleep();
+  net_->cancelSleep();
+}
+
+void HybridDevice::sleep(uint64_t seen, int timeoutMs) {
+  local_->sleep(seen, std::min(timeoutMs, kSliceMs));
+  net_->sleep(netSeen_, 0);  // consumes the announcement; returns at once
+}
+
+}  // namespace hybrid
+}  // namespace transport
+}  // namespace rdmacoll

@@ -1,0 +1,55 @@
+// Several hosts: shared memory to the peers on this host, a network transport (tcp or
+// ibverbs) to the others, behind one Device, so nothing above transport/ knows.
+//
+// Memory: allocate() takes the local backend's memory (peers on this host map it) and
+// registers the same bytes with the network backend; registerMemory() registers with
+// both. pack() writes the local backend's packed form into the first half of
+// PackedMemory and the network backend's into the second (each must fit kHalfBytes), and
+// every endpoint unpacks the half of its own backend.
+//
+// Endpoints: connect(peer) asks the local backend when the peer is on this host
+// (hostOf[peer] == hostOf[rank]), else the network backend; the endpoint it returns is
+// wrapped only to pick its half of packed memory. Capabilities are per endpoint: remote
+// peers cannot be read or mapped, so the algorithms that need that are not used.
+//
+// Sleeping: the two backends ring different doorbells. A sleeper announces itself to
+// both, sleeps on the local one in slices of at most kSliceMs, and between slices asks
+// the network one (without waiting) whether something arrived: a wake-up from a remote
+// peer costs at most one slice, and only waits long enough to sleep pay it.
+#pragma once
+#include <memory>
+#include <vector>
+
+#include "transport/transport.h"
+
+namespace rdmacoll {
+namespace transport {
+namespace hybrid {
+
+constexpr size_t kHalfBytes = PackedMemory::kBytes / 2;
+constexpr int kSliceMs = 1;
+
+class HybridDevice : public Device {
+ public:
+  HybridDevice(int rank, std::vector<int> hostOf, std::unique_ptr<Device> local, std::unique_ptr<Device> net);
+  ~HybridDevice() override;
+  const char* name() const override { return name_.c_str(); }
+  std::unique_ptr<Memory> allocate(size_t len) override;
+  std::unique_ptr<Memory> registerMemory(void* ptr, size_t len) override;
+  Bytes address() const override;
+  std::unique_ptr<Endpoint> connect(int peer, const Bytes& peerAddress) override;
+  uint64_t prepareSleep() override;
+  void cancelSleep() override;
+  void sleep(uint64_t seen, int timeoutMs) override;
+
+ private:
+  int rank_;
+  std::vector<int> hostOf_;
+  std::unique_ptr<Device> local_, net_;
+  std::string name_;
+  uint64_t netSeen_ = 0;
+};
+
+}  // namespace hybrid
+}  // namespace transport
+}  // namespace rdmacoll

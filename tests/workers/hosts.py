@@ -1,0 +1,60 @@
+"""Ranks on several hosts (network namespaces, tests/netns_util.py): how each peer is
+reached, and allreduce / the other collectives against NumPy under each algorithm.
+
+    hosts.py ALGO[,ALGO...]     "" in the list = the selector's choice
+
+Records: "where" once per rank (host, local rank/size, the device, how each peer is
+reached); per algorithm and case "case" with the algorithm that ran and whether the
+result was right; "done" at the end.
+"""
+import os
+import socket
+import sys
+
+import numpy as np
+from common import emit, init, main, set_rank
+
+SIZES = [0, 1, 7, 1023, 100003, (1 << 20) + 3]
+
+
+def data(rank, n, dtype):
+    return ((np.arange(n, dtype=np.int64) * 7 + rank * 13) % 11).astype(dtype)
+
+
+def body():
+    algos = sys.argv[1].split(",")
+    first = True
+    for algo in algos:
+        if algo:
+            os.environ["RDMACOLL_ALGO"] = algo
+        else:
+            os.environ.pop("RDMACOLL_ALGO", None)
+        rc = init()
+        r, p = rc.rank(), rc.size()
+        set_rank(r)
+        if first:
+            emit("where", host=socket.gethostname(), local_rank=rc.local_rank(), local_size=rc.local_size(),
+                 transport=rc._comm.transport, peers=rc._comm.peer_transports())
+            first = False
+        for n in SIZES:
+            for dtype, op in ((np.float32, rc.Sum), (np.int64, rc.Sum), (np.float64, rc.Average)):
+                x = data(r, n, dtype)
+                want = sum(data(q, n, np.float64) for q in range(p))
+                if op is rc.Average:
+                    want = want / p
+                got = rc.allreduce(x, op=op)
+                emit("case", algo=algo, ran=rc._comm.last_algorithm, n=n, dtype=np.dtype(dtype).name,
+                     ok=bool(np.allclose(got.astype(np.float64), want, rtol=1e-6, atol=0)))
+        # the other collectives once per algorithm setting (their slot forms cross hosts)
+        g = rc.allgather(data(r, r + 2, np.float32))
+        emit("case", algo=algo, ran="allgather", n=0, dtype="float32",
+             ok=bool(np.array_equal(g, np.concatenate([data(q, q + 2, np.float32) for q in range(p)]))))
+        b = rc.broadcast(data(r, 5000, np.float32), root_rank=p - 1)
+        emit("case", algo=algo, ran="broadcast", n=5000, dtype="float32",
+             ok=bool(np.array_equal(b, data(p - 1, 5000, np.float32))))
+        rc.shutdown()
+    emit("done")
+
+
+if __name__ == "__main__":
+    main(body)
