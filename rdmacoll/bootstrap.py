@@ -84,7 +84,7 @@ def bootstrap() -> World:
     config = dict(config, local_cpus=len(set().union(*(hosts[r][1] for r in local))), hosts=host_of)
     if len(index) > 1 and config.get("transport") == "auto":
         # The network backend between hosts: ibverbs only where every rank can use it.
-        usable = world.allgather(_core._backend_usable("ibverbs")[0])
+        usable = world.allgather("ibverbs" in _core.TRANSPORTS and _core.probe_transport("ibverbs")[0])
         config["net_transport"] = "ibverbs" if all(usable) else "tcp"
 
     # Every rank creates its endpoint first; a failure anywhere is reported everywhere

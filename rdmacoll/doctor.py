@@ -36,16 +36,11 @@ def _human(n: float) -> str:
 
 
 def _transports(out, fixes):
-    compiled = list(getattr(_core, "TRANSPORTS", ("shm",)))
+    compiled = list(_core.TRANSPORTS)
     out(f"transports compiled in: {', '.join(compiled)}")
     usable = {}
-    probe = getattr(_core, "probe_transport", None)
     for name in compiled:
-        if probe is not None:
-            ok, lines = probe(name)
-        else:
-            ok, why = _core._backend_usable(name)
-            lines = [] if ok else [why]
+        ok, lines = _core.probe_transport(name)
         usable[name] = ok
         out(f"  {name}: {'usable' if ok else 'NOT usable'}")
         for line in lines:

@@ -102,14 +102,6 @@ class TransportProbe {
 }  // namespace
 
 void bindTransportProbe(py::module_& m) {
-  m.def("_backend_usable", [](const std::string& name) {
-    try {
-      createDevice(name, 0, 1);
-      return py::make_tuple(true, std::string());
-    } catch (const std::exception& e) {
-      return py::make_tuple(false, std::string(e.what()));
-    }
-  }, "(usable, why not): whether this host can create a device of the backend.");
   py::class_<TransportProbe>(m, "_TransportProbe")
       .def(py::init<const std::string&, int, int>())
       .def("address", &TransportProbe::address)

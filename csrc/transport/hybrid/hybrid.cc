@@ -19,8 +19,13 @@ class HybridMemory : public Memory {
   ~HybridMemory() override { net_.reset(); }
   void pack(PackedMemory* out) const override {
     PackedMemory a, b;
+    std::memset(a.bytes, 0, sizeof(a.bytes));
+    std::memset(b.bytes, 0, sizeof(b.bytes));
     local_->pack(&a);
     net_->pack(&b);
+    for (size_t i = kHalfBytes; i < PackedMemory::kBytes; ++i) {
+      if (a.bytes[i] != 0 || b.bytes[i] != 0) throw Error("hybrid: a backend packs memory into more than 32 bytes");
+    }
     std::memcpy(out->bytes, a.bytes, kHalfBytes);
     std::memcpy(out->bytes + kHalfBytes, b.bytes, kHalfBytes);
   }
