@@ -1,6 +1,8 @@
 """Conformance of the shared-memory transport to the one-sided contract
-(csrc/transport/transport.h), through rdmacoll._core._TransportProbe on 2 ranks."""
+(csrc/transport/transport.h), through rdmacoll._core._TransportProbe on 2 ranks (tcp:
+tests/test_tcp.py; ibverbs below, where this host has a usable RDMA port)."""
 import pytest
+from rdmacoll import _core
 
 from mpi_util import dev_shm_entries, keep_siblings_flags, run_mpi
 
@@ -26,6 +28,19 @@ def test_conformance():
         res.check(not missing, f"rank {rank} did not run {missing}")
     res.check(res.returncode == 0, "the launch failed")
     print(got[(0, "many_outstanding")]["detail"])
+
+
+def test_conformance_ibverbs():
+    """The same checks over RDMA verbs (which can read peer memory but not map it)."""
+    if "ibverbs" not in _core.TRANSPORTS:
+        pytest.skip("ibverbs is not compiled into this build (no verbs headers)")
+    usable, lines = _core.probe_transport("ibverbs")
+    if not usable:
+        pytest.skip("no usable RDMA device here: " + "; ".join(lines)[:300])
+    res = run_mpi(2, "transport.py", ["conformance", "--transport", "ibverbs"], timeout=120)
+    got = _results(res)
+    res.check(all((0, n) in got for n in ("capabilities", "many_outstanding")), "checks missing")
+    res.check(res.returncode == 0, "the launch failed")
 
 
 @pytest.mark.parametrize("who", ["writer-exits", "reader-exits"])

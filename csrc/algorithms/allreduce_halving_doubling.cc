@@ -29,7 +29,7 @@ namespace algorithms {
 
 void allreduceHalvingDoubling(Communicator& c, const Call& call) {
   const int p = c.size(), r = c.rank();
-  const size_t E = call.elemBytes, bytes = call.count * E;
+  const size_t E = call.elemBytes;
   const size_t seg = std::max(E, std::min(c.config().segmentBytes, c.config().slotBytes) / E * E);
   const int fold = schedule::foldPartner(r, p);
   const int P = schedule::pow2Floor(p), steps = schedule::hdSteps(p);

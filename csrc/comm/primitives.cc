@@ -41,7 +41,7 @@ uint32_t recvImmediate(Communicator& c, Peer& from, const char* what) {
 void sendHeader(Communicator& c, Peer& to, const Call& call, const BufferRef* in, const BufferRef* out,
                 const uint64_t* extra) {
   CallHeader h;
-  std::memset(&h, 0, sizeof(h));
+  std::memset(static_cast<void*>(&h), 0, sizeof(h));  // padding too: headers travel as bytes
   h.hash = call.hd.hash;
   h.desc = call.hd.desc;
   if (in) {
