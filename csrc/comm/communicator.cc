@@ -47,6 +47,7 @@ Communicator::Communicator(int rank, int size, int localSize, const Config& conf
   RC_CHECK(static_cast<int>(config_.hostOf.size()) == size, "hosts: expected one host index per rank");
   topology_ = schedule::hierarchy(config_.hostOf, rank);
   device_ = transport::createJobDevice(config_.transport, config_.netTransport, rank, config_.hostOf);
+  pollMicros_ = device_->pollMicros();
   pool_ = std::make_shared<MemoryPool>(device_.get());
   ctrl_ = device_->allocate(layout_.total());
   staging_ = device_->allocate(std::max(2, size) * config_.segmentBytes);

@@ -165,6 +165,7 @@ class Communicator {
   Config config_;
   schedule::Hierarchy topology_;
   const char* lastAlgorithm_ = "";
+  int pollMicros_ = 2000;  // device_->pollMicros(), read once
   bool oversubscribed_;
   std::shared_ptr<WaitHooks> hooks_;
   std::unique_ptr<transport::Device> device_;

@@ -1,7 +1,7 @@
 // How ranks wait (shared/DESIGN.md, "Progress and waiting").
 //
 // Not oversubscribed (local ranks <= cores in our CPU mask): spin with `pause` for
-// kSpinMicros, then sched_yield until kYieldMicros, then sleep on the device (futex for
+// kSpinMicros, then sched_yield until the device's pollMicros(), then sleep on it (futex for
 // shm; a sender wakes us only when we flagged ourselves asleep). Oversubscribed: a
 // waiter holds a core some peer needs, so yield at once and sleep after
 // kOversubscribedYieldMicros (spinning with 4 ranks on 2 cores costs milliseconds;
@@ -31,7 +31,6 @@ namespace rdmacoll {
 
 namespace {
 constexpr int kSpinMicros = 50;
-constexpr int kYieldMicros = 2000;
 constexpr int kOversubscribedYieldMicros = 30;
 constexpr int kCheckMillis = 100;
 }  // namespace
@@ -58,7 +57,7 @@ void Communicator::WaitState::step() {
     for (int i = 0; i < 16; ++i) RC_PAUSE();
     return;
   }
-  if (waited < (c_.oversubscribed_ ? kOversubscribedYieldMicros : kYieldMicros)) {
+  if (waited < (c_.oversubscribed_ ? kOversubscribedYieldMicros : c_.pollMicros_)) {
     sched_yield();
     return;
   }

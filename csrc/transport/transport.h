@@ -134,6 +134,11 @@ class Device {
   // peers reach user memory by cross-memory attach). Elsewhere, algorithms stage user
   // data through allocated memory instead (no hidden registration cache).
   virtual bool cheapRegistration() const { return false; }
+  // How long a waiter should keep polling (yielding the CPU between polls) before it
+  // sleeps. Shared memory: a peer's store is seen by the next poll, so polling pays;
+  // network: data arrives through a socket or completion queue another thread (or the
+  // next poll) drains, and a yielding poller under load is scheduled last.
+  virtual int pollMicros() const { return 2000; }
   virtual void packUser(const void* ptr, size_t len, PackedMemory* out);
 
   // The bytes peers need to connect to this device (exchanged by bootstrap).

@@ -119,6 +119,7 @@ class TcpDevice : public Device {
   TcpDevice(int rank, int size);
   ~TcpDevice() override;
   const char* name() const override { return "tcp"; }
+  int pollMicros() const override { return 100; }
   std::unique_ptr<Memory> allocate(size_t len) override;
   std::unique_ptr<Memory> registerMemory(void* ptr, size_t len) override;
   Bytes address() const override;
