@@ -77,8 +77,15 @@ py::array asArray(py::handle x, const char* what) {
     try {
       return py::module_::import("numpy").attr("from_dlpack")(x);
     } catch (py::error_already_set& e) {
-      throw Error(std::string(what) + ": cannot view this object without a copy (" + e.what() +
-                  "); CUDA tensors are not supported yet, pass CPU memory");
+      // DLPack device type 1 is the CPU; anything else (CUDA, ROCm...) lives where the
+      // core cannot reach it yet.
+      bool onCpu = true;
+      try {
+        if (py::hasattr(x, "__dlpack_device__")) onCpu = x.attr("__dlpack_device__")().cast<py::tuple>()[0].cast<int>() == 1;
+      } catch (py::error_already_set&) {
+      }
+      throw Error(std::string(what) + ": cannot view this object without a copy (" + e.what() + ")" +
+                  (onCpu ? std::string() : "; GPU tensors are not supported yet, pass CPU memory"));
     }
   }
   if (PyObject_CheckBuffer(x.ptr())) return py::module_::import("numpy").attr("asarray")(x);

@@ -34,9 +34,8 @@ def restore(buf: np.ndarray, src: np.ndarray) -> Callable[[], None]:
 class Rdmacoll:
     name = "rdmacoll"
 
-    # Collectives whose algorithm the core reports in last_algorithm (the others leave it
-    # at the last allreduce's, so showing it would mislead).
-    REPORTED = ("allreduce",)
+    # Collectives whose algorithm the core reports in last_algorithm (all of them).
+    REPORTED = ("allreduce", "allgather", "broadcast", "reducescatter", "alltoall")
 
     def __init__(self, memory: str = "user"):
         self.memory = memory
