@@ -221,6 +221,84 @@ def model_mismatch(r, p):
     emit("case", case="model_mismatch", bad=bad)
 
 
+JOIN_STEPS = [3, 1, 3, 2]   # steps per rank: uneven; with 3 ranks ranks 0 and 2 tie for last
+
+
+def join_case(r, p):
+    """hvd.join(): ranks with fewer batches join early and reduce zeros for the others'
+    steps; Average divides by size(). After join(), parameters broadcast from the last
+    rank to join equal a single-process reference that sums only the training ranks."""
+    bad = []
+    steps = JOIN_STEPS[:p]
+    expected_last = max(q for q in range(p) if steps[q] == max(steps))
+    stats = {}
+    for label, op, passes in (("sgd_avg", hvd.Average, 1), ("adam_sum_passes2", hvd.Sum, 2)):
+        model, ref = Net(), Net()
+        inner = (torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9) if label == "sgd_avg"
+                 else torch.optim.Adam(model.parameters(), lr=0.01))
+        ropt = (torch.optim.SGD(ref.parameters(), lr=0.1, momentum=0.9) if label == "sgd_avg"
+                else torch.optim.Adam(ref.parameters(), lr=0.01))
+        opt = hvd.DistributedOptimizer(inner, named_parameters=model.named_parameters(),
+                                       op=op, backward_passes_per_step=passes)
+        scale = 1.0 / p if op == hvd.Average else 1.0
+        for step in range(steps[r]):
+            opt.zero_grad()
+            for micro in range(passes):
+                x, ids, y = batch(step, micro, r)
+                (F.mse_loss(model(x, ids), y) / passes).backward()
+            opt.step()
+        last = hvd.join()
+        if last != expected_last:
+            bad.append(f"{label}: join() returned {last}, expected {expected_last}")
+        hvd.broadcast_parameters(model.state_dict(), root_rank=last)
+        for step in range(max(steps)):     # reference: joined ranks contribute zeros
+            ropt.zero_grad()
+            rloss = 0
+            for q in range(p):
+                if step < steps[q]:
+                    for micro in range(passes):
+                        x, ids, y = batch(step, micro, q)
+                        rloss = rloss + F.mse_loss(ref(x, ids), y) / passes
+            (rloss * scale).backward()
+            for prm in ref.parameters():
+                if prm.grad is None:
+                    prm.grad = torch.zeros_like(prm)
+            ropt.step()
+        digests = hvd.allgather_object([digest(t.detach().numpy()) for t in model.parameters()])
+        if any(d != digests[0] for d in digests):
+            bad.append(f"{label}: parameters differ between ranks after join")
+        err = max(float(((a.detach() - b.detach()).abs() / (b.detach().abs() + 1e-2)).max())
+                  for a, b in zip(model.parameters(), ref.parameters()))
+        if not np.isfinite(err) or err > 2e-5:
+            bad.append(f"{label}: differs from the reference by {err:.3g}")
+        if opt.stats.get("join_steps", 0) != max(steps) - steps[r]:
+            bad.append(f"{label}: {opt.stats.get('join_steps', 0)} join steps, expected {max(steps) - steps[r]}")
+        stats[label] = dict(opt.stats)
+    # everyone joins at once: the highest rank is "last"; collectives work afterwards
+    if hvd.join() != p - 1:
+        bad.append("simultaneous join() did not return the highest rank")
+    if float(hvd.allreduce(torch.ones(1), op=hvd.Sum)) != p:
+        bad.append("collectives broken after join()")
+    emit("case", case="join", bad=bad, stats=stats)
+
+
+def join_misuse(r, p):
+    """A plain collective on a training rank while another rank is joined: both raise
+    (the joined rank serves only DistributedOptimizer steps). Leaves the job aborted."""
+    try:
+        if r == 0:
+            hvd.allreduce(torch.ones(3), name="metric")
+        else:
+            hvd.join()
+        error = None
+    except hvd.RdmacollError as e:
+        error = str(e)
+    bad = [] if error and "join.control" in error else [f"unclear error: {error!r}"]
+    if r != 0 and "join(): while this rank was joined" not in error:
+        bad.append(f"no hint on the joined rank: {error!r}")
+    emit("case", case="join_misuse", bad=bad, error=error)
+
+
 def body():
     hvd.init()
     set_rank(hvd.rank())
@@ -240,6 +318,10 @@ def body():
             restore_diverged(r, p)
         elif name == "model_mismatch":
             model_mismatch(r, p)
+        elif name == "join":
+            join_case(r, p)
+        elif name == "join_misuse":
+            join_misuse(r, p)
         else:
             run_case(name, CASES[name], r, p)
     emit("done")

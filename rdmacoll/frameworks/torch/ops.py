@@ -5,8 +5,6 @@ Handles are objects (Horovod's are ints): pass them to poll() / synchronize().
 """
 from __future__ import annotations
 
-import time
-
 import torch
 
 import rdmacoll as rc
@@ -14,6 +12,7 @@ from rdmacoll import RdmacollError
 
 from ._tensors import as_numpy, as_torch, check_tensor, contiguous, flat
 from .compression import Compression
+from .join import join as _join_protocol
 
 Average, Sum, Min, Max, Product = rc.Average, rc.Sum, rc.Min, rc.Max, rc.Product
 _OPS = {Average, Sum, Min, Max, Product}
@@ -344,9 +343,9 @@ def barrier(process_set=None):
 
 
 def join(device=-1):
-    """Wait until every rank has called join(); returns the rank that arrived last.
-
-    Unlike Horovod, ranks that joined early do not stand in for the others' collectives:
-    every rank must have made the same collective calls before it joins."""
-    arrived = rc.allgather_object((time.time(), rc.rank()))
-    return max(arrived)[1]
+    """Called by a rank that ran out of data: until every rank has joined, it takes part
+    with zeros in the DistributedOptimizer steps the others still take (Average still
+    divides by size()). Returns the rank that joined last (ties: the higher rank).
+    Other collectives are not served: a training rank that issues one while some rank is
+    joined gets an RdmacollError (see join.py for the protocol)."""
+    return _join_protocol()

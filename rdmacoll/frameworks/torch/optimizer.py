@@ -28,6 +28,8 @@ from .._common import first_difference, fusion_threshold, signature_digest
 from ._tensors import contiguous, flat
 from .buckets import Layout
 from .compression import Compression
+from .join import STATE as JOIN_STATE
+from .join import training_contribution
 
 # Collective names reach error messages cut to 15 characters: keep them short.
 NO_BACKWARD = "no backward()"
@@ -62,8 +64,9 @@ class _DistributedOptimizer:
         self._rc_names = self._rc_name_params(named_parameters, params)
         self._rc_hooks = [p.register_post_accumulate_grad_hook(self._rc_hook) for p in params]
         self.stats = {"copies": 0, "steps": 0, "launched_in_backward": 0, "launched_in_step": 0,
-                      "wait_s": 0.0, "rebuilds": 0}
+                      "wait_s": 0.0, "rebuilds": 0, "join_steps": 0}
         self._rc_build(check_ranks=True)
+        self._rc_join_index = JOIN_STATE.register(self)
 
     @staticmethod
     def _rc_name_params(named_parameters, params):
@@ -128,6 +131,8 @@ class _DistributedOptimizer:
         self._rc_synchronized = False
 
     def _rc_begin_step(self):
+        # hvd.join(): tell joined ranks this optimizer steps (one 8-byte allreduce)
+        JOIN_STATE.control(training_contribution(self._rc_join_index))
         if self._rc_layout_key() != self._rc_key:   # model.half(), requires_grad changed
             self.stats["rebuilds"] += 1
             self._rc_build(check_ranks=True)
@@ -239,6 +244,7 @@ class _DistributedOptimizer:
         fails naming it), then raise here."""
         first = self._rc_layout.buckets[0]
         with contextlib.suppress(RdmacollError):
+            JOIN_STATE.control(training_contribution(self._rc_join_index))
             rc.allreduce(flat(first.flat), op=self._rc_op, name=NO_BACKWARD, out=flat(first.flat))
         raise RdmacollError("DistributedOptimizer: step() (or synchronize()) was called on this "
                             "rank without a backward pass since the last step; every rank must "
@@ -262,6 +268,19 @@ class _DistributedOptimizer:
         self.stats["wait_s"] += time.perf_counter() - t0
         self._rc_reset()
         self._rc_synchronized = True
+
+    def _rc_join_step(self):
+        """On a rank inside hvd.join(): reduce zeros in place of every bucket, as the
+        training ranks' step does (same names, sizes and order); parameters stay as they are."""
+        self._rc_reset()
+        for bucket in self._rc_layout.buckets:
+            bucket.buffer.zero_()
+            bucket.ready = len(bucket.params)
+        self._rc_launch_ready(in_backward=False)
+        for bucket in self._rc_layout.buckets:
+            self._rc_finish(bucket)
+        self._rc_reset()
+        self.stats["join_steps"] += 1
 
     @contextlib.contextmanager
     def skip_synchronize(self):
