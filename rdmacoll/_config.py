@@ -20,6 +20,9 @@ _VARS = {
     "RDMACOLL_SLOTS": ("slots", int),
     "RDMACOLL_EAGER_BYTES": ("eager_bytes", int),
     "RDMACOLL_TIMEOUT": ("timeout", float),
+    "RDMACOLL_STALL_WARNING_SECONDS": ("stall_warning", float),
+    "RDMACOLL_STALL_SHUTDOWN_SECONDS": ("stall_shutdown", float),
+    "RDMACOLL_TIMELINE": ("timeline", str),
     "RDMACOLL_ALGO": ("algo", str),
     "RDMACOLL_TRANSPORT": ("transport", str),
 }

@@ -12,25 +12,22 @@
 #include <sstream>
 
 #include "common/error.h"
+#include "common/fork_guard.h"
+#include "common/text.h"
+#include "runtime/timeline.h"
 
 namespace rdmacoll {
-
-namespace {
-// Bumped in every child after fork(): a communicator created before the fork belongs to
-// the parent (its peers, its memory); the child's copy must refuse to run. Cheaper than
-// getpid(), which is a system call on every collective.
-std::atomic<uint64_t> gForkGeneration{0};
-std::once_flag gAtForkOnce;
-
-}  // namespace
 
 Communicator::Communicator(int rank, int size, int localSize, const Config& config,
                            std::shared_ptr<WaitHooks> hooks)
     : rank_(rank), size_(size), localSize_(localSize), config_(config),
       hooks_(hooks ? std::move(hooks) : std::make_shared<WaitHooks>()),
       layout_(size, config), pid_(getpid()) {
-  std::call_once(gAtForkOnce, [] { pthread_atfork(nullptr, nullptr, [] { gForkGeneration.fetch_add(1); }); });
-  forkGeneration_ = gForkGeneration.load();
+  // Changes in every child after fork(): a communicator created before the fork belongs
+  // to the parent (its peers, its memory); the child's copy must refuse to run. Cheaper
+  // than getpid(), which is a system call on every collective. The child has already
+  // closed the core's descriptors (common/fork_guard.h).
+  forkGeneration_ = forkguard::generation();
   RC_CHECK(size >= 1 && rank >= 0 && rank < size, "invalid rank " + std::to_string(rank) +
                                                        " for size " + std::to_string(size));
   RC_CHECK(config.segmentBytes >= 4096 && config.segmentBytes % 64 == 0,
@@ -39,6 +36,8 @@ Communicator::Communicator(int rank, int size, int localSize, const Config& conf
            "RDMACOLL_SLOT_BYTES must be a multiple of 64 and at least 4096");
   RC_CHECK(config.slots >= 1 && config.slots <= 64, "RDMACOLL_SLOTS must be in 1..64");
   RC_CHECK(config.timeoutSeconds > 0, "RDMACOLL_TIMEOUT must be positive");
+  RC_CHECK(config.stallWarningSeconds >= 0, "RDMACOLL_STALL_WARNING_SECONDS must be >= 0 (0 = off)");
+  RC_CHECK(config.stallShutdownSeconds >= 0, "RDMACOLL_STALL_SHUTDOWN_SECONDS must be >= 0 (0 = off)");
   // The ranks of this host share config.localCpus CPUs (the union of their affinity
   // masks, gathered by bootstrap): one rank's own mask says nothing about that (ranks
   // bound to one core each see one CPU and are not oversubscribed).
@@ -52,9 +51,13 @@ Communicator::Communicator(int rank, int size, int localSize, const Config& conf
   ctrl_ = device_->allocate(layout_.total());
   staging_ = device_->allocate(std::max(2, size) * config_.segmentBytes);
   peers_.resize(size);
+  if (!config.timelinePath.empty()) timeline_ = Timeline::open(config.timelinePath, rank);
 }
 
 Communicator::~Communicator() {
+  // (Not in a forked child: its copy belongs to the parent, which has not left.)
+  if (connected_ && forkguard::generation() == forkGeneration_) announceLeaving();
+  timeline_.reset();
   peers_.clear();
   pool_->detach();
 }
@@ -115,7 +118,7 @@ bool Communicator::describeBuffer(const void* p, size_t bytes, BufferRef* ref) c
 }
 
 void Communicator::checkUsable() const {
-  if (gForkGeneration.load(std::memory_order_relaxed) != forkGeneration_) {
+  if (forkguard::generation() != forkGeneration_) {
     throw Error("this rdmacoll communicator belongs to the parent process (pid " +
                 std::to_string(pid_) + "); a forked child cannot use it");
   }
@@ -166,18 +169,18 @@ void Communicator::raisePeerAbort() const {
   if (src < 0 || src >= size_) src = 0;
   char msg[kAbortMessageBytes];
   std::memcpy(msg, ctrl() + layout_.abortMessage(src), sizeof(msg));
-  msg[sizeof(msg) - 1] = 0;
-  if (broken_.empty()) broken_ = std::string(msg) + " (reported by rank " + std::to_string(src) + ")";
+  if (broken_.empty()) broken_ = printableUtf8(msg, sizeof(msg)) + " (reported by rank " + std::to_string(src) + ")";
   throw Error(broken_);
 }
 
-static std::string callText(const Descriptor& d) {
+std::string describeCall(const Descriptor& d) {
   std::ostringstream o;
   o << collectiveName(static_cast<Collective>(d.collective)) << "(#" << d.seq << ", count=" << d.count
     << ", dtype=" << dtypeName(static_cast<DataType>(d.dtype))
     << ", op=" << opName(static_cast<ReduceOp>(d.op));
   if (d.root >= 0) o << ", root=" << d.root;
-  if (d.name[0]) o << ", name='" << std::string(d.name, strnlen(d.name, sizeof(d.name))) << "'";
+  // (the name: cut at a fixed length, and from a peer: made valid text)
+  if (d.name[0]) o << ", name='" << printableUtf8(d.name, sizeof(d.name)) << "'";
   o << ")";
   return o.str();
 }
@@ -199,7 +202,7 @@ void Communicator::checkDescriptor(const HashedDescriptor& mine, const HashedDes
   else what = "different settings";
   abortAll(AbortCode::kMismatch,
            "collective mismatch (" + what + "): rank " + std::to_string(rank_) + " called " +
-               callText(a) + " but rank " + std::to_string(peer) + " called " + callText(b));
+               describeCall(a) + " but rank " + std::to_string(peer) + " called " + describeCall(b));
 }
 
 }  // namespace rdmacoll

@@ -28,6 +28,8 @@
 
 namespace rdmacoll {
 
+class Timeline;  // runtime/timeline.h
+
 // Called by waits that last long. Implemented by the binding (Python): the core knows
 // nothing of the interpreter.
 class WaitHooks {
@@ -70,7 +72,12 @@ struct Call {
   HashedDescriptor hd;  // descriptor and its hash, identical on all ranks when correct
 };
 
-enum class AbortCode : uint32_t { kMismatch = 1, kPeerDied = 2, kInterrupted = 3, kTimeout = 4, kError = 5 };
+enum class AbortCode : uint32_t {
+  kMismatch = 1, kPeerDied = 2, kInterrupted = 3, kTimeout = 4, kError = 5, kStall = 6, kPeerLeft = 7
+};
+
+// "allreduce(#5, count=10, dtype=float32, op=Sum, name='w')", for messages.
+std::string describeCall(const Descriptor& d);
 
 class Communicator {
  public:
@@ -86,6 +93,14 @@ class Communicator {
   // Collectives are free functions in runtime/ (they validate and pick an algorithm);
   // this class is the state they run on.
   uint64_t nextSeq() { return ++seq_; }
+  // The call about to run (after nextSeq): published for the stall inspector (a local
+  // store that peers mapping my control region read; see comm/stall.cc).
+  void announce(const Descriptor& d) {
+    current_ = d;
+    word(layout_.submitted(rank_)).store(d.seq, std::memory_order_relaxed);
+  }
+  // The Chrome-trace timeline (RDMACOLL_TIMELINE), or nullptr when off.
+  Timeline* timeline() const { return timeline_.get(); }
 
   int rank() const { return rank_; }
   int size() const { return size_; }
@@ -152,13 +167,27 @@ class Communicator {
 
    private:
     void periodicChecks();
+    void checkStall(double waited);
     Communicator& c_;
     int peer_;
     const char* what_;
     std::chrono::steady_clock::time_point start_, now_, nextCheck_;
     uint64_t iter_ = 0;
     bool released_ = false;
+    double nextStallReport_ = 0;  // seconds of this wait after which the inspector reports
   };
+  // Stall inspector (comm/stall.cc). Peers learn which call this rank has started
+  // (pushed once per call, by a wait that lasted a check period).
+  void publishSubmitted();
+  // Last call each rank is known to have started (mine: seq_), with kLeftFlag once it
+  // shut down (its communicator was destroyed: shutdown(), process exit).
+  static constexpr uint64_t kLeftFlag = uint64_t(1) << 63;
+  uint64_t submittedBy(int r) const;
+  // Peers that left before the call this rank waits in: abort (they will never join).
+  void checkPeersLeft(const char* what);
+  // In the destructor: tell the peers this rank will start no further call.
+  void announceLeaving();
+  void inspectStall(double waited, const char* what, int waitingFor, bool warn);
   [[noreturn]] void raisePeerAbort() const;
 
   int rank_, size_, localSize_;
@@ -179,6 +208,9 @@ class Communicator {
   bool peersMappable_ = false;  // every peer endpoint maps peer memory (same host)
   uint64_t seq_ = 0;
   uint64_t progressBase_ = 0;
+  Descriptor current_{};          // the call started last (announce)
+  uint64_t publishedSeq_ = 0;     // last seq pushed to the peers' submitted words
+  std::unique_ptr<Timeline> timeline_;
   mutable std::string broken_;  // set once the communicator aborted: every later call raises it
   pid_t pid_;
   uint64_t forkGeneration_;

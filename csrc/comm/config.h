@@ -16,6 +16,13 @@ struct Config {
   int slots = 4;                  // RDMACOLL_SLOTS: receive slots per peer
   size_t eagerBytes = 32 << 10;   // RDMACOLL_EAGER_BYTES: largest message of `eager`
   double timeoutSeconds = 600;    // RDMACOLL_TIMEOUT: longest a wait may make no progress
+  // Stall inspector (comm/stall.cc): after this long in one wait, the lowest rank that
+  // submitted the call logs which ranks have not (and again every as long); 0 = never.
+  double stallWarningSeconds = 60;   // RDMACOLL_STALL_WARNING_SECONDS
+  double stallShutdownSeconds = 0;   // RDMACOLL_STALL_SHUTDOWN_SECONDS: abort everyone; 0 = never
+  // RDMACOLL_TIMELINE: Chrome trace of every operation's phases (runtime/timeline.h);
+  // each rank writes its own file (the path with ".rank<r>" before the extension).
+  std::string timelinePath;
   std::string algo;               // RDMACOLL_ALGO as written: forced algorithms (tuning/rules.h)
   tuning::AlgoRules algoRules;    // algo parsed (and validated) by configFromDict
   // The cost model of each transport (alpha-beta-gamma, see tuning/cost_model.h): shipped

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "common/error.h"
+#include "runtime/timeline.h"
 
 namespace rdmacoll {
 namespace prim {
@@ -40,6 +41,7 @@ uint32_t recvImmediate(Communicator& c, Peer& from, const char* what) {
 
 void sendHeader(Communicator& c, Peer& to, const Call& call, const BufferRef* in, const BufferRef* out,
                 const uint64_t* extra) {
+  PhaseScope phase(c.timeline(), Timeline::kNegotiate);
   CallHeader h;
   std::memset(static_cast<void*>(&h), 0, sizeof(h));  // padding too: headers travel as bytes
   h.hash = call.hd.hash;
@@ -61,6 +63,7 @@ void sendHeader(Communicator& c, Peer& to, const Call& call, const BufferRef* in
 }
 
 const CallHeader& recvHeader(Communicator& c, Peer& from, const Call& call) {
+  PhaseScope phase(c.timeline(), Timeline::kNegotiate);
   uint32_t want = tag(kHeaderTag, call.seq);
   uint32_t got = recvImmediate(c, from, "a call header");
   if (got != want) protocolError(c, from, got, want, call);
@@ -125,6 +128,7 @@ void readOutput(Peer& peer, const PeerBuffers& b, size_t off, void* dst, size_t 
 }
 
 void sendEager(Communicator& c, Peer& to, const Call& call, const void* data, size_t bytes) {
+  PhaseScope phase(c.timeline(), Timeline::kTransfer);
   const size_t off = c.layout().eager(c.rank(), call.seq);
   const size_t body = off + sizeof(HashedDescriptor);  // {hash, payload}
   to.ep->write(&call.hd, to.ctrl, off, sizeof(HashedDescriptor), false, 0);
@@ -133,6 +137,7 @@ void sendEager(Communicator& c, Peer& to, const Call& call, const void* data, si
 }
 
 const void* recvEager(Communicator& c, Peer& from, const Call& call) {
+  PhaseScope phase(c.timeline(), Timeline::kTransfer);
   uint32_t want = tag(kEagerTag, call.seq);
   uint32_t got = recvImmediate(c, from, "an eager message");
   if (got != want) protocolError(c, from, got, want, call);
@@ -145,6 +150,7 @@ const void* recvEager(Communicator& c, Peer& from, const Call& call) {
 }
 
 void waitSlotCredit(Communicator& c, Peer& to) {
+  PhaseScope phase(c.timeline(), Timeline::kTransfer);
   uint64_t slots = static_cast<uint64_t>(c.config().slots);
   if (to.msgsSent < slots) return;
   uint64_t need = to.msgsSent - slots + 1;
@@ -160,6 +166,7 @@ void* mappedSlot(Communicator& c, Peer& to) {
 }
 
 void sendSlot(Communicator& c, Peer& to, const void* data, size_t bytes) {
+  PhaseScope phase(c.timeline(), Timeline::kTransfer);
   if (data != nullptr) waitSlotCredit(c, to);
   to.ep->write(data, to.ctrl, c.layout().slot(c.rank(), to.msgsSent), data ? bytes : 0, true,
                tag(kSlotTag, to.msgsSent));
@@ -167,6 +174,7 @@ void sendSlot(Communicator& c, Peer& to, const void* data, size_t bytes) {
 }
 
 const void* recvSlot(Communicator& c, Peer& from) {
+  PhaseScope phase(c.timeline(), Timeline::kTransfer);
   uint32_t got = recvImmediate(c, from, "a slot message");
   uint32_t want = tag(kSlotTag, from.msgsReceived);
   if (got != want) {
@@ -187,6 +195,7 @@ void putProgress(Communicator& c, Peer& to, uint64_t units) {
 }
 
 void waitProgress(Communicator& c, Peer& from, uint64_t units) {
+  PhaseScope phase(c.timeline(), Timeline::kTransfer);
   uint64_t need = from.progressSeen + units;
   auto& w = c.word(c.layout().progress(from.rank));
   c.waitUntil([&] { return w.load(std::memory_order_acquire) >= need; }, from.rank,
@@ -194,6 +203,7 @@ void waitProgress(Communicator& c, Peer& from, uint64_t units) {
 }
 
 void finishReads(Communicator& c, Peer& readFrom, Peer& readBy, const Call& call, uint64_t units) {
+  PhaseScope phase(c.timeline(), Timeline::kTransfer);
   readFrom.progressSeen += units;
   c.advanceProgressBase(units);
   readFrom.ep->put64(readFrom.ctrl, c.layout().done(c.rank()), call.seq);
@@ -203,6 +213,7 @@ void finishReads(Communicator& c, Peer& readFrom, Peer& readBy, const Call& call
 }
 
 void finishAll(Communicator& c, const Call& call) {
+  PhaseScope phase(c.timeline(), Timeline::kTransfer);
   const int p = c.size(), r = c.rank();
   for (int k = 1; k < p; ++k) {
     Peer& q = c.peer((r + k) % p);

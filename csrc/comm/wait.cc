@@ -7,7 +7,7 @@
 // kOversubscribedYieldMicros (spinning with 4 ranks on 2 cores costs milliseconds;
 // yielding alone does not hand the core to a peer queued on the other CPU).
 // The interpreter lock is released before sleeping. Every kCheckMillis: the abort word,
-// every peer's liveness, the timeout, and pending signals (Ctrl-C aborts the peers, then
+// every peer's liveness, the timeout, stalls (comm/stall.cc), and pending signals (Ctrl-C aborts the peers, then
 // raises Interrupted so that the binding re-raises KeyboardInterrupt).
 #include <sched.h>
 
@@ -92,6 +92,7 @@ void Communicator::WaitState::periodicChecks() {
                    std::to_string(c.rank_) + " waiting for " + what_ +
                    (peer_ >= 0 ? " from rank " + std::to_string(peer_) : std::string()));
   }
+  checkStall(waited);
   if (released_) c.hooks_->acquireInterpreter();
   bool sig = c.hooks_->signalPending();
   if (released_) c.hooks_->releaseInterpreter();

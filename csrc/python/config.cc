@@ -19,6 +19,9 @@ Config configFromDict(const py::dict& cfg) {
   if (cfg.contains("slots")) c.slots = cfg["slots"].cast<int>();
   if (cfg.contains("eager_bytes")) c.eagerBytes = cfg["eager_bytes"].cast<size_t>();
   if (cfg.contains("timeout")) c.timeoutSeconds = cfg["timeout"].cast<double>();
+  if (cfg.contains("stall_warning")) c.stallWarningSeconds = cfg["stall_warning"].cast<double>();
+  if (cfg.contains("stall_shutdown")) c.stallShutdownSeconds = cfg["stall_shutdown"].cast<double>();
+  if (cfg.contains("timeline")) c.timelinePath = cfg["timeline"].cast<std::string>();
   if (cfg.contains("algo")) c.algo = cfg["algo"].cast<std::string>();
   if (cfg.contains("transport")) c.transport = cfg["transport"].cast<std::string>();
   if (c.transport != "auto" && c.transport != "shm" && c.transport != "tcp" && c.transport != "ibverbs") {
@@ -55,6 +58,9 @@ py::dict configToDict(const Config& c) {
   d["slots"] = c.slots;
   d["eager_bytes"] = c.eagerBytes;
   d["timeout"] = c.timeoutSeconds;
+  d["stall_warning"] = c.stallWarningSeconds;
+  d["stall_shutdown"] = c.stallShutdownSeconds;
+  d["timeline"] = c.timelinePath;
   d["algo"] = c.algo;
   d["transport"] = c.transport;
   d["local_cpus"] = c.localCpus;

@@ -594,6 +594,7 @@ PYBIND11_MODULE(_core, m) {
   bindSchedules(m);
   bindTuning(m);
   bindIbverbs(m);
+  bindFuzzHooks(m);
 
   // Test hooks: the kernels and the ring arithmetic, without any transport.
   m.def("_reduce_local", [](int dtype, int op, py::array out, std::vector<py::array> inputs, double scale) {

@@ -3,8 +3,22 @@
 #include <chrono>
 
 #include "common/error.h"
+#include "runtime/timeline.h"
 
 namespace rdmacoll {
+
+namespace {
+// The running operation's submission time: execution context of this thread, like the
+// operation itself (set around op->run and runInline's fn).
+thread_local int64_t tQueuedNs = 0;
+
+struct QueuedSince {
+  explicit QueuedSince(int64_t ns) { tQueuedNs = ns; }
+  ~QueuedSince() { tQueuedNs = 0; }
+};
+}  // namespace
+
+int64_t AsyncEngine::queuedSinceNs() { return tQueuedNs; }
 
 AsyncEngine::~AsyncEngine() {
   std::unique_lock<std::mutex> lk(mu_);
@@ -16,6 +30,7 @@ AsyncEngine::~AsyncEngine() {
 AsyncEngine::Handle AsyncEngine::submit(std::function<void()> fn) {
   auto h = std::make_shared<Op>();
   h->run = std::move(fn);
+  h->queuedNs = Timeline::nowNs();
   std::unique_lock<std::mutex> lk(mu_);
   queue_.push_back(h);
   if (!threadRunning_) {
@@ -45,6 +60,7 @@ void AsyncEngine::executeQueued(std::unique_lock<std::mutex>& lk, const Handle& 
     lk.unlock();
     std::string error;
     try {
+      QueuedSince q(op->queuedNs);
       op->run();
     } catch (const std::exception& e) {
       error = e.what();
@@ -93,6 +109,7 @@ bool AsyncEngine::wait(const Handle& h, const std::function<bool()>& interrupted
 
 void AsyncEngine::runInline(const std::function<void()>& fn) {
   std::unique_lock<std::mutex> lk(mu_);
+  const int64_t queued = executing_ || !queue_.empty() ? Timeline::nowNs() : 0;
   // Everything queued before this call runs first, here or on the executor.
   while (executing_ || !queue_.empty()) {
     if (!executing_) {
@@ -104,6 +121,7 @@ void AsyncEngine::runInline(const std::function<void()>& fn) {
   executing_ = true;
   lk.unlock();
   try {
+    QueuedSince q(queued);
     fn();
   } catch (...) {
     lk.lock();

@@ -28,6 +28,7 @@ class AsyncEngine {
     std::function<void()> run;
     bool done = false;      // guarded by the engine's mutex
     std::string error;      // an Error's message, if it failed
+    int64_t queuedNs = 0;   // when submitted (Timeline::nowNs), for the timeline's queue phase
   };
   using Handle = std::shared_ptr<Op>;
 
@@ -46,6 +47,10 @@ class AsyncEngine {
   // calls: they keep their place in the order). Exceptions propagate.
   void runInline(const std::function<void()>& fn);
   size_t outstanding();
+  // On the thread running an operation: when that operation was submitted, if it waited
+  // for earlier work (asynchronous ops always; a synchronous call only when work was
+  // ahead of it), else 0. Read by the timeline (runtime/timeline.h).
+  static int64_t queuedSinceNs();
 
  private:
   // Called with lk held and executing_ == false: run queued ops until `until` or empty.

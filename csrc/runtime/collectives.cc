@@ -1,11 +1,15 @@
 #include "runtime/collectives.h"
 
 #include <cstring>
+#include <exception>
 #include <string>
 
 #include "common/error.h"
+#include "common/text.h"
 #include "algorithms/partition.h"
 #include "reduce/reduce.h"
+#include "runtime/async.h"
+#include "runtime/timeline.h"
 #include "tuning/select.h"
 
 namespace rdmacoll {
@@ -93,8 +97,39 @@ Call makeCall(Communicator& c, Collective coll, const void* in, void* out, size_
   d.nameHash = name && nameLen ? hashBytes(name, nameLen) : 0;
   if (name && nameLen) std::memcpy(d.name, name, std::min(nameLen, sizeof(d.name) - 1));
   call.hd.hash = hashDescriptor(d);
+  c.announce(d);
   return call;
 }
+
+// The operation on the timeline (RDMACOLL_TIMELINE) for the scope's lifetime; without
+// a timeline, one test of a null pointer at each end.
+class OpTrace {
+ public:
+  OpTrace(Communicator& c, const Call& call, const char* algorithm) : t_(c.timeline()) {
+    if (t_) begin(call, algorithm);
+  }
+  ~OpTrace() {
+    if (t_) t_->endOp(std::uncaught_exceptions() > exceptions_);
+  }
+  OpTrace(const OpTrace&) = delete;
+  OpTrace& operator=(const OpTrace&) = delete;
+
+ private:
+  void begin(const Call& call, const char* algorithm) {
+    exceptions_ = std::uncaught_exceptions();
+    const Descriptor& d = call.hd.desc;
+    const Collective coll = static_cast<Collective>(d.collective);
+    std::string args = "\"seq\":" + std::to_string(d.seq) + ",\"count\":" + std::to_string(d.count) +
+                       ",\"dtype\":\"" + dtypeName(call.dtype) + "\",\"algorithm\":\"" + algorithm + "\"";
+    const bool reduces = coll == Collective::kAllreduce || coll == Collective::kReducescatter;
+    if (reduces) args += std::string(",\"op\":\"") + opName(call.op) + "\"";
+    if (d.root >= 0) args += ",\"root\":" + std::to_string(d.root);
+    if (d.name[0]) args += ",\"name\":" + Timeline::jsonString(printableUtf8(d.name, sizeof(d.name)));
+    t_->beginOp(collectiveName(coll), reduces, d.seq, AsyncEngine::queuedSinceNs(), args);
+  }
+  Timeline* t_;
+  int exceptions_ = 0;
+};
 
 void checkReduceOp(DataType dtype, ReduceOp op) {
   if (static_cast<int>(op) >= kNumReduceOps) throw Error("unsupported reduction op");
@@ -140,6 +175,7 @@ const char* allreduce(Communicator& c, const void* in, void* out, size_t count, 
   const algorithms::AllreduceAlgorithm& algo = tuning::selectAllreduce(c, bytes);
   c.noteAlgorithm(algo.name);
   const Call call = makeCall(c, Collective::kAllreduce, in, out, count, dtype, op, -1, algo.id, name, nameLen);
+  OpTrace trace(c, call, algo.name);
   guarded(c, [&] { algo.run(c, call); });
   return algo.name;
 }
@@ -161,6 +197,7 @@ size_t allgather(Communicator& c, const void* in, size_t rows, size_t rowElems, 
                             algorithms::allgatherAlgorithms());
   Call call = makeCall(c, Collective::kAllgather, in, nullptr, rowElems, dtype, ReduceOp::kSum, -1, algo.id,
                        name, nameLen);
+  OpTrace trace(c, call, algo.name);
   return guarded(c, [&] { return algo.run(c, call, rows, out); });
 }
 
@@ -181,6 +218,7 @@ void broadcast(Communicator& c, const void* in, void* out, size_t count, DataTyp
   const auto& algo = select(c, Collective::kBroadcast, bytes, algorithms::broadcastAlgorithms());
   Call call = makeCall(c, Collective::kBroadcast, in, out, count, dtype, ReduceOp::kSum, root, algo.id, name,
                        nameLen);
+  OpTrace trace(c, call, algo.name);
   guarded(c, [&] { algo.run(c, call, root); });
 }
 
@@ -197,6 +235,7 @@ void reducescatter(Communicator& c, const void* in, void* out, size_t count, siz
   }
   const auto& algo = select(c, Collective::kReducescatter, count * dtypeSize(dtype), algorithms::reducescatterAlgorithms());
   Call call = makeCall(c, Collective::kReducescatter, in, out, count, dtype, op, -1, algo.id, name, nameLen);
+  OpTrace trace(c, call, algo.name);
   guarded(c, [&] { algo.run(c, call, rowElems); });
 }
 
@@ -215,6 +254,7 @@ size_t alltoall(Communicator& c, const void* in, size_t rowElems, const uint64_t
   const auto& algo = select(c, Collective::kAlltoall, rowBytes * c.size(), algorithms::alltoallAlgorithms());
   Call call = makeCall(c, Collective::kAlltoall, in, nullptr, rowElems, dtype, ReduceOp::kSum, -1, algo.id, name,
                        nameLen);
+  OpTrace trace(c, call, algo.name);
   return guarded(c, [&] { return algo.run(c, call, splits, received, out); });
 }
 
@@ -223,6 +263,7 @@ void barrier(Communicator& c) {
   Call call = makeCall(c, Collective::kBarrier, nullptr, nullptr, 0, DataType::kUInt8, ReduceOp::kSum,
                        -1, kBarrierHeaders, nullptr, 0);
   if (c.size() == 1) return;
+  OpTrace trace(c, call, "headers");
   guarded(c, [&] { algorithms::barrierHeaders(c, call); });
 }
 

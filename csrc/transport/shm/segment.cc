@@ -11,6 +11,8 @@
 #include <string>
 
 #include "common/error.h"
+#include "common/fork_guard.h"
+#include "common/text.h"
 
 namespace rdmacoll {
 namespace transport {
@@ -33,7 +35,7 @@ std::string memfdName(pid_t pid, uint64_t id) {
 Segment Segment::create(size_t len, uint64_t id) {
   Segment s;
   std::string name = memfdName(getpid(), id);
-  s.fd_ = memfd_create(name.c_str(), MFD_CLOEXEC);
+  s.fd_ = forkguard::track(memfd_create(name.c_str(), MFD_CLOEXEC));
   if (s.fd_ < 0) throw Error(sysError("memfd_create", errno));
   s.id_ = id;
   s.len_ = len;
@@ -68,10 +70,10 @@ Segment Segment::openPeer(pid_t pid, int fd, uint64_t id, size_t len) {
   target[n] = 0;
   std::string expect = "/memfd:" + memfdName(pid, id);
   if (std::strncmp(target, expect.c_str(), expect.size()) != 0) {
-    throw Error(std::string("shm: ") + path + " is '" + target + "', expected " + expect);
+    throw Error(std::string("shm: ") + path + " is '" + printableUtf8(target, sizeof(target)) + "', expected " + expect);
   }
   Segment s;
-  s.fd_ = open(path, O_RDWR | O_CLOEXEC);
+  s.fd_ = forkguard::track(open(path, O_RDWR | O_CLOEXEC));
   if (s.fd_ < 0) throw Error(sysError(std::string("shm: open ") + path, errno));
   struct stat st;
   if (fstat(s.fd_, &st) != 0 || static_cast<size_t>(st.st_size) < len) {
@@ -84,7 +86,7 @@ Segment Segment::openPeer(pid_t pid, int fd, uint64_t id, size_t len) {
     if (p == MAP_FAILED) throw Error(sysError("shm: mmap of peer segment", errno));
     s.ptr_ = p;
   }
-  close(s.fd_);  // the mapping keeps the memory; we never need the peer's fd again
+  forkguard::release(s.fd_);  // the mapping keeps the memory; we never need the peer's fd again
   s.fd_ = -1;
   return s;
 }
@@ -105,7 +107,7 @@ Segment& Segment::operator=(Segment&& o) noexcept {
 
 Segment::~Segment() {
   if (ptr_ != nullptr) munmap(ptr_, len_);
-  if (fd_ >= 0) close(fd_);
+  forkguard::release(fd_);  // (after a fork the child closed it already)
   ptr_ = nullptr;
   fd_ = -1;
 }

@@ -13,6 +13,7 @@
 #include <string>
 
 #include "common/error.h"
+#include "common/fork_guard.h"
 
 namespace rdmacoll {
 namespace transport {
@@ -160,12 +161,12 @@ ShmEndpoint::ShmEndpoint(ShmDevice* dev, int peer, pid_t pid, Segment peerDevice
   char* base = static_cast<char*>(peerSeg_.data()) + sizeof(DeviceHeader);
   outRing_ = reinterpret_cast<Ring*>(base + sizeof(Ring) * dev->rank());
   inRing_ = dev->ring(peer);
-  pidfd_ = static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
+  pidfd_ = forkguard::track(static_cast<int>(syscall(SYS_pidfd_open, pid, 0)));
   if (pidfd_ < 0) throw Error(sysError("shm: pidfd_open of rank " + std::to_string(peer), errno));
 }
 
 ShmEndpoint::~ShmEndpoint() {
-  if (pidfd_ >= 0) close(pidfd_);
+  forkguard::release(pidfd_);
 }
 
 std::string ShmEndpoint::describe() const {

@@ -1,0 +1,128 @@
+// Stall inspector: a wait that lasts RDMACOLL_STALL_WARNING_SECONDS asks which ranks
+// have not started the call it belongs to, and the lowest rank that has started it logs
+// them (rank 0 unless rank 0 is among the missing); with RDMACOLL_STALL_SHUTDOWN_SECONDS
+// a wait that long with ranks missing aborts every rank (RdmacollError everywhere: the
+// waiting ranks at once, the missing ones at their next call).
+//
+// The same words carry a flag once a rank's communicator is destroyed (shutdown(), or
+// exit after an uncaught exception, while MPI_Finalize keeps the process alive): a
+// peer waiting for it in a later call aborts at its next check instead of hanging.
+//
+// Knowing what peers started costs the hot path one local store per call (announce():
+// the sequence into my own control region, which same-host peers map), plus, for
+// transports that cannot map peer memory, one put64 per peer from a wait that already
+// lasted a check period (publishSubmitted). A rank that started call n and has not
+// finished it after seconds must be waiting, so it has pushed n by then.
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "common/error.h"
+#include "runtime/timeline.h"
+
+namespace rdmacoll {
+
+namespace {
+std::string rankList(const std::vector<int>& ranks) {
+  std::string s = "[";
+  for (size_t i = 0; i < ranks.size(); ++i) s += (i ? ", " : "") + std::to_string(ranks[i]);
+  return s + "]";
+}
+std::string seconds(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.1f s", s);
+  return buf;
+}
+}  // namespace
+
+void Communicator::publishSubmitted() {
+  if (publishedSeq_ == seq_) return;
+  publishedSeq_ = seq_;
+  for (Peer& p : peers_) {
+    if (!p.ep || p.ctrl.mapped) continue;  // a mapping peer reads my own word
+    try {
+      p.ep->put64(p.ctrl, layout_.submitted(rank_), seq_);
+    } catch (const Error&) {
+      // A dead peer: the liveness check reports it.
+    }
+  }
+}
+
+void Communicator::announceLeaving() {
+  const uint64_t v = seq_ | kLeftFlag;
+  word(layout_.submitted(rank_)).store(v, std::memory_order_release);
+  for (Peer& p : peers_) {
+    if (!p.ep || p.ctrl.mapped) continue;
+    try {
+      p.ep->put64(p.ctrl, layout_.submitted(rank_), v);
+    } catch (const Error&) {
+    }
+  }
+}
+
+void Communicator::checkPeersLeft(const char* what) {
+  for (Peer& p : peers_) {
+    if (!p.ep) continue;
+    const uint64_t v = submittedBy(p.rank);
+    if ((v & kLeftFlag) && (v & ~kLeftFlag) < current_.seq) {
+      abortAll(AbortCode::kPeerLeft,
+               "rank " + std::to_string(p.rank) + " shut down (rdmacoll.shutdown() or process exit) after call #" +
+                   std::to_string(v & ~kLeftFlag) + "; it will never join " + describeCall(current_) +
+                   ", for which rank " + std::to_string(rank_) + " was waiting (" + what + ")");
+    }
+  }
+}
+
+uint64_t Communicator::submittedBy(int r) const {
+  if (r == rank_) return seq_;
+  uint64_t pushed = word(layout_.submitted(r)).load(std::memory_order_relaxed);
+  const Peer& p = peers_[r];
+  if (p.ctrl.mapped) {
+    auto* w = reinterpret_cast<const std::atomic<uint64_t>*>(static_cast<const char*>(p.ctrl.mapped) +
+                                                              layout_.submitted(r));
+    pushed = std::max(pushed, w->load(std::memory_order_relaxed));
+  }
+  return pushed;
+}
+
+void Communicator::inspectStall(double waited, const char* what, int waitingFor, bool warn) {
+  const uint64_t seq = current_.seq;
+  std::vector<int> started, missing;
+  for (int r = 0; r < size_; ++r) ((submittedBy(r) & ~kLeftFlag) >= seq ? started : missing).push_back(r);
+  const bool shutdown = config_.stallShutdownSeconds > 0 && waited >= config_.stallShutdownSeconds && !missing.empty();
+  // One rank speaks for the job: the lowest that started the call (every waiting rank
+  // aborts on shutdown, the first to get there wins).
+  if (!shutdown && (!warn || started.front() != rank_)) return;
+  std::string msg = "call " + describeCall(current_) + " was started by ranks " + rankList(started);
+  if (missing.empty()) {
+    msg += " (all) but has not finished";
+  } else {
+    msg += "; ranks " + rankList(missing) + " have not started it";
+  }
+  msg += ": rank " + std::to_string(rank_) + " has waited " + seconds(waited) + " for " + what +
+         (waitingFor >= 0 ? " from rank " + std::to_string(waitingFor) : std::string());
+  if (shutdown) {
+    abortAll(AbortCode::kStall, "rdmacoll stall: " + msg + " (RDMACOLL_STALL_SHUTDOWN_SECONDS=" +
+                                    seconds(config_.stallShutdownSeconds) + ")");
+  }
+  std::fprintf(stderr, "[rdmacoll rank %d] stall warning: %s (RDMACOLL_STALL_WARNING_SECONDS=%g)\n", rank_,
+               msg.c_str(), config_.stallWarningSeconds);
+  std::fflush(stderr);
+  if (timeline_) timeline_->instant("stall", msg);
+}
+
+void Communicator::WaitState::checkStall(double waited) {
+  Communicator& c = c_;
+  c.publishSubmitted();
+  c.checkPeersLeft(what_);
+  const Config& cfg = c.config_;
+  const bool warn = cfg.stallWarningSeconds > 0 && waited >= cfg.stallWarningSeconds &&
+                    waited >= nextStallReport_;
+  const bool shut = cfg.stallShutdownSeconds > 0 && waited >= cfg.stallShutdownSeconds;
+  if (!warn && !shut) return;
+  if (warn) nextStallReport_ = waited + cfg.stallWarningSeconds;
+  c.inspectStall(waited, what_, peer_, warn);
+}
+
+}  // namespace rdmacoll

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Build the core with AddressSanitizer + UBSan (CMake option RDMACOLL_SANITIZE) into a
+# venv of its own and run the conformance and hostile-input tests under it.
+#
+#   scripts/sanitize.sh                 # the default test selection
+#   scripts/sanitize.sh tests/test_x.py # other pytest arguments
+#
+# Python itself is not instrumented: libasan is preloaded (LD_PRELOAD, inherited by
+# mpiexec and every rank) so that it comes first; leak detection is off (the interpreter's
+# own allocations would drown the report). Any ASan or UBSan report aborts the process
+# that made it, so the test that ran it fails and the report is in its output.
+#
+# Environment: SANITIZE_VENV (default /tmp/rdmacoll-sanitize-venv), SANITIZE_BUILD
+# (default /tmp/rdmacoll-sanitize-build), PYTHON (default python3).
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+VENV="${SANITIZE_VENV:-/tmp/rdmacoll-sanitize-venv}"
+BUILD="${SANITIZE_BUILD:-/tmp/rdmacoll-sanitize-build}"
+PY="${PYTHON:-python3}"
+
+if [ ! -x "$VENV/bin/python" ]; then
+  "$PY" -m venv "$VENV"
+fi
+# shellcheck disable=SC1091
+. "$VENV/bin/activate"
+pip install -q scikit-build-core pybind11 numpy mpi4py mpich pytest pytest-timeout ml_dtypes
+pip install -q --no-build-isolation -C build-dir="$BUILD" \
+  -C cmake.define.RDMACOLL_SANITIZE=ON "$ROOT"
+
+LIBASAN="$(${CXX:-c++} -print-file-name=libasan.so)"
+if [ ! -e "$LIBASAN" ]; then
+  echo "sanitize.sh: libasan.so not found (install the compiler's sanitizer runtime)" >&2
+  exit 2
+fi
+if ! ldd "$(python -c 'import rdmacoll._core as c; print(c.__file__)')" | grep -q libasan; then
+  echo "sanitize.sh: the installed core is not linked against libasan" >&2
+  exit 2
+fi
+
+if [ "$#" -eq 0 ]; then
+  set -- "$ROOT/tests/test_fuzz_inputs.py" "$ROOT/tests/test_allreduce.py" \
+         "$ROOT/tests/test_collectives.py" "$ROOT/tests/test_inputs.py" "$ROOT/tests/test_errors.py" \
+         "$ROOT/tests/test_async.py" "$ROOT/tests/test_timeline.py" "$ROOT/tests/test_stall.py"
+fi
+
+export LD_PRELOAD="$LIBASAN"
+export ASAN_OPTIONS="detect_leaks=0:abort_on_error=1:allocator_may_return_null=1:detect_odr_violation=0"
+export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
+cd /tmp  # outside the source tree: the installed package is the one imported
+exec python -m pytest -q -p no:cacheprovider "$@"
