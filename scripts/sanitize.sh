@@ -33,7 +33,9 @@ if [ ! -e "$LIBASAN" ]; then
   echo "sanitize.sh: libasan.so not found (install the compiler's sanitizer runtime)" >&2
   exit 2
 fi
-if ! ldd "$(python -c 'import rdmacoll._core as c; print(c.__file__)')" | grep -q libasan; then
+# (importing the core without the preload would abort: find the file instead)
+CORE="$(ls "$(python -c 'import sysconfig; print(sysconfig.get_paths()["platlib"])')"/rdmacoll/_core*.so)"
+if ! ldd "$CORE" | grep -q libasan; then
   echo "sanitize.sh: the installed core is not linked against libasan" >&2
   exit 2
 fi
