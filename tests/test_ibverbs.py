@@ -154,7 +154,7 @@ def test_address_fuzz():
 
 def test_region_round_trip():
     packed = _core._ibverbs_pack_region(owner=2, allocated=True, addr=0x7f0000001000, len=1 << 20, rkey=0x1234)
-    assert len(packed) == 40
+    assert len(packed) == _core.PACKED_MEMORY_BYTES
     r = _core._ibverbs_unpack_region(packed, peer=2)
     assert r["len"] == 1 << 20 and r["allocated"] and r["key"][0] == 0x7f0000001000 and r["key"][1] == 0x1234
     assert not _core._ibverbs_unpack_region(
@@ -183,7 +183,7 @@ def test_region_of_another_rank_rejected():
 def test_region_fuzz():
     rng = random.Random(5)
     for _ in range(3000):
-        blob = bytes(rng.getrandbits(8) for _ in range(40))
+        blob = bytes(rng.getrandbits(8) for _ in range(_core.PACKED_MEMORY_BYTES))
         try:
             r = _core._ibverbs_unpack_region(blob, peer=1)
         except Error:

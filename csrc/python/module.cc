@@ -529,6 +529,7 @@ PYBIND11_MODULE(_core, m) {
   m.attr("OPS") = ops;
   // Defaults of the settings bootstrap reads from RDMACOLL_* variables.
   m.attr("DEFAULT_CONFIG") = configToDict(Config{});
+  m.attr("PACKED_MEMORY_BYTES") = transport::PackedMemory::kBytes;  // what travels per region
 
   m.def("algorithms", [](const std::string& collective) {
     std::vector<std::pair<std::string, std::string>> v;
