@@ -14,7 +14,7 @@
 #include <random>
 
 #include "common/error.h"
-#include "transport/tcp/fork_guard.h"
+#include "common/fork_guard.h"
 #include "transport/tcp/socket.h"
 #include "transport/tcp/tcp.h"
 
@@ -156,17 +156,17 @@ TcpDevice::TcpDevice(int rank, int size)
   ev.events = EPOLLIN;
   ev.data.fd = eventFd_;
   epoll_ctl(epollFd_, EPOLL_CTL_ADD, eventFd_, &ev);
-  forkGuardAdd(listenFd_);
-  forkGuardAdd(epollFd_);
-  forkGuardAdd(eventFd_);
-  forkGuardAdd(sleepFd_);
+  forkguard::track(listenFd_);
+  forkguard::track(epollFd_);
+  forkguard::track(eventFd_);
+  forkguard::track(sleepFd_);
   progress_ = std::thread([this] { progressLoop(); });
 }
 
 TcpDevice::~TcpDevice() {
   if (getpid() != pid_) {
     // A forked child's copy: the thread does not exist here and the descriptors were
-    // closed at fork (fork_guard.h); touch nothing.
+    // closed at fork (common/fork_guard.h); touch nothing.
     progress_.detach();
     return;
   }
@@ -175,13 +175,9 @@ TcpDevice::~TcpDevice() {
   ssize_t ignored = ::write(eventFd_, &one, sizeof(one));
   (void)ignored;
   if (progress_.joinable()) progress_.join();
-  for (auto& kv : pending_) {
-    forkGuardRemove(kv.second.fd);
-    close(kv.second.fd);
-  }
+  for (auto& kv : pending_) close(kv.second.fd);  // accepted, never tracked
   for (int fd : {listenFd_, epollFd_, eventFd_, sleepFd_}) {
-    forkGuardRemove(fd);
-    close(fd);
+    forkguard::release(fd);
   }
 }
 
@@ -298,7 +294,7 @@ std::unique_ptr<Endpoint> TcpDevice::connect(int peer, const Bytes& peerAddress)
 void TcpDevice::attach(TcpEndpoint* ep) {
   std::lock_guard<std::mutex> g(connsMu_);
   conns_[ep->fd()] = ep;
-  forkGuardAdd(ep->fd());
+  forkguard::track(ep->fd());
   struct epoll_event ev{};
   ev.events = EPOLLIN | EPOLLRDHUP;
   ev.data.fd = ep->fd();

@@ -9,7 +9,7 @@
 #include <cstring>
 
 #include "common/error.h"
-#include "transport/tcp/fork_guard.h"
+#include "common/fork_guard.h"
 #include "transport/tcp/tcp.h"
 
 namespace rdmacoll {
@@ -40,8 +40,7 @@ TcpEndpoint::~TcpEndpoint() {
   dev_->detach(this);
   std::lock_guard<std::mutex> g(sendMu_);
   if (!alive()) {
-    forkGuardRemove(fd_);
-    close(fd_);
+    forkguard::release(fd_);
     return;
   }
   FrameHeader h = byeHeader();
