@@ -25,16 +25,9 @@ import numpy as np
 from mpi4py import MPI
 
 import rdmacoll as rc
+from allreduce_vs_mpi import parse_size  # benchmarks/ is on sys.path when run as a script
 
 SIZES = "1K,4K,16K,64K,256K,1M,4M,16M,64M,256M"
-
-
-def parse_size(text: str) -> int:
-    t = text.strip().upper()
-    for suffix, mult in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
-        if t.endswith(suffix):
-            return int(t[:-1]) * mult
-    return int(t)
 
 
 def raw_pair(comm) -> socket.socket:

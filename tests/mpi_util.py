@@ -403,3 +403,16 @@ def rank_records(res: Result, nranks: int, kind: str) -> dict[int, dict]:
     missing = sorted(set(range(nranks)) - set(got))
     res.check(not missing, f"ranks {missing} did not report '{kind}'")
     return got
+
+
+def matrix_results(res: Result, nranks: int) -> dict[int, dict]:
+    """The 'done' records of workers/allreduce_matrix.py, after checking that no case was
+    wrong and every rank got the same result bytes."""
+    done = rank_records(res, nranks, "done")
+    fails = res.select(kind="fail")
+    res.check(not fails and all(d["failures"] == 0 for d in done.values()),
+              f"{sum(d['failures'] for d in done.values())} wrong cases, first ones:\n"
+              + "\n".join(f"rank {f['rank']}: {f['case']}: {f['detail']}" for f in fails[:20]))
+    res.check(all(not d["differing"] for d in done.values()),
+              f"ranks got different result bytes in: {done[0]['differing']}")
+    return done
