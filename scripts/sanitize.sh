@@ -35,7 +35,7 @@ if [ ! -e "$LIBASAN" ]; then
 fi
 # (importing the core without the preload would abort: find the file instead)
 CORE="$(ls "$(python -c 'import sysconfig; print(sysconfig.get_paths()["platlib"])')"/rdmacoll/_core*.so)"
-if ! ldd "$CORE" | grep -q libasan; then
+if ! ldd "$CORE" | grep libasan > /dev/null; then  # (not -q: with pipefail, an early exit fails ldd)
   echo "sanitize.sh: the installed core is not linked against libasan" >&2
   exit 2
 fi
@@ -48,7 +48,9 @@ if [ "$#" -eq 0 ]; then
          "$ROOT/tests/test_stall.py" "$ROOT/tests/test_timeline.py"
 fi
 
-export LD_PRELOAD="$LIBASAN"
+# libstdc++ too: Python does not link it, and ASan's __cxa_throw interceptor must find
+# the real one when it starts (else the first C++ exception aborts: "real___cxa_throw").
+export LD_PRELOAD="$LIBASAN $(${CXX:-c++} -print-file-name=libstdc++.so)"
 export ASAN_OPTIONS="detect_leaks=0:abort_on_error=1:allocator_may_return_null=1:detect_odr_violation=0"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
 cd /tmp  # outside the source tree: the installed package is the one imported

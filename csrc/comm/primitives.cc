@@ -92,8 +92,10 @@ void viewPeer(Peer& peer, const CallHeader& h, PeerBuffers* b) {
   b->outOff = h.outOffset;
   const char* in = b->in.len ? static_cast<const char*>(peer.ep->map(&b->in)) : nullptr;
   const char* out = b->out.len ? static_cast<const char*>(peer.ep->map(&b->out)) : nullptr;
-  b->inMap = in ? in + b->inOff : nullptr;
-  b->outMap = out ? out + b->outOff : nullptr;
+  // (offsets come from the peer: no pointer past the region is ever formed; reads with a
+  // bad offset then take the checked path and fail there)
+  b->inMap = in && b->inOff <= b->in.len ? in + b->inOff : nullptr;
+  b->outMap = out && b->outOff <= b->out.len ? out + b->outOff : nullptr;
 }
 
 namespace {
