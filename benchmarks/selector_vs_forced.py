@@ -29,8 +29,9 @@ from allreduce_vs_mpi import human, parse_size, time_batch
 DEFAULT_SIZES = "8,4K,16K,64K,256K,1M,4M,16M,64M,256M"
 
 
-def run_config(algo: str | None, sizes, iters, comm, buffers):
-    """{nbytes: seconds} for one configuration (None: the selector), and its choices."""
+def run_config(algo: str | None, sizes, iters, comm, buffers, memory="user"):
+    """{nbytes: seconds} for one configuration (None: the selector), and its choices.
+    memory="empty": the arrays come from rc.empty (library memory peers map) instead."""
     if algo is None:
         os.environ.pop("RDMACOLL_ALGO", None)
     else:
@@ -39,6 +40,9 @@ def run_config(algo: str | None, sizes, iters, comm, buffers):
     times, chosen = {}, {}
     for nbytes in sizes:
         x = buffers[nbytes]
+        if memory == "empty":
+            x = rc.empty(x.shape, x.dtype)
+            x[...] = 1
         fn = lambda: rc.allreduce(x, op=rc.Sum, out=x)  # noqa: E731
         for _ in range(2):
             fn()
@@ -54,6 +58,8 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=3, help="rounds (median reported)")
     ap.add_argument("--target-seconds", type=float, default=0.1, help="per batch")
     ap.add_argument("--algos", default="", help="comma-separated subset of the forced algorithms")
+    ap.add_argument("--memory", choices=("user", "empty"), default="user",
+                    help="plain NumPy arrays (user memory) or rc.empty arrays (library memory)")
     args = ap.parse_args()
     comm = MPI.COMM_WORLD
     n = comm.Get_size()
@@ -80,7 +86,7 @@ def main() -> None:
     chosen = {}
     for rep in range(args.reps):
         for c in configs:
-            times, picks = run_config(c, sizes, iters, comm, buffers)
+            times, picks = run_config(c, sizes, iters, comm, buffers, args.memory)
             for nb, t in times.items():
                 samples[c][nb].append(t)
             if c is None:
@@ -96,7 +102,7 @@ def main() -> None:
         return
     med = {c: {nb: statistics.median(v) for nb, v in per.items()} for c, per in samples.items()}
     short = {"recursive_doubling": "rd", "halving_doubling": "hd", "ring_slots": "ring_sl"}
-    print(f"\nallreduce float32 Sum in place, {n} ranks, median of {args.reps} rounds, time in us "
+    print(f"\nallreduce float32 Sum in place ({args.memory} memory), {n} ranks, median of {args.reps} rounds, time in us "
           f"(MPI: {MPI.Get_library_version().splitlines()[0].strip()})")
     head = f"{'size':>8} " + " ".join(f"{short.get(a, a):>8}" for a in algos)
     print(head + f" | {'best':>8} {'selector':>17} {'sel/best':>8} | {'mpi':>8} {'x mpi':>6}")
