@@ -15,6 +15,8 @@ void allreduceRecursiveDoubling(Communicator& c, const Call& call);
 void allreduceHalvingDoubling(Communicator& c, const Call& call);
 void allreduceTree(Communicator& c, const Call& call);
 void allreduceHierarchical(Communicator& c, const Call& call);
+// ring_slots once the call headers are exchanged (direct continues with it, see there).
+void ringSlotsAfterHeaders(Communicator& c, const Call& call);
 
 }  // namespace algorithms
 }  // namespace rdmacoll

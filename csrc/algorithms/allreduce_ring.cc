@@ -95,6 +95,13 @@ void allreduceRing(Communicator& c, const Call& call) {
 
 void allreduceRingSlots(Communicator& c, const Call& call) {
   const int p = c.size(), r = c.rank();
+  prim::sendHeader(c, c.peer(ring::next(r, p)), call, nullptr, nullptr);
+  prim::recvHeader(c, c.peer(ring::prev(r, p)), call);
+  ringSlotsAfterHeaders(c, call);
+}
+
+void ringSlotsAfterHeaders(Communicator& c, const Call& call) {
+  const int p = c.size(), r = c.rank();
   const size_t E = call.elemBytes;
   size_t segBytes = std::min(c.config().segmentBytes, c.config().slotBytes);
   const size_t segElems = segBytes / E;
@@ -102,9 +109,6 @@ void allreduceRingSlots(Communicator& c, const Call& call) {
   const int steps = ring::stepsPerSegment(p);
   Peer& prev = c.peer(ring::prev(r, p));
   Peer& next = c.peer(ring::next(r, p));
-
-  prim::sendHeader(c, next, call, nullptr, nullptr);
-  prim::recvHeader(c, prev, call);
 
   for (size_t k = 0; k < nseg; ++k) {
     // Step 0 sends my own chunk r, which next reduces at its step 0.

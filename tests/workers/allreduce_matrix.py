@@ -116,6 +116,25 @@ def body():
             hashes.append((case, digest(res)))
             del res
 
+    # Ranks that differ in memory kind (odd ranks rc.empty, even ranks NumPy): algorithms
+    # that choose a path by memory kind must still agree (direct, 1-16 MiB: the slot ring
+    # as soon as any rank's buffers are user memory).
+    for nbytes in (1 << 20, (4 << 20) + 12, 16 << 20):
+        n = nbytes // 4
+        idx = np.arange(n, dtype=np.int64)
+        expected = np.zeros(n, np.float32)
+        for q in range(p):
+            expected += ((idx * 5 + q * 3) % 32 - 16).astype(np.float32)
+        mine = ((idx * 5 + r * 3) % 32 - 16).astype(np.float32)
+        mode = "empty_inplace" if r % 2 else "inplace"
+        case = f"mixed memory {nbytes} B float32 Sum"
+        cases += 1
+        res, problem = run_mode(rc, mine, rc.Sum, mode)
+        algos.setdefault(core.last_algorithm, set()).add(nbytes)
+        if problem or not np.array_equal(res, expected):
+            fail(case, problem or compare(res, expected, None))
+        hashes.append((case, digest(res)))
+
     everyone = MPI.COMM_WORLD.allgather(hashes)
     differing = [case for i, (case, h) in enumerate(hashes) if any(o[i][1] != h for o in everyone)]
     emit("done", cases=cases, failures=failures, differing=differing[:20],
