@@ -19,13 +19,12 @@ import os
 import socket
 import statistics
 import threading
-import time
 
 import numpy as np
 from mpi4py import MPI
 
 import rdmacoll as rc
-from allreduce_vs_mpi import parse_size  # benchmarks/ is on sys.path when run as a script
+from allreduce_vs_mpi import parse_size, time_batch  # benchmarks/ is on sys.path when run as a script
 
 SIZES = "1K,4K,16K,64K,256K,1M,4M,16M,64M,256M"
 
@@ -75,15 +74,6 @@ def ping_pong(s, rank, buf):
         s.sendall(mv)
 
 
-def timed(comm, fn, iters) -> float:
-    comm.Barrier()
-    t0 = time.perf_counter()
-    for _ in range(iters):
-        fn()
-    dt = (time.perf_counter() - t0) / iters
-    return comm.allreduce(dt, op=MPI.MAX)
-
-
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--sizes", default=SIZES)
@@ -119,19 +109,19 @@ def main():
             out = np.empty_like(x)
             iters = max(3, min(200, (64 << 20) // max(n, 1)))
             rc.allreduce(x, op=rc.Sum, out=out)
-            results[n]["rdmacoll"].append(timed(comm, lambda: rc.allreduce(x, op=rc.Sum, out=out), iters))
+            results[n]["rdmacoll"].append(time_batch(lambda: rc.allreduce(x, op=rc.Sum, out=out), iters, comm))
             if dist is not None:
                 tx = torch.ones(count, dtype=torch.float32)
                 dist.all_reduce(tx)
-                results[n]["gloo"].append(timed(comm, lambda: dist.all_reduce(tx), iters))
+                results[n]["gloo"].append(time_batch(lambda: dist.all_reduce(tx), iters, comm))
             into = np.empty(count, np.float32)
             exchange(sock, x, into)
-            results[n]["raw"].append(timed(comm, lambda: exchange(sock, x, into), iters))
+            results[n]["raw"].append(time_batch(lambda: exchange(sock, x, into), iters, comm))
         x8 = np.ones(2, np.float32)
         o8 = np.empty_like(x8)
-        lat["rdmacoll"].append(timed(comm, lambda: rc.allreduce(x8, op=rc.Sum, out=o8), 500))
+        lat["rdmacoll"].append(time_batch(lambda: rc.allreduce(x8, op=rc.Sum, out=o8), 500, comm))
         b8 = np.zeros(8, np.uint8)
-        lat["raw"].append(timed(comm, lambda: ping_pong(sock, rank, b8), 500))
+        lat["raw"].append(time_batch(lambda: ping_pong(sock, rank, b8), 500, comm))
     if rank == 0:
         print(f"# 2 ranks, float32 Sum, transport {rc._comm.transport}, median of {a.rounds} rounds; "
               f"load average {os.getloadavg()[0]:.1f}")
