@@ -53,10 +53,8 @@ const char* forcedAlgorithm(const Config& config, Collective collective, size_t 
   return matchRule(config.algoRules, collective, bytes);
 }
 
-const CostModel& costModel(const Config& config, const std::string& transport) {
-  // "shm" alone, or the network backend (alone or behind shm: the slowest links bound an
-  // algorithm that crosses hosts).
-  return transport == "shm" ? config.costShm : config.costNet;
+const CostModel& costModel(const Communicator& c) {
+  return c.peersReadable() ? c.config().costShm : c.config().costNet;
 }
 
 const AllreduceAlgorithm& selectAllreduce(const Communicator& c, size_t bytes) {
@@ -69,13 +67,13 @@ const AllreduceAlgorithm& selectAllreduce(const Communicator& c, size_t bytes) {
   static const AllreduceAlgorithm* const hier = algorithms::findAllreduce("hierarchical");
   const bool multiHost = hier->usable(c, bytes);
   const AllreduceAlgorithm* best = cheapestAllreduce(
-      costModel(c.config(), c.transportName()), bytes, c.size(),
+      costModel(c), bytes, c.size(),
       [&](const AllreduceAlgorithm& a) { return &a != hier && a.usable(c, bytes); });
   if (multiHost) {
     // Across hosts the flat algorithms are bound by the network's constants; hierarchical
     // moves most bytes over shared memory.
     const auto& t = c.topology();
-    const double flat = best ? best->cost(costModel(c.config(), c.transportName()), bytes, c.size()) : 0;
+    const double flat = best ? best->cost(costModel(c), bytes, c.size()) : 0;
     const double h = algorithms::hierarchicalCost(c.config().costShm, c.config().costNet, bytes,
                                                   static_cast<int>(t.local.size()), t.hosts);
     if (!best || h < flat) return *hier;

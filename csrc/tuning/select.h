@@ -36,8 +36,10 @@ const algorithms::AllreduceAlgorithm* cheapestAllreduce(const CostModel& m, size
 // back to its default where it is not).
 const char* forcedAlgorithm(const Config& config, Collective collective, size_t bytes);
 
-// The cost model constants of a device: "shm", else the network backend's.
-const CostModel& costModel(const Config& config, const std::string& transport);
+// The cost model of a communicator's links: shared memory's where every peer can be
+// read in place (one host), else the network backend's (the slowest links bound an
+// algorithm that crosses hosts, or runs over a network backend forced on one host).
+const CostModel& costModel(const Communicator& c);
 
 // Whether `name` is an algorithm of `collective` (*known: the valid names otherwise).
 // Collectives without an algorithm registry yet accept any name.
