@@ -35,6 +35,16 @@ WORKERS_DIR = TESTS_DIR / "workers"
 RECORD_PREFIX = "@@rc "
 
 
+def parse_record(line) -> dict | None:
+    """The record on a stdout line, or None. A record is one write() of one whole line,
+    but mpiexec merges the ranks' streams by chunks, not by lines: another rank's partial
+    line (block-buffered print output) may come first, so the prefix is searched for."""
+    if line.stream != "out":
+        return None
+    i = line.text.find(RECORD_PREFIX)
+    return None if i < 0 else json.loads(line.text[i + len(RECORD_PREFIX):])
+
+
 # --------------------------------------------------------------------------- launcher
 
 
@@ -151,6 +161,17 @@ def _descendants(root: int) -> dict[int, int]:
     return found
 
 
+def wait_gone(pid: int, timeout: float = 10.0) -> bool:
+    """Wait until a process we killed has finished exiting (SIGKILL is asynchronous: a
+    process unmapping a large address space is still running for a while); True if gone."""
+    end = time.monotonic() + timeout
+    while _stat(pid) is not None:
+        if time.monotonic() > end:
+            return False
+        time.sleep(0.01)
+    return True
+
+
 def _still_running(tracked: dict[int, int]) -> list[int]:
     alive = []
     for pid, start in tracked.items():
@@ -198,8 +219,8 @@ class Result:
     def records(self) -> list[dict]:
         out = []
         for ln in self.lines:
-            if ln.stream == "out" and ln.text.startswith(RECORD_PREFIX):
-                rec = json.loads(ln.text[len(RECORD_PREFIX):])
+            rec = parse_record(ln)
+            if rec is not None:
                 rec.setdefault("_t", ln.t)
                 out.append(rec)
         return out
@@ -301,8 +322,8 @@ class Launch:
                 new, seen = self.lines[seen:], len(self.lines)
                 ended = all(not t.is_alive() for t in self._threads[:2])  # both pipes at EOF
             for ln in new:
-                if ln.stream == "out" and ln.text.startswith(RECORD_PREFIX):
-                    rec = json.loads(ln.text[len(RECORD_PREFIX):])
+                rec = parse_record(ln)
+                if rec is not None:
                     if all(rec.get(k) == v for k, v in match.items()):
                         rec["_t"] = ln.t
                         return rec

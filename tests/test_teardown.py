@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from mpi_util import Launch, dev_shm_entries, keep_siblings_flags, rank_records, run_mpi
+from mpi_util import Launch, dev_shm_entries, keep_siblings_flags, rank_records, run_mpi, wait_gone
 
 NRANKS = 3
 DETECTION_BOUND_S = 60  # catches hangs only; measured times are printed
@@ -95,6 +95,7 @@ def test_forked_child_keeps_no_descriptor_and_parent_death_is_seen():
         errs = [launch.wait_record(kind="error", rank=r, timeout=90) for r in range(NRANKS) if r != victim]
         child_alive = os.path.exists(f"/proc/{child['pid']}")
         os.kill(child["pid"], signal.SIGKILL)
+        wait_gone(child["pid"])  # not a leftover of the launch: this test killed it
         res = launch.finish()
     res.check(child["pid"] != rec["pid"], "the child record came from the parent")
     res.check(not child["fds"], f"the forked child kept the core's descriptors: {child['fds']}")
