@@ -81,7 +81,14 @@ def bootstrap() -> World:
     index = {}
     host_of = [index.setdefault(h, len(index)) for h, _ in hosts]
     # CPUs this host's ranks share: oversubscribed when there are more ranks than these.
-    config = dict(config, local_cpus=len(set().union(*(hosts[r][1] for r in local))), hosts=host_of)
+    cpus = {h: set() for h in index}
+    ranks = dict.fromkeys(index, 0)
+    for h, mask in hosts:
+        cpus[h].update(mask)
+        ranks[h] += 1
+    # The cost model's scale, the same on every rank: the most ranks per CPU of any host.
+    per_cpu = max(1.0, max(ranks[h] / max(1, len(cpus[h])) for h in index))
+    config = dict(config, local_cpus=len(cpus[mine]), hosts=host_of, ranks_per_cpu=per_cpu)
     if len(index) > 1 and config.get("transport") == "auto":
         # The network backend between hosts: ibverbs only where every rank can use it.
         usable = world.allgather("ibverbs" in _core.TRANSPORTS and _core.probe_transport("ibverbs")[0])

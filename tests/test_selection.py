@@ -164,14 +164,17 @@ def test_other_collectives_have_costs(collective):
 
 @needs_hooks
 def test_shipped_defaults_choose_like_the_measurements():
-    """eager for small messages, direct (same host) for large ones, at 2 and 4 ranks
-    (see cost_model.h for how the defaults were chosen)."""
+    """eager for small messages, direct (same host) for large ones, at 2 ranks with a core
+    each and 4 ranks on 2 cores (see cost_model.h for how the defaults were chosen); at 2
+    ranks direct from 64 KiB, where recursive_doubling took 2x its time on rc.empty arrays."""
     model = _core._default_cost_model()
     assert model == {k: _core.DEFAULT_CONFIG["cost_model"]["shm"][k] for k in ("alpha", "beta", "gamma")}
-    for p in (2, 4):
-        assert _core._select_allreduce(model, 8, p, ALLREDUCE) == "eager"
-        for n in (M, 64 * M):
-            assert _core._select_allreduce(model, n, p, [a for a in ALLREDUCE if a != "eager"]) == "direct"
+    for p, per_cpu in ((2, 1.0), (4, 2.0)):
+        m = _core._cost_model_for(model, per_cpu)
+        assert _core._select_allreduce(m, 8, p, ALLREDUCE) == "eager"
+        assert _core._select_allreduce(m, 16 * K, p, ALLREDUCE) == "eager"
+        for n in (64 * K, M, 64 * M):
+            assert _core._select_allreduce(m, n, p, [a for a in ALLREDUCE if a != "eager"]) == "direct"
 
 
 # --------------------------------------------------------------------------- config and tuning file

@@ -13,8 +13,13 @@ using tuning::CostModel;
 double eagerCost(const CostModel& m, size_t n, int p) {
   return m.alpha + m.beta * (p - 1) * double(n) + m.gamma * p * double(n);
 }
+// direct reads its peers' inputs in place (the reduction's gamma) and copies only its
+// result into their outputs: (p-1)/p n moved. That is registered memory, the memory the
+// library is built around (rc.empty, pool results, the framework adapters' buckets); user
+// memory adds copies (allreduce_direct.cc), which the model, blind to memory kind because
+// ranks may differ in it, does not see.
 double directCost(const CostModel& m, size_t n, int p) {
-  return 2 * m.alpha + m.beta * 2.0 * (p - 1) / p * double(n) + m.gamma * double(n);
+  return 2 * m.alpha + m.beta * double(p - 1) / p * double(n) + m.gamma * double(n);
 }
 double ringCost(const CostModel& m, size_t n, int p) {
   return 2 * (p - 1) * m.alpha + m.beta * 2.0 * (p - 1) / p * double(n) +

@@ -117,6 +117,8 @@ class Communicator {
   bool peersReadable() const { return peersReadable_; }
   bool peersMappable() const { return peersMappable_; }
   bool oversubscribed() const { return oversubscribed_; }
+  // The most local ranks per CPU of any host, at least 1: the cost model's scale.
+  double ranksPerCpu() const { return config_.ranksPerCpu; }
   const char* transportName() const { return device_->name(); }
   // The registry name of the algorithm the latest collective chose (static storage;
   // "local" at one rank), for benchmarks and logs.

@@ -33,6 +33,10 @@ struct Config {
   // Not a setting: distinct CPUs the ranks of this host may run on (union of their
   // affinity masks), measured by bootstrap; more local ranks than that = oversubscribed.
   int localCpus = 0;
+  // Not a setting: the most local ranks per CPU of any host (>= 1; 4 ranks on 2 cores:
+  // 2), from bootstrap, identical on every rank: it scales the cost model
+  // (CostModel::forRanksPerCpu), and ranks that scaled differently would choose differently.
+  double ranksPerCpu = 1;
   // Not settings either, from bootstrap: the network backend all ranks can use ("tcp", or
   // "ibverbs" where every rank has a usable device), and the host index of every rank.
   std::string netTransport = "tcp";

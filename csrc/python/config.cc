@@ -1,5 +1,6 @@
 // Config <-> Python dict: the settings bootstrap reads from RDMACOLL_* (rank 0's,
 // broadcast) cross the boundary here, in one place.
+#include <algorithm>
 #include <pybind11/pybind11.h>
 
 #include "python/bindings.h"
@@ -29,6 +30,7 @@ Config configFromDict(const py::dict& cfg) {
                           "shm + the network between hosts), shm, tcp or ibverbs");
   }
   if (cfg.contains("local_cpus")) c.localCpus = cfg["local_cpus"].cast<int>();
+  if (cfg.contains("ranks_per_cpu")) c.ranksPerCpu = std::max(1.0, cfg["ranks_per_cpu"].cast<double>());
   if (cfg.contains("net_transport")) c.netTransport = cfg["net_transport"].cast<std::string>();
   if (cfg.contains("hosts")) c.hostOf = cfg["hosts"].cast<std::vector<int>>();
   if (cfg.contains("cost_model")) {
@@ -64,6 +66,7 @@ py::dict configToDict(const Config& c) {
   d["algo"] = c.algo;
   d["transport"] = c.transport;
   d["local_cpus"] = c.localCpus;
+  d["ranks_per_cpu"] = c.ranksPerCpu;
   py::dict shm;
   shm["alpha"] = c.costShm.alpha;
   shm["beta"] = c.costShm.beta;

@@ -452,6 +452,7 @@ class PyCommunicator {
   int rank() const { return comm_->rank(); }
   int size() const { return comm_->size(); }
   bool oversubscribed() const { return comm_->oversubscribed(); }
+  double ranksPerCpu() const { return comm_->ranksPerCpu(); }
   std::string selected(size_t bytes) const { return tuning::selectAllreduce(*comm_, bytes).name; }
   // Whether the allreduce algorithm `name` can run a message of `bytes` in this job
   // (hierarchical needs several hosts, direct same-host peers, eager small messages).
@@ -587,7 +588,9 @@ PYBIND11_MODULE(_core, m) {
       .def("peer_transports", &PyCommunicator::peerTransports)
       .def_property_readonly("rank", &PyCommunicator::rank)
       .def_property_readonly("size", &PyCommunicator::size)
-      .def_property_readonly("oversubscribed", &PyCommunicator::oversubscribed);
+      .def_property_readonly("oversubscribed", &PyCommunicator::oversubscribed)
+      .def_property_readonly("ranks_per_cpu", &PyCommunicator::ranksPerCpu,
+                             "The most local ranks per CPU of any host (>= 1): the cost model's scale.");
 
   bindTransportProbe(m);
   m.def("_view", [](py::handle x) { return asArray(x, "input"); },

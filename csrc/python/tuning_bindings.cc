@@ -23,6 +23,14 @@ tuning::CostModel modelFromDict(const py::dict& d) {
   return m;
 }
 
+py::dict modelToDict(const tuning::CostModel& c) {
+  py::dict d;
+  d["alpha"] = c.alpha;
+  d["beta"] = c.beta;
+  d["gamma"] = c.gamma;
+  return d;
+}
+
 Collective collectiveFromName(const std::string& name) {
   for (Collective c : {Collective::kAllreduce, Collective::kAllgather, Collective::kBroadcast,
                        Collective::kReducescatter, Collective::kAlltoall, Collective::kBarrier}) {
@@ -42,14 +50,10 @@ void bindTuning(py::module_& m) {
     }
     return out;
   }, "RDMACOLL_ALGO parsed: [(collective, lo, hi or None for inf, algorithm)]; raises on a bad value.");
-  m.def("_default_cost_model", [] {
-    const tuning::CostModel c;
-    py::dict d;
-    d["alpha"] = c.alpha;
-    d["beta"] = c.beta;
-    d["gamma"] = c.gamma;
-    return d;
-  }, "The shipped (compiled-in) cost model constants.");
+  m.def("_default_cost_model", [] { return modelToDict(tuning::CostModel{}); }, "The shipped (compiled-in) cost model constants.");
+  m.def("_cost_model_for", [](const py::dict& model, double ranksPerCpu) {
+    return modelToDict(modelFromDict(model).forRanksPerCpu(ranksPerCpu));
+  }, "The constants a communicator uses where ranks_per_cpu ranks share each CPU.");
   m.def("_allreduce_costs", [](const py::dict& model, size_t bytes, int p) {
     const tuning::CostModel cm = modelFromDict(model);
     py::dict out;

@@ -59,7 +59,7 @@ const algorithms::CollectiveAlgorithm<Fn>& select(Communicator& c, Collective co
       if (std::string(forced) == a.name && a.usable(c)) return c.noteAlgorithm(a.name), a;
     }
   }
-  const tuning::CostModel& model = tuning::costModel(c);
+  const tuning::CostModel model = tuning::costModel(c);
   const algorithms::CollectiveAlgorithm<Fn>* best = nullptr;
   double bestCost = 0;
   for (const auto& a : all) {

@@ -8,20 +8,33 @@
 // reads (see each algorithm's cost function in algorithms/registry.cc). The selector
 // picks the usable algorithm with the lowest T; ties go to the one registered first.
 //
-// Defaults: chosen on the development machine (2 cores, shared memory, NumPy arrays) from
-// `rdmacoll-bench --tune` tables at 2 and 4 ranks: alpha is a step of 4 ranks on 2 cores
-// (the fit gave 3.4 us), beta ~20 GB/s of copying, gamma the local reduction kernel
-// (~80 GB/s). They keep eager up to RDMACOLL_EAGER_BYTES at 2 and 4 ranks, then direct
-// (recursive_doubling at 2 ranks up to alpha/gamma ~ 330 KB). A tuning file replaces them.
+// Defaults: for ranks that each have a core, fitted with `rdmacoll-bench --tune` on the
+// development machine (2 cores, shared memory, NumPy arrays): 2 ranks gave alpha 0.66 us,
+// beta 2.6e-11 s/B, gamma 6e-12 s/B. A tuning file replaces them.
+//
+// Oversubscription: with k = local ranks per CPU above 1 (4 ranks on 2 cores: k = 2), a
+// rank gets 1/k of a core, so per-byte work takes k times as long, and a step waits
+// for the peer to be scheduled as well: 4 ranks on 2 cores fitted alpha 2.8 us, beta
+// 8.4e-11, against 2 ranks' 0.66 us and 2.6e-11. `forRanksPerCpu` scales alpha by k^2
+// and beta, gamma by k; the defaults scaled for k = 2 are exactly the constants shipped
+// before this rule (4 us, 5e-11, 1.2e-11, tuned at 4 ranks), so the choices at 4 ranks
+// on 2 cores are unchanged while 2 ranks get their own, much smaller, step cost.
+// Tuning files hold unscaled constants (rdmacoll-bench --tune divides what it fits).
 #pragma once
 
 namespace rdmacoll {
 namespace tuning {
 
 struct CostModel {
-  double alpha = 4.0e-6;    // seconds per step (a message's latency, incl. its notification)
-  double beta = 5.0e-11;    // seconds per byte moved between ranks
-  double gamma = 1.2e-11;   // seconds per byte of reduction input
+  double alpha = 1.0e-6;    // seconds per step (a message's latency, incl. its notification)
+  double beta = 2.5e-11;    // seconds per byte moved between ranks
+  double gamma = 6.0e-12;   // seconds per byte of reduction input
+
+  // The constants where k ranks share each CPU (k <= 1: unchanged).
+  CostModel forRanksPerCpu(double k) const {
+    if (!(k > 1)) return *this;
+    return CostModel{alpha * k * k, beta * k, gamma * k};
+  }
 };
 
 }  // namespace tuning

@@ -53,8 +53,8 @@ const char* forcedAlgorithm(const Config& config, Collective collective, size_t 
   return matchRule(config.algoRules, collective, bytes);
 }
 
-const CostModel& costModel(const Communicator& c) {
-  return c.peersReadable() ? c.config().costShm : c.config().costNet;
+CostModel costModel(const Communicator& c) {
+  return (c.peersReadable() ? c.config().costShm : c.config().costNet).forRanksPerCpu(c.ranksPerCpu());
 }
 
 const AllreduceAlgorithm& selectAllreduce(const Communicator& c, size_t bytes) {
@@ -74,7 +74,9 @@ const AllreduceAlgorithm& selectAllreduce(const Communicator& c, size_t bytes) {
     // moves most bytes over shared memory.
     const auto& t = c.topology();
     const double flat = best ? best->cost(costModel(c), bytes, c.size()) : 0;
-    const double h = algorithms::hierarchicalCost(c.config().costShm, c.config().costNet, bytes,
+    const double k = c.ranksPerCpu();
+    const double h = algorithms::hierarchicalCost(c.config().costShm.forRanksPerCpu(k),
+                                                  c.config().costNet.forRanksPerCpu(k), bytes,
                                                   static_cast<int>(t.local.size()), t.hosts);
     if (!best || h < flat) return *hier;
   }

@@ -38,8 +38,9 @@ const char* forcedAlgorithm(const Config& config, Collective collective, size_t 
 
 // The cost model of a communicator's links: shared memory's where every peer can be
 // read in place (one host), else the network backend's (the slowest links bound an
-// algorithm that crosses hosts, or runs over a network backend forced on one host).
-const CostModel& costModel(const Communicator& c);
+// algorithm that crosses hosts, or runs over a network backend forced on one host),
+// scaled for the ranks per CPU of this host (cost_model.h).
+CostModel costModel(const Communicator& c);
 
 // Whether `name` is an algorithm of `collective` (*known: the valid names otherwise).
 // Collectives without an algorithm registry yet accept any name.

@@ -99,6 +99,7 @@ def tune(args) -> int:
         return 2
     rc.init()
     rank, p = rc.rank(), rc.size()
+    per_cpu = rc._comm.ranks_per_cpu
     rc.shutdown()
     if p < 2:
         if rank == 0:
@@ -126,11 +127,15 @@ def tune(args) -> int:
         rows.append((_coefficients(nbytes, p)[name], t))
     x, left_out = fit_cost_model(rows)
     alpha, beta, gamma = (float(v) for v in x)
-    model = dict(alpha=alpha, beta=beta, gamma=gamma)
+    model = dict(alpha=alpha, beta=beta, gamma=gamma)  # as measured, ranks_per_cpu ranks per CPU
+    # The file holds constants for one rank per CPU; init() scales them back (cost_model.h).
+    scale = rc._core._cost_model_for(dict(alpha=1.0, beta=1.0, gamma=1.0), per_cpu)
+    unscaled = {k: v / scale[k] for k, v in model.items()}
     keys = list(times)
     if rank == 0:
         print(f"# rdmacoll-bench --tune: {p} ranks, transport shm, float32 Sum on NumPy arrays")
         default = rc._core._default_cost_model()
+        shipped_here = rc._core._cost_model_for(default, per_cpu)
         print(f"# {'size':>8} " + " ".join(f"{n[:12]:>12}" for n in names)
               + f" {'fastest':>18} {'tuned picks':>18} {'shipped picks':>18}")
         ok = ok_default = 0
@@ -139,7 +144,7 @@ def tune(args) -> int:
             measured = {n: times.get((n, nbytes)) for n in names}
             usable = [n for n in names if measured[n] is not None]
             pick = rc._core._select_allreduce(model, nbytes, p, usable)
-            shipped = rc._core._select_allreduce(default, nbytes, p, usable)
+            shipped = rc._core._select_allreduce(shipped_here, nbytes, p, usable)
             fastest = min(usable, key=lambda n: measured[n])
             ok += measured[pick] <= 1.15 * measured[fastest]
             ok_default += measured[shipped] <= 1.15 * measured[fastest]
@@ -153,10 +158,16 @@ def tune(args) -> int:
                   + ", ".join(f"{keys[i][0]}@{human(keys[i][1])}" for i in left_out))
         print(f"# measured: alpha = {alpha:.3e} s/step, beta = {beta:.3e} s/B ({1 / beta / 1e9 if beta else float('inf'):.2f} GB/s), "
               f"gamma = {gamma:.3e} s/B ({1 / gamma / 1e9 if gamma else float('inf'):.2f} GB/s)")
-        print(f"# shipped:  alpha = {default['alpha']:.3e}, beta = {default['beta']:.3e}, gamma = {default['gamma']:.3e}")
+        if per_cpu > 1:
+            print(f"# {per_cpu:g} ranks per CPU: written unscaled (alpha / {scale['alpha']:g}, beta and gamma / "
+                  f"{scale['beta']:g}): alpha = {unscaled['alpha']:.3e}, beta = {unscaled['beta']:.3e}, "
+                  f"gamma = {unscaled['gamma']:.3e}")
+        print(f"# shipped:  alpha = {default['alpha']:.3e}, beta = {default['beta']:.3e}, gamma = {default['gamma']:.3e}"
+              + (f" (scaled here: alpha = {shipped_here['alpha']:.3e}, beta = {shipped_here['beta']:.3e}, "
+                 f"gamma = {shipped_here['gamma']:.3e})" if per_cpu > 1 else ""))
         print(f"# local reduction kernel alone: gamma = {gamma_kernel:.3e} s/B ({1 / gamma_kernel / 1e9:.2f} GB/s)")
-        _config.write_tuning_file(path, {"shm": model}, measured={
-            "ranks": p, "sizes": used_sizes, "gamma_kernel": gamma_kernel,
+        _config.write_tuning_file(path, {"shm": unscaled}, measured={
+            "ranks": p, "ranks_per_cpu": per_cpu, "fitted": model, "sizes": used_sizes, "gamma_kernel": gamma_kernel,
             "times": {f"{n}@{b}": t for (n, b), t in sorted(times.items())},
             "date": time.strftime("%Y-%m-%dT%H:%M:%S"),
         })
