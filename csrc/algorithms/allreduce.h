@@ -17,6 +17,7 @@ void allreduceTree(Communicator& c, const Call& call);
 void allreduceHierarchical(Communicator& c, const Call& call);
 // ring_slots once the call headers are exchanged (direct continues with it, see there).
 void ringSlotsAfterHeaders(Communicator& c, const Call& call);
+void recursiveDoublingAfterHeaders(Communicator& c, const Call& call);
 
 }  // namespace algorithms
 }  // namespace rdmacoll

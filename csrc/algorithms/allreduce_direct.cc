@@ -20,12 +20,17 @@
 // result out: two local copies instead of 2(p-1) cross-memory system calls per piece,
 // which dominate below a few MiB (64 KiB, 4 ranks: 40 us with system calls, ~12 us
 // staged). A decision each rank makes alone: peers only see mappable memory.
-// User memory from 1 to 16 MiB: there the slot ring beats both staging and cross-memory
-// calls (4 ranks, 4 MiB of NumPy arrays: 625 us against 1035 us), while for mapped
-// memory direct stays far ahead (190 us). Whether any rank's buffers are user memory is
-// a flag in the call headers, so after the header exchange every rank knows it and all
-// continue the same way: direct's own pass, or the ring through slots (the call keeps
-// direct's id; the selector cannot choose by memory kind, since ranks may differ in it).
+// User memory where direct is not the best way for it, announced instead of staged: a
+// flag in the call headers, so after the header exchange every rank knows whether any
+// rank's buffers are user memory and all continue the same way (the call keeps direct's
+// id; the selector cannot choose by memory kind, since ranks may differ in it):
+//   - 1 to 16 MiB: the ring through slots, which beats both staging and cross-memory
+//     calls there (4 ranks, 4 MiB of NumPy arrays: 625 us against 1035 us), while for
+//     mapped memory direct stays far ahead (190 us);
+//   - 2 ranks below 1 MiB: recursive doubling, a single exchange through slots (one copy
+//     and one reduction; staging costs two more copies: 64 KiB of NumPy arrays took
+//     4.3 us staged against 3.3 us).
+// Which continuation follows from (bytes, p) alone, so every rank picks the same one.
 #include <algorithm>
 #include <cstring>
 #include <vector>
@@ -52,7 +57,8 @@ void allreduceDirect(Communicator& c, const Call& call) {
   MemoryPool& pool = *c.pool();
   const bool userIn = !pool.find(call.in, bytes), userOut = !pool.find(call.out, bytes);
   const bool user = userIn || userOut;
-  if (bytes >= kRingMinBytes && bytes <= kRingMaxBytes) return directMapped(c, call, user);
+  const bool announce = (bytes >= kRingMinBytes && bytes <= kRingMaxBytes) || (c.size() == 2 && bytes < kRingMinBytes);
+  if (announce) return directMapped(c, call, user);
   if (bytes == 0 || bytes > kStageBytes || !user) return directMapped(c, call, false);
   MemoryPool::Block* block = pool.acquire(bytes);
   Call staged = call;
@@ -68,7 +74,8 @@ void allreduceDirect(Communicator& c, const Call& call) {
   pool.release(block);
 }
 
-// userMemory: this rank's buffers are user memory (only announced from 1 to 16 MiB).
+// userMemory: this rank's buffers are user memory (announced only where a continuation
+// exists for it, see the top).
 void directMapped(Communicator& c, const Call& call, bool userMemory) {
   const int p = c.size(), r = c.rank();
   const size_t E = call.elemBytes;
@@ -92,7 +99,10 @@ void directMapped(Communicator& c, const Call& call, bool userMemory) {
   for (int q = 0; q < p; ++q) {
     if (q != r) anyUser = anyUser || headers[q]->extra[0] != 0;
   }
-  if (anyUser) return ringSlotsAfterHeaders(c, call);
+  if (anyUser) {
+    if (call.count * E >= kRingMinBytes) return ringSlotsAfterHeaders(c, call);
+    return recursiveDoublingAfterHeaders(c, call);
+  }
   for (int q = 0; q < p; ++q) {
     if (q != r) prim::viewPeer(c.peer(q), *headers[q], &bufs[q]);
   }

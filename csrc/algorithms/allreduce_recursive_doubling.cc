@@ -25,13 +25,17 @@ namespace algorithms {
 
 void allreduceRecursiveDoubling(Communicator& c, const Call& call) {
   const int p = c.size(), r = c.rank();
+  const int first[2] = {schedule::foldPartner(r, p), schedule::rdPartner(r, p, 0)};
+  pairwise::exchangeHeaders(c, call, first, 2);
+  recursiveDoublingAfterHeaders(c, call);
+}
+
+void recursiveDoublingAfterHeaders(Communicator& c, const Call& call) {
+  const int p = c.size(), r = c.rank();
   const size_t bytes = call.count * call.elemBytes;
   const size_t seg = std::max(call.elemBytes, std::min(c.config().segmentBytes, c.config().slotBytes) /
                                                   call.elemBytes * call.elemBytes);
-  const int fold = schedule::foldPartner(r, p);
   const int steps = schedule::rdSteps(p);
-  const int first[2] = {fold, schedule::rdPartner(r, p, 0)};
-  pairwise::exchangeHeaders(c, call, first, 2);
 
   const void* src;
   if (foldIn(c, call, seg, &src)) return;
