@@ -3,12 +3,16 @@ forced, against the default selection and MPI, in the same processes.
 
     mpiexec -n 4 python benchmarks/selector_vs_forced.py [--sizes 8,4K,...,256M] [--reps 3]
 
-A round runs, for every configuration in turn (the selector, then each registered
-algorithm forced through RDMACOLL_ALGO, each with its own init()/shutdown()), every size
-as a barrier-aligned batch of iterations whose time is the slowest rank's; MPI's
-`Allreduce(MPI.IN_PLACE)` runs in the same round. Configurations interleave round after
-round so machine noise hits them alike; the table reports each cell's median round.
-float32 Sum in place on plain NumPy arrays (user memory, the common case).
+Every configuration (the selector, and each registered algorithm forced through
+RDMACOLL_ALGO) is its own communicator, all connected at once (rdmacoll keeps no global
+state in the core: bootstrap() may run several times). For each size, a round runs every
+configuration's batch back to back, in an order that rotates from round to round, plus
+MPI's `Allreduce(MPI.IN_PLACE)`; a batch's time is the slowest rank's, and the table
+reports each cell's median round. Running the configurations back to back matters on a
+shared machine whose speed drifts by tens of percent over seconds (4 ranks on 2 cores):
+a comparison is only fair between batches that ran under the same conditions.
+float32 Sum in place, on plain NumPy arrays (user memory, the common case) or, with
+--memory empty, on each communicator's own rc.empty arrays.
 
 Columns: time per algorithm (us), the best forced one, the selector's choice and its
 time, "sel/best" (selector time / best forced time: 1.00 is perfect, the target is at
@@ -24,32 +28,22 @@ import numpy as np
 from mpi4py import MPI
 
 import rdmacoll as rc
+from rdmacoll.bootstrap import bootstrap
 from allreduce_vs_mpi import human, parse_size, time_batch
 
 DEFAULT_SIZES = "8,4K,16K,64K,256K,1M,4M,16M,64M,256M"
 
 
-def run_config(algo: str | None, sizes, iters, comm, buffers, memory="user"):
-    """{nbytes: seconds} for one configuration (None: the selector), and its choices.
-    memory="empty": the arrays come from rc.empty (library memory peers map) instead."""
+def connect(algo: str | None):
+    """A communicator for one configuration (None: the selector)."""
     if algo is None:
         os.environ.pop("RDMACOLL_ALGO", None)
     else:
         os.environ["RDMACOLL_ALGO"] = algo
-    rc.init()
-    times, chosen = {}, {}
-    for nbytes in sizes:
-        x = buffers[nbytes]
-        if memory == "empty":
-            x = rc.empty(x.shape, x.dtype)
-            x[...] = 1
-        fn = lambda: rc.allreduce(x, op=rc.Sum, out=x)  # noqa: E731
-        for _ in range(2):
-            fn()
-        chosen[nbytes] = rc._comm.last_algorithm
-        times[nbytes] = time_batch(fn, iters[nbytes], comm)
-    rc.shutdown()
-    return times, chosen
+    try:
+        return bootstrap().core
+    finally:
+        os.environ.pop("RDMACOLL_ALGO", None)
 
 
 def main() -> None:
@@ -71,32 +65,40 @@ def main() -> None:
     if args.algos:
         algos = [a for a in algos if a in args.algos.split(",")]
     configs = [None] + algos
-    buffers = {nb: np.ones(nb // 4, np.float32) for nb in sizes}
-    mpi_buffers = {nb: np.ones(nb // 4, np.float32) for nb in sizes}
-
-    # Batch sizes from one probe of MPI (every configuration uses the same counts).
-    iters = {}
-    for nb in sizes:
-        fn = lambda: comm.Allreduce(MPI.IN_PLACE, mpi_buffers[nb], op=MPI.SUM)  # noqa: E731
-        fn()
-        probe = time_batch(fn, 2, comm)
-        iters[nb] = int(max(2, min(20000, args.target_seconds / max(probe, 1e-7))))
+    comms = {c: connect(c) for c in configs}
+    mpi_fn = lambda x: comm.Allreduce(MPI.IN_PLACE, x, op=MPI.SUM)  # noqa: E731
 
     samples = {c: {nb: [] for nb in sizes} for c in configs + ["mpi"]}
     chosen = {}
-    for rep in range(args.reps):
-        for c in configs:
-            times, picks = run_config(c, sizes, iters, comm, buffers, args.memory)
-            for nb, t in times.items():
-                samples[c][nb].append(t)
-            if c is None:
-                chosen = picks
-        for nb in sizes:
-            fn = lambda: comm.Allreduce(MPI.IN_PLACE, mpi_buffers[nb], op=MPI.SUM)  # noqa: E731
+    for nb in sizes:
+        mpi_buf = np.ones(nb // 4, np.float32)
+        calls = {"mpi": lambda: mpi_fn(mpi_buf)}
+        for c, core in comms.items():
+            if args.memory == "empty":
+                x = core.empty((nb // 4,), "float32")
+                x[...] = 1
+            else:
+                x = np.ones(nb // 4, np.float32)
+            calls[c] = lambda core=core, x=x: core.allreduce(x, x, rc.Sum, None)
+        # Batch size from one probe of MPI (every configuration uses the same count).
+        calls["mpi"]()
+        probe = time_batch(calls["mpi"], 2, comm)
+        iters = int(max(2, min(20000, args.target_seconds / max(probe, 1e-7))))
+        for fn in calls.values():
             fn()
-            samples["mpi"][nb].append(time_batch(fn, iters[nb], comm))
+            fn()
+        chosen[nb] = comms[None].last_algorithm
+        order = list(calls)
+        for rep in range(args.reps):
+            k = rep % len(order)
+            for c in order[k:] + order[:k]:
+                samples[c][nb].append(time_batch(calls[c], iters, comm))
+        del calls
         if comm.Get_rank() == 0:
-            print(f"# round {rep + 1}/{args.reps} done", flush=True)
+            print(f"# {human(nb)} done", flush=True)
+    for core in comms.values():
+        core.barrier()
+        core.close()
 
     if comm.Get_rank() != 0:
         return
