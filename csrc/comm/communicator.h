@@ -141,7 +141,17 @@ class Communicator {
     if (pred()) return;
     checkAbortWord();
     WaitState s(*this, peer, what);
-    while (!pred()) s.step();
+    while (!pred()) {
+      // Announced asleep: check again before sleeping, so that an event that landed
+      // before the announcement is not slept through (sleep() returns early only on
+      // events after it; transport.h).
+      if (!s.step()) continue;
+      if (pred()) {
+        s.cancelSleep();
+        return;
+      }
+      s.sleep();
+    }
   }
 
   [[noreturn]] void abortAll(AbortCode code, const std::string& message);
@@ -165,7 +175,11 @@ class Communicator {
    public:
     WaitState(Communicator& c, int peer, const char* what);
     ~WaitState();
-    void step();
+    // Spin, yield, or (returning true) announce a sleep: the caller then re-checks its
+    // condition and calls cancelSleep() or sleep().
+    bool step();
+    void cancelSleep();
+    void sleep();
 
    private:
     void periodicChecks();
@@ -175,6 +189,7 @@ class Communicator {
     const char* what_;
     std::chrono::steady_clock::time_point start_, now_, nextCheck_;
     uint64_t iter_ = 0;
+    uint64_t seen_ = 0;  // the device's event count when the sleep was announced
     bool released_ = false;
     double nextStallReport_ = 0;  // seconds of this wait after which the inspector reports
   };

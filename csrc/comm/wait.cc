@@ -43,7 +43,7 @@ Communicator::WaitState::~WaitState() {
   if (released_) c_.hooks_->acquireInterpreter();
 }
 
-void Communicator::WaitState::step() {
+bool Communicator::WaitState::step() {
   ++iter_;
   c_.checkAbortWord();
   if ((iter_ & 63) == 0 || c_.oversubscribed_ || released_) now_ = std::chrono::steady_clock::now();
@@ -55,25 +55,31 @@ void Communicator::WaitState::step() {
   auto waited = std::chrono::duration_cast<std::chrono::microseconds>(now - start_).count();
   if (!c_.oversubscribed_ && waited < kSpinMicros) {
     for (int i = 0; i < 16; ++i) RC_PAUSE();
-    return;
+    return false;
   }
   if (waited < (c_.oversubscribed_ ? kOversubscribedYieldMicros : c_.pollMicros_)) {
     sched_yield();
-    return;
+    return false;
   }
   if (!released_) {
     c_.hooks_->releaseInterpreter();
     released_ = true;
   }
-  // Sleep; the caller re-checks its condition after we return. Announcing before the
-  // final abort check means a peer's put64 after that check will wake us.
-  uint64_t seen = c_.device_->prepareSleep();
+  // Announce the sleep; the caller re-checks its condition, then sleeps. Announcing
+  // before the final checks means an event after them (a peer's put64, an abort) wakes us.
+  seen_ = c_.device_->prepareSleep();
   if (c_.word(c_.layout_.abortFlag()).load(std::memory_order_acquire) != 0) {
     c_.device_->cancelSleep();
-    return;
+    return false;
   }
-  c_.device_->sleep(seen, 1);  // 1 ms: the caller's condition is re-checked each return
+  return true;
 }
+
+void Communicator::WaitState::cancelSleep() { c_.device_->cancelSleep(); }
+
+// 1 ms: events a device cannot signal (an ibverbs put64 makes no completion at the
+// target) and the periodic checks are seen at the next return.
+void Communicator::WaitState::sleep() { c_.device_->sleep(seen_, 1); }
 
 void Communicator::WaitState::periodicChecks() {
   Communicator& c = c_;

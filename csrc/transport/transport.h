@@ -36,6 +36,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -154,6 +155,17 @@ class Device {
   virtual uint64_t prepareSleep() = 0;
   virtual void cancelSleep() = 0;
   virtual void sleep(uint64_t seen, int timeoutMs) = 0;
+
+  // Two devices behind one sleeper (transport/hybrid): events of this device also wake
+  // the sleepers of another. `hook` is called after every event that would end a
+  // sleep() here, from whichever thread delivers it (a progress thread). Returns false
+  // where no thread sees this backend's events while nobody polls it: the sleeper must
+  // then poll it itself. Call once, before connect(); the device keeps the hook until
+  // it is destroyed.
+  virtual bool setWakeHook(std::function<void()> hook) { (void)hook; return false; }
+  // Wake this device's sleepers as a delivery would (what another device's hook calls).
+  // Any thread; cheap when nobody sleeps.
+  virtual void wakeSleepers() {}
 };
 
 // Create the device of a backend by name ("shm"). Throws Error naming the alternatives

@@ -73,7 +73,10 @@ void appendU32(Bytes* b, uint32_t v) {
 HybridDevice::HybridDevice(int rank, std::vector<int> hostOf, std::unique_ptr<Device> local,
                            std::unique_ptr<Device> net)
     : rank_(rank), hostOf_(std::move(hostOf)), local_(std::move(local)), net_(std::move(net)),
-      name_(std::string(local_->name()) + "+" + net_->name()) {}
+      name_(std::string(local_->name()) + "+" + net_->name()) {
+  Device* localDevice = local_.get();  // outlives net_ (members are destroyed in reverse)
+  netWakes_ = net_->setWakeHook([localDevice] { localDevice->wakeSleepers(); });
+}
 
 HybridDevice::~HybridDevice() = default;
 
@@ -112,8 +115,9 @@ std::unique_ptr<Endpoint> HybridDevice::connect(int peer, const Bytes& peerAddre
 }
 
 uint64_t HybridDevice::prepareSleep() {
+  const uint64_t seen = local_->prepareSleep();  // first: from here on the hook rings it
   netSeen_ = net_->prepareSleep();
-  return local_->prepareSleep();
+  return seen;
 }
 
 void HybridDevice::cancelSleep() {
@@ -122,7 +126,9 @@ void HybridDevice::cancelSleep() {
 }
 
 void HybridDevice::sleep(uint64_t seen, int timeoutMs) {
-  local_->sleep(seen, std::min(timeoutMs, kSliceMs));
+  // With the hook, a network event rings the local doorbell and ends this sleep at once;
+  // without it, the slice bounds how late a network event is seen.
+  local_->sleep(seen, netWakes_ ? timeoutMs : std::min(timeoutMs, kSliceMs));
   net_->sleep(netSeen_, 0);  // consumes the announcement; returns at once
 }
 

@@ -13,9 +13,12 @@
 // peers cannot be read or mapped, so the algorithms that need that are not used.
 //
 // Sleeping: the two backends ring different doorbells. A sleeper announces itself to
-// both, sleeps on the local one in slices of at most kSliceMs, and between slices asks
-// the network one (without waiting) whether something arrived: a wake-up from a remote
-// peer costs at most one slice, and only waits long enough to sleep pay it.
+// both, sleeps on the local one, and after each slice asks the network one (without
+// waiting) whether something arrived. Where the network backend has a thread that sees
+// its events (tcp's progress thread: setWakeHook), each event also rings the local
+// doorbell, so a remote peer's message ends the sleep at once. Otherwise (ibverbs: no
+// such thread) the sleep is cut into slices of kSliceMs: a wake-up from a remote peer
+// costs at most one slice, and only waits long enough to sleep pay it.
 #pragma once
 #include <memory>
 #include <vector>
@@ -51,6 +54,7 @@ class HybridDevice : public Device {
   std::unique_ptr<Device> local_, net_;
   std::string name_;
   uint64_t netSeen_ = 0;
+  bool netWakes_ = false;  // the network backend rings the local doorbell (setWakeHook)
 };
 
 }  // namespace hybrid

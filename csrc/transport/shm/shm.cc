@@ -153,6 +153,14 @@ void ShmDevice::sleep(uint64_t seen, int timeoutMs) {
   header_->sleepers.fetch_sub(1, std::memory_order_seq_cst);
 }
 
+void ShmDevice::wakeSleepers() {
+  std::atomic_thread_fence(std::memory_order_seq_cst);  // the event before the sleepers check
+  if (header_->sleepers.load(std::memory_order_relaxed) != 0) {
+    header_->doorbell.fetch_add(1, std::memory_order_seq_cst);
+    futex(&header_->doorbell, FUTEX_WAKE, INT32_MAX, nullptr);
+  }
+}
+
 // ---------------------------------------------------------------- endpoint
 
 ShmEndpoint::ShmEndpoint(ShmDevice* dev, int peer, pid_t pid, Segment peerDeviceSeg)

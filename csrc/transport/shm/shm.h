@@ -97,6 +97,7 @@ class ShmDevice : public Device {
   uint64_t prepareSleep() override;
   void cancelSleep() override;
   void sleep(uint64_t seen, int timeoutMs) override;
+  void wakeSleepers() override;
 
   int rank() const { return rank_; }
   Ring* ring(int fromRank) const;

@@ -347,6 +347,14 @@ void TcpDevice::ring() {
     ssize_t ignored = ::write(sleepFd_, &one, sizeof(one));
     (void)ignored;
   }
+  if (auto* hook = hook_.load(std::memory_order_acquire)) (*hook)();
+}
+
+bool TcpDevice::setWakeHook(std::function<void()> hook) {
+  RC_CHECK(!hookOwner_, "tcp: the wake hook is set once");
+  hookOwner_ = std::make_unique<std::function<void()>>(std::move(hook));
+  hook_.store(hookOwner_.get(), std::memory_order_release);
+  return true;
 }
 
 uint64_t TcpDevice::prepareSleep() {

@@ -127,6 +127,7 @@ class TcpDevice : public Device {
   uint64_t prepareSleep() override;
   void cancelSleep() override;
   void sleep(uint64_t seen, int timeoutMs) override;
+  bool setWakeHook(std::function<void()> hook) override;  // the progress thread calls it
 
   int rank() const { return rank_; }
   // True in a child of fork(): its copy owns nothing (fork_guard.h).
@@ -171,6 +172,9 @@ class TcpDevice : public Device {
   std::atomic<uint32_t> doorbell_{0};
   std::atomic<uint32_t> sleepers_{0};
   int sleepFd_ = -1;
+  // Another device's wake-up (setWakeHook), called by ring(); published once.
+  std::unique_ptr<std::function<void()>> hookOwner_;
+  std::atomic<std::function<void()>*> hook_{nullptr};
 };
 
 }  // namespace tcp
