@@ -28,7 +28,7 @@ _VARS = {
 }
 
 TUNING_FILE_VAR = "RDMACOLL_TUNING_FILE"
-TUNING_FILE_VERSION = 1
+TUNING_FILE_VERSION = 2  # 2: constants for one rank per CPU (1: as measured)
 _COST_KEYS = ("alpha", "beta", "gamma")
 
 
@@ -73,6 +73,12 @@ def read_tuning_file(path: str) -> dict:
     except (OSError, ValueError) as e:
         raise _core.RdmacollError(f"tuning file {path!r} is unreadable ({e}); rerun rdmacoll-bench --tune "
                                   f"or set {TUNING_FILE_VAR}=none") from None
+    version = doc.get("version") if isinstance(doc, dict) else None
+    if version is not None and version != TUNING_FILE_VERSION:
+        raise _core.RdmacollError(
+            f"tuning file {path!r} has version {version!r}, this rdmacoll reads version {TUNING_FILE_VERSION} "
+            "(version 1 held constants as measured, version 2 holds them for one rank per CPU): rerun "
+            f"rdmacoll-bench --tune or set {TUNING_FILE_VAR}=none")
     models = doc.get("cost_model") if isinstance(doc, dict) else None
     if not isinstance(models, dict):
         raise _core.RdmacollError(f"tuning file {path!r} has no 'cost_model' object; rerun rdmacoll-bench --tune")

@@ -213,6 +213,7 @@ def test_tuning_file_roundtrip_and_default_location(tmp_path):
     (json.dumps({"cost_model": {"shm": {"alpha": -1}}}), "'alpha'"),
     (json.dumps({"cost_model": {"shm": {"beta": "fast"}}}), "'beta'"),
     (json.dumps({"cost_model": {"shm": 3}}), "'shm'"),
+    (json.dumps({"version": 1, "cost_model": {"shm": {"alpha": 3e-6}}}), "rerun rdmacoll-bench --tune"),
 ])
 def test_bad_tuning_file_is_an_error(tmp_path, content, words):
     path = tmp_path / "t.json"

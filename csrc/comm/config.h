@@ -29,7 +29,9 @@ struct Config {
   // defaults, or rank 0's tuning file (RDMACOLL_TUNING_FILE, rdmacoll-bench --tune).
   tuning::CostModel costShm;
   std::string transport = "auto";  // RDMACOLL_TRANSPORT: auto, shm, tcp, ibverbs
-  tuning::CostModel costNet{30e-6, 4e-10, 1.2e-11};  // the network backend's (loopback tcp here)
+  // The network backend's: loopback tcp here, measured at 2 ranks on 2 cores (one rank
+  // per CPU, like costShm's defaults; both are scaled by ranksPerCpu).
+  tuning::CostModel costNet{30e-6, 4e-10, 1.2e-11};
   // Not a setting: distinct CPUs the ranks of this host may run on (union of their
   // affinity masks), measured by bootstrap; more local ranks than that = oversubscribed.
   int localCpus = 0;
