@@ -79,9 +79,13 @@ void allreduceDirect(Communicator& c, const Call& call) {
 void directMapped(Communicator& c, const Call& call, bool userMemory) {
   const int p = c.size(), r = c.rank();
   const size_t E = call.elemBytes;
+  // A rank that announces user memory makes every rank continue through slots: nobody
+  // reads its buffers, so its headers carry none.
   BufferRef in, out;
-  c.describeBuffer(call.in, call.count * E, &in);
-  c.describeBuffer(call.out, call.count * E, &out);
+  if (!userMemory) {
+    c.describeBuffer(call.in, call.count * E, &in);
+    c.describeBuffer(call.out, call.count * E, &out);
+  }
   prim::PeerBuffers inline_[kMaxInline];
   const CallHeader* hdrInline[kMaxInline];
   std::vector<prim::PeerBuffers> many;
@@ -94,7 +98,8 @@ void directMapped(Communicator& c, const Call& call, bool userMemory) {
     bufs = many.data();
     headers = hdrMany.data();
   }
-  prim::exchangeHeaders(c, call, &in, &out, [&](int, uint64_t* e) { e[0] = userMemory; }, headers);
+  prim::exchangeHeaders(c, call, userMemory ? nullptr : &in, userMemory ? nullptr : &out,
+                        [&](int, uint64_t* e) { e[0] = userMemory; }, headers);
   bool anyUser = userMemory;
   for (int q = 0; q < p; ++q) {
     if (q != r) anyUser = anyUser || headers[q]->extra[0] != 0;
