@@ -1,7 +1,8 @@
 """Is the selector's choice as fast as the best algorithm? Every allreduce algorithm,
 forced, against the default selection and MPI, in the same processes.
 
-    mpiexec -n 4 python benchmarks/selector_vs_forced.py [--sizes 8,4K,...,256M] [--reps 3]
+    mpiexec -n 4 python benchmarks/selector_vs_forced.py [--sizes 8,4K,...,256M] [--reps 3] [--json run1.json]
+    python benchmarks/selector_vs_forced.py --combine run1.json run2.json run3.json
 
 Every configuration (the selector, and each registered algorithm forced through
 RDMACOLL_ALGO) is its own communicator, all connected at once (rdmacoll keeps no global
@@ -14,6 +15,11 @@ a comparison is only fair between batches that ran under the same conditions.
 float32 Sum in place, on plain NumPy arrays (user memory, the common case) or, with
 --memory empty, on each communicator's own rc.empty arrays.
 
+--combine prints, per size, each launch's sel/best and their median: the issue's "median
+of 3 runs". One launch's ratio can be far off in either direction even where the
+selector and the best forced column ran the same algorithm (a disturbance that hit one
+of them in most rounds); across launches such outliers do not line up.
+
 Columns: time per algorithm (us), the best forced one, the selector's choice and its
 time, "sel/best" (selector time / best forced time: 1.00 is perfect, the target is at
 most 1.15), and "x mpi" (MPI time / selector time: at least 1.00 is the target).
@@ -21,6 +27,7 @@ most 1.15), and "x mpi" (MPI time / selector time: at least 1.00 is the target).
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 
@@ -54,7 +61,11 @@ def main() -> None:
     ap.add_argument("--algos", default="", help="comma-separated subset of the forced algorithms")
     ap.add_argument("--memory", choices=("user", "empty"), default="user",
                     help="plain NumPy arrays (user memory) or rc.empty arrays (library memory)")
+    ap.add_argument("--json", help="also write the table's numbers to this file (rank 0)")
+    ap.add_argument("--combine", nargs="+", metavar="JSON", help="summarise launches written with --json; runs nothing")
     args = ap.parse_args()
+    if args.combine:
+        return combine(args.combine)
     comm = MPI.COMM_WORLD
     n = comm.Get_size()
     sizes = [max(4, parse_size(s)) // 4 * 4 for s in args.sizes.split(",")]
@@ -109,17 +120,46 @@ def main() -> None:
     head = f"{'size':>8} " + " ".join(f"{short.get(a, a):>8}" for a in algos)
     print(head + f" | {'best':>8} {'selector':>17} {'sel/best':>8} | {'mpi':>8} {'x mpi':>6}")
     worst = 0.0
+    rows = []
     for nb in sizes:
         forced = {a: med[a][nb] for a in algos}
         best = min(forced, key=forced.get)
         sel = med[None][nb]
         ratio = sel / forced[best]
         worst = max(worst, ratio)
+        rows.append({"bytes": nb, "forced": forced, "best": best, "selector": chosen[nb], "selector_s": sel,
+                     "sel_best": ratio, "mpi_s": med["mpi"][nb]})
         cells = " ".join(f"{forced[a] * 1e6:8.1f}" for a in algos)
         pick = f"{short.get(chosen[nb], chosen[nb])} {sel * 1e6:.1f}"
         print(f"{human(nb):>8} {cells} | {short.get(best, best):>8} {pick:>17} {ratio:8.2f} |"
               f" {med['mpi'][nb] * 1e6:8.1f} {med['mpi'][nb] / sel:6.2f}")
     print(f"worst sel/best: {worst:.2f} (target <= 1.15)")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"ranks": n, "memory": args.memory, "reps": args.reps, "rows": rows}, f, indent=1)
+
+
+def combine(paths) -> None:
+    runs = []
+    for p in paths:
+        with open(p) as f:
+            runs.append(json.load(f))
+    kinds = {(r["ranks"], r["memory"]) for r in runs}
+    print(f"selector / best forced, {len(runs)} launches ({', '.join(f'{n} ranks, {m} memory' for n, m in sorted(kinds))})")
+    print(f"{'size':>8} " + " ".join(f"{'run ' + str(i + 1):>6}" for i in range(len(runs)))
+          + f" {'median':>7}   {'x mpi (median)':>14}")
+    worst = 0.0
+    by_size = {}
+    for r in runs:
+        for row in r["rows"]:
+            by_size.setdefault(row["bytes"], []).append(row)
+    for nb, rows in sorted(by_size.items()):
+        ratios = [row["sel_best"] for row in rows]
+        med = statistics.median(ratios)
+        worst = max(worst, med)
+        x_mpi = statistics.median(row["mpi_s"] / row["selector_s"] for row in rows)
+        print(f"{human(nb):>8} " + " ".join(f"{v:6.2f}" for v in ratios) + f" {med:7.2f}   {x_mpi:14.2f}")
+    print(f"worst median sel/best: {worst:.2f} (target <= 1.15)")
 
 
 if __name__ == "__main__":
