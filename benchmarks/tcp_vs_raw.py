@@ -6,11 +6,19 @@ For every size, in turn within each round (so machine noise hits them alike):
   rdmacoll  rc.allreduce(x, op=Sum) on float32 (the transport RDMACOLL_TRANSPORT picks);
   gloo      torch.distributed.all_reduce on the same bytes (skipped without torch);
   raw       the two processes send each other `size` bytes at once over one TCP
-            connection (a sender thread and the main thread receiving), no framing.
+            connection (a sender thread and the main thread receiving), no framing;
+  one-way   rank 0 sends `size` bytes to rank 1 over the same connection, nothing back.
 Each round times a batch (barrier-aligned; the slower rank's time counts); the table
 shows the median round. busbw = algbw * 2(n-1)/n (= algbw at 2 ranks, which is the
 bytes each direction of a link carries: comparable with raw's per-direction rate).
 Latency: the 8-byte allreduce time vs the raw 8-byte ping-pong round trip.
+
+Why raw, not one-way, bounds the allreduce: an allreduce of 2 ranks must carry n bytes in
+each direction (each rank needs the other's n bytes, or their reduction), and over
+loopback both directions share the same CPUs that copy the bytes in and out of the
+kernel. One-way shows what a link carries when only one direction is busy; on the 2-core
+development machine that is about twice the per-direction rate of the exchange, so no
+allreduce over TCP reaches it.
 """
 from __future__ import annotations
 
@@ -64,6 +72,15 @@ def exchange(s, out: np.ndarray, into: np.ndarray):
     t.join()
 
 
+def one_way(s, rank, out: np.ndarray, into: np.ndarray):
+    if rank == 0:
+        s.sendall(memoryview(out).cast("B"))
+        recv_exact(s, memoryview(into).cast("B")[:1])  # the receiver has everything
+    else:
+        recv_exact(s, memoryview(into).cast("B"))
+        s.sendall(b"\0")
+
+
 def ping_pong(s, rank, buf):
     mv = memoryview(buf).cast("B")
     if rank == 0:
@@ -100,7 +117,7 @@ def main():
                 print(f"# gloo unavailable: {e}")
             dist = None
     sizes = [parse_size(x) for x in a.sizes.split(",")]
-    results = {n: {"rdmacoll": [], "gloo": [], "raw": []} for n in sizes}
+    results = {n: {"rdmacoll": [], "gloo": [], "raw": [], "one-way": []} for n in sizes}
     lat = {"rdmacoll": [], "raw": []}
     for _ in range(a.rounds):
         for n in sizes:
@@ -117,6 +134,8 @@ def main():
             into = np.empty(count, np.float32)
             exchange(sock, x, into)
             results[n]["raw"].append(time_batch(lambda: exchange(sock, x, into), iters, comm))
+            one_way(sock, rank, x, into)
+            results[n]["one-way"].append(time_batch(lambda: one_way(sock, rank, x, into), iters, comm))
         x8 = np.ones(2, np.float32)
         o8 = np.empty_like(x8)
         lat["rdmacoll"].append(time_batch(lambda: rc.allreduce(x8, op=rc.Sum, out=o8), 500, comm))
@@ -125,12 +144,12 @@ def main():
     if rank == 0:
         print(f"# 2 ranks, float32 Sum, transport {rc._comm.transport}, median of {a.rounds} rounds; "
               f"load average {os.getloadavg()[0]:.1f}")
-        print(f"# {'size':>10} {'rdmacoll GB/s':>14} {'gloo GB/s':>10} {'raw GB/s':>9} {'vs gloo':>8} {'vs raw':>7}")
+        print(f"# {'size':>10} {'rdmacoll GB/s':>14} {'gloo GB/s':>10} {'raw GB/s':>9} {'one-way GB/s':>13} {'vs gloo':>8} {'vs raw':>7}")
         for n in sizes:
             med = {k: statistics.median(v) for k, v in results[n].items() if v}
             bw = {k: n / t / 1e9 for k, t in med.items()}
             g = bw.get("gloo")
-            print(f"  {n:>10} {bw['rdmacoll']:>14.3f} {g if g else float('nan'):>10.3f} {bw['raw']:>9.3f} "
+            print(f"  {n:>10} {bw['rdmacoll']:>14.3f} {g if g else float('nan'):>10.3f} {bw['raw']:>9.3f} {bw['one-way']:>13.3f} "
                   f"{(bw['rdmacoll'] / g) if g else float('nan'):>8.2f} {bw['rdmacoll'] / bw['raw']:>7.2f}")
         r, p = statistics.median(lat["rdmacoll"]) * 1e6, statistics.median(lat["raw"]) * 1e6
         print(f"# 8 B: rdmacoll allreduce {r:.1f} us, raw TCP ping-pong round trip {p:.1f} us, ratio {r / p:.2f}")
