@@ -11,3 +11,7 @@ void bindIbverbs(pybind11::module_& m);         // ibverbs_bindings.cc (TRANSPOR
 void bindFuzzHooks(pybind11::module_& m);       // fuzz_hooks.cc (tests: hostile peer input)
 rdmacoll::Config configFromDict(const pybind11::dict& d);  // config.cc
 pybind11::dict configToDict(const rdmacoll::Config& c);    // config.cc
+// {"alpha", "beta", "gamma"} <-> CostModel; keys missing from the dict keep `base`'s values.
+rdmacoll::tuning::CostModel costModelFromDict(const pybind11::dict& d,
+                                              rdmacoll::tuning::CostModel base = {});  // config.cc
+pybind11::dict costModelToDict(const rdmacoll::tuning::CostModel& m);                // config.cc

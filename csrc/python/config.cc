@@ -38,11 +38,7 @@ Config configFromDict(const py::dict& cfg) {
     // the defaults; the network backend's entry is the one of net_transport.
     const py::dict models = cfg["cost_model"].cast<py::dict>();
     auto load = [&](const char* name, rdmacoll::tuning::CostModel* into) {
-      if (!models.contains(name)) return;
-      const py::dict m = models[name].cast<py::dict>();
-      if (m.contains("alpha")) into->alpha = m["alpha"].cast<double>();
-      if (m.contains("beta")) into->beta = m["beta"].cast<double>();
-      if (m.contains("gamma")) into->gamma = m["gamma"].cast<double>();
+      if (models.contains(name)) *into = costModelFromDict(models[name].cast<py::dict>(), *into);
     };
     load("shm", &c.costShm);
     load(c.netTransport.c_str(), &c.costNet);
@@ -67,18 +63,25 @@ py::dict configToDict(const Config& c) {
   d["transport"] = c.transport;
   d["local_cpus"] = c.localCpus;
   d["ranks_per_cpu"] = c.ranksPerCpu;
-  py::dict shm;
-  shm["alpha"] = c.costShm.alpha;
-  shm["beta"] = c.costShm.beta;
-  shm["gamma"] = c.costShm.gamma;
-  py::dict net;
-  net["alpha"] = c.costNet.alpha;
-  net["beta"] = c.costNet.beta;
-  net["gamma"] = c.costNet.gamma;
   py::dict models;
-  models["shm"] = shm;
-  models[py::str(c.netTransport)] = net;
+  models["shm"] = costModelToDict(c.costShm);
+  models[py::str(c.netTransport)] = costModelToDict(c.costNet);
   d["net_transport"] = c.netTransport;
   d["cost_model"] = models;
+  return d;
+}
+
+rdmacoll::tuning::CostModel costModelFromDict(const py::dict& d, rdmacoll::tuning::CostModel base) {
+  if (d.contains("alpha")) base.alpha = d["alpha"].cast<double>();
+  if (d.contains("beta")) base.beta = d["beta"].cast<double>();
+  if (d.contains("gamma")) base.gamma = d["gamma"].cast<double>();
+  return base;
+}
+
+py::dict costModelToDict(const rdmacoll::tuning::CostModel& m) {
+  py::dict d;
+  d["alpha"] = m.alpha;
+  d["beta"] = m.beta;
+  d["gamma"] = m.gamma;
   return d;
 }

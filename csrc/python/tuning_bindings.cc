@@ -15,22 +15,6 @@ using namespace rdmacoll;
 
 namespace {
 
-tuning::CostModel modelFromDict(const py::dict& d) {
-  tuning::CostModel m;
-  if (d.contains("alpha")) m.alpha = d["alpha"].cast<double>();
-  if (d.contains("beta")) m.beta = d["beta"].cast<double>();
-  if (d.contains("gamma")) m.gamma = d["gamma"].cast<double>();
-  return m;
-}
-
-py::dict modelToDict(const tuning::CostModel& c) {
-  py::dict d;
-  d["alpha"] = c.alpha;
-  d["beta"] = c.beta;
-  d["gamma"] = c.gamma;
-  return d;
-}
-
 Collective collectiveFromName(const std::string& name) {
   for (Collective c : {Collective::kAllreduce, Collective::kAllgather, Collective::kBroadcast,
                        Collective::kReducescatter, Collective::kAlltoall, Collective::kBarrier}) {
@@ -50,18 +34,18 @@ void bindTuning(py::module_& m) {
     }
     return out;
   }, "RDMACOLL_ALGO parsed: [(collective, lo, hi or None for inf, algorithm)]; raises on a bad value.");
-  m.def("_default_cost_model", [] { return modelToDict(tuning::CostModel{}); }, "The shipped (compiled-in) cost model constants.");
+  m.def("_default_cost_model", [] { return costModelToDict(tuning::CostModel{}); }, "The shipped (compiled-in) cost model constants.");
   m.def("_cost_model_for", [](const py::dict& model, double ranksPerCpu) {
-    return modelToDict(modelFromDict(model).forRanksPerCpu(ranksPerCpu));
+    return costModelToDict(costModelFromDict(model).forRanksPerCpu(ranksPerCpu));
   }, "The constants a communicator uses where ranks_per_cpu ranks share each CPU.");
   m.def("_allreduce_costs", [](const py::dict& model, size_t bytes, int p) {
-    const tuning::CostModel cm = modelFromDict(model);
+    const tuning::CostModel cm = costModelFromDict(model);
     py::dict out;
     for (const auto& a : algorithms::allreduceAlgorithms()) out[a.name] = a.cost(cm, bytes, p);
     return out;
   }, "Predicted seconds of every allreduce algorithm for (bytes, p) under the model.");
   m.def("_collective_costs", [](const py::dict& model, const std::string& collective, size_t bytes, int p) {
-    const tuning::CostModel cm = modelFromDict(model);
+    const tuning::CostModel cm = costModelFromDict(model);
     py::dict out;
     auto fill = [&](const auto& all) {
       for (const auto& a : all) out[a.name] = a.cost(cm, bytes, p);
@@ -78,7 +62,7 @@ void bindTuning(py::module_& m) {
   }, "Predicted seconds of every algorithm of a collective for (bytes, p) under the model.");
   m.def("_select_allreduce", [](const py::dict& model, size_t bytes, int p, const std::vector<std::string>& usable) {
     const std::set<std::string> ok(usable.begin(), usable.end());
-    const auto* a = tuning::cheapestAllreduce(modelFromDict(model), bytes, p,
+    const auto* a = tuning::cheapestAllreduce(costModelFromDict(model), bytes, p,
                                               [&](const algorithms::AllreduceAlgorithm& x) { return ok.count(x.name) > 0; });
     return a ? py::object(py::str(a->name)) : py::object(py::none());
   }, "The model's choice among the algorithms named usable (as selection makes it).");
