@@ -79,17 +79,18 @@ void broadcastDirect(Communicator& c, const Call& call, int root) {
 
 void reducescatterDirect(Communicator& c, const Call& call, size_t rowElems) {
   const int p = c.size(), r = c.rank();
-  const size_t E = call.elemBytes, rowBytes = rowElems * E;
+  const size_t E = call.elemBytes;
   const size_t rows = rowElems ? call.count / rowElems : 0;
   BufferRef in = describe(c, call.in, call.count * E);
   Peers peers(c, call, &in, nullptr, [](int, uint64_t*) {});
-  // My share: rows [first, first + mine) of every rank's input.
-  const size_t first = ring::chunkBegin(rows, p, r), mine = ring::chunkCount(rows, p, r);
-  const size_t pieceRows = std::max<size_t>(1, c.config().segmentBytes / std::max<size_t>(rowBytes, 1));
+  // My share: its rows of every rank's input (elements [begin, begin + total)), reduced a segment of
+  // elements at a time: a row may be longer than a staging segment.
+  const size_t begin = ring::chunkBegin(rows, p, r) * rowElems, total = ring::chunkCount(rows, p, r) * rowElems;
+  const size_t pieceElems = std::max<size_t>(1, c.config().segmentBytes / E);
   std::vector<const void*> inputs(p);
-  for (size_t done = 0; done < mine; done += pieceRows) {
-    const size_t n = std::min(pieceRows, mine - done);
-    const size_t off = (first + done) * rowBytes, len = n * rowBytes;
+  for (size_t done = 0; done < total; done += pieceElems) {
+    const size_t n = std::min(pieceElems, total - done);
+    const size_t off = (begin + done) * E, len = n * E;
     int staged = 0;
     for (int q = 0; q < p; ++q) {
       if (q == r) {
@@ -102,8 +103,7 @@ void reducescatterDirect(Communicator& c, const Call& call, size_t rowElems) {
         inputs[q] = stage;
       }
     }
-    reduceN(call.dtype, call.op, static_cast<char*>(call.out) + done * rowBytes, inputs.data(), p,
-            n * rowElems, call.scale);
+    reduceN(call.dtype, call.op, static_cast<char*>(call.out) + done * E, inputs.data(), p, n, call.scale);
   }
   prim::finishAll(c, call);
 }

@@ -94,6 +94,13 @@ def check() -> None:
                 exact = np.dtype(dt).kind in "iu" or op_name in ("Min", "Max")
                 got = rc.reducescatter(xs[r], op=getattr(rc, op_name))
                 expect(f"reducescatter {op_name} {np.dtype(dt).name} rows {rows}", got, want, exact)
+    # reducescatter rows longer than a segment (the tests run with 4 KiB segments; a row of
+    # 8 KiB of NumPy memory is read from peers a segment at a time, never a row at once)
+    for row in ((2048,), (3, 1000)):
+        xs = [data(q, p + 1, row, np.float32) for q in range(p)]
+        first = [(p + 1) // p * q + min(q, (p + 1) % p) for q in range(p + 1)]
+        expect(f"reducescatter long rows {row}", rc.reducescatter(xs[r], op=rc.Sum),
+               sum(x.astype(np.float64) for x in xs)[first[r]:first[r + 1]].astype(np.float32))
     # the default alltoall splits evenly; a first dimension not divisible by size is an error
     x = data(r, 2 * p, (2,), np.float32)
     expect("alltoall even", rc.alltoall(x), np.concatenate([data(q, 2 * p, (2,), np.float32)[2 * r:2 * r + 2] for q in range(p)]))
