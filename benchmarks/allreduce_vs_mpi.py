@@ -22,11 +22,8 @@ import rdmacoll as rc
 
 
 def parse_size(text: str) -> int:
-    t = text.strip().upper()
-    for suffix, mult in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
-        if t.endswith(suffix):
-            return int(t[:-1]) * mult
-    return int(t)
+    """32768, 32K, 32KB, 32KiB, 1.5M: the grammar of every size setting."""
+    return rc._core.parse_size(text)
 
 
 def human(n: int) -> str:

@@ -3,7 +3,7 @@
     python benchmarks/reduce_kernels.py                 (no mpiexec: no peers involved)
     python benchmarks/reduce_kernels.py --reps 11 --sizes 256K,4M,64M --nin 2,3,4
 
-Calls the kernels through the test hook rdmacoll._core._reduce_local (op Sum, separate
+Calls the kernels through rdmacoll._core.reduce_local (op Sum, separate
 output) for every dtype, and times the equivalent NumPy expression into a preallocated
 output: np.add(a, b, out=out), then np.add(out, c, out=out) ... for more inputs.
 GB/s is bytes of out per second (one array's size / time per call), the median of
@@ -41,11 +41,8 @@ def numpy_dtype(name: str):
 
 
 def parse_size(text: str) -> int:
-    text = text.strip().upper().removesuffix("B").removesuffix("I")
-    mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-    if text and text[-1] in mult:
-        return int(float(text[:-1]) * mult[text[-1]])
-    return int(text)
+    """32768, 32K, 32KB, 32KiB, 1.5M: the grammar of every size setting."""
+    return _core.parse_size(text)
 
 
 def fmt_size(nbytes: int) -> str:
@@ -117,7 +114,7 @@ def main() -> None:
                 inputs = pool[:nin]
 
                 def ours():
-                    _core._reduce_local(code, op_sum, out, inputs, 1.0)
+                    _core.reduce_local(code, op_sum, out, inputs, 1.0)
 
                 def numpy_expr():
                     np.add(inputs[0], inputs[1], out=out)

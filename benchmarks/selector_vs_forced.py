@@ -4,8 +4,8 @@ forced, against the default selection and MPI, in the same processes.
     mpiexec -n 4 python benchmarks/selector_vs_forced.py [--sizes 8,4K,...,256M] [--reps 3] [--json run1.json]
     python benchmarks/selector_vs_forced.py --combine run1.json run2.json run3.json
 
-Every configuration (the selector, and each registered algorithm forced through
-RDMACOLL_ALGO) is its own communicator, all connected at once (rdmacoll keeps no global
+Every configuration (the selector, and each registered algorithm forced through the
+algo setting) is its own communicator, all connected at once (rdmacoll keeps no global
 state in the core: bootstrap() may run several times). For each size, a round runs every
 configuration's batch back to back, in an order that rotates from round to round, plus
 MPI's `Allreduce(MPI.IN_PLACE)`; a batch's time is the slowest rank's, and the table
@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 
 import numpy as np
@@ -43,14 +42,7 @@ DEFAULT_SIZES = "8,4K,16K,64K,256K,1M,4M,16M,64M,256M"
 
 def connect(algo: str | None):
     """A communicator for one configuration (None: the selector)."""
-    if algo is None:
-        os.environ.pop("RDMACOLL_ALGO", None)
-    else:
-        os.environ["RDMACOLL_ALGO"] = algo
-    try:
-        return bootstrap().core
-    finally:
-        os.environ.pop("RDMACOLL_ALGO", None)
+    return bootstrap(None if algo is None else {"algo": algo}).core
 
 
 def main() -> None:
@@ -114,7 +106,8 @@ def main() -> None:
     if comm.Get_rank() != 0:
         return
     med = {c: {nb: statistics.median(v) for nb, v in per.items()} for c, per in samples.items()}
-    short = {"recursive_doubling": "rd", "halving_doubling": "hd", "ring_slots": "ring_sl"}
+    short = {"recursive_doubling": "rd", "halving_doubling": "hd", "ring_slots": "ring_sl",
+             "direct>ring_slots": "d>ring_sl", "direct>recursive_doubling": "d>rd"}
     print(f"\nallreduce float32 Sum in place ({args.memory} memory), {n} ranks, median of {args.reps} rounds, time in us "
           f"(MPI: {MPI.Get_library_version().splitlines()[0].strip()})")
     head = f"{'size':>8} " + " ".join(f"{short.get(a, a):>8}" for a in algos)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import atexit as _atexit
 
 from . import _core
-from ._core import Average, Max, Min, Product, RdmacollError, Sum
+from ._core import Average, Handle, Max, Min, Product, RdmacollError, Sum
 
 __all__ = [
     "init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size",
@@ -34,14 +34,18 @@ _world = None
 _comm = _Uninitialized()
 
 
-def init() -> None:
-    """Join the job: bootstrap over MPI, connect to every peer. Idempotent."""
+def init(config=None) -> None:
+    """Join the job: bootstrap over MPI, connect to every peer. Idempotent.
+
+    config: settings that override the environment, keyed by setting name or variable,
+    e.g. {"algo": "ring", "eager_bytes": "64K"} (rdmacoll._settings.TABLE lists them;
+    values in the variables' grammar). Job-wide ones must be the same on every rank."""
     global _world, _comm
     if _world is not None:
         return
     from .bootstrap import bootstrap
 
-    _world = bootstrap()
+    _world = bootstrap(config)
     _comm = _world.core
 
 
@@ -171,26 +175,6 @@ def allgather_object(obj, name=None):
     return [pickle.loads(data[offsets[r]:offsets[r + 1]]) for r in range(len(lengths))]
 
 
-class Handle:
-    """An asynchronous collective in flight: rdmacoll.poll(h), rdmacoll.synchronize(h)."""
-
-    __slots__ = ("_waits", "_finish")
-
-    def __init__(self, waits, finish):
-        self._waits = waits      # core handles, in submission order
-        self._finish = finish    # their results -> the user's result
-
-    def poll(self) -> bool:
-        return all(w.poll() for w in self._waits)
-
-    def wait(self):
-        return self._finish([w.wait() for w in self._waits])
-
-
-def _one(core_handle, finish=lambda r: r):
-    return Handle([core_handle], lambda results: finish(results[0]))
-
-
 def poll(handle) -> bool:
     """True once the operation behind handle has finished (never blocks)."""
     return handle.poll()
@@ -205,7 +189,7 @@ def synchronize(handle):
 def allreduce_async(x, op=Average, name=None, out=None):
     """allreduce queued to run in the background; returns a Handle. x (and out) must
     not be modified until synchronize(handle)."""
-    return _one(_comm.allreduce_async(x, out, op, name))
+    return _comm.allreduce_async(x, out, op, name)
 
 
 def grouped_allreduce_async(xs, op=Average, name=None, out=None):
@@ -218,7 +202,7 @@ def grouped_allreduce_async(xs, op=Average, name=None, out=None):
     groups = {}
     for i, v in enumerate(views):
         groups.setdefault(v.dtype, []).append(i)
-    plans, waits = [], []
+    plans, parts = [], []
     for g, (dtype, idx) in enumerate(groups.items()):
         fused = _comm.empty(sum(views[i].size for i in idx), dtype)
         offsets, o = [], 0
@@ -226,7 +210,7 @@ def grouped_allreduce_async(xs, op=Average, name=None, out=None):
             fused[o:o + views[i].size] = views[i].reshape(-1)
             offsets.append(o)
             o += views[i].size
-        waits.append(_comm.allreduce_async(fused, fused, op, None if name is None else f"{name}.{g}"))
+        parts.append(_comm.allreduce_async(fused, fused, op, None if name is None else f"{name}.{g}"))
         plans.append((fused, idx, offsets))
 
     def finish(_):
@@ -241,24 +225,24 @@ def grouped_allreduce_async(xs, op=Average, name=None, out=None):
                     results[i] = out[i]
         return results
 
-    return Handle(waits, finish)
+    return Handle(parts, finish)
 
 
 def allgather_async(x, name=None):
-    return _one(_comm.allgather_async(x, name))
+    return _comm.allgather_async(x, name)
 
 
 def broadcast_async(x, root_rank, name=None, out=None):
-    return _one(_comm.broadcast_async(x, root_rank, out, name))
+    return _comm.broadcast_async(x, root_rank, out, name)
 
 
 def reducescatter_async(x, op=Average, name=None):
-    return _one(_comm.reducescatter_async(x, op, name))
+    return _comm.reducescatter_async(x, op, name)
 
 
 def alltoall_async(x, splits=None, name=None, return_received_splits=False):
-    return _one(_comm.alltoall_async(x, splits, name),
-                (lambda r: r) if return_received_splits else (lambda r: r[0]))
+    h = _comm.alltoall_async(x, splits, name)
+    return h if return_received_splits else Handle(h, lambda r: r[0])
 
 
 def empty(shape, dtype="float32"):
@@ -267,7 +251,9 @@ def empty(shape, dtype="float32"):
     return _comm.empty(shape, dtype)
 
 
-def algorithms(collective="allreduce"):
-    """The algorithms registered for a collective (allreduce, allgather, broadcast,
-    reducescatter, alltoall): [(name, description)]; RDMACOLL_ALGO names them."""
-    return _core.algorithms(collective)
+def algorithms(collective="allreduce", continuations=False):
+    """The algorithms of a collective (allreduce, allgather, broadcast, reducescatter,
+    alltoall, barrier): [(name, description)]; RDMACOLL_ALGO names them. continuations=True
+    adds the steps an algorithm may continue as after its call headers ('direct>ring_slots'),
+    which last_algorithm reports but nothing selects."""
+    return _core.algorithms(collective, continuations)

@@ -1,9 +1,12 @@
 """Bootstrap: the only module that imports mpi4py.
 
-MPI is used once, at init(): to agree on settings (rank 0's RDMACOLL_* environment is
-broadcast so that every rank runs the same protocol), to learn which ranks share a host
-(local_rank/local_size), and to allgather each rank's address blob. Then it steps aside:
-no collective of rdmacoll goes through MPI.
+MPI is used once, at init(): to agree on settings (rank 0's job-wide settings and tuning
+file are broadcast so that every rank runs the same protocol and selection), to learn
+which ranks share a host (local_rank/local_size), to exchange what each rank could use
+between hosts, and to allgather each rank's address blob. Then it steps aside: no
+collective of rdmacoll goes through MPI. What the exchanged facts mean is decided in the
+core (the transport per peer in csrc/transport/job.cc, the cost model's scale from the
+layout), never here.
 """
 from __future__ import annotations
 
@@ -12,8 +15,7 @@ import os
 import socket
 import sys
 
-from . import _core
-from ._config import config_from_env
+from . import _core, _settings
 
 _log = logging.getLogger("rdmacoll")
 
@@ -40,18 +42,30 @@ def mpi_library() -> str:
 
 
 class World:
-    """What bootstrap learned: ranks, hosts, and the connected core communicator."""
+    """What bootstrap learned: ranks, hosts, the settings in effect (and where each came
+    from), and the connected core communicator."""
 
-    def __init__(self, rank, size, local_rank, local_size, core, mpi_comm):
+    def __init__(self, rank, size, local_rank, local_size, core, settings, sources, tuning_file, mpi_comm):
         self.rank = rank
         self.size = size
         self.local_rank = local_rank
         self.local_size = local_size
         self.core = core
+        self.settings = settings
+        self.sources = sources
+        self.tuning_file = tuning_file
         self._mpi_comm = mpi_comm
 
 
-def bootstrap() -> World:
+def _everywhere(world, err, what):
+    """Raise on every rank when any rank reports an error (the ones that succeeded would
+    otherwise wait for the others forever)."""
+    errors = [e for e in world.allgather(err) if e]
+    if errors:
+        raise _core.RdmacollError(f"{what}: " + "; ".join(errors))
+
+
+def bootstrap(config=None) -> World:
     try:
         from mpi4py import MPI
     except ImportError as e:  # pragma: no cover - depends on the install
@@ -64,18 +78,34 @@ def bootstrap() -> World:
     world = MPI.COMM_WORLD
     rank, size = world.Get_rank(), world.Get_size()
 
-    # Rank 0's settings, or its reason for refusing them, reach every rank.
+    # Rank 0's job-wide settings, or its reason for refusing them, reach every rank.
     if rank == 0:
         try:
-            config = (config_from_env(os.environ), None)
+            job = (_settings.job(os.environ, config), None)
         except _core.RdmacollError as e:
-            config = (None, str(e))
-    config, bad = world.bcast(config if rank == 0 else None, root=0)
+            job = (None, str(e))
+    job, bad = world.bcast(job if rank == 0 else None, root=0)
     if bad:
         raise _core.RdmacollError(f"rdmacoll.init(): {bad} (rank 0's environment)")
+    # This rank's own settings; and init(config=) must say the same on every rank.
+    err = None
+    try:
+        mine, mine_sources = _settings.resolve(os.environ, config, scope="rank")
+        given = _settings.given(config, scope="job")
+    except _core.RdmacollError as e:
+        err, mine, mine_sources, given = f"rank {rank}: {e}", {}, {}, {}
+    _everywhere(world, err, "rdmacoll.init() failed")
+    passed = world.allgather(given)
+    if any(p != passed[0] for p in passed):
+        first = next(r for r, p in enumerate(passed) if p != passed[0])
+        raise _core.RdmacollError(f"rdmacoll.init(): init(config=...) differs between ranks: rank 0 passed "
+                                  f"{passed[0]}, rank {first} passed {passed[first]} (job-wide settings must agree)")
+    settings = dict(job["settings"], **mine)
+    sources = dict(job["sources"], **mine_sources)
+
     hosts = world.allgather((_host_identity(), sorted(os.sched_getaffinity(0))))
-    mine = hosts[rank][0]
-    local = [r for r in range(size) if hosts[r][0] == mine]
+    mine_host = hosts[rank][0]
+    local = [r for r in range(size) if hosts[r][0] == mine_host]
     local_rank, local_size = local.index(rank), len(local)
     # Hosts numbered in order of their first rank; every rank computes the same list.
     index = {}
@@ -88,31 +118,25 @@ def bootstrap() -> World:
         ranks[h] += 1
     # The cost model's scale, the same on every rank: the most ranks per CPU of any host.
     per_cpu = max(1.0, max(ranks[h] / max(1, len(cpus[h])) for h in index))
-    config = dict(config, local_cpus=len(cpus[mine]), hosts=host_of, ranks_per_cpu=per_cpu)
-    if len(index) > 1 and config.get("transport") == "auto":
-        # The network backend between hosts: ibverbs only where every rank can use it.
-        usable = world.allgather("ibverbs" in _core.TRANSPORTS and _core.probe_transport("ibverbs")[0])
-        config["net_transport"] = "ibverbs" if all(usable) else "tcp"
+    layout = {"hosts": host_of, "local_cpus": len(cpus[mine_host]), "ranks_per_cpu": per_cpu}
+    if len(index) > 1:
+        # What each rank could use between hosts; the transport layer chooses.
+        layout["network_offers"] = world.allgather(_core.network_offer(settings))
 
-    # Every rank creates its endpoint first; a failure anywhere is reported everywhere
-    # (otherwise the ranks that succeeded would wait for the others forever).
+    # Every rank creates its endpoint first; a failure anywhere is reported everywhere.
     core, err = None, None
     try:
-        core = _core.Communicator(rank, size, local_size, config)
+        core = _core.Communicator(rank, size, local_size, settings, layout, job["cost_models"])
         addr = core.address()
     except Exception as e:  # noqa: BLE001 - re-raised below on every rank
         err, addr = f"rank {rank}: {e}", b""
-    errors = [e for e in world.allgather(err) if e]
-    if errors:
-        raise _core.RdmacollError("rdmacoll.init() failed: " + "; ".join(errors))
+    _everywhere(world, err, "rdmacoll.init() failed")
     addresses = world.allgather(addr)
     try:
         core.connect(addresses)
     except Exception as e:  # noqa: BLE001
         err = f"rank {rank}: {e}"
-    errors = [e for e in world.allgather(err) if e]
-    if errors:
-        raise _core.RdmacollError("rdmacoll.init() failed to connect: " + "; ".join(errors))
+    _everywhere(world, err, "rdmacoll.init() failed to connect")
     world.Barrier()
     if _log.isEnabledFor(logging.INFO):
         kinds = {}
@@ -121,4 +145,4 @@ def bootstrap() -> World:
                 kinds.setdefault(d.split()[0], []).append(r)
         _log.info("rank %d (host %d of %d, %s): %s", rank, host_of[rank], len(index), core.transport,
                   "; ".join(f"{k} to ranks {v}" for k, v in kinds.items()) or "no peers")
-    return World(rank, size, local_rank, local_size, core, world)
+    return World(rank, size, local_rank, local_size, core, settings, sources, job["tuning_file"], world)

@@ -16,7 +16,7 @@ import os
 import resource
 import sys
 
-from . import _core
+from . import _core, _settings
 
 
 def _read(path: str) -> str | None:
@@ -38,9 +38,14 @@ def _human(n: float) -> str:
 def _transports(out, fixes):
     compiled = list(_core.TRANSPORTS)
     out(f"transports compiled in: {', '.join(compiled)}")
+    try:  # this host's own choices (interface, RDMA device) from its environment
+        settings = _settings.resolve(scope="rank")[0]
+    except _core.RdmacollError as e:
+        fixes.append(str(e))
+        settings = {}
     usable = {}
     for name in compiled:
-        ok, lines = _core.probe_transport(name)
+        ok, lines = _core.probe_transport(name, settings)
         usable[name] = ok
         out(f"  {name}: {'usable' if ok else 'NOT usable'}")
         for line in lines:

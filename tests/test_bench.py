@@ -238,7 +238,7 @@ def test_tune_writes_constants_for_one_rank_per_cpu(tmp_path, nranks):
     2, alpha / 4, beta and gamma / 2), so the file holds one-rank-per-CPU constants."""
     import os
 
-    from rdmacoll import _config, _core
+    from rdmacoll import _core, _settings
 
     path = tmp_path / "tuning.json"
     res = run_mpi(nranks, "bench_cli.py", ["--tune", "--tune-file", str(path), "--tune-sizes", "8,4K,64K,256K"],
@@ -249,10 +249,10 @@ def test_tune_writes_constants_for_one_rank_per_cpu(tmp_path, nranks):
     cpus = len(os.sched_getaffinity(0))
     per_cpu = max(1.0, nranks / cpus)
     assert measured["ranks"] == nranks and measured["ranks_per_cpu"] == pytest.approx(per_cpu)
-    scale = _core._cost_model_for({"alpha": 1.0, "beta": 1.0, "gamma": 1.0}, per_cpu)
+    scale = _core.cost_model_for({"alpha": 1.0, "beta": 1.0, "gamma": 1.0}, per_cpu)
     for k, v in doc["cost_model"]["shm"].items():
         assert v == pytest.approx(measured["fitted"][k] / scale[k])
-    assert _config.read_tuning_file(str(path))["shm"].keys() == {"alpha", "beta", "gamma"}
+    assert _settings.read_tuning_file(str(path))["shm"].keys() == {"alpha", "beta", "gamma"}
     fit = [ln.text for ln in res.lines if "# measured: alpha" in ln.text]
     res.check(len(fit) == 1, "one fit line from rank 0")
 
@@ -261,6 +261,6 @@ def test_cost_model_scale_for_shared_cpus():
     from rdmacoll import _core
 
     m = {"alpha": 1.0, "beta": 2.0, "gamma": 3.0}
-    assert _core._cost_model_for(m, 1.0) == m
-    assert _core._cost_model_for(m, 0.5) == m  # fewer ranks than CPUs: unchanged
-    assert _core._cost_model_for(m, 2.0) == {"alpha": 4.0, "beta": 4.0, "gamma": 6.0}
+    assert _core.cost_model_for(m, 1.0) == m
+    assert _core.cost_model_for(m, 0.5) == m  # fewer ranks than CPUs: unchanged
+    assert _core.cost_model_for(m, 2.0) == {"alpha": 4.0, "beta": 4.0, "gamma": 6.0}

@@ -13,6 +13,7 @@ import subprocess
 import pytest
 
 from rdmacoll import _core
+from rdmacoll._core import _testing
 from mpi_util import rank_records, run_mpi
 
 Error = _core.RdmacollError
@@ -91,11 +92,11 @@ GOOD = dict(rank=1, size=3, link_layer=2, port=1, mtu=5, gid_index=3, lid=0, psn
 
 
 def test_address_round_trip():
-    blob = _core._ibverbs_pack_address(GOOD)
-    got = _core._ibverbs_unpack_address(blob, peer=1, self=0, size=3)
+    blob = _testing.ibverbs_pack_address(GOOD)
+    got = _testing.ibverbs_unpack_address(blob, peer=1, self=0, size=3)
     assert got == GOOD
     ib = dict(GOOD, link_layer=1, lid=7, gid=bytes(16))
-    assert _core._ibverbs_unpack_address(_core._ibverbs_pack_address(ib), peer=1, self=2, size=3)["lid"] == 7
+    assert _testing.ibverbs_unpack_address(_testing.ibverbs_pack_address(ib), peer=1, self=2, size=3)["lid"] == 7
 
 
 @pytest.mark.parametrize("change,where,words", [
@@ -116,7 +117,7 @@ def test_address_round_trip():
     ({"gid": bytes(16)}, None, "GID"),
 ])
 def test_address_rejected(change, where, words):
-    blob = bytearray(_core._ibverbs_pack_address(dict(GOOD, **change)))
+    blob = bytearray(_testing.ibverbs_pack_address(dict(GOOD, **change)))
     if where == "truncate":
         blob = blob[:20]
     elif where == "extend":
@@ -124,14 +125,14 @@ def test_address_rejected(change, where, words):
     elif where == "magic":
         blob[0] ^= 0xff
     with pytest.raises(Error, match="rank 1") as e:
-        _core._ibverbs_unpack_address(bytes(blob), peer=1, self=0, size=3)
+        _testing.ibverbs_unpack_address(bytes(blob), peer=1, self=0, size=3)
     assert words in str(e.value)
 
 
 def test_address_fuzz():
     """Random and mutated blobs: an RdmacollError or a parse that passed every check."""
     rng = random.Random(4)
-    good = _core._ibverbs_pack_address(GOOD)
+    good = _testing.ibverbs_pack_address(GOOD)
     parsed = 0
     for i in range(3000):
         if i % 2:
@@ -142,7 +143,7 @@ def test_address_fuzz():
                 b[rng.randrange(len(b))] = rng.getrandbits(8)
             blob = bytes(b)
         try:
-            a = _core._ibverbs_unpack_address(blob, peer=1, self=0, size=3)
+            a = _testing.ibverbs_unpack_address(blob, peer=1, self=0, size=3)
         except Error:
             continue
         parsed += 1
@@ -153,12 +154,12 @@ def test_address_fuzz():
 # --------------------------------------------------------------------------- regions and keys
 
 def test_region_round_trip():
-    packed = _core._ibverbs_pack_region(owner=2, allocated=True, addr=0x7f0000001000, len=1 << 20, rkey=0x1234)
+    packed = _testing.ibverbs_pack_region(owner=2, allocated=True, addr=0x7f0000001000, len=1 << 20, rkey=0x1234)
     assert len(packed) == _core.PACKED_MEMORY_BYTES
-    r = _core._ibverbs_unpack_region(packed, peer=2)
+    r = _testing.ibverbs_unpack_region(packed, peer=2)
     assert r["len"] == 1 << 20 and r["allocated"] and r["key"][0] == 0x7f0000001000 and r["key"][1] == 0x1234
-    assert not _core._ibverbs_unpack_region(
-        _core._ibverbs_pack_region(owner=2, allocated=False, addr=8, len=0, rkey=0), peer=2)["allocated"]
+    assert not _testing.ibverbs_unpack_region(
+        _testing.ibverbs_pack_region(owner=2, allocated=False, addr=8, len=0, rkey=0), peer=2)["allocated"]
 
 
 @pytest.mark.parametrize("mutate,words", [
@@ -168,16 +169,16 @@ def test_region_round_trip():
     (lambda b: b.__setitem__(slice(8, 16), struct.pack("<Q", (1 << 64) - 16)), "wraps"),
 ])
 def test_region_rejected(mutate, words):
-    b = bytearray(_core._ibverbs_pack_region(owner=1, allocated=True, addr=0x1000, len=4096, rkey=5))
+    b = bytearray(_testing.ibverbs_pack_region(owner=1, allocated=True, addr=0x1000, len=4096, rkey=5))
     mutate(b)
     with pytest.raises(Error, match=words):
-        _core._ibverbs_unpack_region(bytes(b), peer=1)
+        _testing.ibverbs_unpack_region(bytes(b), peer=1)
 
 
 def test_region_of_another_rank_rejected():
-    packed = _core._ibverbs_pack_region(owner=1, allocated=True, addr=0x1000, len=4096, rkey=5)
+    packed = _testing.ibverbs_pack_region(owner=1, allocated=True, addr=0x1000, len=4096, rkey=5)
     with pytest.raises(Error, match="another rank"):
-        _core._ibverbs_unpack_region(packed, peer=2)
+        _testing.ibverbs_unpack_region(packed, peer=2)
 
 
 def test_region_fuzz():
@@ -185,36 +186,36 @@ def test_region_fuzz():
     for _ in range(3000):
         blob = bytes(rng.getrandbits(8) for _ in range(_core.PACKED_MEMORY_BYTES))
         try:
-            r = _core._ibverbs_unpack_region(blob, peer=1)
+            r = _testing.ibverbs_unpack_region(blob, peer=1)
         except Error:
             continue
         assert r["len"] <= 1 << 48 and r["key"][0] + r["len"] < 1 << 64
 
 
 def _remote(addr=0x10000, length=4096, peer=1):
-    return _core._ibverbs_unpack_region(
-        _core._ibverbs_pack_region(owner=peer, allocated=True, addr=addr, len=length, rkey=7), peer=peer)
+    return _testing.ibverbs_unpack_region(
+        _testing.ibverbs_pack_region(owner=peer, allocated=True, addr=addr, len=length, rkey=7), peer=peer)
 
 
 def test_check_remote_accepts_inside():
     m = _remote()
     for off, n in [(0, 0), (0, 4096), (4095, 1), (4096, 0), (100, 200)]:
-        _core._ibverbs_check_remote(m, 1, off, n)
-    _core._ibverbs_check_remote(m, 1, 4088, 8, "put64", 8)
+        _testing.ibverbs_check_remote(m, 1, off, n)
+    _testing.ibverbs_check_remote(m, 1, 4088, 8, "put64", 8)
 
 
 @pytest.mark.parametrize("off,n", [(4097, 0), (4096, 1), (1, 4096), (0, 4097), ((1 << 64) - 1, 2),
                                    (8, (1 << 64) - 4)])
 def test_check_remote_bounds(off, n):
     with pytest.raises(Error, match="outside rank 1"):
-        _core._ibverbs_check_remote(_remote(), 1, off, n)
+        _testing.ibverbs_check_remote(_remote(), 1, off, n)
 
 
 def test_check_remote_alignment():
     with pytest.raises(Error, match="aligned"):
-        _core._ibverbs_check_remote(_remote(), 1, 4, 8, "put64", 8)
+        _testing.ibverbs_check_remote(_remote(), 1, 4, 8, "put64", 8)
     with pytest.raises(Error, match="aligned"):
-        _core._ibverbs_check_remote(_remote(addr=0x10004), 1, 0, 8, "put64", 8)
+        _testing.ibverbs_check_remote(_remote(addr=0x10004), 1, 0, 8, "put64", 8)
 
 
 @pytest.mark.parametrize("tamper", ["peer", "tag", "foreign", "length"])
@@ -231,20 +232,20 @@ def test_check_remote_keys(tamper):
         else:
             m["len"] = 1 << 60
     with pytest.raises(Error, match="not unpacked by this endpoint|corrupt"):
-        _core._ibverbs_check_remote(m, peer, 0, 8)
+        _testing.ibverbs_check_remote(m, peer, 0, 8)
 
 
 # --------------------------------------------------------------------------- error texts
 
 def test_registration_error_texts():
-    e = _core._ibverbs_registration_error(errno.ENOMEM, 1 << 30, 8 << 20)
+    e = _testing.ibverbs_registration_error(errno.ENOMEM, 1 << 30, 8 << 20)
     assert "ulimit -l" in e and "8.0 MiB" in e and "RLIMIT_MEMLOCK" in e
-    assert "unlimited)" in _core._ibverbs_registration_error(errno.ENOMEM, 1 << 30, (1 << 64) - 1)
-    assert "EFAULT" in _core._ibverbs_registration_error(errno.EFAULT, 4096, 0)
-    assert "1073741824 bytes" in _core._ibverbs_registration_error(errno.EIO, 1 << 30, 0)
+    assert "unlimited)" in _testing.ibverbs_registration_error(errno.ENOMEM, 1 << 30, (1 << 64) - 1)
+    assert "EFAULT" in _testing.ibverbs_registration_error(errno.EFAULT, 4096, 0)
+    assert "1073741824 bytes" in _testing.ibverbs_registration_error(errno.EIO, 1 << 30, 0)
 
 
 def test_device_list_error_texts():
-    e = _core._ibverbs_device_list_error(errno.ENOSYS)
+    e = _testing.ibverbs_device_list_error(errno.ENOSYS)
     assert "ENOSYS" in e and "kernel" in e and "RDMACOLL_TRANSPORT=shm" in e and "RDMACOLL_TRANSPORT=tcp" in e
-    assert "permission" in _core._ibverbs_device_list_error(errno.EACCES)
+    assert "permission" in _testing.ibverbs_device_list_error(errno.EACCES)

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from rdmacoll import _core
+from rdmacoll._core import _testing
 from reference import DTYPES, FLOATS, OPS, fold, np_dtype
 
 RANKS = range(1, 65)
@@ -19,7 +20,7 @@ COUNTS = [0, 1, 2, 3, 7, 63, 64, 65, 1023, 4096, 2**20 + 3, 10**12 + 7]
 @pytest.mark.parametrize("p", RANKS)
 def test_chunks_tile_the_count(p):
     for count in COUNTS + [p - 1, p, p + 1, 3 * p - 1]:
-        begins = [_core._chunk_begin(count, p, c) for c in range(p + 1)]
+        begins = [_testing.chunk_begin(count, p, c) for c in range(p + 1)]
         assert begins[0] == 0 and begins[p] == count, (count, p, begins)
         sizes = [b - a for a, b in zip(begins, begins[1:])]
         assert min(sizes) >= 0 and max(sizes) - min(sizes) <= 1, (count, p, sizes)
@@ -32,8 +33,8 @@ def test_chunks_tile_the_count(p):
 @pytest.mark.parametrize("seg_elems", [1, 3, 1024, 262144])
 def test_segments_per_chunk(p, seg_elems):
     for count in COUNTS:
-        largest = _core._chunk_begin(count, p, 1) - _core._chunk_begin(count, p, 0)
-        nseg = _core._segments_per_chunk(count, p, seg_elems)
+        largest = _testing.chunk_begin(count, p, 1) - _testing.chunk_begin(count, p, 0)
+        nseg = _testing.segments_per_chunk(count, p, seg_elems)
         if largest == 0:
             assert nseg == 1, (count, p, seg_elems, nseg)
         else:
@@ -46,7 +47,7 @@ def test_segments_per_chunk(p, seg_elems):
 @pytest.mark.parametrize("p", RANKS)
 def test_ring_schedule(p):
     steps = 2 * (p - 1)
-    chunk = [[_core._ring_chunk(r, j, p) for j in range(steps)] for r in range(p)]
+    chunk = [[_testing.ring_chunk(r, j, p) for j in range(steps)] for r in range(p)]
     prev = [(r - 1) % p for r in range(p)]
     for r in range(p):
         for j in range(p - 1):  # reduce-scatter: step j handles chunk r-j-1
@@ -139,19 +140,19 @@ def test_reduce_local(dtype, op):
     if op == "Average" and dtype not in FLOATS:
         x = _inputs(dtype, 1, 8, 0)[0]
         with pytest.raises(_core.RdmacollError):
-            _core._reduce_local(code, opcode, np.empty_like(x), [x, x], 0.5)
+            _core.reduce_local(code, opcode, np.empty_like(x), [x, x], 0.5)
         return
     scales = [1.0] if dtype not in FLOATS else ([0.25, 1 / 3] if op == "Average" else [1.0, 1 / 3])
     for count, nin, scale in itertools.product(KERNEL_COUNTS, [1, 2, 3, 4], scales):
         xs = _inputs(dtype, nin, count, 1)
         want = _expected(dtype, op, xs, scale)
         out = np.empty_like(xs[0])
-        _core._reduce_local(code, opcode, out, xs, scale)
+        _core.reduce_local(code, opcode, out, xs, scale)
         assert _same(out, want), f"{dtype} {op} count={count} inputs={nin} scale={scale}"
         # in place: out aliases the first or the last input
         for alias in {0, nin - 1}:
             ys = [x.copy() for x in xs]
-            _core._reduce_local(code, opcode, ys[alias], ys, scale)
+            _core.reduce_local(code, opcode, ys[alias], ys, scale)
             assert _same(ys[alias], want), f"{dtype} {op} count={count} inputs={nin} in place on input {alias}"
 
 
@@ -159,7 +160,7 @@ def test_reduce_local(dtype, op):
 def test_scale_refused_for_integers(dtype):
     x = _inputs(dtype, 1, 8, 0)[0]
     with pytest.raises(_core.RdmacollError):
-        _core._reduce_local(_core.DTYPES[dtype], _core.OPS["Sum"], np.empty_like(x), [x, x], 0.5)
+        _core.reduce_local(_core.DTYPES[dtype], _core.OPS["Sum"], np.empty_like(x), [x, x], 0.5)
 
 
 @pytest.mark.parametrize("dtype", sorted(FLOATS))
@@ -170,7 +171,7 @@ def test_nan_propagates(dtype, op):
     b = np.array([0, np.nan, np.nan, np.nan, np.nan], dt)
     for xs in ([a, b], [b, a], [a, a[::-1].copy(), b]):
         out = np.empty_like(a)
-        _core._reduce_local(_core.DTYPES[dtype], _core.OPS[op], out, xs, 1.0)
+        _core.reduce_local(_core.DTYPES[dtype], _core.OPS[op], out, xs, 1.0)
         assert np.isnan(out.astype(np.float64)).all(), f"{dtype} {op}: {out}"
 
 
@@ -188,7 +189,7 @@ def test_integer_wrap():
         dt = np_dtype(dtype)
         xs = [np.array([v], dt) for v in values]
         out = np.empty(1, dt)
-        _core._reduce_local(_core.DTYPES[dtype], _core.OPS[op], out, xs, 1.0)
+        _core.reduce_local(_core.DTYPES[dtype], _core.OPS[op], out, xs, 1.0)
         assert out[0] == np.array(want).astype(dt), (dtype, op, values, out[0])
 
 
@@ -198,20 +199,20 @@ def test_half_precision_rounds_once_to_nearest_even():
     f16 = np.float16
     tie = np.array([1.0], f16), np.array([2.0**-11], np.float32).astype(f16)
     out = np.empty(1, f16)
-    _core._reduce_local(_core.DTYPES["float16"], _core.OPS["Sum"], out, list(tie), 1.0)
+    _core.reduce_local(_core.DTYPES["float16"], _core.OPS["Sum"], out, list(tie), 1.0)
     assert out[0] == f16(1.0)
-    _core._reduce_local(_core.DTYPES["float16"], _core.OPS["Sum"], out, [tie[0], tie[1], tie[1]], 1.0)
+    _core.reduce_local(_core.DTYPES["float16"], _core.OPS["Sum"], out, [tie[0], tie[1], tie[1]], 1.0)
     assert out[0] == f16(1.0 + 2.0**-10), "partial sums must not be rounded to float16 in between"
     bf = np_dtype("bfloat16")
     one, half_ulp = np.array([1.0], np.float32).astype(bf), np.array([2.0**-8], np.float32).astype(bf)
     out = np.empty(1, bf)
-    _core._reduce_local(_core.DTYPES["bfloat16"], _core.OPS["Sum"], out, [one, half_ulp], 1.0)
+    _core.reduce_local(_core.DTYPES["bfloat16"], _core.OPS["Sum"], out, [one, half_ulp], 1.0)
     assert float(out[0]) == 1.0
-    _core._reduce_local(_core.DTYPES["bfloat16"], _core.OPS["Sum"], out, [one, half_ulp, half_ulp], 1.0)
+    _core.reduce_local(_core.DTYPES["bfloat16"], _core.OPS["Sum"], out, [one, half_ulp, half_ulp], 1.0)
     assert float(out[0]) == 1.0 + 2.0**-7
     big = np.array([6.0e4], f16)
     out16 = np.empty(1, f16)
-    _core._reduce_local(_core.DTYPES["float16"], _core.OPS["Sum"], out16, [big, big], 1.0)
+    _core.reduce_local(_core.DTYPES["float16"], _core.OPS["Sum"], out16, [big, big], 1.0)
     assert np.isinf(out16[0]), "float16 overflow rounds to inf"
 
 
@@ -220,9 +221,9 @@ def test_half_precision_rounds_once_to_nearest_even():
 
 def test_descriptor_hash_sees_every_field():
     base = dict(coll=1, seq=5, dtype=2, count=1000, op=0, root=-1, name_hash=0, algo=2, seg=1 << 20)
-    h0 = _core._hash_descriptor(*base.values())
-    assert h0 == _core._hash_descriptor(*base.values())
+    h0 = _testing.hash_descriptor(*base.values())
+    assert h0 == _testing.hash_descriptor(*base.values())
     for field, other in [("coll", 2), ("seq", 6), ("dtype", 3), ("count", 1001), ("op", 1),
                          ("root", 0), ("name_hash", 12345), ("algo", 3), ("seg", 1 << 19)]:
         changed = dict(base, **{field: other})
-        assert _core._hash_descriptor(*changed.values()) != h0, f"{field} does not change the hash"
+        assert _testing.hash_descriptor(*changed.values()) != h0, f"{field} does not change the hash"

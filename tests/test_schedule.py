@@ -3,6 +3,7 @@
 import pytest
 
 from rdmacoll import _core
+from rdmacoll._core import _testing
 
 RANKS = range(1, 65)
 COUNTS = [0, 1, 2, 3, 7, 63, 64, 65, 1023, 2**20 + 3]
@@ -10,56 +11,56 @@ COUNTS = [0, 1, 2, 3, 7, 63, 64, 65, 1023, 2**20 + 3]
 
 def participants(p):
     """Original ranks that take part in the power-of-two phase, by new rank."""
-    P = _core._pow2_floor(p)
-    return [_core._fold_old_rank(n, p) for n in range(P)]
+    P = _testing.pow2_floor(p)
+    return [_testing.fold_old_rank(n, p) for n in range(P)]
 
 
 @pytest.mark.parametrize("p", RANKS)
 def test_fold(p):
-    P = _core._pow2_floor(p)
+    P = _testing.pow2_floor(p)
     assert P <= p < 2 * P and P & (P - 1) == 0
     rem = p - P
     olds = participants(p)
     assert len(set(olds)) == P and all(0 <= o < p for o in olds)
     assert olds == sorted(olds), "new ranks keep the original order"
     for r in range(p):
-        partner, away, new = _core._fold_partner(r, p), _core._folded_away(r, p), _core._fold_new_rank(r, p)
+        partner, away, new = _testing.fold_partner(r, p), _testing.folded_away(r, p), _testing.fold_new_rank(r, p)
         if r < 2 * rem:
-            assert partner == r ^ 1 and _core._fold_partner(partner, p) == r
+            assert partner == r ^ 1 and _testing.fold_partner(partner, p) == r
             assert away == (r % 2 == 0)
         else:
             assert partner == -1 and not away
         if away:
             assert new == -1 and r not in olds
         else:
-            assert 0 <= new < P and _core._fold_old_rank(new, p) == r
+            assert 0 <= new < P and _testing.fold_old_rank(new, p) == r
     # every folded-away rank hands over to a participant
-    assert sum(_core._folded_away(r, p) for r in range(p)) == rem
+    assert sum(_testing.folded_away(r, p) for r in range(p)) == rem
 
 
 @pytest.mark.parametrize("p", RANKS)
 def test_recursive_doubling(p):
-    steps = _core._rd_steps(p)
-    P = _core._pow2_floor(p)
+    steps = _testing.rd_steps(p)
+    P = _testing.pow2_floor(p)
     assert 1 << steps == P
     olds = participants(p)
     for r in range(p):
         for s in range(steps):
-            q = _core._rd_partner(r, p, s)
-            if _core._folded_away(r, p):
+            q = _testing.rd_partner(r, p, s)
+            if _testing.folded_away(r, p):
                 assert q == -1
                 continue
             assert q in olds and q != r
-            assert _core._rd_partner(q, p, s) == r, "the partner's partner is the rank itself"
+            assert _testing.rd_partner(q, p, s) == r, "the partner's partner is the rank itself"
     # Simulate: each participant's set of contributing ranks doubles and ends with all.
     have = {r: {r} for r in range(p)}
     for r in range(p):
-        if _core._folded_away(r, p):
-            have[_core._fold_partner(r, p)] |= have[r]
+        if _testing.folded_away(r, p):
+            have[_testing.fold_partner(r, p)] |= have[r]
     for s in range(steps):
         new = {}
         for r in olds:
-            q = _core._rd_partner(r, p, s)
+            q = _testing.rd_partner(r, p, s)
             assert not (have[r] & have[q]), f"rank {r} would reduce a contribution twice (p={p}, step {s})"
             new[r] = have[r] | have[q]
         have.update(new)
@@ -69,25 +70,25 @@ def test_recursive_doubling(p):
 
 @pytest.mark.parametrize("p", RANKS)
 def test_halving_doubling(p):
-    steps = _core._hd_steps(p)
-    P = _core._pow2_floor(p)
+    steps = _testing.hd_steps(p)
+    P = _testing.pow2_floor(p)
     assert 1 << steps == P
     olds = participants(p)
     for r in range(p):
         for s in range(steps):
-            q = _core._hd_partner(r, p, s)
-            if _core._folded_away(r, p):
+            q = _testing.hd_partner(r, p, s)
+            if _testing.folded_away(r, p):
                 assert q == -1
                 continue
-            assert q in olds and q != r and _core._hd_partner(q, p, s) == r
+            assert q in olds and q != r and _testing.hd_partner(q, p, s) == r
     # Block ranges: before step s a new rank holds P >> s blocks; it keeps one half and
     # sends the other, which is exactly what its partner keeps.
     for nr in range(P):
         held = (0, P)
         for s in range(steps):
-            klo, kn, slo, sn = _core._hd_blocks(nr, P, s)
+            klo, kn, slo, sn = _testing.hd_blocks(nr, P, s)
             q = nr ^ (P >> (s + 1))
-            qklo, qkn, qslo, qsn = _core._hd_blocks(q, P, s)
+            qklo, qkn, qslo, qsn = _testing.hd_blocks(q, P, s)
             assert kn == sn == P >> (s + 1)
             assert {klo, slo} == {held[0], held[0] + kn} and held[1] == 2 * kn, (p, nr, s)
             assert (qklo, qkn) == (slo, sn) and (qslo, qsn) == (klo, kn)
@@ -98,7 +99,7 @@ def test_halving_doubling(p):
     for s in range(steps):
         sent = {n: [set(b) for b in have[n]] for n in range(P)}
         for n in range(P):
-            klo, kn, _, _ = _core._hd_blocks(n, P, s)
+            klo, kn, _, _ = _testing.hd_blocks(n, P, s)
             q = n ^ (P >> (s + 1))
             for b in range(klo, klo + kn):
                 assert not (have[n][b] & sent[q][b])
@@ -110,7 +111,7 @@ def test_halving_doubling(p):
         s = steps - 1 - t
         snap = {n: dict(o) for n, o in owned.items()}
         for n in range(P):
-            klo, kn, slo, sn = _core._hd_blocks(n, P, s)
+            klo, kn, slo, sn = _testing.hd_blocks(n, P, s)
             q = n ^ (P >> (s + 1))
             assert set(snap[n]) == set(range(klo, klo + kn)), "a rank sends what it kept"
             assert set(snap[q]) == set(range(slo, slo + sn)), "and receives what it sent"
@@ -119,19 +120,19 @@ def test_halving_doubling(p):
         assert set(owned[n]) == set(range(P)) and all(v == set(range(P)) for v in owned[n].values())
     # Blocks tile every count; the final owned ranges are disjoint and cover it.
     for count in COUNTS + [p - 1, p + 1, P - 1, P + 1]:
-        ranges = [_core._block_elems(count, P, b, 1) for b in range(P)]
+        ranges = [_testing.block_elems(count, P, b, 1) for b in range(P)]
         assert ranges[0][0] == 0 and sum(n for _, n in ranges) == count
         for (b0, n0), (b1, _) in zip(ranges, ranges[1:]):
             assert b0 + n0 == b1
         for nr in range(P):
             for s in range(steps):
-                klo, kn, slo, sn = _core._hd_blocks(nr, P, s)
-                kb, kc = _core._block_elems(count, P, klo, kn)
+                klo, kn, slo, sn = _testing.hd_blocks(nr, P, s)
+                kb, kc = _testing.block_elems(count, P, klo, kn)
                 assert (kb, kc) == (ranges[klo][0], sum(n for _, n in ranges[klo:klo + kn]))
 
 
 def tree_of(p, t):
-    return {r: _core._tree_links(p, r, t) for r in range(p)}
+    return {r: _testing.tree_links(p, r, t) for r in range(p)}
 
 
 @pytest.mark.parametrize("p", RANKS)
@@ -140,7 +141,7 @@ def test_double_binary_tree(p):
     for t in (0, 1):
         links = tree_of(p, t)
         roots = [r for r, (parent, _, _) in links.items() if parent == -1]
-        assert roots == [_core._tree_root(p, t)], (p, t, roots)
+        assert roots == [_testing.tree_root(p, t)], (p, t, roots)
         root = roots[0]
         for r, (parent, c0, c1) in links.items():
             children = [c for c in (c0, c1) if c != -1]
@@ -184,7 +185,7 @@ def test_hierarchy(host_of):
     """Local groups partition the ranks by host; cross groups take the same local index
     on every host, in host order; every rank agrees on both."""
     p = len(host_of)
-    views = [_core._hierarchy(host_of, r) for r in range(p)]
+    views = [_testing.hierarchy(host_of, r) for r in range(p)]
     order = list(dict.fromkeys(host_of))
     per_host = {h: [q for q in range(p) if host_of[q] == h] for h in order}
     regular = len({len(v) for v in per_host.values()}) == 1

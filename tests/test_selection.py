@@ -4,14 +4,15 @@ import json
 
 import pytest
 
-from rdmacoll import _config, _core
+from rdmacoll import _core, _settings
+from rdmacoll._core import _testing
 from mpi_util import rank_records, run_mpi
 
 K, M, G = 1 << 10, 1 << 20, 1 << 30
 ALLREDUCE = [name for name, _ in _core.algorithms()]
 
-needs_hooks = pytest.mark.skipif(not hasattr(_core, "_parse_algo_rules"),
-                                 reason="module.cc does not call bindTuning(m) (tuning_bindings.cc)")
+needs_hooks = pytest.mark.skipif(not hasattr(_testing, "parse_algo_rules"),
+                                 reason="module.cc does not call bindTestingTuning (testing/tuning.cc)")
 
 
 # --------------------------------------------------------------------------- rule syntax
@@ -35,7 +36,7 @@ needs_hooks = pytest.mark.skipif(not hasattr(_core, "_parse_algo_rules"),
     ("ALLREDUCE:0-8:direct", [("allreduce", 0, 8, "direct")]),
 ])
 def test_rules_parse(text, want):
-    assert _core._parse_algo_rules(text) == want
+    assert _testing.parse_algo_rules(text) == want
 
 
 @needs_hooks
@@ -59,7 +60,7 @@ def test_rules_parse(text, want):
 ])
 def test_rules_malformed_quote_the_bad_part(text, quoted):
     with pytest.raises(_core.RdmacollError) as e:
-        _core._parse_algo_rules(text)
+        _testing.parse_algo_rules(text)
     assert quoted in str(e.value)
     assert "RDMACOLL_ALGO" in str(e.value)
 
@@ -67,7 +68,7 @@ def test_rules_malformed_quote_the_bad_part(text, quoted):
 @needs_hooks
 def test_unknown_algorithm_lists_the_known_ones():
     with pytest.raises(_core.RdmacollError) as e:
-        _core._parse_algo_rules("allreduce:0-1K:bogus")
+        _testing.parse_algo_rules("allreduce:0-1K:bogus")
     for name in ALLREDUCE:
         assert name in str(e.value)
 
@@ -76,14 +77,14 @@ def test_unknown_algorithm_lists_the_known_ones():
 @pytest.mark.parametrize("collective", ["allgather", "broadcast", "reducescatter", "alltoall"])
 def test_unknown_algorithm_of_other_collectives_is_refused(collective):
     with pytest.raises(_core.RdmacollError) as e:
-        _core._parse_algo_rules(f"{collective}:bogus")
+        _testing.parse_algo_rules(f"{collective}:bogus")
     assert "'bogus'" in str(e.value) and f"no {collective} algorithm" in str(e.value) and "direct" in str(e.value)
 
 
 @needs_hooks
 def test_forced_algorithm_ranges_are_half_open_and_first_match_wins():
-    cfg = dict(_core.DEFAULT_CONFIG, algo="allreduce:0-64K:eager,64K-inf:ring,0-inf:direct;allgather:1K-2K:direct")
-    f = _core._forced_algorithm
+    cfg = "allreduce:0-64K:eager,64K-inf:ring,0-inf:direct;allgather:1K-2K:direct"
+    f = _testing.forced_algorithm
     assert f(cfg, "allreduce", 0) == "eager"
     assert f(cfg, "allreduce", 64 * K - 1) == "eager"
     assert f(cfg, "allreduce", 64 * K) == "ring"
@@ -92,8 +93,8 @@ def test_forced_algorithm_ranges_are_half_open_and_first_match_wins():
     assert f(cfg, "allgather", 1024) == "direct"
     assert f(cfg, "allgather", 2048) is None
     assert f(cfg, "broadcast", 10) is None
-    assert f(dict(_core.DEFAULT_CONFIG, algo=""), "allreduce", 10) is None
-    assert f(dict(_core.DEFAULT_CONFIG, algo="direct"), "allreduce", 10) == "direct"
+    assert f("", "allreduce", 10) is None
+    assert f("direct", "allreduce", 10) == "direct"
 
 
 # --------------------------------------------------------------------------- cost model
@@ -103,16 +104,16 @@ def test_forced_algorithm_ranges_are_half_open_and_first_match_wins():
 @pytest.mark.parametrize("p", [2, 3, 4, 5, 8, 64])
 @pytest.mark.parametrize("nbytes", [0, 8, 4 * K, 32 * K, 64 * K, M, 64 * M])
 def test_selection_is_the_cheapest_usable(p, nbytes):
-    model = _core._default_cost_model()
-    costs = _core._allreduce_costs(model, nbytes, p)
+    model = _core.DEFAULT_COST_MODELS["local"]
+    costs = _core.costs(model, "allreduce", nbytes, p)
     assert set(costs) == set(ALLREDUCE)
     for usable in (ALLREDUCE, [a for a in ALLREDUCE if a != "eager"], ["ring", "ring_slots"], ["ring_slots"]):
         usable = [a for a in usable if a in costs]
-        pick = _core._select_allreduce(model, nbytes, p, usable)
+        pick = _core.select(model, "allreduce", nbytes, p, usable)
         assert costs[pick] == min(costs[a] for a in usable)
         # ties go to the algorithm registered first
         assert pick == next(a for a in ALLREDUCE if a in usable and costs[a] == costs[pick])
-    assert _core._select_allreduce(model, nbytes, p, []) is None
+    assert _core.select(model, "allreduce", nbytes, p, []) is None
 
 
 @needs_hooks
@@ -122,7 +123,7 @@ def test_costs_are_linear_in_the_constants():
             a, b, c = ({"alpha": 1.0, "beta": 0.0, "gamma": 0.0}, {"alpha": 0.0, "beta": 1.0, "gamma": 0.0},
                        {"alpha": 0.0, "beta": 0.0, "gamma": 1.0})
             m = {"alpha": 2e-6, "beta": 3e-10, "gamma": 7e-11}
-            ca, cb, cc, cm = (_core._allreduce_costs(x, n, p) for x in (a, b, c, m))
+            ca, cb, cc, cm = (_core.costs(x, "allreduce", n, p) for x in (a, b, c, m))
             for name in cm:
                 assert cm[name] == pytest.approx(2e-6 * ca[name] + 3e-10 * cb[name] + 7e-11 * cc[name], rel=1e-9)
                 assert min(ca[name], cb[name], cc[name]) >= 0
@@ -143,17 +144,17 @@ def test_other_collectives_have_costs(collective):
     units = [{"alpha": 1.0, "beta": 0.0, "gamma": 0.0}, {"alpha": 0.0, "beta": 1.0, "gamma": 0.0},
              {"alpha": 0.0, "beta": 0.0, "gamma": 1.0}]
     m = {"alpha": 2e-6, "beta": 3e-10, "gamma": 7e-11}
-    default = _core._default_cost_model()
+    default = _core.DEFAULT_COST_MODELS["local"]
     direct, slots = OTHER[collective]
     for p in (2, 3, 4, 8, 64):
         for n in (0, 8, 4 * K, M, 256 * M):
-            parts = [_core._collective_costs(u, collective, n, p) for u in units]
-            cm = _core._collective_costs(m, collective, n, p)
+            parts = [_core.costs(u, collective, n, p) for u in units]
+            cm = _core.costs(m, collective, n, p)
             assert set(cm) == set(OTHER[collective])
             for name in cm:
                 assert cm[name] == pytest.approx(sum(k * c[name] for k, c in zip((2e-6, 3e-10, 7e-11), parts)),
                                                  rel=1e-9, abs=1e-15)
-            d = _core._collective_costs(default, collective, n, p)
+            d = _core.costs(default, collective, n, p)
             if p >= 3 or n >= M:
                 assert d[direct] <= d[slots], (p, n, d)
             else:
@@ -167,44 +168,43 @@ def test_shipped_defaults_choose_like_the_measurements():
     """eager for small messages, direct (same host) for large ones, at 2 ranks with a core
     each and 4 ranks on 2 cores (see cost_model.h for how the defaults were chosen); at 2
     ranks direct from 64 KiB, where recursive_doubling took 2x its time on rc.empty arrays."""
-    model = _core._default_cost_model()
-    assert model == {k: _core.DEFAULT_CONFIG["cost_model"]["shm"][k] for k in ("alpha", "beta", "gamma")}
+    model = _core.DEFAULT_COST_MODELS["local"]
+    one_host = [a for a in ALLREDUCE if a != "hierarchical"]
     for p, per_cpu in ((2, 1.0), (4, 2.0)):
-        m = _core._cost_model_for(model, per_cpu)
-        assert _core._select_allreduce(m, 8, p, ALLREDUCE) == "eager"
-        assert _core._select_allreduce(m, 16 * K, p, ALLREDUCE) == "eager"
+        m = _core.cost_model_for(model, per_cpu)
+        assert _core.select(m, "allreduce", 8, p, one_host) == "eager"
+        assert _core.select(m, "allreduce", 16 * K, p, one_host) == "eager"
         for n in (64 * K, M, 64 * M):
-            assert _core._select_allreduce(m, n, p, [a for a in ALLREDUCE if a != "eager"]) == "direct"
+            assert _core.select(m, "allreduce", n, p, [a for a in one_host if a != "eager"]) == "direct"
 
 
 # --------------------------------------------------------------------------- config and tuning file
 
 
-def test_default_config_carries_the_cost_model():
-    shm = _core.DEFAULT_CONFIG["cost_model"]["shm"]
-    assert set(shm) == {"alpha", "beta", "gamma"}
-    assert all(v > 0 for v in shm.values())
+def test_default_cost_models_are_exported():
+    for links in ("local", "network"):
+        model = _core.DEFAULT_COST_MODELS[links]
+        assert set(model) == {"alpha", "beta", "gamma"}
+        assert all(v > 0 for v in model.values())
 
 
 def test_tuning_file_roundtrip_and_default_location(tmp_path):
     env = {"XDG_CACHE_HOME": str(tmp_path)}
-    assert _config.tuning_path(env) is None
-    assert _config.config_from_env(env)["cost_model"] == _core.DEFAULT_CONFIG["cost_model"]
-    path = _config.default_tuning_path(env)
+    assert _settings.tuning_path("", env) is None
+    assert _settings.job(env)["cost_models"] == {}
+    path = _settings.default_tuning_path(env)
     assert path == str(tmp_path / "rdmacoll" / "tuning.json")
-    _config.write_tuning_file(path, {"shm": {"alpha": 3e-6, "beta": 2e-10, "gamma": 1e-10}}, measured={"ranks": 4})
-    cfg = _config.config_from_env(env)
-    assert cfg["cost_model"]["shm"] == {"alpha": 3e-6, "beta": 2e-10, "gamma": 1e-10}
-    assert cfg["tuning_file"] == path
-    assert _core.DEFAULT_CONFIG["cost_model"]["shm"]["alpha"] != 3e-6  # the defaults were not modified
-    # RDMACOLL_TUNING_FILE wins over the default location; 'none' ignores tuning files
+    _settings.write_tuning_file(path, {"shm": {"alpha": 3e-6, "beta": 2e-10, "gamma": 1e-10}}, measured={"ranks": 4})
+    job = _settings.job(env)
+    assert job["cost_models"]["shm"] == {"alpha": 3e-6, "beta": 2e-10, "gamma": 1e-10}
+    assert job["tuning_file"] == path
+    # RDMACOLL_TUNING_FILE wins over the default location (constants it lacks keep the
+    # defaults, in the core); 'none' ignores tuning files
     other = tmp_path / "other.json"
-    _config.write_tuning_file(str(other), {"shm": {"alpha": 5e-6}})
-    cfg = _config.config_from_env(dict(env, RDMACOLL_TUNING_FILE=str(other)))
-    assert cfg["cost_model"]["shm"]["alpha"] == 5e-6
-    assert cfg["cost_model"]["shm"]["beta"] == _core.DEFAULT_CONFIG["cost_model"]["shm"]["beta"]
-    cfg = _config.config_from_env(dict(env, RDMACOLL_TUNING_FILE="none"))
-    assert cfg["cost_model"] == _core.DEFAULT_CONFIG["cost_model"]
+    _settings.write_tuning_file(str(other), {"shm": {"alpha": 5e-6}})
+    job = _settings.job(dict(env, RDMACOLL_TUNING_FILE=str(other)))
+    assert job["cost_models"]["shm"] == {"alpha": 5e-6}
+    assert _settings.job(dict(env, RDMACOLL_TUNING_FILE="none"))["cost_models"] == {}
 
 
 @pytest.mark.parametrize("content, words", [
@@ -219,13 +219,13 @@ def test_bad_tuning_file_is_an_error(tmp_path, content, words):
     path = tmp_path / "t.json"
     path.write_text(content)
     with pytest.raises(_core.RdmacollError) as e:
-        _config.config_from_env({"RDMACOLL_TUNING_FILE": str(path)})
+        _settings.job({"RDMACOLL_TUNING_FILE": str(path)})
     assert words in str(e.value) and str(path) in str(e.value)
 
 
 def test_missing_tuning_file_is_an_error(tmp_path):
     with pytest.raises(_core.RdmacollError) as e:
-        _config.config_from_env({"RDMACOLL_TUNING_FILE": str(tmp_path / "absent.json")})
+        _settings.job({"RDMACOLL_TUNING_FILE": str(tmp_path / "absent.json")})
     assert "absent.json" in str(e.value)
 
 
@@ -236,12 +236,15 @@ SIZES = [8, 4 * K, 64 * K - 4, 64 * K, M]
 
 
 def _sel(res, nranks):
+    """{bytes: the algorithm selection chose}, checked alike on every rank. last_algorithm
+    names what ran, a continuation after its algorithm ("direct>ring_slots")."""
     rank_records(res, nranks, "done")
     table = {}
     for rec in res.select(kind="sel"):
+        chose = rec["ran"].split(">")[0]
         res.check(rec["ok"], f"rank {rec['rank']}, {rec['bytes']} B: wrong result with {rec['ran']}")
-        res.check(rec["ran"] == rec["selected"], f"rank {rec['rank']}: ran {rec['ran']}, selected_algorithm said {rec['selected']}")
-        table.setdefault(rec["bytes"], set()).add(rec["ran"])
+        res.check(chose == rec["selected"], f"rank {rec['rank']}: ran {rec['ran']}, selected_algorithm said {rec['selected']}")
+        table.setdefault(rec["bytes"], set()).add(chose)
     res.check(all(len(v) == 1 for v in table.values()), f"ranks chose differently: {table}")
     return {n: v.pop() for n, v in table.items()}
 
@@ -267,9 +270,9 @@ def test_rank0_tuning_file_reaches_every_rank(tmp_path):
     """Only rank 0 reads the file (alpha = beta = 0: reductions are all that cost, and
     direct reduces least, even at 8 B); every rank must choose by its constants."""
     path = tmp_path / "tuning.json"
-    _config.write_tuning_file(str(path), {"shm": {"alpha": 0.0, "beta": 0.0, "gamma": 1e-9}})
-    res = run_mpi(3, "selection.py", args=[",".join(map(str, SIZES))],
-                  env={"RANK0_TUNING_FILE": str(path)}, timeout=120)
+    _settings.write_tuning_file(str(path), {"shm": {"alpha": 0.0, "beta": 0.0, "gamma": 1e-9}})
+    res = run_mpi([(1, ["env", f"RDMACOLL_TUNING_FILE={path}"]), (2, [])], "selection.py",
+                  args=[",".join(map(str, SIZES))], timeout=120)
     got = _sel(res, 3)
     assert set(got.values()) == {"direct"}, got
 
@@ -292,3 +295,37 @@ def test_malformed_algo_fails_init_everywhere(value, quoted):
         res.check(rec["error"] is not None and quoted in rec["error"],
                   f"rank {rec['rank']}: init() with RDMACOLL_ALGO={value!r} gave {rec['error']!r}, expected {quoted}")
         res.check(not rec["initialized"], "is_initialized() after a failed init()")
+
+
+# --------------------------------------------------------------------------- continuations
+
+
+CONTINUATIONS = {"direct>ring_slots", "direct>recursive_doubling"}
+
+
+def test_continuations_are_registered_entries():
+    listed = {name for name, _ in _core.algorithms("allreduce", continuations=True)}
+    assert CONTINUATIONS <= listed
+    assert not CONTINUATIONS & {name for name, _ in _core.algorithms("allreduce")}, "continuations are not selectable"
+    with pytest.raises(_core.RdmacollError, match="'direct>ring_slots'"):
+        _testing.parse_algo_rules("direct>ring_slots")
+
+
+@pytest.mark.parametrize("nranks, want", [
+    (2, {"numpy 64K": "direct>recursive_doubling", "empty 64K": "direct", "numpy 2M": "direct>ring_slots",
+         "empty 2M": "direct", "mixed 2M": "direct>ring_slots", "numpy 32M": "direct"}),
+    (3, {"numpy 64K": "direct", "empty 64K": "direct", "numpy 2M": "direct>ring_slots",
+         "empty 2M": "direct", "mixed 2M": "direct>ring_slots", "numpy 32M": "direct"}),
+])
+def test_forced_direct_reports_each_continuation(nranks, want):
+    """direct continues after its call headers when some rank passed user memory (the
+    slot ring from 1 to 16 MiB, recursive doubling at 2 ranks below 1 MiB): last_algorithm
+    names the continuation on every rank, also where only some ranks' memory is user
+    memory (mixed: odd ranks pass rc.empty arrays), and the result is right."""
+    res = run_mpi(nranks, "continuations.py", timeout=120)
+    rank_records(res, nranks, "done")
+    got = {}
+    for rec in res.select(kind="ran"):
+        res.check(rec["ok"], f"rank {rec['rank']}, {rec['case']}: wrong result with {rec['ran']}")
+        got.setdefault(rec["case"], set()).add(rec["ran"])
+    res.check(got == {case: {ran} for case, ran in want.items()}, f"ran {got}, expected {want}")

@@ -1,8 +1,9 @@
 """Conformance of the shared-memory transport to the one-sided contract
-(csrc/transport/transport.h), through rdmacoll._core._TransportProbe on 2 ranks (tcp:
+(csrc/transport/transport.h), through rdmacoll._core._testing.TransportProbe on 2 ranks (tcp:
 tests/test_tcp.py; ibverbs below, where this host has a usable RDMA port)."""
 import pytest
 from rdmacoll import _core
+from rdmacoll._core import _testing
 
 from mpi_util import dev_shm_entries, keep_siblings_flags, run_mpi
 

@@ -22,21 +22,24 @@
 // staged). A decision each rank makes alone: peers only see mappable memory.
 // User memory where direct is not the best way for it, announced instead of staged: a
 // flag in the call headers, so after the header exchange every rank knows whether any
-// rank's buffers are user memory and all continue the same way (the call keeps direct's
-// id; the selector cannot choose by memory kind, since ranks may differ in it):
-//   - 1 to 16 MiB: the ring through slots, which beats both staging and cross-memory
-//     calls there (4 ranks, 4 MiB of NumPy arrays: 625 us against 1035 us), while for
-//     mapped memory direct stays far ahead (190 us);
-//   - 2 ranks below 1 MiB: recursive doubling, a single exchange through slots (one copy
-//     and one reduction; staging costs two more copies: 64 KiB of NumPy arrays took
-//     4.3 us staged against 3.3 us).
-// Which continuation follows from (bytes, p) alone, so every rank picks the same one.
+// rank's buffers are user memory and all continue the same way, as a continuation of
+// the algorithm table (table.h; the selector cannot choose by memory kind, since ranks
+// may differ in it):
+//   - direct>ring_slots, 1 to 16 MiB: the ring through slots, which beats both staging
+//     and cross-memory calls there (4 ranks, 4 MiB of NumPy arrays: 625 us against
+//     1035 us), while for mapped memory direct stays far ahead (190 us);
+//   - direct>recursive_doubling, 2 ranks below 1 MiB: a single exchange through slots
+//     (one copy and one reduction; staging costs two more copies: 64 KiB of NumPy arrays
+//     took 4.3 us staged against 3.3 us).
+// Which continuation follows from (bytes, p) and the headers every rank received, so
+// every rank picks the same one.
 #include <algorithm>
 #include <cstring>
 #include <vector>
 
 #include "algorithms/allreduce.h"
 #include "algorithms/partition.h"
+#include "algorithms/table.h"
 #include "comm/primitives.h"
 #include "reduce/reduce.h"
 
@@ -44,47 +47,28 @@ namespace rdmacoll {
 namespace algorithms {
 
 namespace {
-constexpr size_t kPieceBytes = 256 << 10;
-constexpr size_t kStageBytes = 4 << 20;  // measured: staged wins at 4 MiB, loses from 8 MiB  // measured: 64K/128K/256K/512K, 256K best at 16 MiB
-constexpr int kMaxInline = 64;  // peers described without allocation
+constexpr size_t kPieceBytes = 256 << 10;  // measured: 64K/128K/256K/512K, 256K best at 16 MiB
+constexpr size_t kStageBytes = 4 << 20;    // measured: staged wins at 4 MiB, loses from 8 MiB
+constexpr int kMaxInline = 64;             // peers described without allocation
 constexpr size_t kRingMinBytes = 1 << 20, kRingMaxBytes = 16 << 20;  // user memory: the slot ring
-}  // namespace
 
-void directMapped(Communicator& c, const Call& call, bool userMemory);
-
-void allreduceDirect(Communicator& c, const Call& call) {
-  const size_t bytes = call.count * call.elemBytes;
-  MemoryPool& pool = *c.pool();
-  const bool userIn = !pool.find(call.in, bytes), userOut = !pool.find(call.out, bytes);
-  const bool user = userIn || userOut;
-  const bool announce = (bytes >= kRingMinBytes && bytes <= kRingMaxBytes) || (c.size() == 2 && bytes < kRingMinBytes);
-  if (announce) return directMapped(c, call, user);
-  if (bytes == 0 || bytes > kStageBytes || !user) return directMapped(c, call, false);
-  MemoryPool::Block* block = pool.acquire(bytes);
-  Call staged = call;
-  staged.in = staged.out = block->mem->data();
-  std::memcpy(block->mem->data(), call.in, bytes);
-  try {
-    directMapped(c, staged, false);
-  } catch (...) {
-    pool.release(block);
-    throw;
-  }
-  std::memcpy(call.out, block->mem->data(), bytes);
-  pool.release(block);
+// Whether a rank whose buffers are user memory announces it (every rank then continues
+// through slots) rather than staging or reading it by cross-memory calls.
+bool announces(size_t bytes, int p) {
+  return (bytes >= kRingMinBytes && bytes <= kRingMaxBytes) || (p == 2 && bytes < kRingMinBytes);
 }
 
-// userMemory: this rank's buffers are user memory (announced only where a continuation
-// exists for it, see the top).
-void directMapped(Communicator& c, const Call& call, bool userMemory) {
+// Runs direct on in/out (the call's buffers, or pool blocks they were staged into).
+// userMemory: this rank's buffers are user memory and it announces so.
+void directMapped(Communicator& c, Call& call, const void* in, void* out, bool userMemory) {
   const int p = c.size(), r = c.rank();
   const size_t E = call.elemBytes;
   // A rank that announces user memory makes every rank continue through slots: nobody
   // reads its buffers, so its headers carry none.
-  BufferRef in, out;
+  BufferRef inRef, outRef;
   if (!userMemory) {
-    c.describeBuffer(call.in, call.count * E, &in);
-    c.describeBuffer(call.out, call.count * E, &out);
+    c.describeBuffer(in, call.count * E, &inRef);
+    c.describeBuffer(out, call.count * E, &outRef);
   }
   prim::PeerBuffers inline_[kMaxInline];
   const CallHeader* hdrInline[kMaxInline];
@@ -98,15 +82,18 @@ void directMapped(Communicator& c, const Call& call, bool userMemory) {
     bufs = many.data();
     headers = hdrMany.data();
   }
-  prim::exchangeHeaders(c, call, userMemory ? nullptr : &in, userMemory ? nullptr : &out,
-                        [&](int, uint64_t* e) { e[0] = userMemory; }, headers);
+  prim::headersFromAll(c, call, userMemory ? nullptr : &inRef, userMemory ? nullptr : &outRef,
+                       [&](int, uint64_t* e) { e[0] = userMemory; }, headers);
   bool anyUser = userMemory;
   for (int q = 0; q < p; ++q) {
     if (q != r) anyUser = anyUser || headers[q]->extra[0] != 0;
   }
   if (anyUser) {
-    if (call.count * E >= kRingMinBytes) return ringSlotsAfterHeaders(c, call);
-    return recursiveDoublingAfterHeaders(c, call);
+    static const Algorithm& thenRing = continuation("direct>ring_slots");
+    static const Algorithm& thenDoubling = continuation("direct>recursive_doubling");
+    const Algorithm& next = call.count * E >= kRingMinBytes ? thenRing : thenDoubling;
+    prim::continueAs(c, call, next.id);
+    return next.run(c, call);
   }
   for (int q = 0; q < p; ++q) {
     if (q != r) prim::viewPeer(c.peer(q), *headers[q], &bufs[q]);
@@ -114,7 +101,7 @@ void directMapped(Communicator& c, const Call& call, bool userMemory) {
 
   const size_t begin = ring::chunkBegin(call.count, p, r);
   const size_t n = ring::chunkCount(call.count, p, r);
-  const size_t pieceElems = std::max<size_t>(1, std::min(kPieceBytes, c.config().segmentBytes) / E);
+  const size_t pieceElems = c.protocol().segment(E, kPieceBytes) / E;
   const void* inputsInline[kMaxInline];
   std::vector<const void*> inputsMany;
   const void** inputs = inputsInline;
@@ -122,30 +109,44 @@ void directMapped(Communicator& c, const Call& call, bool userMemory) {
     inputsMany.resize(p);
     inputs = inputsMany.data();
   }
-  int staged = 0;
   for (size_t done = 0; done < n; done += pieceElems) {
     const size_t elems = std::min(pieceElems, n - done);
     const size_t off = (begin + done) * E, len = elems * E;
-    staged = 0;
+    int staged = 0;
     for (int q = 0; q < p; ++q) {
-      if (q == r) {
-        inputs[q] = static_cast<const char*>(call.in) + off;
-      } else if (bufs[q].inMap) {
-        inputs[q] = bufs[q].inMap + off;
-      } else {
-        void* stage = c.staging(staged++);
-        prim::readInput(c.peer(q), bufs[q], off, stage, len);
-        inputs[q] = stage;
-      }
+      inputs[q] = q == r ? static_cast<const char*>(in) + off
+                         : prim::inputAt(c.peer(q), bufs[q], off, len, c.staging(bufs[q].inMap ? 0 : staged++));
     }
-    char* result = static_cast<char*>(call.out) + off;
+    char* result = static_cast<char*>(out) + off;
     reduceN(call.dtype, call.op, result, inputs, p, elems, call.scale);
     for (int k = 1; k < p; ++k) {
       const int q = (r + k) % p;
-      c.peer(q).ep->write(result, bufs[q].out, bufs[q].outOff + off, len, false, 0);
+      prim::writeOutput(c.peer(q), bufs[q], off, result, len);
     }
   }
   prim::finishAll(c, call);
+}
+
+}  // namespace
+
+void allreduceDirect(Communicator& c, Call& call) {
+  const size_t bytes = call.count * call.elemBytes;
+  MemoryPool& pool = *c.pool();
+  const bool user = !pool.find(call.in, bytes) || !pool.find(call.out, bytes);
+  if (announces(bytes, c.size())) return directMapped(c, call, call.in, call.out, user);
+  if (bytes == 0 || bytes > kStageBytes || !user) return directMapped(c, call, call.in, call.out, false);
+  // Staging (top): in place in a pool block. A decision each rank makes alone: its peers
+  // only see mappable memory.
+  MemoryPool::Block* block = pool.acquire(bytes);
+  std::memcpy(block->mem->data(), call.in, bytes);
+  try {
+    directMapped(c, call, block->mem->data(), block->mem->data(), false);
+  } catch (...) {
+    pool.release(block);
+    throw;
+  }
+  std::memcpy(call.out, block->mem->data(), bytes);
+  pool.release(block);
 }
 
 }  // namespace algorithms

@@ -15,7 +15,7 @@
 namespace rdmacoll {
 namespace algorithms {
 
-void allreduceEager(Communicator& c, const Call& call) {
+void allreduceEager(Communicator& c, Call& call) {
   const int p = c.size(), r = c.rank();
   const size_t bytes = call.count * call.elemBytes;
   for (int k = 1; k < p; ++k) prim::sendEager(c, c.peer((r + k) % p), call, call.in, bytes);
@@ -28,7 +28,8 @@ void allreduceEager(Communicator& c, const Call& call) {
     in = many.data();
   }
   in[r] = call.in;
-  // The predecessor first: any mismatch is seen between neighbours (see ring.h terms).
+  // The predecessor first: any mismatch is seen between neighbours, where every
+  // algorithm starts (prim::headersFromNeighbours).
   for (int k = p - 1; k >= 1; --k) {
     int q = (r + k) % p;
     in[q] = prim::recvEager(c, c.peer(q), call);

@@ -22,19 +22,19 @@
 #include "algorithms/shared.h"
 #include "algorithms/schedule.h"
 #include "comm/pairwise.h"
+#include "comm/primitives.h"
 
 namespace rdmacoll {
 namespace algorithms {
 
-
-void allreduceHalvingDoubling(Communicator& c, const Call& call) {
+void allreduceHalvingDoubling(Communicator& c, Call& call) {
   const int p = c.size(), r = c.rank();
   const size_t E = call.elemBytes;
-  const size_t seg = std::max(E, std::min(c.config().segmentBytes, c.config().slotBytes) / E * E);
+  const size_t seg = c.protocol().slotSegment(E);
   const int fold = schedule::foldPartner(r, p);
   const int P = schedule::pow2Floor(p), steps = schedule::hdSteps(p);
   const int first[2] = {fold, schedule::hdPartner(r, p, 0)};
-  pairwise::exchangeHeaders(c, call, first, 2);
+  prim::headersFromNeighbours(c, call, first, 2);
 
   const void* src;
   if (foldIn(c, call, seg, &src)) return;

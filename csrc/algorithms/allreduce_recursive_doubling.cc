@@ -19,22 +19,22 @@
 #include "algorithms/shared.h"
 #include "algorithms/schedule.h"
 #include "comm/pairwise.h"
+#include "comm/primitives.h"
 
 namespace rdmacoll {
 namespace algorithms {
 
-void allreduceRecursiveDoubling(Communicator& c, const Call& call) {
+void allreduceRecursiveDoubling(Communicator& c, Call& call) {
   const int p = c.size(), r = c.rank();
   const int first[2] = {schedule::foldPartner(r, p), schedule::rdPartner(r, p, 0)};
-  pairwise::exchangeHeaders(c, call, first, 2);
+  prim::headersFromNeighbours(c, call, first, 2);
   recursiveDoublingAfterHeaders(c, call);
 }
 
-void recursiveDoublingAfterHeaders(Communicator& c, const Call& call) {
+void recursiveDoublingAfterHeaders(Communicator& c, Call& call) {
   const int p = c.size(), r = c.rank();
   const size_t bytes = call.count * call.elemBytes;
-  const size_t seg = std::max(call.elemBytes, std::min(c.config().segmentBytes, c.config().slotBytes) /
-                                                  call.elemBytes * call.elemBytes);
+  const size_t seg = c.protocol().slotSegment(call.elemBytes);
   const int steps = schedule::rdSteps(p);
 
   const void* src;

@@ -18,27 +18,29 @@
 //   the buffers are the peers' own, so a call ends with a `done` handshake (prev may
 //   not return while I still read its memory).
 //
-// ring_slots: the transport-generic form: segments travel as one-sided writes into the
-//   successor's receive slots (credits bound them); where the successor's slots are
-//   mapped, the reduction stores straight into them (one pass instead of reduce+copy).
+// ring_slots: the transport-generic form, comm/ring.h's slot ring over all ranks (chunks
+//   as its parts): segments travel as one-sided writes into the successor's receive
+//   slots (credits bound them); where the successor's slots are mapped, the reduction
+//   stores straight into them (one pass instead of reduce+copy).
 //   Bytes moved per rank: 2 (p-1)/p n. Passes: reduce-scatter reads slot + input and
 //   writes the next slot; allgather copies slot -> out and slot -> next slot.
 #include <algorithm>
 #include <cstring>
 
 #include "algorithms/allreduce.h"
-#include "algorithms/shared.h"
 #include "algorithms/partition.h"
+#include "algorithms/shared.h"
 #include "comm/primitives.h"
+#include "comm/ring.h"
 #include "reduce/reduce.h"
 
 namespace rdmacoll {
 namespace algorithms {
 
-void allreduceRing(Communicator& c, const Call& call) {
+void allreduceRing(Communicator& c, Call& call) {
   const int p = c.size(), r = c.rank();
   const size_t E = call.elemBytes;
-  const size_t segElems = c.config().segmentBytes / E;
+  const size_t segElems = c.protocol().segment(E) / E;
   const size_t nseg = ring::segmentsPerChunk(call.count, p, segElems);
   const int steps = ring::stepsPerSegment(p);
   Peer& prev = c.peer(ring::prev(r, p));
@@ -49,13 +51,8 @@ void allreduceRing(Communicator& c, const Call& call) {
   c.describeBuffer(call.in, call.count * E, &in);
   c.describeBuffer(call.out, call.count * E, &out);
   prim::sendHeader(c, next, call, &in, &out);
-  const CallHeader& h = prim::recvHeader(c, prev, call);
-  transport::RemoteMemory prevIn, prevOut;
-  prev.ep->unpack(h.in, &prevIn);
-  prev.ep->unpack(h.out, &prevOut);
-  const size_t prevInOff = h.inOffset, prevOutOff = h.outOffset;
-  const char* prevInMap = static_cast<const char*>(prev.ep->map(&prevIn));
-  const char* prevOutMap = static_cast<const char*>(prev.ep->map(&prevOut));
+  prim::PeerBuffers theirs;
+  prim::viewPeer(prev, prim::recvHeader(c, prev, call), &theirs);
 
   uint64_t unit = 0;
   for (size_t k = 0; k < nseg; ++k) {
@@ -66,25 +63,13 @@ void allreduceRing(Communicator& c, const Call& call) {
       if (seg.n > 0) {
         const size_t off = seg.begin * E, len = seg.n * E;
         char* dst = at(call.out, E, seg.begin);
-        const bool reduceScatter = j < p - 1;
-        // prev's data for this step: its input at step 0, its output afterwards.
-        const transport::RemoteMemory& src = j == 0 ? prevIn : prevOut;
-        const char* srcMap = j == 0 ? prevInMap : prevOutMap;
-        const size_t srcOff = (j == 0 ? prevInOff : prevOutOff) + off;
-        if (reduceScatter) {
-          const void* theirs = srcMap ? srcMap + srcOff : nullptr;
-          if (!theirs) {
-            void* stage = c.staging(static_cast<int>(k & 1));
-            prev.ep->read(src, srcOff, stage, len);
-            theirs = stage;
-          }
-          const bool last = j == p - 2;
-          reduce2(call.dtype, call.op, dst, at(call.in, E, seg.begin), theirs, seg.n,
-                  last ? call.scale : 1.0);
-        } else if (srcMap) {
-          std::memcpy(dst, srcMap + srcOff, len);
-        } else {
-          prev.ep->read(src, srcOff, dst, len);
+        if (j < p - 1) {  // reduce-scatter: prev's input at step 0, its output afterwards
+          void* stage = c.staging(static_cast<int>(k & 1));
+          const void* src = j == 0 ? prim::inputAt(prev, theirs, off, len, stage)
+                                   : prim::outputAt(prev, theirs, off, len, stage);
+          reduce2(call.dtype, call.op, dst, at(call.in, E, seg.begin), src, seg.n, j == p - 2 ? call.scale : 1.0);
+        } else {  // allgather: prev's finished chunk
+          prim::readOutput(prev, theirs, off, dst, len);
         }
       }
       prim::putProgress(c, next, unit + 1);
@@ -93,65 +78,20 @@ void allreduceRing(Communicator& c, const Call& call) {
   prim::finishReads(c, prev, next, call, unit);
 }
 
-void allreduceRingSlots(Communicator& c, const Call& call) {
-  const int p = c.size(), r = c.rank();
-  prim::sendHeader(c, c.peer(ring::next(r, p)), call, nullptr, nullptr);
-  prim::recvHeader(c, c.peer(ring::prev(r, p)), call);
+void allreduceRingSlots(Communicator& c, Call& call) {
+  // Headers both ways with both neighbours: the ring skips empty segments, so slot
+  // traffic alone does not keep a rank from starting call n+2 before its successor read
+  // its header of call n (a zero-length call sends no slot message at all).
+  prim::headersFromNeighbours(c, call, nullptr, 0);
   ringSlotsAfterHeaders(c, call);
 }
 
-void ringSlotsAfterHeaders(Communicator& c, const Call& call) {
-  const int p = c.size(), r = c.rank();
-  const size_t E = call.elemBytes;
-  size_t segBytes = std::min(c.config().segmentBytes, c.config().slotBytes);
-  const size_t segElems = segBytes / E;
-  const size_t nseg = ring::segmentsPerChunk(call.count, p, segElems);
-  const int steps = ring::stepsPerSegment(p);
-  Peer& prev = c.peer(ring::prev(r, p));
-  Peer& next = c.peer(ring::next(r, p));
-
-  for (size_t k = 0; k < nseg; ++k) {
-    // Step 0 sends my own chunk r, which next reduces at its step 0.
-    ring::Range mine = ring::segment(call.count, p, segElems, r, k);
-    prim::sendSlot(c, next, at(call.in, E, mine.begin), mine.n * E);
-    for (int j = 0; j < steps; ++j) {
-      const int chunk = ring::ringChunk(r, j, p);
-      const ring::Range seg = ring::segment(call.count, p, segElems, chunk, k);
-      const size_t len = seg.n * E;
-      const void* slot = prim::recvSlot(c, prev);
-      const char* input = at(call.in, E, seg.begin);
-      char* result = at(call.out, E, seg.begin);
-      const bool reduceScatter = j < p - 1, lastReduce = j == p - 2, lastStep = j == steps - 1;
-      // The incoming slot is given back before any send whose source is not that slot:
-      // a rank holding prev's slot while it waits for next's credit closes a cycle of
-      // waits around the ring when each peer has a single slot.
-      if (reduceScatter && !lastReduce) {
-        // recvReduceSend: reduce straight into next's slot when it is mapped (this holds
-        // prev's slot while waiting for next's credit: only with two slots or more).
-        void* dst = c.config().slots >= 2 ? prim::mappedSlot(c, next) : nullptr;
-        if (dst) {
-          reduce2(call.dtype, call.op, dst, input, slot, seg.n);
-          prim::releaseSlot(c, prev);
-          prim::sendSlot(c, next, nullptr, len);
-        } else {
-          void* stage = c.staging(0);
-          reduce2(call.dtype, call.op, stage, input, slot, seg.n);
-          prim::releaseSlot(c, prev);
-          prim::sendSlot(c, next, stage, len);
-        }
-      } else if (lastReduce) {
-        // recvReduceCopySend: my owned chunk is final; it starts the allgather.
-        reduce2(call.dtype, call.op, result, input, slot, seg.n, call.scale);
-        prim::releaseSlot(c, prev);
-        prim::sendSlot(c, next, result, len);
-      } else {
-        // recvCopySend (or recvCopy at the last step).
-        std::memcpy(result, slot, len);
-        prim::releaseSlot(c, prev);
-        if (!lastStep) prim::sendSlot(c, next, result, len);
-      }
-    }
-  }
+void ringSlotsAfterHeaders(Communicator& c, Call& call) {
+  const int p = c.size();
+  const ring::Bounds chunks(call.count, p);
+  const SlotRing slots{nullptr, p, c.rank(), chunks.data(), 0, call.elemBytes,
+                       c.protocol().slotSegment(call.elemBytes) / call.elemBytes};
+  ringAllreduce(c, call, slots, call.in, call.out, call.scale);
 }
 
 }  // namespace algorithms

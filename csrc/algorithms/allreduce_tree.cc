@@ -30,21 +30,20 @@
 #include "algorithms/shared.h"
 #include "algorithms/partition.h"
 #include "algorithms/schedule.h"
-#include "comm/pairwise.h"
 #include "comm/primitives.h"
 #include "reduce/reduce.h"
 
 namespace rdmacoll {
 namespace algorithms {
 
-void allreduceTree(Communicator& c, const Call& call) {
+void allreduceTree(Communicator& c, Call& call) {
   const int p = c.size(), r = c.rank();
   const size_t E = call.elemBytes;
-  const size_t segElems = std::max<size_t>(1, std::min(c.config().segmentBytes, c.config().slotBytes) / E);
+  const size_t segElems = c.protocol().slotSegment(E) / E;
   const schedule::TreeLinks tree[2] = {schedule::dtree(p, r, 0), schedule::dtree(p, r, 1)};
   const int neighbours[6] = {tree[0].parent, tree[0].child[0], tree[0].child[1],
                              tree[1].parent, tree[1].child[0], tree[1].child[1]};
-  pairwise::exchangeHeaders(c, call, neighbours, 6);
+  prim::headersFromNeighbours(c, call, neighbours, 6);
 
   const size_t nseg = call.count == 0 ? 0 : ring::segmentsPerChunk(call.count, 2, segElems);
   for (size_t k = 0; k < nseg; ++k) {

@@ -32,7 +32,7 @@ struct Peers {
   Peers(Communicator& c, const Call& call, const BufferRef* in, const BufferRef* out,
         const std::function<void(int, uint64_t*)>& extra)
       : headers(c.size(), nullptr), bufs(c.size()) {
-    prim::exchangeHeaders(c, call, in, out, extra, headers.data());
+    prim::headersFromAll(c, call, in, out, extra, headers.data());
     for (int q = 0; q < c.size(); ++q) {
       if (q != c.rank()) prim::viewPeer(c.peer(q), *headers[q], &bufs[q]);
     }
@@ -47,14 +47,14 @@ BufferRef describe(Communicator& c, const void* p, size_t bytes) {
 
 }  // namespace
 
-size_t allgatherDirect(Communicator& c, const Call& call, size_t rows, Output& out) {
+void allgatherDirect(Communicator& c, Call& call) {
   const int p = c.size(), r = c.rank();
-  const size_t rowBytes = call.count * call.elemBytes;
+  const size_t rows = call.rows, rowBytes = call.count * call.elemBytes;
   BufferRef in = describe(c, call.in, rows * rowBytes);
   Peers peers(c, call, &in, nullptr, [&](int, uint64_t* e) { e[0] = rows; });
   std::vector<size_t> first(p + 1, 0);  // first row of each rank's part
   for (int q = 0; q < p; ++q) first[q + 1] = first[q] + (q == r ? rows : peers.headers[q]->extra[0]);
-  char* dst = static_cast<char*>(out.allocate(first[p] * rowBytes));
+  char* dst = static_cast<char*>(call.result->allocate(first[p] * rowBytes));
   std::memcpy(dst + first[r] * rowBytes, call.in, rows * rowBytes);
   for (int k = 1; k < p; ++k) {
     const int q = (r + k) % p;
@@ -62,10 +62,11 @@ size_t allgatherDirect(Communicator& c, const Call& call, size_t rows, Output& o
                     (first[q + 1] - first[q]) * rowBytes);
   }
   prim::finishAll(c, call);
-  return first[p];
+  call.resultRows = first[p];
 }
 
-void broadcastDirect(Communicator& c, const Call& call, int root) {
+void broadcastDirect(Communicator& c, Call& call) {
+  const int root = call.root;
   const size_t bytes = call.count * call.elemBytes;
   BufferRef in = describe(c, call.in, bytes);
   Peers peers(c, call, &in, nullptr, [](int, uint64_t*) {});
@@ -77,40 +78,35 @@ void broadcastDirect(Communicator& c, const Call& call, int root) {
   prim::finishAll(c, call);
 }
 
-void reducescatterDirect(Communicator& c, const Call& call, size_t rowElems) {
+void reducescatterDirect(Communicator& c, Call& call) {
   const int p = c.size(), r = c.rank();
-  const size_t E = call.elemBytes;
+  const size_t rowElems = call.rowElems, E = call.elemBytes;
   const size_t rows = rowElems ? call.count / rowElems : 0;
   BufferRef in = describe(c, call.in, call.count * E);
   Peers peers(c, call, &in, nullptr, [](int, uint64_t*) {});
-  // My share: its rows of every rank's input (elements [begin, begin + total)), reduced a segment of
-  // elements at a time: a row may be longer than a staging segment.
-  const size_t begin = ring::chunkBegin(rows, p, r) * rowElems, total = ring::chunkCount(rows, p, r) * rowElems;
-  const size_t pieceElems = std::max<size_t>(1, c.config().segmentBytes / E);
+  // My share: rows [first, first + mine) of every rank's input, reduced a segment of
+  // elements at a time (a row may be longer than a staging segment).
+  const size_t begin = ring::chunkBegin(rows, p, r) * rowElems, n = ring::chunkCount(rows, p, r) * rowElems;
+  const size_t pieceElems = c.protocol().segment(E) / E;
   std::vector<const void*> inputs(p);
-  for (size_t done = 0; done < total; done += pieceElems) {
-    const size_t n = std::min(pieceElems, total - done);
-    const size_t off = (begin + done) * E, len = n * E;
+  for (size_t done = 0; done < n; done += pieceElems) {
+    const size_t elems = std::min(pieceElems, n - done);
+    const size_t off = (begin + done) * E, len = elems * E;
     int staged = 0;
     for (int q = 0; q < p; ++q) {
-      if (q == r) {
-        inputs[q] = static_cast<const char*>(call.in) + off;
-      } else if (peers.bufs[q].inMap) {
-        inputs[q] = peers.bufs[q].inMap + off;
-      } else {
-        void* stage = c.staging(staged++);
-        prim::readInput(c.peer(q), peers.bufs[q], off, stage, len);
-        inputs[q] = stage;
-      }
+      const prim::PeerBuffers& b = peers.bufs[q];
+      inputs[q] = q == r ? static_cast<const char*>(call.in) + off
+                         : prim::inputAt(c.peer(q), b, off, len, c.staging(b.inMap ? 0 : staged++));
     }
-    reduceN(call.dtype, call.op, static_cast<char*>(call.out) + done * E, inputs.data(), p, n, call.scale);
+    reduceN(call.dtype, call.op, static_cast<char*>(call.out) + done * E, inputs.data(), p, elems, call.scale);
   }
   prim::finishAll(c, call);
 }
 
-size_t alltoallDirect(Communicator& c, const Call& call, const uint64_t* splits, uint64_t* received,
-                      Output& out) {
+void alltoallDirect(Communicator& c, Call& call) {
   const int p = c.size(), r = c.rank();
+  const uint64_t* splits = call.splits;
+  uint64_t* received = call.received;
   const size_t rowBytes = call.count * call.elemBytes;
   std::vector<uint64_t> firstSent(p + 1, 0);  // first row of what I send to each rank
   for (int q = 0; q < p; ++q) firstSent[q + 1] = firstSent[q] + splits[q];
@@ -124,7 +120,7 @@ size_t alltoallDirect(Communicator& c, const Call& call, const uint64_t* splits,
     received[q] = q == r ? splits[r] : peers.headers[q]->extra[1];
     total += received[q];
   }
-  char* dst = static_cast<char*>(out.allocate(total * rowBytes));
+  char* dst = static_cast<char*>(call.result->allocate(total * rowBytes));
   for (int q = 0; q < p; ++q) {
     const size_t len = received[q] * rowBytes;
     if (q == r) {
@@ -135,14 +131,14 @@ size_t alltoallDirect(Communicator& c, const Call& call, const uint64_t* splits,
     dst += len;
   }
   prim::finishAll(c, call);
-  return total;
+  call.resultRows = total;
 }
 
-void barrierHeaders(Communicator& c, const Call& call) {
+void barrierHeaders(Communicator& c, Call& call) {
   // Every rank's header of this call has arrived: every rank has entered it. No memory
   // is read, so no closing handshake.
   std::vector<const CallHeader*> headers(c.size());
-  prim::exchangeHeaders(c, call, nullptr, nullptr, [](int, uint64_t*) {}, headers.data());
+  prim::headersFromAll(c, call, nullptr, nullptr, [](int, uint64_t*) {}, headers.data());
 }
 
 }  // namespace algorithms

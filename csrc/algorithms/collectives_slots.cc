@@ -14,18 +14,18 @@
 //   broadcast (chain)       root -> root+1 -> ... -> root-1, pipelined by piece.
 //                           Each non-root receives n, one copy (slot -> out); all but
 //                           the last also send n.
-//   reducescatter (ring)    p-1 steps; chunk c is reduced in ring order
-//                           in[c+1] op in[c+2] op ... op in[c], once, by the ranks on the
-//                           way, and lands at rank c. Sends and receives (p-1)/p n; p-1
-//                           reduction passes of n/p (slot + input -> next slot or out).
+//   reducescatter (ring)    p-1 steps; chunk c is reduced in ring order, from rank c+1 to
+//                           rank c, once, by the ranks on the way, and lands at rank c.
+//                           Sends and receives (p-1)/p n; p-1 reduction passes of n/p
+//                           (slot + input -> next slot or out).
 //   alltoall (pairwise)     p-1 steps; step k sends to r+k while receiving from r-k.
 //                           Receives what peers send me, one copy per byte.
 //
-// Deadlock freedom: within a step a rank interleaves "send piece i" and "receive piece
-// i" (like pairwise::exchangeCopy), so a rank blocked on a credit waits on a rank that
-// is strictly earlier in the schedule, and no cycle of waits can form with any number
-// of slots. reducescatter forwards each partial as soon as it is reduced (like
-// ring_slots); it stores straight into next's slot only with 2+ slots (see there).
+// allgather and reducescatter are comm/ring.h's slot ring (shift -1: rank r owns part r),
+// whose deadlock freedom is argued there. broadcast and alltoall interleave "send piece
+// i" and "receive piece i" (like pairwise::shift), so a rank blocked on a credit waits on
+// a rank that is strictly earlier in the schedule, and no cycle of waits can form with
+// any number of slots.
 #include <algorithm>
 #include <cstring>
 #include <functional>
@@ -35,7 +35,7 @@
 #include "algorithms/partition.h"
 #include "comm/pairwise.h"
 #include "comm/primitives.h"
-#include "reduce/reduce.h"
+#include "comm/ring.h"
 
 namespace rdmacoll {
 namespace algorithms {
@@ -44,48 +44,42 @@ namespace {
 
 using pairwise::pieceLen;
 using pairwise::pieces;
-using pairwise::shift;
-
-// Pure copies: pieces of a whole slot.
-size_t copyPiece(const Communicator& c) { return c.config().slotBytes; }
 
 void headers(Communicator& c, const Call& call, std::vector<const CallHeader*>* h,
              const std::function<void(int, uint64_t*)>& extra) {
   h->assign(c.size(), nullptr);
-  prim::exchangeHeaders(c, call, nullptr, nullptr, extra, h->data());
+  prim::headersFromAll(c, call, nullptr, nullptr, extra, h->data());
 }
 
 }  // namespace
 
 // ring allgather: parts (rows[q] rows of rowBytes) are placed in the result in rank
-// order; at step s (0..p-2) rank r sends part r-s (its own at step 0, afterwards the
-// one it received at step s-1, straight from the result) to r+1 and receives part
-// r-s-1 from r-1 into the result.
-size_t allgatherRing(Communicator& c, const Call& call, size_t rows, Output& out) {
+// order; the slot ring (in bytes) moves them, rank r owning part r.
+void allgatherRing(Communicator& c, Call& call) {
   const int p = c.size(), r = c.rank();
-  const size_t rowBytes = call.count * call.elemBytes, seg = copyPiece(c);
+  const size_t rows = call.rows, rowBytes = call.count * call.elemBytes;
   std::vector<const CallHeader*> h;
   headers(c, call, &h, [&](int, uint64_t* e) { e[0] = rows; });
-  std::vector<size_t> first(p + 1, 0);  // first row of each rank's part
-  for (int q = 0; q < p; ++q) first[q + 1] = first[q] + (q == r ? rows : h[q]->extra[0]);
-  char* dst = static_cast<char*>(out.allocate(first[p] * rowBytes));
-  std::memcpy(dst + first[r] * rowBytes, call.in, rows * rowBytes);
-  Peer& next = c.peer(ring::next(r, p));
-  Peer& prev = c.peer(ring::prev(r, p));
-  for (int s = 0; s < p - 1; ++s) {
-    const int sp = ((r - s) % p + p) % p, rp = ((r - s - 1) % p + p) % p;
-    shift(c, next, dst + first[sp] * rowBytes, (first[sp + 1] - first[sp]) * rowBytes, prev,
-          dst + first[rp] * rowBytes, (first[rp + 1] - first[rp]) * rowBytes, seg);
+  std::vector<size_t> first(p + 1, 0);  // first byte of each rank's part
+  size_t total = 0;
+  for (int q = 0; q < p; ++q) {
+    const size_t n = q == r ? rows : h[q]->extra[0];
+    first[q + 1] = first[q] + n * rowBytes;
+    total += n;
   }
-  return first[p];
+  char* dst = static_cast<char*>(call.result->allocate(first[p]));
+  std::memcpy(dst + first[r], call.in, rows * rowBytes);
+  const SlotRing ring{nullptr, p, r, first.data(), -1, 1, c.protocol().slotSegment(1)};
+  ringAllgather(c, ring, dst);
+  call.resultRows = total;
 }
 
 // chain broadcast: rank at distance d = r - root (mod p) receives each piece from
 // d-1, copies it into out and forwards it from out to d+1 (the last rank only
 // receives); the root sends from its input (and copies it into out when out of place).
-void broadcastChain(Communicator& c, const Call& call, int root) {
-  const int p = c.size(), r = c.rank();
-  const size_t bytes = call.count * call.elemBytes, seg = copyPiece(c);
+void broadcastChain(Communicator& c, Call& call) {
+  const int p = c.size(), r = c.rank(), root = call.root;
+  const size_t bytes = call.count * call.elemBytes, seg = c.protocol().slotSegment(1);
   std::vector<const CallHeader*> h;
   headers(c, call, &h, [](int, uint64_t*) {});
   const int d = ((r - root) % p + p) % p;
@@ -108,64 +102,27 @@ void broadcastChain(Communicator& c, const Call& call, int root) {
   }
 }
 
-// ring reducescatter: chunk c = rows [chunkBegin(rows, p, c), ...) of every input (rank
-// c's share), cut into nseg segments of at most segElems elements. For each segment k:
-// rank r sends its input of chunk r-1 to r+1; at step j (0..p-2) it receives the partial
-// of chunk r-j-2 from r-1 and reduces partial op input (into r+1's slot, or staging, and
-// sends it), except at j = p-2, where the chunk is its own (r) and the result, scaled
-// for Average, goes to out.
-void reducescatterRing(Communicator& c, const Call& call, size_t rowElems) {
-  const int p = c.size(), r = c.rank();
-  const size_t E = call.elemBytes;
-  const size_t rows = rowElems ? call.count / rowElems : 0;
-  const size_t segElems = std::max<size_t>(1, std::min(c.config().segmentBytes, c.config().slotBytes) / E);
+// ring reducescatter: chunk q = rows [chunkBegin(rows, p, q), ...) of every input (rank
+// q's share): the slot ring's reduce-scatter, rank r owning part r, its result in out.
+void reducescatterRing(Communicator& c, Call& call) {
+  const int p = c.size();
+  const size_t rowElems = call.rowElems, rows = rowElems ? call.count / rowElems : 0;
   std::vector<const CallHeader*> h;
   headers(c, call, &h, [](int, uint64_t*) {});
-  Peer& next = c.peer(ring::next(r, p));
-  Peer& prev = c.peer(ring::prev(r, p));
-  const size_t largest = ring::chunkCount(rows, p, 0) * rowElems;
-  const size_t nseg = (largest + segElems - 1) / segElems;
-  // Elements [begin, begin + n) of segment k of chunk ch.
-  auto segment = [&](int ch, size_t k) {
-    const size_t b = ring::chunkBegin(rows, p, ch) * rowElems, n = ring::chunkCount(rows, p, ch) * rowElems;
-    const size_t s = std::min(k * segElems, n);
-    return ring::Range{b + s, std::min(segElems, n - s)};
-  };
-  const char* in = static_cast<const char*>(call.in);
-  const size_t mineBegin = ring::chunkBegin(rows, p, r) * rowElems;
-  for (size_t k = 0; k < nseg; ++k) {
-    const ring::Range first = segment(ring::prev(r, p), k);
-    prim::sendSlot(c, next, in + first.begin * E, first.n * E);
-    for (int j = 0; j < p - 1; ++j) {
-      const int ch = ((r - j - 2) % p + p) % p;
-      const ring::Range seg = segment(ch, k);
-      const void* theirs = prim::recvSlot(c, prev);
-      const char* input = in + seg.begin * E;
-      if (j < p - 2) {
-        // Waiting for next's credit while holding prev's slot is safe with 2+ slots
-        // (next then holds an older message of mine); with one slot every rank could
-        // hold its predecessor's only slot, so reduce into staging and release first.
-        void* slot = c.config().slots >= 2 ? prim::mappedSlot(c, next) : nullptr;
-        void* dst = slot ? slot : c.staging(0);
-        reduce2(call.dtype, call.op, dst, theirs, input, seg.n);
-        prim::releaseSlot(c, prev);
-        prim::sendSlot(c, next, slot ? nullptr : dst, seg.n * E);
-      } else {
-        char* result = static_cast<char*>(call.out) + (seg.begin - mineBegin) * E;
-        reduce2(call.dtype, call.op, result, theirs, input, seg.n, call.scale);
-        prim::releaseSlot(c, prev);
-      }
-    }
-  }
+  const ring::Bounds shares(rows, p, rowElems);
+  const SlotRing ring{nullptr, p, c.rank(), shares.data(), -1, call.elemBytes,
+                      c.protocol().slotSegment(call.elemBytes) / call.elemBytes};
+  ringReduceScatter(c, call, ring, call.in, call.out, call.scale);
 }
 
 // pairwise alltoall: the rows I send to q are splits[q] rows from firstSent[q]; what q
 // sends me (received[q] rows, from q's header) lands in the result in rank order. My own
 // part is copied locally; at step k (1..p-1) I send to r+k while receiving from r-k.
-size_t alltoallPairwise(Communicator& c, const Call& call, const uint64_t* splits, uint64_t* received,
-                        Output& out) {
+void alltoallPairwise(Communicator& c, Call& call) {
   const int p = c.size(), r = c.rank();
-  const size_t rowBytes = call.count * call.elemBytes, seg = copyPiece(c);
+  const uint64_t* splits = call.splits;
+  uint64_t* received = call.received;
+  const size_t rowBytes = call.count * call.elemBytes, seg = c.protocol().slotSegment(1);
   std::vector<uint64_t> firstSent(p + 1, 0);
   for (int q = 0; q < p; ++q) firstSent[q + 1] = firstSent[q] + splits[q];
   std::vector<const CallHeader*> h;
@@ -175,15 +132,15 @@ size_t alltoallPairwise(Communicator& c, const Call& call, const uint64_t* split
     received[q] = q == r ? splits[r] : h[q]->extra[0];
     firstRecv[q + 1] = firstRecv[q] + received[q];
   }
-  char* dst = static_cast<char*>(out.allocate(firstRecv[p] * rowBytes));
+  char* dst = static_cast<char*>(call.result->allocate(firstRecv[p] * rowBytes));
   const char* in = static_cast<const char*>(call.in);
   std::memcpy(dst + firstRecv[r] * rowBytes, in + firstSent[r] * rowBytes, splits[r] * rowBytes);
   for (int k = 1; k < p; ++k) {
     const int to = (r + k) % p, from = (r - k + p) % p;
-    shift(c, c.peer(to), in + firstSent[to] * rowBytes, splits[to] * rowBytes, c.peer(from),
-          dst + firstRecv[from] * rowBytes, received[from] * rowBytes, seg);
+    pairwise::shift(c, c.peer(to), in + firstSent[to] * rowBytes, splits[to] * rowBytes, c.peer(from),
+                    dst + firstRecv[from] * rowBytes, received[from] * rowBytes, seg);
   }
-  return firstRecv[p];
+  call.resultRows = firstRecv[p];
 }
 
 }  // namespace algorithms

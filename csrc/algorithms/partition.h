@@ -1,5 +1,5 @@
 // Rank and chunk arithmetic of the ring, as pure functions (unit-tested without any
-// transport, see tests/test_partition.py through rdmacoll._core._ring_schedule).
+// transport, see tests/test_partition.py through rdmacoll._core._testing).
 //
 // Terms
 //   chunk    count elements are split into p chunks, as equal as possible: chunk c holds
@@ -14,6 +14,7 @@
 //   unit     one (segment, step) pair; units run in order k-major: unit = k*2(p-1) + j.
 #pragma once
 #include <cstddef>
+#include <vector>
 
 namespace rdmacoll {
 namespace ring {
@@ -41,7 +42,6 @@ inline int ringChunk(int r, int j, int p) {
   int c = j < p - 1 ? r - j - 1 : r - (j - (p - 1));
   return ((c % p) + p) % p;
 }
-inline int ownedChunk(int r, int p) { return (r + 1) % p; }
 
 // Elements [begin, begin+n) of segment k of chunk c.
 struct Range {
@@ -53,6 +53,31 @@ inline Range segment(size_t count, int p, size_t segElems, int c, size_t k) {
   if (s >= n) return {b + n, 0};
   return {b + s, n - s < segElems ? n - s : segElems};
 }
+
+// The p + 1 boundaries of count elements split into p chunks, each chunk element scaled
+// by `unit` (rows of unit elements): the parts of a comm/ring.h slot ring. No allocation
+// up to 64 chunks.
+class Bounds {
+ public:
+  Bounds(size_t count, int p, size_t unit = 1) {
+    size_t* b = inline_;
+    if (p + 1 > kInline) {
+      many_.resize(p + 1);
+      b = many_.data();
+    }
+    for (int c = 0; c <= p; ++c) b[c] = chunkBegin(count, p, c) * unit;
+    data_ = b;
+  }
+  Bounds(const Bounds&) = delete;
+  Bounds& operator=(const Bounds&) = delete;
+  const size_t* data() const { return data_; }
+
+ private:
+  static constexpr int kInline = 65;
+  size_t inline_[kInline];
+  std::vector<size_t> many_;
+  const size_t* data_;
+};
 
 }  // namespace ring
 }  // namespace rdmacoll

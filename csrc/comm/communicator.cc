@@ -9,20 +9,19 @@
 
 #include <algorithm>
 #include <cstring>
-#include <sstream>
 
 #include "common/error.h"
 #include "common/fork_guard.h"
 #include "common/text.h"
-#include "runtime/timeline.h"
+#include "common/timeline.h"
 
 namespace rdmacoll {
 
-Communicator::Communicator(int rank, int size, int localSize, const Config& config,
-                           std::shared_ptr<WaitHooks> hooks)
-    : rank_(rank), size_(size), localSize_(localSize), config_(config),
+Communicator::Communicator(int rank, int size, int localSize, const Protocol& protocol,
+                           const transport::Options& options, const JobLayout& job, std::shared_ptr<WaitHooks> hooks)
+    : rank_(rank), size_(size), localSize_(localSize), protocol_(protocol), job_(job),
       hooks_(hooks ? std::move(hooks) : std::make_shared<WaitHooks>()),
-      layout_(size, config), pid_(getpid()) {
+      ctrlLayout_(size, protocol), pid_(getpid()) {
   // Changes in every child after fork(): a communicator created before the fork belongs
   // to the parent (its peers, its memory); the child's copy must refuse to run. Cheaper
   // than getpid(), which is a system call on every collective. The child has already
@@ -30,28 +29,20 @@ Communicator::Communicator(int rank, int size, int localSize, const Config& conf
   forkGeneration_ = forkguard::generation();
   RC_CHECK(size >= 1 && rank >= 0 && rank < size, "invalid rank " + std::to_string(rank) +
                                                        " for size " + std::to_string(size));
-  RC_CHECK(config.segmentBytes >= 4096 && config.segmentBytes % 64 == 0,
-           "RDMACOLL_SEGMENT_BYTES must be a multiple of 64 and at least 4096");
-  RC_CHECK(config.slotBytes >= 4096 && config.slotBytes % 64 == 0,
-           "RDMACOLL_SLOT_BYTES must be a multiple of 64 and at least 4096");
-  RC_CHECK(config.slots >= 1 && config.slots <= 64, "RDMACOLL_SLOTS must be in 1..64");
-  RC_CHECK(config.timeoutSeconds > 0, "RDMACOLL_TIMEOUT must be positive");
-  RC_CHECK(config.stallWarningSeconds >= 0, "RDMACOLL_STALL_WARNING_SECONDS must be >= 0 (0 = off)");
-  RC_CHECK(config.stallShutdownSeconds >= 0, "RDMACOLL_STALL_SHUTDOWN_SECONDS must be >= 0 (0 = off)");
-  // The ranks of this host share config.localCpus CPUs (the union of their affinity
-  // masks, gathered by bootstrap): one rank's own mask says nothing about that (ranks
-  // bound to one core each see one CPU and are not oversubscribed).
-  oversubscribed_ = config.localCpus > 0 && localSize > config.localCpus;
-  if (config_.hostOf.empty()) config_.hostOf.assign(size, 0);  // a communicator of one host
-  RC_CHECK(static_cast<int>(config_.hostOf.size()) == size, "hosts: expected one host index per rank");
-  topology_ = schedule::hierarchy(config_.hostOf, rank);
-  device_ = transport::createJobDevice(config_.transport, config_.netTransport, rank, config_.hostOf);
+  // The ranks of this host share job.localCpus CPUs (the union of their affinity masks,
+  // gathered by bootstrap): one rank's own mask says nothing about that (ranks bound to
+  // one core each see one CPU and are not oversubscribed).
+  oversubscribed_ = job.localCpus > 0 && localSize > job.localCpus;
+  if (job_.hostOf.empty()) job_.hostOf.assign(size, 0);  // a communicator of one host
+  RC_CHECK(static_cast<int>(job_.hostOf.size()) == size, "hosts: expected one host index per rank");
+  topology_ = schedule::hierarchy(job_.hostOf, rank);
+  device_ = transport::createJobDevice(options, rank, job_.hostOf, job_.networkOffers);
   pollMicros_ = device_->pollMicros();
   pool_ = std::make_shared<MemoryPool>(device_.get());
-  ctrl_ = device_->allocate(layout_.total());
-  staging_ = device_->allocate(std::max(2, size) * config_.segmentBytes);
+  ctrl_ = device_->allocate(ctrlLayout_.total());
+  staging_ = device_->allocate(std::max(2, size) * protocol_.segmentBytes);
   peers_.resize(size);
-  if (!config.timelinePath.empty()) timeline_ = Timeline::open(config.timelinePath, rank);
+  if (!protocol_.timelinePath.empty()) timeline_ = Timeline::open(protocol_.timelinePath, rank);
 }
 
 Communicator::~Communicator() {
@@ -89,7 +80,7 @@ void Communicator::connect(const std::vector<transport::Bytes>& addresses) {
     p.ep = device_->connect(r, dev);
     p.ep->unpack(pm, &p.ctrl);
     p.ep->map(&p.ctrl);  // where the transport maps, writes then skip the mapping lookup
-    RC_CHECK(p.ctrl.len == layout_.total(),
+    RC_CHECK(p.ctrl.len == ctrlLayout_.total(),
              "rank " + std::to_string(r) + " has a different control layout: the ranks run "
              "different rdmacoll versions or settings");
     uint32_t caps = p.ep->capabilities();
@@ -142,8 +133,8 @@ void Communicator::abortAll(AbortCode code, const std::string& message) {
   for (Peer& p : peers_) {
     if (!p.ep) continue;
     try {
-      p.ep->write(msg, p.ctrl, layout_.abortMessage(rank_), sizeof(msg), false, 0);
-      p.ep->put64(p.ctrl, layout_.abortFlag(), flag);
+      p.ep->write(msg, p.ctrl, ctrlLayout_.abortMessage(rank_), sizeof(msg), false, 0);
+      p.ep->put64(p.ctrl, ctrlLayout_.abortFlag(), flag);
     } catch (const Error&) {
       // A dead peer cannot be told; the others still are.
     }
@@ -164,25 +155,13 @@ void Communicator::fail(const std::string& message) {
 }
 
 void Communicator::raisePeerAbort() const {
-  uint64_t flag = word(layout_.abortFlag()).load(std::memory_order_acquire);
+  uint64_t flag = word(ctrlLayout_.abortFlag()).load(std::memory_order_acquire);
   int src = static_cast<int>(flag & 0xffffffffu) - 1;
   if (src < 0 || src >= size_) src = 0;
   char msg[kAbortMessageBytes];
-  std::memcpy(msg, ctrl() + layout_.abortMessage(src), sizeof(msg));
+  std::memcpy(msg, ctrl() + ctrlLayout_.abortMessage(src), sizeof(msg));
   if (broken_.empty()) broken_ = printableUtf8(msg, sizeof(msg)) + " (reported by rank " + std::to_string(src) + ")";
   throw Error(broken_);
-}
-
-std::string describeCall(const Descriptor& d) {
-  std::ostringstream o;
-  o << collectiveName(static_cast<Collective>(d.collective)) << "(#" << d.seq << ", count=" << d.count
-    << ", dtype=" << dtypeName(static_cast<DataType>(d.dtype))
-    << ", op=" << opName(static_cast<ReduceOp>(d.op));
-  if (d.root >= 0) o << ", root=" << d.root;
-  // (the name: cut at a fixed length, and from a peer: made valid text)
-  if (d.name[0]) o << ", name='" << printableUtf8(d.name, sizeof(d.name)) << "'";
-  o << ")";
-  return o.str();
 }
 
 void Communicator::checkDescriptor(const HashedDescriptor& mine, const HashedDescriptor& theirs,

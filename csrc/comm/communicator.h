@@ -3,7 +3,7 @@
 // for the duration of a call).
 //
 // Setup (driven by bootstrap, which owns the only MPI calls):
-//   Communicator c(rank, size, localSize, config, hooks);
+//   Communicator c(rank, size, localSize, protocol, transportOptions, layout, hooks);
 //   bytes = c.address();             // allgathered by bootstrap
 //   c.connect(allAddresses);         // endpoints, peers' control regions
 //
@@ -19,16 +19,17 @@
 #include <string>
 #include <vector>
 
-#include "comm/config.h"
-#include "comm/topology.h"
+#include "comm/call.h"
 #include "comm/ctrl.h"
 #include "comm/pool.h"
+#include "comm/protocol.h"
+#include "comm/topology.h"
 #include "common/types.h"
 #include "transport/transport.h"
 
 namespace rdmacoll {
 
-class Timeline;  // runtime/timeline.h
+class Timeline;  // common/timeline.h
 
 // Called by waits that last long. Implemented by the binding (Python): the core knows
 // nothing of the interpreter.
@@ -59,30 +60,14 @@ struct BufferRef {
   uint64_t offset = 0;     // of ptr inside the packed region
 };
 
-// Everything one collective call needs, computed once by the entry point.
-struct Call {
-  const void* in;
-  void* out;
-  size_t count;
-  DataType dtype;
-  ReduceOp op;
-  double scale;        // 1/size for Average, else 1
-  size_t elemBytes;
-  uint64_t seq;
-  HashedDescriptor hd;  // descriptor and its hash, identical on all ranks when correct
-};
-
 enum class AbortCode : uint32_t {
   kMismatch = 1, kPeerDied = 2, kInterrupted = 3, kTimeout = 4, kError = 5, kStall = 6, kPeerLeft = 7
 };
 
-// "allreduce(#5, count=10, dtype=float32, op=Sum, name='w')", for messages.
-std::string describeCall(const Descriptor& d);
-
 class Communicator {
  public:
-  Communicator(int rank, int size, int localSize, const Config& config,
-               std::shared_ptr<WaitHooks> hooks);
+  Communicator(int rank, int size, int localSize, const Protocol& protocol, const transport::Options& options,
+               const JobLayout& layout, std::shared_ptr<WaitHooks> hooks);
   ~Communicator();
   Communicator(const Communicator&) = delete;
   Communicator& operator=(const Communicator&) = delete;
@@ -90,22 +75,28 @@ class Communicator {
   transport::Bytes address() const;
   void connect(const std::vector<transport::Bytes>& addresses);
 
-  // Collectives are free functions in runtime/ (they validate and pick an algorithm);
-  // this class is the state they run on.
+  // Collectives run in runtime/ (which validates and picks an algorithm); this class is
+  // the state they run on.
   uint64_t nextSeq() { return ++seq_; }
-  // The call about to run (after nextSeq): published for the stall inspector (a local
-  // store that peers mapping my control region read; see comm/stall.cc).
-  void announce(const Descriptor& d) {
-    current_ = d;
-    word(layout_.submitted(rank_)).store(d.seq, std::memory_order_relaxed);
+  // The call about to run (after nextSeq), or what it continues as: published for the
+  // stall inspector (a local store that peers mapping my control region read; see
+  // comm/stall.cc); its hash marks every slot message until the next announce.
+  void announce(const HashedDescriptor& hd) {
+    current_ = hd.desc;
+    callTag_ = static_cast<uint32_t>(hd.hash >> 56);
+    word(ctrlLayout_.submitted(rank_)).store(hd.desc.seq, std::memory_order_relaxed);
   }
+  // 8 bits of the running call's hash, carried by its slot messages (primitives.cc).
+  uint32_t callTag() const { return callTag_; }
+  const Descriptor& currentCall() const { return current_; }
   // The Chrome-trace timeline (RDMACOLL_TIMELINE), or nullptr when off.
   Timeline* timeline() const { return timeline_.get(); }
 
   int rank() const { return rank_; }
   int size() const { return size_; }
-  const Config& config() const { return config_; }
-  const CtrlLayout& layout() const { return layout_; }
+  const Protocol& protocol() const { return protocol_; }
+  const JobLayout& job() const { return job_; }
+  const CtrlLayout& layout() const { return ctrlLayout_; }
   std::shared_ptr<MemoryPool> pool() const { return pool_; }
   Peer& peer(int r) { return peers_[r]; }
   char* ctrl() const { return static_cast<char*>(ctrl_->data()); }
@@ -113,20 +104,18 @@ class Communicator {
     return *reinterpret_cast<std::atomic<uint64_t>*>(ctrl() + off);
   }
   // Staging segments for reads of peer memory: max(2, size) of segmentBytes each.
-  void* staging(int i) const { return static_cast<char*>(staging_->data()) + i * config_.segmentBytes; }
+  void* staging(int i) const { return static_cast<char*>(staging_->data()) + i * protocol_.segmentBytes; }
   bool peersReadable() const { return peersReadable_; }
   bool peersMappable() const { return peersMappable_; }
   bool oversubscribed() const { return oversubscribed_; }
   // The most local ranks per CPU of any host, at least 1: the cost model's scale.
-  double ranksPerCpu() const { return config_.ranksPerCpu; }
+  double ranksPerCpu() const { return job_.ranksPerCpu; }
   const char* transportName() const { return device_->name(); }
-  // The registry name of the algorithm the latest collective chose (static storage;
-  // "local" at one rank), for benchmarks and logs.
-  const char* lastAlgorithm() const { return lastAlgorithm_; }
-  // Hosts, this rank's local and cross groups (config().hostOf, computed once).
+  // The backends behind the device (transport.h: Device::localBackend/networkBackend).
+  std::string localBackend() const { return device_->localBackend(); }
+  std::string networkBackend() const { return device_->networkBackend(); }
+  // Hosts, this rank's local and cross groups (job().hostOf, computed once).
   const schedule::Hierarchy& topology() const { return topology_; }
-  void noteAlgorithm(const char* name) { lastAlgorithm_ = name; }
-  uint64_t callsStarted() const { return seq_; }
   // Units this rank completed in earlier calls (its progress counter at the peers).
   uint64_t progressBase() const { return progressBase_; }
   void advanceProgressBase(uint64_t units) { progressBase_ += units; }
@@ -159,7 +148,7 @@ class Communicator {
   // (then only rethrow it).
   [[noreturn]] void fail(const std::string& message);
   void checkAbortWord() const {
-    if (word(layout_.abortFlag()).load(std::memory_order_acquire) != 0) raisePeerAbort();
+    if (word(ctrlLayout_.abortFlag()).load(std::memory_order_acquire) != 0) raisePeerAbort();
   }
   void checkUsable() const;
   // First thing of every collective: usable, and no peer has aborted.
@@ -208,15 +197,15 @@ class Communicator {
   [[noreturn]] void raisePeerAbort() const;
 
   int rank_, size_, localSize_;
-  Config config_;
+  Protocol protocol_;
+  JobLayout job_;
   schedule::Hierarchy topology_;
-  const char* lastAlgorithm_ = "";
   int pollMicros_ = 2000;  // device_->pollMicros(), read once
   bool oversubscribed_;
   std::shared_ptr<WaitHooks> hooks_;
   std::unique_ptr<transport::Device> device_;
   std::shared_ptr<MemoryPool> pool_;
-  CtrlLayout layout_;
+  CtrlLayout ctrlLayout_;
   std::unique_ptr<transport::Memory> ctrl_;
   std::unique_ptr<transport::Memory> staging_;
   std::vector<Peer> peers_;
@@ -226,6 +215,7 @@ class Communicator {
   uint64_t seq_ = 0;
   uint64_t progressBase_ = 0;
   Descriptor current_{};          // the call started last (announce)
+  uint32_t callTag_ = 0;          // its hash's top 8 bits
   uint64_t publishedSeq_ = 0;     // last seq pushed to the peers' submitted words
   std::unique_ptr<Timeline> timeline_;
   mutable std::string broken_;  // set once the communicator aborted: every later call raises it

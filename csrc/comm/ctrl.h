@@ -12,7 +12,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "comm/config.h"
+#include "comm/protocol.h"
 #include "transport/transport.h"
 
 namespace rdmacoll {
@@ -34,7 +34,7 @@ struct Descriptor {
   uint8_t collective = 0;  // 1 = allreduce
   uint8_t dtype = 0;
   uint8_t op = 0;
-  uint8_t algorithm = 0;
+  uint8_t algorithm = 0;   // id in the algorithm table of what runs (after a continuation: its id)
   int32_t root = -1;
   uint64_t seq = 0;
   uint64_t count = 0;
@@ -64,7 +64,7 @@ constexpr size_t kHeaderSlot = (sizeof(CallHeader) + 63) / 64 * 64;
 
 class CtrlLayout {
  public:
-  CtrlLayout(int size, const Config& c) : size_(size), eagerBytes_(round(c.eagerBytes + 128)),
+  CtrlLayout(int size, const Protocol& c) : size_(size), eagerBytes_(round(c.eagerBytes + 128)),
         slotBytes_(c.slotBytes), slots_(c.slots) {
     wordsOff_ = 0;
     msgOff_ = wordsOff_ + 64 + sizeof(PeerWords) * size;

@@ -30,31 +30,6 @@ void recvCopyPiece(Communicator& c, Peer& from, char* dst, size_t len) {
 }
 }  // namespace
 
-void exchangeHeaders(Communicator& c, const Call& call, const int* peers, int n) {
-  const int p = c.size(), r = c.rank();
-  const int pred = (r + p - 1) % p, succ = (r + 1) % p;
-  // Distinct peers, successor first and predecessor second (p <= 2: they coincide).
-  constexpr int kMax = 16;
-  int list[kMax];
-  int m = 0;
-  auto add = [&](int q) {
-    if (q < 0 || q == r) return;
-    for (int i = 0; i < m; ++i) {
-      if (list[i] == q) return;
-    }
-    if (m == kMax) throw Error("internal: too many header peers");
-    list[m++] = q;
-  };
-  add(succ);
-  add(pred);
-  for (int i = 0; i < n; ++i) add(peers[i]);
-  for (int i = 0; i < m; ++i) prim::sendHeader(c, c.peer(list[i]), call, nullptr, nullptr);
-  prim::recvHeader(c, c.peer(pred), call);
-  for (int i = 0; i < m; ++i) {
-    if (list[i] != pred) prim::recvHeader(c, c.peer(list[i]), call);
-  }
-}
-
 void send(Communicator& c, Peer& to, const void* data, size_t bytes, size_t segBytes) {
   const char* p = static_cast<const char*>(data);
   for (size_t i = 0, np = pieces(bytes, segBytes); i < np; ++i) {

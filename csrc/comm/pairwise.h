@@ -20,15 +20,6 @@ namespace pairwise {
 inline size_t pieces(size_t bytes, size_t seg) { return (bytes + seg - 1) / seg; }
 inline size_t pieceLen(size_t bytes, size_t seg, size_t i) { return std::min(seg, bytes - i * seg); }
 
-// Call headers with the ring neighbours and `peers` (n of them, duplicates and -1 allowed):
-// send mine to each of them, then receive theirs, the predecessor's first. Every
-// algorithm's first message goes to the successor and its first wait is on the
-// predecessor, so ranks that picked different algorithms or calls meet at a header and
-// fail with a mismatch instead of waiting for messages that never come; and every rank I
-// send a header to sends me one, so a rank never starts call n+2 (overwriting its header
-// of call n, slots are per parity) before each of them started call n+1.
-void exchangeHeaders(Communicator& c, const Call& call, const int* peers, int n);
-
 // Send `bytes` from `data` to `to`.
 void send(Communicator& c, Peer& to, const void* data, size_t bytes, size_t segBytes);
 // Receive `bytes` from `from` into dst.

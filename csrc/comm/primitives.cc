@@ -5,7 +5,7 @@
 #include <string>
 
 #include "common/error.h"
-#include "runtime/timeline.h"
+#include "common/timeline.h"
 
 namespace rdmacoll {
 namespace prim {
@@ -31,6 +31,18 @@ namespace {
                  std::to_string(got) + " (the ranks run different collectives or settings)");
 }
 
+[[noreturn]] void slotMismatch(Communicator& c, Peer& from, uint32_t got, uint32_t want) {
+  const uint32_t kindAndMsg = 0xf00fffffu;
+  c.abortAll(AbortCode::kMismatch,
+             (got & kindAndMsg) == (want & kindAndMsg)
+                 ? "collective mismatch (different algorithms): rank " + std::to_string(from.rank) +
+                       " ran another algorithm (or another continuation of it) than rank " +
+                       std::to_string(c.rank()) + " in its call " + describeCall(c.currentCall()) +
+                       " (the ranks run different rdmacoll versions or settings)"
+                 : "protocol mismatch with rank " + std::to_string(from.rank) + ": expected slot message " +
+                       std::to_string(want) + ", got " + std::to_string(got));
+}
+
 uint32_t recvImmediate(Communicator& c, Peer& from, const char* what) {
   uint32_t imm = 0;
   c.waitUntil([&] { return from.ep->pollImmediate(&imm); }, from.rank, what);
@@ -38,6 +50,12 @@ uint32_t recvImmediate(Communicator& c, Peer& from, const char* what) {
 }
 
 }  // namespace
+
+void continueAs(Communicator& c, Call& call, uint8_t algorithm) {
+  call.hd.desc.algorithm = algorithm;
+  call.hd.hash = hashDescriptor(call.hd.desc);
+  c.announce(call.hd);
+}
 
 void sendHeader(Communicator& c, Peer& to, const Call& call, const BufferRef* in, const BufferRef* out,
                 const uint64_t* extra) {
@@ -75,6 +93,31 @@ const CallHeader& recvHeader(Communicator& c, Peer& from, const Call& call) {
   return h;
 }
 
+void headersFromNeighbours(Communicator& c, const Call& call, const int* peers, int n) {
+  const int p = c.size(), r = c.rank();
+  const int pred = (r + p - 1) % p, succ = (r + 1) % p;
+  // Distinct peers, successor first and predecessor second (p <= 2: they coincide).
+  constexpr int kMax = 16;
+  int list[kMax];
+  int m = 0;
+  auto add = [&](int q) {
+    if (q < 0 || q == r) return;
+    for (int i = 0; i < m; ++i) {
+      if (list[i] == q) return;
+    }
+    if (m == kMax) throw Error("internal: too many header peers");
+    list[m++] = q;
+  };
+  add(succ);
+  add(pred);
+  for (int i = 0; i < n; ++i) add(peers[i]);
+  for (int i = 0; i < m; ++i) sendHeader(c, c.peer(list[i]), call, nullptr, nullptr);
+  recvHeader(c, c.peer(pred), call);
+  for (int i = 0; i < m; ++i) {
+    if (list[i] != pred) recvHeader(c, c.peer(list[i]), call);
+  }
+}
+
 namespace {
 // A header names no buffer with all-zero packed bytes (sendHeader with nullptr).
 bool named(const transport::PackedMemory& m) {
@@ -102,12 +145,10 @@ namespace {
 void checkPeerRange(const Peer& peer, const transport::RemoteMemory& m, size_t base, size_t off, size_t len) {
   if (base > m.len || off > m.len - base || len > m.len - base - off) {
     throw Error("rank " + std::to_string(peer.rank) + "'s buffer holds " + std::to_string(m.len - std::min(base, m.len)) +
-                " bytes; reading " + std::to_string(len) + " at " + std::to_string(off) + " would overrun it");
+                " bytes; accessing " + std::to_string(len) + " at " + std::to_string(off) + " would overrun it");
   }
 }
-}  // namespace
 
-namespace {
 // len bytes at off of a peer region described by (m, base offset, mapping or null).
 void readPeer(Peer& peer, const transport::RemoteMemory& m, size_t base, const char* map, size_t off,
               void* dst, size_t len) {
@@ -119,6 +160,17 @@ void readPeer(Peer& peer, const transport::RemoteMemory& m, size_t base, const c
     peer.ep->read(m, base + off, dst, len);
   }
 }
+
+// A pointer to the peer region's bytes [off, off+len): mapped, else read into stage.
+const void* peerAt(Peer& peer, const transport::RemoteMemory& m, size_t base, const char* map, size_t off,
+                   size_t len, void* stage) {
+  if (map == nullptr) {
+    readPeer(peer, m, base, nullptr, off, stage, len);
+    return stage;
+  }
+  if (len) checkPeerRange(peer, m, base, off, len);
+  return map + off;
+}
 }  // namespace
 
 void readInput(Peer& peer, const PeerBuffers& b, size_t off, void* dst, size_t len) {
@@ -127,6 +179,20 @@ void readInput(Peer& peer, const PeerBuffers& b, size_t off, void* dst, size_t l
 
 void readOutput(Peer& peer, const PeerBuffers& b, size_t off, void* dst, size_t len) {
   readPeer(peer, b.out, b.outOff, b.outMap, off, dst, len);
+}
+
+const void* inputAt(Peer& peer, const PeerBuffers& b, size_t off, size_t len, void* stage) {
+  return peerAt(peer, b.in, b.inOff, b.inMap, off, len, stage);
+}
+
+const void* outputAt(Peer& peer, const PeerBuffers& b, size_t off, size_t len, void* stage) {
+  return peerAt(peer, b.out, b.outOff, b.outMap, off, len, stage);
+}
+
+void writeOutput(Peer& peer, const PeerBuffers& b, size_t off, const void* src, size_t len) {
+  if (len == 0) return;
+  checkPeerRange(peer, b.out, b.outOff, off, len);
+  peer.ep->write(src, b.out, b.outOff + off, len, false, 0);
 }
 
 void sendEager(Communicator& c, Peer& to, const Call& call, const void* data, size_t bytes) {
@@ -153,7 +219,7 @@ const void* recvEager(Communicator& c, Peer& from, const Call& call) {
 
 void waitSlotCredit(Communicator& c, Peer& to) {
   PhaseScope phase(c.timeline(), Timeline::kTransfer);
-  uint64_t slots = static_cast<uint64_t>(c.config().slots);
+  uint64_t slots = static_cast<uint64_t>(c.protocol().slots);
   if (to.msgsSent < slots) return;
   uint64_t need = to.msgsSent - slots + 1;
   auto& credit = c.word(c.layout().credit(to.rank));
@@ -171,19 +237,15 @@ void sendSlot(Communicator& c, Peer& to, const void* data, size_t bytes) {
   PhaseScope phase(c.timeline(), Timeline::kTransfer);
   if (data != nullptr) waitSlotCredit(c, to);
   to.ep->write(data, to.ctrl, c.layout().slot(c.rank(), to.msgsSent), data ? bytes : 0, true,
-               tag(kSlotTag, to.msgsSent));
+               slotTag(c.callTag(), to.msgsSent));
   ++to.msgsSent;
 }
 
 const void* recvSlot(Communicator& c, Peer& from) {
   PhaseScope phase(c.timeline(), Timeline::kTransfer);
   uint32_t got = recvImmediate(c, from, "a slot message");
-  uint32_t want = tag(kSlotTag, from.msgsReceived);
-  if (got != want) {
-    c.abortAll(AbortCode::kMismatch, "protocol mismatch with rank " + std::to_string(from.rank) +
-                                         ": expected slot message " + std::to_string(want) +
-                                         ", got " + std::to_string(got));
-  }
+  uint32_t want = slotTag(c.callTag(), from.msgsReceived);
+  if (got != want) slotMismatch(c, from, got, want);
   return c.ctrl() + c.layout().slot(from.rank, from.msgsReceived);
 }
 

@@ -1,9 +1,15 @@
 // Primitives: the verbs algorithms are written in. Each names what moves, to whom, and
 // what it waits for; none names a transport.
 //
+// Algorithms reach peers only through these (and comm/ring.h, comm/pairwise.h): they
+// never name an Endpoint.
+//
 // Immediates carry a tag checked on receipt: kind (header/eager/slot) and low bits of
-// the call sequence or message number, so a peer running a different collective or
-// algorithm is caught at its first message rather than misread.
+// the call sequence (headers, eager) or of the message number (slots), so a peer running
+// a different collective or algorithm is caught at its first message rather than
+// misread. Slot messages also carry 8 bits of the hash of the call the sender runs
+// (after a continuation: of what it continues as), so ranks that continued differently
+// are caught at their first slot message too.
 #pragma once
 #include <cstdint>
 
@@ -14,6 +20,14 @@ namespace prim {
 
 enum TagKind : uint32_t { kHeaderTag = 1, kEagerTag = 2, kSlotTag = 3 };
 inline uint32_t tag(TagKind k, uint64_t n) { return (static_cast<uint32_t>(k) << 28) | (n & 0x0fffffff); }
+inline uint32_t slotTag(uint32_t callTag, uint64_t msg) {
+  return (static_cast<uint32_t>(kSlotTag) << 28) | ((callTag & 0xff) << 20) | (msg & 0xfffff);
+}
+
+// The call continues as another entry of the algorithm table (algorithms/table.h), decided
+// alike on every rank from what the call headers revealed: the descriptor names it from
+// now on (its hash, the slot tags, the stall inspector, last_algorithm).
+void continueAs(Communicator& c, Call& call, uint8_t algorithm);
 
 // ---- call headers: hash + descriptor (+ buffer locations), double-buffered by parity
 void sendHeader(Communicator& c, Peer& to, const Call& call, const BufferRef* in, const BufferRef* out,
@@ -25,8 +39,8 @@ const CallHeader& recvHeader(Communicator& c, Peer& from, const Call& call);
 // null) and receive every peer's, predecessor first: a mismatch anywhere is seen by some
 // rank at its first receive, which aborts everyone. headers[q] for q != me.
 template <class Extra>
-void exchangeHeaders(Communicator& c, const Call& call, const BufferRef* in, const BufferRef* out,
-                     Extra extra, const CallHeader** headers) {
+void headersFromAll(Communicator& c, const Call& call, const BufferRef* in, const BufferRef* out,
+                    Extra extra, const CallHeader** headers) {
   const int p = c.size(), r = c.rank();
   for (int k = 1; k < p; ++k) {
     const int q = (r + k) % p;
@@ -40,6 +54,16 @@ void exchangeHeaders(Communicator& c, const Call& call, const BufferRef* in, con
   }
 }
 
+// Call headers, without buffers, with the ring neighbours and `peers` (n of them,
+// duplicates and -1 allowed): send mine to each of them, then receive theirs, the
+// predecessor's first. Every algorithm's first message goes to the successor and its
+// first wait is on the predecessor, so ranks that picked different algorithms or calls
+// meet at a header and fail with a mismatch instead of waiting for messages that never
+// come; and every rank I send a header to sends me one, so a rank never starts call n+2
+// (overwriting its header of call n, slots are per parity) before each of them started
+// call n+1.
+void headersFromNeighbours(Communicator& c, const Call& call, const int* peers, int n);
+
 // A peer's buffers from its header, ready to read: mapped where the transport maps
 // (then loads come straight from the peer's memory), else read() copies.
 struct PeerBuffers {
@@ -52,6 +76,12 @@ void viewPeer(Peer& peer, const CallHeader& h, PeerBuffers* b);
 // Copy len bytes at byte offset off of the peer's input (or output) into dst.
 void readInput(Peer& peer, const PeerBuffers& b, size_t off, void* dst, size_t len);
 void readOutput(Peer& peer, const PeerBuffers& b, size_t off, void* dst, size_t len);
+// The peer's input (or output) bytes [off, off+len): a pointer into the peer's memory
+// where it is mapped, else a copy read into `stage` (at least len bytes).
+const void* inputAt(Peer& peer, const PeerBuffers& b, size_t off, size_t len, void* stage);
+const void* outputAt(Peer& peer, const PeerBuffers& b, size_t off, size_t len, void* stage);
+// One-sided store of len bytes from src into the peer's output at byte offset off.
+void writeOutput(Peer& peer, const PeerBuffers& b, size_t off, const void* src, size_t len);
 
 // ---- eager: hash/descriptor line + whole payload into the peer's eager inbox
 void sendEager(Communicator& c, Peer& to, const Call& call, const void* data, size_t bytes);

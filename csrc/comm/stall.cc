@@ -19,7 +19,7 @@
 
 #include "comm/communicator.h"
 #include "common/error.h"
-#include "runtime/timeline.h"
+#include "common/timeline.h"
 
 namespace rdmacoll {
 
@@ -42,7 +42,7 @@ void Communicator::publishSubmitted() {
   for (Peer& p : peers_) {
     if (!p.ep || p.ctrl.mapped) continue;  // a mapping peer reads my own word
     try {
-      p.ep->put64(p.ctrl, layout_.submitted(rank_), seq_);
+      p.ep->put64(p.ctrl, ctrlLayout_.submitted(rank_), seq_);
     } catch (const Error&) {
       // A dead peer: the liveness check reports it.
     }
@@ -51,11 +51,11 @@ void Communicator::publishSubmitted() {
 
 void Communicator::announceLeaving() {
   const uint64_t v = seq_ | kLeftFlag;
-  word(layout_.submitted(rank_)).store(v, std::memory_order_release);
+  word(ctrlLayout_.submitted(rank_)).store(v, std::memory_order_release);
   for (Peer& p : peers_) {
     if (!p.ep || p.ctrl.mapped) continue;
     try {
-      p.ep->put64(p.ctrl, layout_.submitted(rank_), v);
+      p.ep->put64(p.ctrl, ctrlLayout_.submitted(rank_), v);
     } catch (const Error&) {
     }
   }
@@ -76,11 +76,11 @@ void Communicator::checkPeersLeft(const char* what) {
 
 uint64_t Communicator::submittedBy(int r) const {
   if (r == rank_) return seq_;
-  uint64_t pushed = word(layout_.submitted(r)).load(std::memory_order_relaxed);
+  uint64_t pushed = word(ctrlLayout_.submitted(r)).load(std::memory_order_relaxed);
   const Peer& p = peers_[r];
   if (p.ctrl.mapped) {
     auto* w = reinterpret_cast<const std::atomic<uint64_t>*>(static_cast<const char*>(p.ctrl.mapped) +
-                                                              layout_.submitted(r));
+                                                              ctrlLayout_.submitted(r));
     pushed = std::max(pushed, w->load(std::memory_order_relaxed));
   }
   return pushed;
@@ -90,7 +90,7 @@ void Communicator::inspectStall(double waited, const char* what, int waitingFor,
   const uint64_t seq = current_.seq;
   std::vector<int> started, missing;
   for (int r = 0; r < size_; ++r) ((submittedBy(r) & ~kLeftFlag) >= seq ? started : missing).push_back(r);
-  const bool shutdown = config_.stallShutdownSeconds > 0 && waited >= config_.stallShutdownSeconds && !missing.empty();
+  const bool shutdown = protocol_.stallShutdownSeconds > 0 && waited >= protocol_.stallShutdownSeconds && !missing.empty();
   // One rank speaks for the job: the lowest that started the call (every waiting rank
   // aborts on shutdown, the first to get there wins).
   if (!shutdown && (!warn || started.front() != rank_)) return;
@@ -104,10 +104,10 @@ void Communicator::inspectStall(double waited, const char* what, int waitingFor,
          (waitingFor >= 0 ? " from rank " + std::to_string(waitingFor) : std::string());
   if (shutdown) {
     abortAll(AbortCode::kStall, "rdmacoll stall: " + msg + " (RDMACOLL_STALL_SHUTDOWN_SECONDS=" +
-                                    seconds(config_.stallShutdownSeconds) + ")");
+                                    seconds(protocol_.stallShutdownSeconds) + ")");
   }
   std::fprintf(stderr, "[rdmacoll rank %d] stall warning: %s (RDMACOLL_STALL_WARNING_SECONDS=%g)\n", rank_,
-               msg.c_str(), config_.stallWarningSeconds);
+               msg.c_str(), protocol_.stallWarningSeconds);
   std::fflush(stderr);
   if (timeline_) timeline_->instant("stall", msg);
 }
@@ -116,7 +116,7 @@ void Communicator::WaitState::checkStall(double waited) {
   Communicator& c = c_;
   c.publishSubmitted();
   c.checkPeersLeft(what_);
-  const Config& cfg = c.config_;
+  const Protocol& cfg = c.protocol_;
   const bool warn = cfg.stallWarningSeconds > 0 && waited >= cfg.stallWarningSeconds &&
                     waited >= nextStallReport_;
   const bool shut = cfg.stallShutdownSeconds > 0 && waited >= cfg.stallShutdownSeconds;

@@ -68,7 +68,7 @@ bool Communicator::WaitState::step() {
   // Announce the sleep; the caller re-checks its condition, then sleeps. Announcing
   // before the final checks means an event after them (a peer's put64, an abort) wakes us.
   seen_ = c_.device_->prepareSleep();
-  if (c_.word(c_.layout_.abortFlag()).load(std::memory_order_acquire) != 0) {
+  if (c_.word(c_.ctrlLayout_.abortFlag()).load(std::memory_order_acquire) != 0) {
     c_.device_->cancelSleep();
     return false;
   }
@@ -92,7 +92,7 @@ void Communicator::WaitState::periodicChecks() {
     }
   }
   double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
-  if (waited > c.config_.timeoutSeconds) {
+  if (waited > c.protocol_.timeoutSeconds) {
     c.abortAll(AbortCode::kTimeout,
                "timed out after " + std::to_string(static_cast<int>(waited)) + " s (RDMACOLL_TIMEOUT) on rank " +
                    std::to_string(c.rank_) + " waiting for " + what_ +

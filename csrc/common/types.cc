@@ -1,5 +1,6 @@
 #include "common/types.h"
 
+#include <cctype>
 #include <cstring>
 
 #include "common/error.h"
@@ -42,6 +43,18 @@ const char* collectiveName(Collective c) {
     case Collective::kBarrier: return "barrier";
   }
   return "?";
+}
+
+bool collectiveFromName(const std::string& name, Collective* out) {
+  std::string lower = name;
+  for (char& ch : lower) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  for (Collective c : kCollectives) {
+    if (lower == collectiveName(c)) {
+      *out = c;
+      return true;
+    }
+  }
+  return false;
 }
 
 bool isFloating(DataType t) {

@@ -1,4 +1,4 @@
-// Reduction kernels (the hot loop of allreduce): reduceN and scaleInPlace from reduce.h.
+// Reduction kernels (the hot loop of allreduce): reduceN from reduce.h.
 //
 // Contract summary (see reduce.h for the full text)
 // - out[i] = in[0][i] op in[1][i] op ... op in[nin-1][i], combined strictly left to right,
@@ -556,16 +556,6 @@ void reduceN(DataType dtype, ReduceOp op, void* out, const void* const* in, int 
   RC_CHECK(nin >= 1, "reduce: need at least one input, got " + std::to_string(nin));
   if (count == 0) return;
   fn(out, in, nin, count, scale);
-}
-
-void scaleInPlace(DataType dtype, void* data, size_t count, double scale) {
-  if (scale == 1.0 || count == 0) {
-    selectKernel(dtype, ReduceOp::kSum, scale);  // still validates dtype
-    return;
-  }
-  const void* in[1] = {data};
-  KernelFn fn = selectKernel(dtype, ReduceOp::kSum, scale);
-  fn(data, in, 1, count, scale);
 }
 
 }  // namespace rdmacoll

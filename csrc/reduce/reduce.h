@@ -31,7 +31,4 @@ inline void reduce2(DataType dtype, ReduceOp op, void* out, const void* a, const
   reduceN(dtype, op, out, in, 2, count, scale);
 }
 
-// out = in * scale, element-wise (used for Average when one rank's data is the result).
-void scaleInPlace(DataType dtype, void* data, size_t count, double scale);
-
 }  // namespace rdmacoll

@@ -3,7 +3,7 @@
 #include <chrono>
 
 #include "common/error.h"
-#include "runtime/timeline.h"
+#include "common/timeline.h"
 
 namespace rdmacoll {
 
@@ -20,10 +20,13 @@ struct QueuedSince {
 
 int64_t AsyncEngine::queuedSinceNs() { return tQueuedNs; }
 
-AsyncEngine::~AsyncEngine() {
+void AsyncEngine::drain() {
   std::unique_lock<std::mutex> lk(mu_);
   cv_.wait(lk, [&] { return queue_.empty() && !executing_; });
-  lk.unlock();
+}
+
+AsyncEngine::~AsyncEngine() {
+  drain();
   if (thread_.joinable()) thread_.join();
 }
 
@@ -107,31 +110,26 @@ bool AsyncEngine::wait(const Handle& h, const std::function<bool()>& interrupted
   return true;
 }
 
-void AsyncEngine::runInline(const std::function<void()>& fn) {
-  std::unique_lock<std::mutex> lk(mu_);
-  const int64_t queued = executing_ || !queue_.empty() ? Timeline::nowNs() : 0;
+AsyncEngine::Inline::Inline(AsyncEngine& e) : e_(e) {
+  std::unique_lock<std::mutex> lk(e_.mu_);
+  const int64_t queued = e_.executing_ || !e_.queue_.empty() ? Timeline::nowNs() : 0;
   // Everything queued before this call runs first, here or on the executor.
-  while (executing_ || !queue_.empty()) {
-    if (!executing_) {
-      executeQueued(lk, nullptr);
+  while (e_.executing_ || !e_.queue_.empty()) {
+    if (!e_.executing_) {
+      e_.executeQueued(lk, nullptr);
     } else {
-      cv_.wait(lk);
+      e_.cv_.wait(lk);
     }
   }
-  executing_ = true;
-  lk.unlock();
-  try {
-    QueuedSince q(queued);
-    fn();
-  } catch (...) {
-    lk.lock();
-    executing_ = false;
-    cv_.notify_all();
-    throw;
-  }
-  lk.lock();
-  executing_ = false;
-  cv_.notify_all();
+  e_.executing_ = true;
+  tQueuedNs = queued;
+}
+
+AsyncEngine::Inline::~Inline() {
+  tQueuedNs = 0;
+  std::lock_guard<std::mutex> g(e_.mu_);
+  e_.executing_ = false;
+  e_.cv_.notify_all();
 }
 
 }  // namespace rdmacoll

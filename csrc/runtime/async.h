@@ -33,7 +33,9 @@ class AsyncEngine {
   using Handle = std::shared_ptr<Op>;
 
   AsyncEngine() = default;
-  ~AsyncEngine();  // waits for queued work, joins the progress thread
+  ~AsyncEngine();  // drains, joins the progress thread
+  // Waits until everything submitted has run (the progress thread then ends by itself).
+  void drain();
   AsyncEngine(const AsyncEngine&) = delete;
   AsyncEngine& operator=(const AsyncEngine&) = delete;
 
@@ -44,15 +46,32 @@ class AsyncEngine {
   // returns false (the operation goes on).
   bool wait(const Handle& h, const std::function<bool()>& interrupted);
   // Run fn on this thread once everything submitted before it has run (synchronous
-  // calls: they keep their place in the order). Exceptions propagate.
-  void runInline(const std::function<void()>& fn);
+  // calls: they keep their place in the order). Exceptions propagate. A template, so
+  // that the synchronous path builds no std::function.
+  template <class F>
+  void runInline(F&& fn) {
+    Inline turn(*this);
+    fn();
+  }
   size_t outstanding();
   // On the thread running an operation: when that operation was submitted, if it waited
   // for earlier work (asynchronous ops always; a synchronous call only when work was
-  // ahead of it), else 0. Read by the timeline (runtime/timeline.h).
+  // ahead of it), else 0. Read by the timeline (common/timeline.h).
   static int64_t queuedSinceNs();
 
  private:
+  // This thread's turn to execute, for runInline's scope: waits (or runs queued work)
+  // until the queue is empty and nobody executes, and hands the turn back when it ends.
+  class Inline {
+   public:
+    explicit Inline(AsyncEngine& e);
+    ~Inline();
+    Inline(const Inline&) = delete;
+    Inline& operator=(const Inline&) = delete;
+
+   private:
+    AsyncEngine& e_;
+  };
   // Called with lk held and executing_ == false: run queued ops until `until` or empty.
   void executeQueued(std::unique_lock<std::mutex>& lk, const Handle& until);
   void progressLoop();

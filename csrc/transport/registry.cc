@@ -30,23 +30,25 @@ std::vector<std::string> compiledTransports() {
   return v;
 }
 
-TransportReport probeTransport(const std::string& name) {
+std::vector<std::string> knownTransports() { return {"shm", "tcp", "ibverbs"}; }
+
+TransportReport probeTransport(const std::string& name, const Options& options) {
 #ifdef RDMACOLL_WITH_IBVERBS
-  if (name == "ibverbs") return ibverbs::probe();
+  if (name == "ibverbs") return ibverbs::probe(options);
 #endif
   try {
-    createDevice(name, 0, 1);
+    createDevice(name, 0, 1, options);
     return {true, {}};
   } catch (const Error& e) {
     return {false, {e.what()}};
   }
 }
 
-std::unique_ptr<Device> createDevice(const std::string& name, int rank, int size) {
+std::unique_ptr<Device> createDevice(const std::string& name, int rank, int size, const Options& options) {
   if (name == "shm") return std::make_unique<shm::ShmDevice>(rank, size);
-  if (name == "tcp") return std::make_unique<tcp::TcpDevice>(rank, size);
+  if (name == "tcp") return std::make_unique<tcp::TcpDevice>(rank, size, options);
 #ifdef RDMACOLL_WITH_IBVERBS
-  if (name == "ibverbs") return std::make_unique<ibverbs::IbvDevice>(rank, size);
+  if (name == "ibverbs") return std::make_unique<ibverbs::IbvDevice>(rank, size, options);
 #else
   if (name == "ibverbs") {
     throw Error("transport 'ibverbs' is not compiled into this build (the verbs headers were missing: install "

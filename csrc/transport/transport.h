@@ -41,6 +41,8 @@
 #include <string>
 #include <vector>
 
+#include "transport/options.h"
+
 namespace rdmacoll {
 namespace transport {
 
@@ -130,17 +132,24 @@ class Device {
   // The user's memory, registered for as long as the returned Memory lives; the user keeps
   // ownership of the bytes.
   virtual std::unique_ptr<Memory> registerMemory(void* ptr, size_t len) = 0;
-  // Register user memory for the duration of one operation and pack it, without
-  // allocating: only where registration costs nothing (cheapRegistration(); shm, whose
-  // peers reach user memory by cross-memory attach). Elsewhere, algorithms stage user
-  // data through allocated memory instead (no hidden registration cache).
+  // Whether user memory can be packed for peers per operation at no cost (shm: peers
+  // reach it by cross-memory attach, no registration exists). Only then do algorithms
+  // read peers' user memory in place; elsewhere user data moves through messages into
+  // allocated receive slots (no hidden registration cache).
   virtual bool cheapRegistration() const { return false; }
+  // Pack user memory for the duration of one operation, without allocating; only where
+  // cheapRegistration() (else throws).
+  virtual void packUser(const void* ptr, size_t len, PackedMemory* out);
+  // The backends behind this device, by name: the one that reaches same-host peers in
+  // place, and the one that carries messages between hosts ("" where there is none). The
+  // cost model keys its constants by these names (a tuning file measured one of them).
+  virtual std::string localBackend() const { return cheapRegistration() ? name() : ""; }
+  virtual std::string networkBackend() const { return cheapRegistration() ? "" : name(); }
   // How long a waiter should keep polling (yielding the CPU between polls) before it
   // sleeps. Shared memory: a peer's store is seen by the next poll, so polling pays;
   // network: data arrives through a socket or completion queue another thread (or the
   // next poll) drains, and a yielding poller under load is scheduled last.
   virtual int pollMicros() const { return 2000; }
-  virtual void packUser(const void* ptr, size_t len, PackedMemory* out);
 
   // The bytes peers need to connect to this device (exchanged by bootstrap).
   virtual Bytes address() const = 0;
@@ -170,14 +179,24 @@ class Device {
 
 // Create the device of a backend by name ("shm"). Throws Error naming the alternatives
 // when the backend does not exist or cannot run on this host.
-std::unique_ptr<Device> createDevice(const std::string& name, int rank, int size);
+std::unique_ptr<Device> createDevice(const std::string& name, int rank, int size, const Options& options);
 
-// The device of a job (job.cc). setting = RDMACOLL_TRANSPORT: "auto" uses shm when every
-// rank is on this host, else shm to same-host peers and `net` ("tcp" or "ibverbs", the
-// network backend every rank agreed on at bootstrap) to the others (hybrid/); "shm",
-// "tcp" or "ibverbs" use that backend for every peer. hostOf[r] = host index of rank r.
-std::unique_ptr<Device> createJobDevice(const std::string& setting, const std::string& net, int rank,
-                                        const std::vector<int>& hostOf);
+// Which backend reaches which peer: the one place that decides it (job.cc).
+//
+// networkOffer(): the network backends this rank could use to reach other hosts, best
+// first, comma-separated ("ibverbs,tcp"): bootstrap exchanges these between ranks (only
+// when the job spans hosts: probing an RDMA device costs milliseconds) and hands every
+// rank's offer back to createJobDevice.
+std::string networkOffer(const Options& options);
+// The device of a job. options.transport = RDMACOLL_TRANSPORT: "auto" uses the local
+// backend when every rank is on this host, else the local backend to same-host peers and,
+// to the others, the first network backend of rank 0's offer that every rank offers
+// (hybrid/); a backend's name uses that backend for every peer. hostOf[r] = host index of
+// rank r; offers[r] = rank r's networkOffer() (may be empty on one host).
+std::unique_ptr<Device> createJobDevice(const Options& options, int rank, const std::vector<int>& hostOf,
+                                        const std::vector<std::string>& offers);
+// Throws Error quoting `value` unless it is "auto" or a backend's name (RDMACOLL_TRANSPORT).
+void checkTransportSetting(const std::string& value);
 
 }  // namespace transport
 }  // namespace rdmacoll

@@ -3,14 +3,12 @@
 #include <cctype>
 
 #include "common/error.h"
+#include "common/settings.h"
 
 namespace rdmacoll {
 namespace tuning {
 
 namespace {
-
-const Collective kRuleCollectives[] = {Collective::kAllreduce, Collective::kAllgather, Collective::kBroadcast,
-                                       Collective::kReducescatter, Collective::kAlltoall};
 
 std::string trim(const std::string& s) {
   size_t b = 0, e = s.size();
@@ -19,25 +17,17 @@ std::string trim(const std::string& s) {
   return s.substr(b, e - b);
 }
 
-std::string lower(std::string s) {
-  for (char& ch : s) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-  return s;
-}
-
-bool collectiveFromName(const std::string& name, Collective* out) {
-  for (Collective c : kRuleCollectives) {
-    if (lower(name) == collectiveName(c)) {
-      *out = c;
-      return true;
-    }
-  }
-  return false;
-}
-
 std::string collectiveList() {
   std::string s;
-  for (Collective c : kRuleCollectives) s += std::string(s.empty() ? "" : ", ") + collectiveName(c);
+  for (Collective c : kCollectives) s += std::string(s.empty() ? "" : ", ") + collectiveName(c);
   return s;
+}
+
+bool parseRuleSize(const std::string& text, size_t* bytes) {
+  uint64_t v = 0;
+  if (!settings::parseBytes(text, true, &v)) return false;
+  *bytes = v == settings::kInf ? kNoLimit : static_cast<size_t>(v);
+  return true;
 }
 
 bool parseRange(const std::string& text, size_t* lo, size_t* hi) {
@@ -58,35 +48,6 @@ std::string sizeText(size_t n) {
 }
 
 }  // namespace
-
-bool parseRuleSize(const std::string& raw, size_t* bytes) {
-  const std::string t = lower(trim(raw));
-  if (t == "inf") {
-    *bytes = kNoLimit;
-    return true;
-  }
-  size_t i = 0;
-  unsigned long long v = 0;
-  while (i < t.size() && std::isdigit(static_cast<unsigned char>(t[i]))) {
-    const unsigned d = unsigned(t[i] - '0');
-    if (v > (~0ULL - d) / 10) return false;
-    v = v * 10 + d;
-    ++i;
-  }
-  if (i == 0) return false;
-  std::string suffix = t.substr(i);
-  unsigned shift = 0;
-  if (!suffix.empty() && (suffix[0] == 'k' || suffix[0] == 'm' || suffix[0] == 'g')) {
-    shift = suffix[0] == 'k' ? 10 : suffix[0] == 'm' ? 20 : 30;
-    suffix = suffix.substr(1);
-    if (!suffix.empty() && suffix[0] == 'i') suffix = suffix.substr(1);
-  }
-  if (suffix == "b") suffix.clear();
-  if (!suffix.empty()) return false;
-  if (shift && v > (~0ULL >> shift)) return false;
-  *bytes = size_t(v << shift);
-  return *bytes != kNoLimit;
-}
 
 AlgoRules parseAlgoRules(const std::string& text, AlgorithmCheck check) {
   AlgoRules rules;
@@ -118,7 +79,7 @@ AlgoRules parseAlgoRules(const std::string& text, AlgorithmCheck check) {
     size_t at = 0;
     if (parts.size() >= 2) {
       Collective c;
-      if (collectiveFromName(parts[0], &c)) {
+      if (rdmacoll::collectiveFromName(parts[0], &c)) {
         current = c;
         ++at;
       } else if (parts.size() == 3) {

@@ -3,7 +3,8 @@
 //   value := item (',' | ';') item ...
 //   item  := [collective ':'] [range ':'] algorithm
 //   range := size '-' size          bytes in [lo, hi): the upper bound is excluded
-//   size  := digits [K|M|G][i][B]   (powers of 1024, case-insensitive) | 'inf'
+//   size  := the settings' size grammar (common/settings.h: 32768, 32K, 32KB, 32KiB,
+//            1.5M), or 'inf' as the upper bound
 //
 // An item without a collective belongs to the collective of the item before it, or to
 // allreduce at the start (so a plain `ring` still means: allreduce, every size). Without
@@ -22,7 +23,7 @@
 namespace rdmacoll {
 namespace tuning {
 
-constexpr size_t kNoLimit = SIZE_MAX;  // 'inf'
+constexpr size_t kNoLimit = SIZE_MAX;  // 'inf' (settings::kInf)
 
 struct AlgoRule {
   Collective collective = Collective::kAllreduce;
@@ -39,9 +40,6 @@ using AlgorithmCheck = bool (*)(Collective collective, const std::string& name, 
 // Parses RDMACOLL_ALGO. Throws Error quoting the offending part (and the whole value) when
 // it is malformed or names an unknown collective or algorithm. Empty text: no rules.
 AlgoRules parseAlgoRules(const std::string& text, AlgorithmCheck check);
-
-// Parses one size ("64K", "1MiB", "inf"); false when malformed.
-bool parseRuleSize(const std::string& text, size_t* bytes);
 
 // The rule's algorithm for this call, or nullptr when no rule covers it.
 const char* matchRule(const AlgoRules& rules, Collective collective, size_t bytes);

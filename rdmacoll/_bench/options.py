@@ -26,19 +26,13 @@ def launcher_rank() -> int:
 
 
 def parse_size(text: str) -> int:
-    t = text.strip().upper().removesuffix("B").removesuffix("I")
-    mult = 1
-    for suffix, m in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
-        if t.endswith(suffix):
-            t, mult = t[:-1], m
-            break
+    """A size in the grammar of every size setting (32768, 32K, 32KB, 32KiB, 1.5M)."""
+    from rdmacoll import _core
+
     try:
-        value = int(float(t) * mult)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a size: {text!r} (examples: 8, 64K, 16M, 1G)") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"size must be >= 0: {text!r}")
-    return value
+        return _core.parse_size(text)
+    except _core.RdmacollError:
+        raise argparse.ArgumentTypeError(f"not a size: {text!r} (examples: 8, 64K, 16M, 1.5G)") from None
 
 
 def _int_at_least(low: int):

@@ -2,7 +2,6 @@
 the --compare peers) in the same processes on the same inputs, timed, checked, printed."""
 from __future__ import annotations
 
-import os
 import sys
 
 import numpy as np
@@ -131,12 +130,13 @@ def _sweep(args, plan, impls, notes, progress, lead) -> list:
 
 
 def run(args) -> int:
+    config = {}
     if args.algo:
-        os.environ["RDMACOLL_ALGO"] = algo_rules(args.algo, args.collectives)
+        config["algo"] = algo_rules(args.algo, args.collectives)
     if args.transport:
-        os.environ["RDMACOLL_TRANSPORT"] = args.transport.strip()
+        config["transport"] = args.transport.strip()
     try:
-        rc.init()
+        rc.init(config=config)
     except rc.RdmacollError as e:
         if launcher_rank() == 0:
             print(f"rdmacoll-bench: {e}", file=sys.stderr)

@@ -2,13 +2,13 @@
 model's alpha-beta-gamma constants to the times; rank 0 writes the tuning file."""
 from __future__ import annotations
 
-import os
 import sys
 import time
 
 import numpy as np
 
 import rdmacoll as rc
+from rdmacoll import _settings
 
 from .options import human, parse_size
 from .timing import slowest
@@ -42,7 +42,7 @@ def _coefficients(nbytes: int, p: int) -> dict[str, np.ndarray]:
     evaluated at the unit models (costs are linear in the constants)."""
     units = [dict(alpha=1.0, beta=0.0, gamma=0.0), dict(alpha=0.0, beta=1.0, gamma=0.0),
              dict(alpha=0.0, beta=0.0, gamma=1.0)]
-    per_unit = [rc._core._allreduce_costs(u, nbytes, p) for u in units]
+    per_unit = [rc._core.costs(u, "allreduce", nbytes, p) for u in units]
     return {name: np.array([c[name] for c in per_unit]) for name in per_unit[0]}
 
 
@@ -86,17 +86,12 @@ def measure_gamma(count: int = 1 << 20) -> float:
     best = float("inf")
     for _ in range(15):
         t0 = time.perf_counter()
-        rc._core._reduce_local(rc._core.DTYPES["float32"], rc.Sum, out, [a, b], 1.0)
+        rc._core.reduce_local(rc._core.DTYPES["float32"], rc.Sum, out, [a, b], 1.0)
         best = min(best, time.perf_counter() - t0)
     return best / (2 * a.nbytes)
 
 
 def tune(args) -> int:
-    from .. import _config
-
-    if not hasattr(rc._core, "_allreduce_costs"):
-        print("rdmacoll-bench --tune: this build lacks _core._allreduce_costs (tuning bindings)", file=sys.stderr)
-        return 2
     rc.init()
     rank, p = rc.rank(), rc.size()
     per_cpu = rc._comm.ranks_per_cpu
@@ -106,22 +101,24 @@ def tune(args) -> int:
             print("rdmacoll-bench --tune needs at least 2 ranks (mpiexec -n 4 rdmacoll-bench --tune, or --np 4)",
                   file=sys.stderr)
         return 2
-    path = args.tune_file or os.environ.get(_config.TUNING_FILE_VAR) or _config.default_tuning_path()
+    # --tune-file, else the tuning_file setting (RDMACOLL_TUNING_FILE), else the default place
+    chosen = _settings.resolve(scope="job")[0]["tuning_file"]
+    path = args.tune_file or (chosen if chosen.lower() not in ("", "none") else _settings.default_tuning_path())
     sizes = [parse_size(s) for s in args.tune_sizes.split(",") if s.strip()]
     names = [name for name, _ in rc.algorithms()]
     gamma_kernel = measure_gamma()
     times: dict[tuple[str, int], float] = {}
-    os.environ[_config.TUNING_FILE_VAR] = "none"  # the constants being measured must not steer anything
     for name in names:
-        os.environ["RDMACOLL_ALGO"] = name
-        rc.init()
+        # (no tuning file: the constants being measured must not steer anything)
+        rc.init(config={"algo": name, "tuning_file": "none"})
         for nbytes in sizes:
             x = np.ones(max(1, nbytes // 4), np.float32)
             t, ran = _time_allreduce(x, target_s=0.05, rounds=3)
-            if ran == name:  # not usable at this size (eager): skipped
+            # Skipped: not usable at this size (eager), or continued as another algorithm
+            # after its headers (direct on NumPy arrays): the times are not its own.
+            if ran == name:
                 times[(name, x.nbytes)] = t
         rc.shutdown()
-    del os.environ["RDMACOLL_ALGO"]
     rows = []
     for (name, nbytes), t in times.items():
         rows.append((_coefficients(nbytes, p)[name], t))
@@ -129,13 +126,13 @@ def tune(args) -> int:
     alpha, beta, gamma = (float(v) for v in x)
     model = dict(alpha=alpha, beta=beta, gamma=gamma)  # as measured, ranks_per_cpu ranks per CPU
     # The file holds constants for one rank per CPU; init() scales them back (cost_model.h).
-    scale = rc._core._cost_model_for(dict(alpha=1.0, beta=1.0, gamma=1.0), per_cpu)
+    scale = rc._core.cost_model_for(dict(alpha=1.0, beta=1.0, gamma=1.0), per_cpu)
     unscaled = {k: v / scale[k] for k, v in model.items()}
     keys = list(times)
     if rank == 0:
         print(f"# rdmacoll-bench --tune: {p} ranks, transport shm, float32 Sum on NumPy arrays")
-        default = rc._core._default_cost_model()
-        shipped_here = rc._core._cost_model_for(default, per_cpu)
+        default = rc._core.DEFAULT_COST_MODELS["local"]
+        shipped_here = rc._core.cost_model_for(default, per_cpu)
         print(f"# {'size':>8} " + " ".join(f"{n[:12]:>12}" for n in names)
               + f" {'fastest':>18} {'tuned picks':>18} {'shipped picks':>18}")
         ok = ok_default = 0
@@ -143,8 +140,8 @@ def tune(args) -> int:
         for nbytes in used_sizes:
             measured = {n: times.get((n, nbytes)) for n in names}
             usable = [n for n in names if measured[n] is not None]
-            pick = rc._core._select_allreduce(model, nbytes, p, usable)
-            shipped = rc._core._select_allreduce(shipped_here, nbytes, p, usable)
+            pick = rc._core.select(model, "allreduce", nbytes, p, usable)
+            shipped = rc._core.select(shipped_here, "allreduce", nbytes, p, usable)
             fastest = min(usable, key=lambda n: measured[n])
             ok += measured[pick] <= 1.15 * measured[fastest]
             ok_default += measured[shipped] <= 1.15 * measured[fastest]
@@ -166,11 +163,11 @@ def tune(args) -> int:
               + (f" (scaled here: alpha = {shipped_here['alpha']:.3e}, beta = {shipped_here['beta']:.3e}, "
                  f"gamma = {shipped_here['gamma']:.3e})" if per_cpu > 1 else ""))
         print(f"# local reduction kernel alone: gamma = {gamma_kernel:.3e} s/B ({1 / gamma_kernel / 1e9:.2f} GB/s)")
-        _config.write_tuning_file(path, {"shm": unscaled}, measured={
+        _settings.write_tuning_file(path, {"shm": unscaled}, measured={
             "ranks": p, "ranks_per_cpu": per_cpu, "fitted": model, "sizes": used_sizes, "gamma_kernel": gamma_kernel,
             "times": {f"{n}@{b}": t for (n, b), t in sorted(times.items())},
             "date": time.strftime("%Y-%m-%dT%H:%M:%S"),
         })
-        print(f"# wrote {path} (read by init() on rank 0; {_config.TUNING_FILE_VAR} chooses another file, "
-              f"{_config.TUNING_FILE_VAR}=none ignores it)")
+        print(f"# wrote {path} (read by init() on rank 0; RDMACOLL_TUNING_FILE chooses another file, "
+              "RDMACOLL_TUNING_FILE=none ignores it)")
     return 0

@@ -2,8 +2,8 @@
 
 Nothing here imports a framework. The adapters may rely on these names (a stable API):
 
-- ``fusion_threshold()``: bytes per gradient bucket, from ``RDMACOLL_FUSION_THRESHOLD``.
-- ``parse_bytes(text)``: "64M", "1.5K", "1048576" -> bytes.
+- ``fusion_threshold()``: bytes per gradient bucket, the ``fusion_threshold`` setting.
+- ``parse_bytes(text)``: "64M", "1.5K", "1048576" -> bytes (the settings' one grammar).
 - ``plan_buckets(items, threshold)``: group (dtype, nbytes) items into buckets.
 - ``dense_span(shape, strides)``: elements a strided dense tensor spans in memory.
 - ``align_up(n, a)``: n rounded up to a multiple of a.
@@ -13,42 +13,27 @@ Nothing here imports a framework. The adapters may rely on these names (a stable
 from __future__ import annotations
 
 import hashlib
-import os
 
-DEFAULT_FUSION_THRESHOLD = 32 << 20   # bytes; DDP uses 25 MiB, Horovod 128 MiB
+from .. import _core, _settings
+
+DEFAULT_FUSION_THRESHOLD = _settings.TABLE["fusion_threshold"]["default"]  # DDP uses 25 MiB, Horovod 128 MiB
 BUCKET_ALIGN = 64                     # bytes: every gradient starts on a cache line
-
-_UNITS = {"": 1, "B": 1, "K": 1 << 10, "KB": 1 << 10, "KIB": 1 << 10, "M": 1 << 20,
-          "MB": 1 << 20, "MIB": 1 << 20, "G": 1 << 30, "GB": 1 << 30, "GIB": 1 << 30}
 
 
 def parse_bytes(text: str) -> int:
-    """'64M' / '1.5K' / '1048576' / '32MiB' -> bytes (powers of two). ValueError if bad."""
-    s = str(text).strip().upper()
-    num = s.rstrip("BKMGI")
-    unit = s[len(num):]
-    if unit not in _UNITS or not num:
-        raise ValueError(f"not a byte count: {text!r} (examples: 1048576, 64K, 32M, 1G)")
-    value = float(num) * _UNITS[unit]
-    if value < 0:
-        raise ValueError(f"not a byte count: {text!r} (negative)")
-    return int(value)
+    """'64M' / '1.5K' / '1048576' / '32MiB' -> bytes (powers of 1024), in the grammar of
+    every size setting. ValueError if bad."""
+    try:
+        return _core.parse_size(str(text))
+    except _core.RdmacollError as e:
+        raise ValueError(str(e)) from None
 
 
-def fusion_threshold(default: int = DEFAULT_FUSION_THRESHOLD) -> int:
-    """Bucket size limit in bytes: RDMACOLL_FUSION_THRESHOLD (also read: HOROVOD_FUSION_THRESHOLD,
-    so existing job scripts keep their setting), else `default`. 0 puts every gradient in a
-    bucket of its own."""
-    for var in ("RDMACOLL_FUSION_THRESHOLD", "HOROVOD_FUSION_THRESHOLD"):
-        text = os.environ.get(var)
-        if text:
-            try:
-                return parse_bytes(text)
-            except ValueError as e:
-                from .. import RdmacollError
-
-                raise RdmacollError(f"{var}: {e}") from None
-    return default
+def fusion_threshold() -> int:
+    """Bucket size limit in bytes: the fusion_threshold setting (RDMACOLL_FUSION_THRESHOLD,
+    or HOROVOD_FUSION_THRESHOLD so that existing job scripts keep theirs), rank 0's once
+    rdmacoll is initialised. 0 puts every gradient in a bucket of its own."""
+    return _settings.current()["fusion_threshold"]
 
 
 def align_up(n: int, a: int) -> int:

@@ -50,11 +50,11 @@ def digest(a) -> str:
     return hashlib.blake2b(np.ascontiguousarray(a).view(np.uint8).data, digest_size=16).hexdigest()
 
 
-def init():
-    """rc.init(), and remember the rank for emit()."""
+def init(config=None):
+    """rc.init(config), and remember the rank for emit()."""
     import rdmacoll as rc
 
-    rc.init()
+    rc.init(config)
     set_rank(rc.rank())
     return rc
 

@@ -61,19 +61,20 @@ def body():
     seed, scale = int(sys.argv[1]), float(sys.argv[2])
     rng = random.Random(seed)
     from rdmacoll import _core
+    from rdmacoll._core import _testing
 
     n = lambda k: max(10, int(k * scale))  # noqa: E731
 
     # ---- packed memory (Endpoint::unpack, map, read)
-    pair = _core._FuzzPair()
+    pair = _testing.FuzzPair()
     templates = pair.templates()
     ok = pair.unpack(templates)
-    cases = [bytes(rng.randrange(256) for _ in range(_core._PACKED_MEMORY_BYTES)) for _ in range(n(500))]
+    cases = [bytes(rng.randrange(256) for _ in range(_testing.PACKED_MEMORY_BYTES)) for _ in range(n(500))]
     cases += [mutate(rng, rng.choice(templates)) for _ in range(n(2500))]
     summarize("unpack", pair.unpack(cases), ok, len(cases))
 
     # ---- call headers as a peer writes them (descriptor check, viewPeer, bounded reads)
-    H = _core._CALL_HEADER_BYTES
+    H = _testing.CALL_HEADER_BYTES
     spans = [(0, 64), (4096 - 8, 8), (8192 - 1, 1), (1 << 40, 8), (0, 1 << 20), ((1 << 64) - 4, 8)]
     rand_headers = [bytes(rng.randrange(256) for _ in range(H)) for _ in range(n(500))]
     res = pair.headers(rand_headers, False, spans)
@@ -89,23 +90,22 @@ def body():
     summarize("headers", res, ok_headers, len(rand_headers) + len(mutated))
 
     # ---- descriptors alone (the mismatch check and its message)
-    D = _core._DESCRIPTOR_BYTES
+    D = _testing.DESCRIPTOR_BYTES
     cases = [bytes(rng.randrange(256) for _ in range(D)) for _ in range(n(1500))]
     # The descriptor the hook compares with: allreduce #1 of 10 float16, Sum, no root, "grad.w".
     desc = struct.pack("<BBBBiQQQQ16s", 1, 0, 0, 0, -1, 1, 10, 0, 0, b"grad.w")
-    base = struct.pack("<Q", _core._hash_descriptor(1, 1, 0, 10, 0, -1, 0, 0, 0)) + desc
+    base = struct.pack("<Q", _testing.hash_descriptor(1, 1, 0, 10, 0, -1, 0, 0, 0)) + desc
     cases += [mutate(rng, base) for _ in range(n(1500))]
-    summarize("descriptors", _core._fuzz_descriptors(cases), None, len(cases))
+    summarize("descriptors", _testing.fuzz_descriptors(cases), None, len(cases))
     del pair
 
     # ---- bootstrap address blobs (Communicator::connect)
-    cfg = dict(_core.DEFAULT_CONFIG, segment_bytes=4096, slot_bytes=4096, slots=1, eager_bytes=256,
-               stall_warning=0.0, timeline="")
-    peer = _core.Communicator(1, 2, 2, cfg)
+    cfg = dict(segment_bytes=4096, slot_bytes=4096, slots=1, eager_bytes=256, stall_warning=0.0)
+    peer = _core.Communicator(1, 2, 2, cfg, {}, {})
     blob = peer.address()
 
     def connect(b):
-        c = _core.Communicator(0, 2, 2, cfg)
+        c = _core.Communicator(0, 2, 2, cfg, {}, {})
         try:
             c.connect([c.address(), b])
             return "ok"

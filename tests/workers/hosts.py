@@ -7,7 +7,6 @@ Records: "where" once per rank (host, local rank/size, the device, how each peer
 reached); per algorithm and case "case" with the algorithm that ran and whether the
 result was right; "done" at the end.
 """
-import os
 import socket
 import sys
 
@@ -25,11 +24,7 @@ def body():
     algos = sys.argv[1].split(",")
     first = True
     for algo in algos:
-        if algo:
-            os.environ["RDMACOLL_ALGO"] = algo
-        else:
-            os.environ.pop("RDMACOLL_ALGO", None)
-        rc = init()
+        rc = init({"algo": algo} if algo else None)
         r, p = rc.rank(), rc.size()
         set_rank(r)
         if first:

@@ -18,6 +18,7 @@ from mpi4py import MPI
 
 from common import emit, ignore_launcher_notifications, main, set_rank
 from rdmacoll import _core
+from rdmacoll._core import _testing
 
 WORLD = MPI.COMM_WORLD
 DEADLINE_S = 30
@@ -36,7 +37,7 @@ def forge(packed: bytes, case: str) -> bytes:
 
 def run_case(case):
     rank = WORLD.Get_rank()
-    probe = _core._TransportProbe("tcp", rank, 2)
+    probe = _testing.TransportProbe("tcp", rank, 2)
     addresses = WORLD.allgather(probe.address())
     probe.connect(1 - rank, addresses[1 - rank])
     whole = np.zeros(GUARD + REGION + GUARD, np.uint8)

@@ -234,10 +234,9 @@ def fusion(hvd, tf, np):
     sizes = [(np.float32, int(np.prod(v.shape)) * 4) for v in variables]
     results = []
     for threshold in (None, "400"):
-        if threshold is None:
-            os.environ.pop("RDMACOLL_FUSION_THRESHOLD", None)
-        else:
-            os.environ["RDMACOLL_FUSION_THRESHOLD"] = threshold
+        # The threshold is a job-wide setting, fixed at init(): join again with it.
+        rc.shutdown()
+        rc.init(config=None if threshold is None else {"fusion_threshold": threshold})
 
         def grads(x, y):
             with tf.GradientTape() as tape:
@@ -254,7 +253,8 @@ def fusion(hvd, tf, np):
             finally:
                 rc._comm = counter.inner
             results.append((threshold or "default", mode, len(counter.calls), want))
-    os.environ.pop("RDMACOLL_FUSION_THRESHOLD", None)
+    rc.shutdown()
+    rc.init()
     ok = all(got == want for _, _, got, want in results) and results[-1][3] > 1
     return ok, f"{len(variables)} gradients: (threshold, mode, collectives, expected) {results}"
 

@@ -1,4 +1,4 @@
-"""Transport conformance, driven through rdmacoll._core._TransportProbe on 2 ranks.
+"""Transport conformance, driven through rdmacoll._core._testing.TransportProbe on 2 ranks.
 
 Addresses and packed regions travel over mpi4py; everything else goes through the
 transport. Rank 0 is the writer (the active side), rank 1 the reader (the owner of the
@@ -18,6 +18,7 @@ from mpi4py import MPI
 
 from common import emit, ignore_launcher_notifications, main, set_rank
 from rdmacoll import _core
+from rdmacoll._core import _testing
 from rdmacoll._core import RdmacollError
 
 WORLD = MPI.COMM_WORLD
@@ -29,7 +30,7 @@ class Ctx:
     def __init__(self, transport):
         self.rank = WORLD.Get_rank()
         self.peer = 1 - self.rank
-        self.probe = _core._TransportProbe(transport, self.rank, 2)
+        self.probe = _testing.TransportProbe(transport, self.rank, 2)
         addresses = WORLD.allgather(self.probe.address())
         self.probe.connect(self.peer, addresses[self.peer])
         self.writer = self.rank == WRITER
@@ -105,7 +106,7 @@ def wait_ack(word, value):
 @check
 def capabilities(ctx):
     caps = ctx.probe.capabilities(ctx.peer)
-    want = _core.CAN_READ | _core.CAN_MAP
+    want = _testing.CAN_READ | _testing.CAN_MAP
     return caps & want == want and ctx.probe.alive(ctx.peer), f"capabilities {caps:#x}, alive {ctx.probe.alive(ctx.peer)}"
 
 

@@ -62,12 +62,6 @@ class HalfEndpoint : public Endpoint {
   size_t half_;
 };
 
-// Address: [u32 length of the local backend's address][local address][network address].
-void appendU32(Bytes* b, uint32_t v) {
-  const uint8_t* p = reinterpret_cast<const uint8_t*>(&v);
-  b->insert(b->end(), p, p + 4);
-}
-
 }  // namespace
 
 HybridDevice::HybridDevice(int rank, std::vector<int> hostOf, std::unique_ptr<Device> local,
@@ -92,12 +86,14 @@ std::unique_ptr<Memory> HybridDevice::registerMemory(void* ptr, size_t len) {
   return std::make_unique<HybridMemory>(std::move(local), std::move(net));
 }
 
+// Address: [u32 length of the local backend's address][local address][network address].
 Bytes HybridDevice::address() const {
   const Bytes a = local_->address(), b = net_->address();
-  Bytes out;
-  appendU32(&out, static_cast<uint32_t>(a.size()));
-  out.insert(out.end(), a.begin(), a.end());
-  out.insert(out.end(), b.begin(), b.end());
+  Bytes out(4 + a.size() + b.size());
+  const uint32_t n = static_cast<uint32_t>(a.size());
+  std::memcpy(out.data(), &n, 4);
+  std::copy(a.begin(), a.end(), out.begin() + 4);
+  std::copy(b.begin(), b.end(), out.begin() + 4 + a.size());
   return out;
 }
 

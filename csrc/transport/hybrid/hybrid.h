@@ -37,6 +37,8 @@ class HybridDevice : public Device {
   HybridDevice(int rank, std::vector<int> hostOf, std::unique_ptr<Device> local, std::unique_ptr<Device> net);
   ~HybridDevice() override;
   const char* name() const override { return name_.c_str(); }
+  std::string localBackend() const override { return local_->name(); }
+  std::string networkBackend() const override { return net_->name(); }
   // The local backend's: a sleeper here sees network events only between slices (below),
   // so polling longer is the cheaper way to catch them.
   int pollMicros() const override { return local_->pollMicros(); }

@@ -63,14 +63,15 @@ void IbvMemory::pack(PackedMemory* out) const {
 
 // ---------------------------------------------------------------- device
 
-IbvDevice::IbvDevice(int rank, int size) : rank_(rank), size_(size), connected_(static_cast<size_t>(size)) {
-  verbs_ = loadVerbs();
+IbvDevice::IbvDevice(int rank, int size, const Options& options)
+    : rank_(rank), size_(size), connected_(static_cast<size_t>(size)) {
+  verbs_ = loadVerbs(options.ibverbsLibrary);
   // Registered pages and fork(): kernels since 5.12 keep them safe; older ones need
   // ibv_fork_init (pages become MADV_DONTFORK: a child must not touch them).
   if (!verbs_->is_fork_initialized || verbs_->is_fork_initialized() != IBV_FORK_UNNEEDED) {
     if (verbs_->fork_init) verbs_->fork_init();
   }
-  port_ = choosePort(*verbs_);
+  port_ = choosePort(*verbs_, options);
   portName_ = port_.device + ":" + std::to_string(port_.port);
   try {
     ibv_device_attr da;

@@ -76,7 +76,7 @@ class IbvEndpoint : public Endpoint {
 
 class IbvDevice : public Device {
  public:
-  IbvDevice(int rank, int size);
+  IbvDevice(int rank, int size, const Options& options);
   ~IbvDevice() override;
   const char* name() const override { return "ibverbs"; }
   std::unique_ptr<Memory> allocate(size_t len) override;

@@ -36,9 +36,8 @@ int Verbs::queryPort(ibv_context* ctx, uint8_t port, ibv_port_attr* attr) const 
   return query_port_compat(ctx, port, reinterpret_cast<struct _compat_ibv_port_attr*>(attr));
 }
 
-std::unique_ptr<Verbs> loadVerbs() {
-  const char* env = std::getenv("RDMACOLL_IBVERBS_LIBRARY");
-  const std::string name = env && *env ? env : kDefaultLibrary;
+std::unique_ptr<Verbs> loadVerbs(const std::string& library) {
+  const std::string name = library.empty() ? std::string(kDefaultLibrary) : library;
   void* lib = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (!lib) {
     const char* e = dlerror();

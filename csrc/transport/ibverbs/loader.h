@@ -50,7 +50,7 @@ struct Verbs {
 // table. Throws Error with diagnose.h's text when the library or a symbol is missing. The
 // library stays loaded for the life of the process (providers it loaded may not unload
 // cleanly, and reloading it costs a scan of the provider directory).
-std::unique_ptr<Verbs> loadVerbs();
+std::unique_ptr<Verbs> loadVerbs(const std::string& library);
 
 }  // namespace ibverbs
 }  // namespace transport

@@ -118,11 +118,11 @@ void describeDevice(const Verbs& v, ibv_device* dev, std::vector<std::string>* o
 
 }  // namespace
 
-TransportReport probe() {
+TransportReport probe(const Options& options) {
   TransportReport r;
   std::unique_ptr<Verbs> v;
   try {
-    v = loadVerbs();
+    v = loadVerbs(options.ibverbsLibrary);
   } catch (const Error& e) {
     r.lines.push_back(e.what());
     return r;
@@ -136,7 +136,7 @@ TransportReport probe() {
     for (int d = 0; dl.list && d < dl.n; ++d) describeDevice(*v, dl.list[d], &r.lines);
   }
   try {
-    PortChoice c = choosePort(*v);
+    PortChoice c = choosePort(*v, options);
     v->close_device(c.ctx);
     r.usable = true;
     r.lines.push_back("would use " + c.device + ":" + std::to_string(c.port) + ", GID[" +
@@ -155,7 +155,7 @@ std::string gidTypeOf(const ibv_device* dev, uint8_t port, int index) {
   return s;
 }
 
-PortChoice choosePort(const Verbs& v) {
+PortChoice choosePort(const Verbs& v, const Options& options) {
   DeviceList dl{v};
   errno = 0;
   dl.list = v.get_device_list(&dl.n);
@@ -164,13 +164,13 @@ PortChoice choosePort(const Verbs& v) {
     throw Error(unusable("no RDMA devices (the kernel supports RDMA but no NIC driver registered a device; "
                          "load the NIC's RDMA driver, or rdma_rxe / siw for software RDMA over Ethernet)"));
   }
-  const char* envDev = std::getenv("RDMACOLL_IB_DEVICE");
-  std::string wantDev = envDev ? envDev : "";
+  const std::string& envDev = options.ibDevice;
+  std::string wantDev = envDev;
   int wantPort = 0;
   if (auto colon = wantDev.find(':'); colon != std::string::npos) {
     wantPort = std::atoi(wantDev.c_str() + colon + 1);
     wantDev.resize(colon);
-    if (wantPort <= 0 || wantPort > 255) throw Error("RDMACOLL_IB_DEVICE: bad port in '" + std::string(envDev) + "'");
+    if (wantPort <= 0 || wantPort > 255) throw Error("RDMACOLL_IB_DEVICE: bad port in '" + envDev + "'");
   }
   std::string seen;  // "mlx5_0:1 DOWN, ..." for the error text
   for (int d = 0; d < dl.n; ++d) {
@@ -202,13 +202,12 @@ PortChoice choosePort(const Verbs& v) {
       c.port = static_cast<uint8_t>(p);
       c.attr = pa;
       if (pa.link_layer == IBV_LINK_LAYER_ETHERNET) {
-        const char* envGid = std::getenv("RDMACOLL_IB_GID_INDEX");
-        if (envGid && *envGid) {
-          c.gidIndex = std::atoi(envGid);
+        if (options.ibGidIndex >= 0) {
+          c.gidIndex = options.ibGidIndex;
           if (c.gidIndex < 0 || c.gidIndex >= pa.gid_tbl_len ||
               v.query_gid(ctx, c.port, c.gidIndex, &c.gid) != 0 || zeroGid(c.gid)) {
             v.close_device(ctx);
-            throw Error("RDMACOLL_IB_GID_INDEX=" + std::string(envGid) + ": no such GID on " + name + ":" +
+            throw Error("RDMACOLL_IB_GID_INDEX=" + std::to_string(options.ibGidIndex) + ": no such GID on " + name + ":" +
                         std::to_string(p) + " (`rdmacoll doctor` lists them)");
           }
           const std::string t = gidTypeOf(dl.list[d], c.port, c.gidIndex);

@@ -31,11 +31,11 @@ struct PortChoice {
 // Throws Error (diagnose.h's unusable() text) naming why no port can be used: the device
 // list failing (ENOSYS: no kernel support), no devices, the requested one missing, no
 // ACTIVE port (listing each port's state), or no usable GID on a RoCE port.
-PortChoice choosePort(const Verbs& v);
+PortChoice choosePort(const Verbs& v, const Options& options);
 
 // Everything this host offers: each device's ports (state, link layer, LID, MTU, GIDs
 // with their types), the memlock limit, and the port choosePort would take or why none.
-TransportReport probe();
+TransportReport probe(const Options& options);
 
 // The GID type as sysfs reports it for (device, port, index): "IB/RoCE v1", "RoCE v2", or "".
 std::string gidTypeOf(const ibv_device* dev, uint8_t port, int index);

@@ -133,9 +133,9 @@ void TcpEndpoint::unpack(const PackedMemory& packed, RemoteMemory* out) {
 
 // ---------------------------------------------------------------- device
 
-TcpDevice::TcpDevice(int rank, int size)
+TcpDevice::TcpDevice(int rank, int size, const Options& options)
     : rank_(rank), size_(size), pid_(getpid()), regions_(std::make_shared<Regions>()) {
-  Interface itf = chooseInterface();
+  Interface itf = chooseInterface(options.socketIfname);
   ip_ = itf.ip;
   ifname_ = itf.name;
   std::random_device rd;

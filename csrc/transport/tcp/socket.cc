@@ -51,8 +51,8 @@ std::string ipText(uint32_t ip) {
   return buf;
 }
 
-Interface chooseInterface() {
-  const char* want = std::getenv("RDMACOLL_SOCKET_IFNAME");
+Interface chooseInterface(const std::string& wanted) {
+  const char* want = wanted.c_str();
   struct ifaddrs* list = nullptr;
   if (getifaddrs(&list) != 0) throw Error(sysError("tcp: getifaddrs", errno));
   Interface chosen, loopback;

@@ -25,7 +25,7 @@ struct Interface {
 // RDMACOLL_SOCKET_IFNAME names the interface (an error lists the candidates when it
 // has no IPv4 address); else the first non-loopback interface that is UP with an IPv4
 // address; else loopback.
-Interface chooseInterface();
+Interface chooseInterface(const std::string& want);
 std::string ipText(uint32_t ip);
 
 // A listening socket on ip, port chosen by the kernel (returned in *port).

@@ -116,7 +116,7 @@ class TcpEndpoint : public Endpoint {
 
 class TcpDevice : public Device {
  public:
-  TcpDevice(int rank, int size);
+  TcpDevice(int rank, int size, const Options& options);
   ~TcpDevice() override;
   const char* name() const override { return "tcp"; }
   int pollMicros() const override { return 100; }

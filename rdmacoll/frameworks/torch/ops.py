@@ -1,14 +1,15 @@
 """Horovod's torch collectives over rdmacoll's core: tensors go in as views, never copied
 (a non-contiguous tensor is made contiguous first; compression and scaling make copies).
 
-Handles are objects (Horovod's are ints): pass them to poll() / synchronize().
+Handles are rdmacoll.Handle objects (Horovod's are ints): pass them to poll() /
+synchronize(); an adapter's result is Handle(core_handle, then=finish).
 """
 from __future__ import annotations
 
 import torch
 
 import rdmacoll as rc
-from rdmacoll import RdmacollError
+from rdmacoll import Handle, RdmacollError
 
 from ._tensors import as_numpy, as_torch, check_tensor, contiguous, flat
 from .compression import Compression
@@ -54,25 +55,6 @@ def resolve_op(average=None, op=None):
         raise RdmacollError(f"unsupported reduction op {op!r} (Adasum is not supported); "
                             "use Average, Sum, Min, Max or Product")
     return op
-
-
-class Handle:
-    """An operation in flight: a core handle (or None when already done) + a finisher."""
-
-    __slots__ = ("_core", "_finish", "_result", "_done")
-
-    def __init__(self, core, finish):
-        self._core, self._finish, self._done, self._result = core, finish, False, None
-
-    def poll(self) -> bool:
-        return self._done or self._core is None or self._core.poll()
-
-    def wait(self):
-        if not self._done:
-            value = self._core.wait() if self._core is not None else None
-            self._result, self._done = self._finish(value), True
-            self._core = self._finish = None
-        return self._result
 
 
 def poll(handle) -> bool:

@@ -51,9 +51,9 @@ class _DistributedOptimizer:
         self._rc_passes = backward_passes_per_step
         self._rc_op = op
         self._rc_predivide = float(gradient_predivide_factor)
-        # rank 0's setting: ranks with different bucket plans could not reduce together
-        self._rc_threshold = rc.broadcast_object(fusion_threshold(), 0,
-                                                 name="DistributedOptimizer.fusion_threshold")
+        # rank 0's setting (broadcast at init): ranks with different bucket plans could
+        # not reduce together
+        self._rc_threshold = fusion_threshold()
         seen, params = set(), []
         for group in self.param_groups:
             for p in group["params"]:

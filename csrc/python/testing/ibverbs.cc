@@ -1,6 +1,6 @@
-// _core.TRANSPORTS (the backends compiled into this build), _core.probe_transport, and test hooks for the pure
-// parts of the ibverbs transport (address blob, packed regions, key checks, error texts),
-// which tests/test_ibverbs.py exercises on hosts without RDMA hardware.
+// Test hooks for the pure parts of the ibverbs transport (address blob, packed regions,
+// key checks, error texts), which tests/test_ibverbs.py exercises on hosts without RDMA
+// hardware.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
@@ -11,7 +11,6 @@
 #include "python/bindings.h"
 #include "transport/ibverbs/diagnose.h"
 #include "transport/ibverbs/wire.h"
-#include "transport/registry.h"
 
 namespace py = pybind11;
 using namespace rdmacoll::transport;
@@ -87,28 +86,21 @@ py::dict unpackRegion(const std::string& bytes, int peer) {
 
 }  // namespace
 
-void bindIbverbs(py::module_& m) {
-  m.attr("TRANSPORTS") = py::tuple(py::cast(compiledTransports()));
-  m.def("probe_transport", [](const std::string& name) {
-    TransportReport r = probeTransport(name);
-    return py::make_tuple(r.usable, r.lines);
-  }, py::arg("name"),
-        "(usable, lines): whether the transport can run on this host and what it found there "
-        "(devices, ports, GIDs, limits) or why not. For `rdmacoll doctor`.");
-  m.def("_ibverbs_pack_address", &packAddress);
-  m.def("_ibverbs_unpack_address", &unpackAddress, py::arg("bytes"), py::arg("peer"), py::arg("self"),
+void bindTestingIbverbs(py::module_& m) {
+  m.def("ibverbs_pack_address", &packAddress);
+  m.def("ibverbs_unpack_address", &unpackAddress, py::arg("bytes"), py::arg("peer"), py::arg("self"),
         py::arg("size"));
-  m.def("_ibverbs_pack_region", &packRegion, py::arg("owner"), py::arg("allocated"), py::arg("addr"),
+  m.def("ibverbs_pack_region", &packRegion, py::arg("owner"), py::arg("allocated"), py::arg("addr"),
         py::arg("len"), py::arg("rkey"));
-  m.def("_ibverbs_unpack_region", &unpackRegion, py::arg("bytes"), py::arg("peer"));
-  m.def("_ibverbs_check_remote",
+  m.def("ibverbs_unpack_region", &unpackRegion, py::arg("bytes"), py::arg("peer"));
+  m.def("ibverbs_check_remote",
         [](const py::dict& remote, int peer, size_t off, size_t len, const std::string& what, size_t align) {
           wire::checkRemote(remoteFrom(remote), peer, off, len, what.c_str(), align);
         },
         py::arg("remote"), py::arg("peer"), py::arg("offset"), py::arg("length"), py::arg("what") = "write",
         py::arg("align") = 1);
-  m.def("_ibverbs_registration_error", [](int err, size_t len, uint64_t memlock) {
+  m.def("ibverbs_registration_error", [](int err, size_t len, uint64_t memlock) {
     return ibverbs::registrationFailed(err, reinterpret_cast<const void*>(0x10000), len, memlock);
   });
-  m.def("_ibverbs_device_list_error", [](int err) { return ibverbs::unusable(ibverbs::deviceListFailed(err)); });
+  m.def("ibverbs_device_list_error", [](int err) { return ibverbs::unusable(ibverbs::deviceListFailed(err)); });
 }

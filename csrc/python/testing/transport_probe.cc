@@ -1,4 +1,4 @@
-// _core._TransportProbe: the transport contract exposed raw, for the conformance tests
+// _core._testing.TransportProbe: the transport contract exposed raw, for the conformance tests
 // (tests/test_transport.py). Tests exchange addresses and packed regions themselves
 // (through mpi4py), then drive write/put64/poll/read/map on one endpoint per peer.
 #include <pybind11/numpy.h>
@@ -22,8 +22,8 @@ namespace {
 
 class TransportProbe {
  public:
-  TransportProbe(const std::string& name, int rank, int size)
-      : dev_(createDevice(name, rank, size)), eps_(size) {}
+  TransportProbe(const std::string& name, int rank, int size, const py::dict& settings)
+      : dev_(createDevice(name, rank, size, Options::from(valuesFromDict(settings)))), eps_(size) {}
 
   py::bytes address() const {
     Bytes a = dev_->address();
@@ -101,9 +101,10 @@ class TransportProbe {
 
 }  // namespace
 
-void bindTransportProbe(py::module_& m) {
-  py::class_<TransportProbe>(m, "_TransportProbe")
-      .def(py::init<const std::string&, int, int>())
+void bindTestingTransport(py::module_& m) {
+  py::class_<TransportProbe>(m, "TransportProbe")
+      .def(py::init<const std::string&, int, int, const py::dict&>(), py::arg("name"), py::arg("rank"),
+           py::arg("size"), py::arg("settings") = py::dict())
       .def("address", &TransportProbe::address)
       .def("connect", &TransportProbe::connect)
       .def("allocate", &TransportProbe::allocate)

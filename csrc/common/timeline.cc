@@ -1,4 +1,4 @@
-#include "runtime/timeline.h"
+#include "common/timeline.h"
 
 #include <time.h>
 

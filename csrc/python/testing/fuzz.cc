@@ -19,7 +19,7 @@
 #include "common/error.h"
 #include "common/fork_guard.h"
 #include "python/bindings.h"
-#include "runtime/collectives.h"
+#include "comm/call.h"
 #include "transport/transport.h"
 
 namespace py = pybind11;
@@ -27,15 +27,22 @@ using namespace rdmacoll;
 
 namespace {
 
-Config smallConfig() {
-  Config c;
-  c.segmentBytes = 4096;
-  c.slotBytes = 4096;
-  c.slots = 2;
-  c.eagerBytes = 256;
-  c.timeoutSeconds = 5;
-  c.stallWarningSeconds = 0;
-  return c;
+// Small slots and a short timeout, as a job would set them.
+settings::Values smallSettings() {
+  settings::Values v;
+  v.set("segment_bytes", "4096");
+  v.set("slot_bytes", "4096");
+  v.set("slots", "2");
+  v.set("eager_bytes", "256");
+  v.set("timeout", "5");
+  v.set("stall_warning", "0");
+  return v;
+}
+
+std::unique_ptr<Communicator> communicator(int rank, int size) {
+  const settings::Values v = smallSettings();
+  return std::make_unique<Communicator>(rank, size, size, Protocol::from(v), transport::Options::from(v), JobLayout{},
+                                        nullptr);
 }
 
 // Ranks 0 and 1 of a two-rank job, both in this process, connected; plus memory of
@@ -45,9 +52,8 @@ struct Pair {
   MemoryPool::Block* block = nullptr;  // allocated memory of rank 0
   std::vector<char> user = std::vector<char>(4096, 7);  // user memory of rank 0
   Pair() {
-    Config cfg = smallConfig();
-    a = std::make_unique<Communicator>(0, 2, 2, cfg, nullptr);
-    b = std::make_unique<Communicator>(1, 2, 2, cfg, nullptr);
+    a = communicator(0, 2);
+    b = communicator(1, 2);
     std::vector<transport::Bytes> addrs{a->address(), b->address()};
     a->connect(addrs);
     b->connect(addrs);
@@ -125,7 +131,7 @@ std::vector<std::string> Pair::headers(const std::vector<std::string>& cases, bo
     d.count = 1024;
     d.segmentBytes = 4096;
     call.hd.hash = hashDescriptor(d);
-    b.announce(d);
+    b.announce(call.hd);
     CallHeader h;
     std::memset(&h, 0, sizeof(h));
     std::memcpy(&h, cases[i].data(), std::min(cases[i].size(), sizeof(h)));
@@ -154,7 +160,8 @@ std::vector<std::string> Pair::headers(const std::vector<std::string>& cases, bo
 
 // Every case: 64 bytes of a peer's {hash, descriptor}, compared with a valid one.
 std::vector<std::string> fuzzDescriptors(const std::vector<std::string>& cases) {
-  Communicator c(0, 1, 1, smallConfig(), nullptr);
+  std::unique_ptr<Communicator> one = communicator(0, 1);
+  Communicator& c = *one;
   HashedDescriptor mine{};
   mine.desc.collective = static_cast<uint8_t>(Collective::kAllreduce);
   mine.desc.seq = 1;
@@ -175,11 +182,11 @@ std::vector<std::string> fuzzDescriptors(const std::vector<std::string>& cases) 
 
 }  // namespace
 
-void bindFuzzHooks(py::module_& m) {
-  m.attr("_PACKED_MEMORY_BYTES") = transport::PackedMemory::kBytes;
-  m.attr("_CALL_HEADER_BYTES") = sizeof(CallHeader);
-  m.attr("_DESCRIPTOR_BYTES") = sizeof(HashedDescriptor);
-  py::class_<Pair>(m, "_FuzzPair", "Ranks 0 and 1 of a two-rank job in this process (fuzzing)")
+void bindTestingFuzz(py::module_& m) {
+  m.attr("PACKED_MEMORY_BYTES") = transport::PackedMemory::kBytes;
+  m.attr("CALL_HEADER_BYTES") = sizeof(CallHeader);
+  m.attr("DESCRIPTOR_BYTES") = sizeof(HashedDescriptor);
+  py::class_<Pair>(m, "FuzzPair", "Ranks 0 and 1 of a two-rank job in this process (fuzzing)")
       .def(py::init<>())
       .def("templates", &Pair::templates, "Valid packed memory of rank 0: control region, allocated, user")
       .def("unpack", [](Pair& p, const std::vector<std::string>& cases) {
@@ -191,10 +198,8 @@ void bindFuzzHooks(py::module_& m) {
         py::gil_scoped_release r;
         return p.headers(cases, keepDescriptor, spans);
       }, py::arg("cases"), py::arg("keep_descriptor"), py::arg("read_spans"));
-  m.def("_fuzz_descriptors", [](const std::vector<std::string>& cases) {
+  m.def("fuzz_descriptors", [](const std::vector<std::string>& cases) {
     py::gil_scoped_release r;
     return fuzzDescriptors(cases);
   });
-  m.def("_fork_tracked_fds", &forkguard::trackedCount,
-        "Descriptors the core holds and a forked child closes (common/fork_guard.h).");
 }

@@ -1,0 +1,202 @@
+#include "algorithms/table.h"
+
+#include "algorithms/allreduce.h"
+#include "algorithms/collectives.h"
+#include "algorithms/schedule.h"
+#include "common/error.h"
+
+namespace rdmacoll {
+namespace algorithms {
+
+namespace {
+
+// ---- usable
+bool always(const Situation&) { return true; }
+bool readable(const Situation& s) { return s.peersReadable; }
+bool mappable(const Situation& s) { return s.peersMappable; }
+bool small(const Situation& s) { return s.bytes <= s.eagerBytes; }
+bool severalRegularHosts(const Situation& s) { return s.hosts > 1 && s.ranksPerHost > 0; }
+
+// ---- costs: n = bytes, p = ranks, m = the flat model (table.h: alpha per dependent step,
+// beta per byte a rank moves, gamma per byte of reduction input it reads)
+double eagerCost(const Costs& k, const Situation& s) {
+  const CostModel& m = k.flat;
+  const double n = double(s.bytes), p = s.ranks;
+  return m.alpha + m.beta * (p - 1) * n + m.gamma * p * n;
+}
+// direct reads its peers' inputs in place (the reduction's gamma) and copies only its
+// result into their outputs: (p-1)/p n moved. That is registered memory, the memory the
+// library is built around (rc.empty, pool results, the framework adapters' buckets); user
+// memory adds copies or continues as another algorithm (allreduce_direct.cc), which the
+// model, blind to memory kind because ranks may differ in it, does not see.
+double directCost(const Costs& k, const Situation& s) {
+  const CostModel& m = k.flat;
+  const double n = double(s.bytes), p = s.ranks;
+  return 2 * m.alpha + m.beta * (p - 1) / p * n + m.gamma * n;
+}
+double ringCost(const Costs& k, const Situation& s) {
+  const CostModel& m = k.flat;
+  const double n = double(s.bytes), p = s.ranks;
+  return 2 * (p - 1) * m.alpha + m.beta * 2.0 * (p - 1) / p * n + m.gamma * 2.0 * (p - 1) / p * n;
+}
+// p not a power of two: a folded pair adds a step before and after and n bytes each way.
+double foldSteps(int p) { return schedule::foldRem(p) ? 1.0 : 0.0; }
+double recursiveDoublingCost(const Costs& k, const Situation& s) {
+  const CostModel& m = k.flat;
+  const double n = double(s.bytes), lg = schedule::log2Floor(s.ranks), f = foldSteps(s.ranks);
+  return (lg + 2 * f) * m.alpha + m.beta * (lg + f) * n + m.gamma * 2.0 * (lg + f) * n;
+}
+double halvingDoublingCost(const Costs& k, const Situation& s) {
+  const CostModel& m = k.flat;
+  const double n = double(s.bytes), P = schedule::pow2Floor(s.ranks), lg = schedule::log2Floor(s.ranks),
+               f = foldSteps(s.ranks);
+  return (2 * lg + 2 * f) * m.alpha + m.beta * (2.0 * (P - 1) / P + f) * n +
+         m.gamma * (2.0 * (P - 1) / P + 2 * f) * n;
+}
+double treeCost(const Costs& k, const Situation& s) {
+  // Depth ~ ceil(log2 p) each way; an interior rank sends n/2 up and n down in its tree
+  // and n/2 up in the other, and reduces three inputs of n/2.
+  const CostModel& m = k.flat;
+  double depth = 0;
+  while ((1 << static_cast<int>(depth)) < s.ranks) ++depth;
+  return 2 * depth * m.alpha + m.beta * 2.0 * double(s.bytes) + m.gamma * 1.5 * double(s.bytes);
+}
+// l ranks on each of h hosts: rings within hosts under the local constants (a
+// reduce-scatter and an allgather of n), a ring allreduce of n/l across hosts under the
+// network's.
+double hierarchicalCost(const Costs& k, const Situation& s) {
+  const double N = double(s.bytes), l = s.ranksPerHost, h = s.hosts;
+  const CostModel &a = k.local, &b = k.net;
+  return 2 * (l - 1) * a.alpha + a.beta * 2.0 * (l - 1) / l * N + a.gamma * (l - 1) / l * N +
+         2 * (h - 1) * b.alpha + b.beta * 2.0 * (h - 1) / h * N / l + b.gamma * (h - 1) / h * N / l;
+}
+// The other collectives: "direct" forms pay a header round, then each rank copies (or
+// reduces) its bytes straight out of peer memory, one pass. Slot forms: p-1 steps (the
+// chain is pipelined, so its depth is paid once), each byte copied into a slot and out.
+double gatherDirectCost(const Costs& k, const Situation& s) {
+  return 2 * k.flat.alpha + k.flat.beta * (s.ranks - 1.0) / s.ranks * double(s.bytes);
+}
+double gatherSlotsCost(const Costs& k, const Situation& s) {
+  return (s.ranks - 1) * k.flat.alpha + k.flat.beta * 2.0 * (s.ranks - 1.0) / s.ranks * double(s.bytes);
+}
+double broadcastDirectCost(const Costs& k, const Situation& s) {
+  return 2 * k.flat.alpha + k.flat.beta * double(s.bytes);
+}
+double broadcastChainCost(const Costs& k, const Situation& s) {
+  return (s.ranks - 1) * k.flat.alpha + k.flat.beta * 2.0 * double(s.bytes);
+}
+double reducescatterDirectCost(const Costs& k, const Situation& s) {
+  const CostModel& m = k.flat;
+  return 2 * m.alpha + m.beta * (s.ranks - 1.0) / s.ranks * double(s.bytes) + m.gamma * double(s.bytes);
+}
+double reducescatterRingCost(const Costs& k, const Situation& s) {
+  const CostModel& m = k.flat;
+  const double f = (s.ranks - 1.0) / s.ranks * double(s.bytes);
+  return (s.ranks - 1) * m.alpha + m.beta * 2.0 * f + m.gamma * 2.0 * f;
+}
+double headersCost(const Costs& k, const Situation& s) { return k.flat.alpha; }
+
+using C = Collective;
+
+std::vector<Algorithm> build() {
+  std::vector<Algorithm> all = {
+      // allreduce
+      {C::kAllreduce, "eager", "every rank sends its whole input to every peer, each reduces p inputs in rank order: 1 step, for small messages",
+       small, eagerCost, allreduceEager},
+      {C::kAllreduce, "direct", "each rank reduces its 1/p straight from every peer's input and stores the result straight into every peer's output: one pass, same host",
+       mappable, directCost, allreduceDirect},
+      {C::kAllreduce, "ring", "pipelined ring reduce-scatter + allgather reading the predecessor's memory in place (map or cross-memory read)",
+       readable, ringCost, allreduceRing},
+      {C::kAllreduce, "ring_slots", "pipelined ring reduce-scatter + allgather through one-sided writes into the successor's receive slots",
+       always, ringCost, allreduceRingSlots},
+      {C::kAllreduce, "recursive_doubling", "log2 p steps, each exchanging the whole vector with the rank 2^s away through slots (extra ranks folded in): for small messages",
+       always, recursiveDoublingCost, allreduceRecursiveDoubling},
+      {C::kAllreduce, "halving_doubling", "Rabenseifner: reduce-scatter by recursive halving + allgather by recursive doubling through slots, any p (extra ranks folded in)",
+       always, halvingDoublingCost, allreduceHalvingDoubling},
+      {C::kAllreduce, "tree", "pipelined double binary tree (NCCL): two complementary trees each reduce half the vector up and broadcast it down, by segment, through slots",
+       always, treeCost, allreduceTree},
+      {C::kAllreduce, "hierarchical", "ring reduce-scatter within each host, ring allreduce of each share across hosts, ring allgather within each host: the network carries 1/l of the data (several hosts, same ranks per host)",
+       severalRegularHosts, hierarchicalCost, allreduceHierarchical},
+      {C::kAllreduce, "direct>ring_slots", "direct, after the call headers showed user memory of 1-16 MiB on some rank: continues as ring_slots (faster there than staging or cross-memory calls)",
+       nullptr, nullptr, ringSlotsAfterHeaders, "direct"},
+      {C::kAllreduce, "direct>recursive_doubling", "direct at 2 ranks below 1 MiB, after the call headers showed user memory on some rank: continues as one recursive-doubling exchange through slots",
+       nullptr, nullptr, recursiveDoublingAfterHeaders, "direct"},
+      // allgather
+      {C::kAllgather, "direct", "every rank copies every peer's part straight out of its memory (same host)",
+       readable, gatherDirectCost, allgatherDirect},
+      {C::kAllgather, "ring", "parts travel around the ring through slot messages, p-1 steps (any transport)",
+       always, gatherSlotsCost, allgatherRing},
+      // broadcast
+      {C::kBroadcast, "direct", "every rank copies the root's buffer straight out of its memory (same host)",
+       readable, broadcastDirectCost, broadcastDirect},
+      {C::kBroadcast, "chain", "the root's buffer is pipelined root -> root+1 -> ... through slot messages (any transport)",
+       always, broadcastChainCost, broadcastChain},
+      // reducescatter
+      {C::kReducescatter, "direct", "every rank reduces its share straight from every peer's input (same host)",
+       readable, reducescatterDirectCost, reducescatterDirect},
+      {C::kReducescatter, "ring", "partial sums of each share travel around the ring through slot messages (any transport)",
+       always, reducescatterRingCost, reducescatterRing},
+      // alltoall
+      {C::kAlltoall, "direct", "every rank copies what each peer sends it straight out of the peer's memory (same host)",
+       readable, gatherDirectCost, alltoallDirect},
+      {C::kAlltoall, "pairwise", "at step k every rank sends to rank+k and receives from rank-k through slot messages (any transport)",
+       always, gatherSlotsCost, alltoallPairwise},
+      // barrier
+      {C::kBarrier, "headers", "every rank sends its call header to every peer and returns once it has all of theirs",
+       always, headersCost, barrierHeaders},
+  };
+  for (size_t i = 0; i < all.size(); ++i) all[i].id = static_cast<uint8_t>(i + 1);
+  return all;
+}
+
+}  // namespace
+
+const std::vector<Algorithm>& table() {
+  static const std::vector<Algorithm> all = build();
+  return all;
+}
+
+const Algorithm& byId(uint8_t id) {
+  const auto& all = table();
+  if (id == 0 || id > all.size()) throw Error("internal: no algorithm with id " + std::to_string(id));
+  return all[id - 1];
+}
+
+const Algorithm* find(Collective collective, const std::string& name) {
+  for (const Algorithm& a : table()) {
+    if (a.collective == collective && !a.continues && name == a.name) return &a;
+  }
+  return nullptr;
+}
+
+const Algorithm& continuation(const char* name) {
+  for (const Algorithm& a : table()) {
+    if (a.continues && std::string(name) == a.name) return a;
+  }
+  throw Error(std::string("internal: no continuation ") + name);
+}
+
+std::string names(Collective collective) {
+  std::string s;
+  for (const Algorithm& a : table()) {
+    if (a.collective == collective && !a.continues) s += (s.empty() ? "" : ", ") + std::string(a.name);
+  }
+  return s;
+}
+
+Situation Situation::of(const Communicator& c, Collective collective, size_t bytes) {
+  const schedule::Hierarchy& t = c.topology();
+  Situation s;
+  s.collective = collective;
+  s.bytes = bytes;
+  s.ranks = c.size();
+  s.hosts = t.hosts;
+  s.ranksPerHost = t.regular ? static_cast<int>(t.local.size()) : 0;
+  s.peersReadable = c.peersReadable();
+  s.peersMappable = c.peersMappable();
+  s.eagerBytes = c.protocol().eagerBytes;
+  return s;
+}
+
+}  // namespace algorithms
+}  // namespace rdmacoll

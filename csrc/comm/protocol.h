@@ -1,0 +1,69 @@
+// What comm/ needs from the settings (common/settings.h), and where the ranks run.
+//
+// Protocol: the settings that shape what ranks send each other (slot and segment sizes,
+// the eager inbox) and how long they wait. Identical on every rank: rank 0's values,
+// broadcast at init() (ranks that disagreed would misread each other's messages).
+//
+// JobLayout: what bootstrap learned about the ranks, identical on every rank.
+#pragma once
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/settings.h"
+
+namespace rdmacoll {
+
+struct Protocol {
+  size_t segmentBytes;    // RDMACOLL_SEGMENT_BYTES: pipelining unit of rings and trees
+  size_t slotBytes;       // RDMACOLL_SLOT_BYTES: one receive slot
+  int slots;              // RDMACOLL_SLOTS: receive slots per peer
+  size_t eagerBytes;      // RDMACOLL_EAGER_BYTES: largest message of `eager`
+  double timeoutSeconds;  // RDMACOLL_TIMEOUT: longest a wait may make no progress
+  // Stall inspector (comm/stall.cc): after this long in one wait, the lowest rank that
+  // submitted the call logs which ranks have not (and again every as long); 0 = never.
+  double stallWarningSeconds;   // RDMACOLL_STALL_WARNING_SECONDS
+  double stallShutdownSeconds;  // RDMACOLL_STALL_SHUTDOWN_SECONDS: abort everyone; 0 = never
+  // RDMACOLL_TIMELINE: Chrome trace of every operation's phases (common/timeline.h); each
+  // rank writes its own file (the path with ".rank<r>" before the extension).
+  std::string timelinePath;
+
+  static Protocol from(const settings::Values& v) {
+    Protocol p;
+    p.segmentBytes = v.bytes("segment_bytes");
+    p.slotBytes = v.bytes("slot_bytes");
+    p.slots = static_cast<int>(v.count("slots"));
+    p.eagerBytes = v.bytes("eager_bytes");
+    p.timeoutSeconds = v.seconds("timeout");
+    p.stallWarningSeconds = v.seconds("stall_warning");
+    p.stallShutdownSeconds = v.seconds("stall_shutdown");
+    p.timelinePath = v.text("timeline");
+    return p;
+  }
+
+  // The one segment size: the bytes a pipeline moves or reduces at a time, the largest
+  // multiple of `unit` (an element) within RDMACOLL_SEGMENT_BYTES and `cap` (a slot, for
+  // messages through slots), at least one unit. Staging segments hold segmentBytes.
+  size_t segment(size_t unit, size_t cap = SIZE_MAX) const {
+    const size_t most = std::min(segmentBytes, cap);
+    return unit == 0 ? most : std::max(unit, most / unit * unit);
+  }
+  size_t slotSegment(size_t unit) const { return segment(unit, slotBytes); }
+};
+
+struct JobLayout {
+  std::vector<int> hostOf;  // host index of every rank, hosts numbered by first rank (empty: one host)
+  // Distinct CPUs the ranks of this host may run on (the union of their affinity masks):
+  // more local ranks than that = oversubscribed. 0: unknown.
+  int localCpus = 0;
+  // The most local ranks per CPU of any host (>= 1; 4 ranks on 2 cores: 2): the cost
+  // model's scale, identical on every rank.
+  double ranksPerCpu = 1;
+  // Every rank's transport::networkOffer() (empty on one host): the transport layer
+  // chooses the network backend from these.
+  std::vector<std::string> networkOffers;
+};
+
+}  // namespace rdmacoll

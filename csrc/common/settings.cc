@@ -1,0 +1,197 @@
+#include "common/settings.h"
+
+#include <cctype>
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <limits>
+
+#include "common/error.h"
+
+namespace rdmacoll {
+namespace settings {
+
+namespace {
+
+constexpr double kNone = std::numeric_limits<double>::infinity();
+
+const std::vector<Setting> kTable = {
+    {"algo", "RDMACOLL_ALGO", nullptr, Kind::kText, Scope::kJob, "", 0, kNone, 1, Check::kAlgoRules,
+     "force algorithms: a name (`ring`) or rules `[collective:][LO-HI:]name,...` (LO <= bytes < HI, HI may be "
+     "`inf`); a forced algorithm applies where it can run, the cost model chooses elsewhere"},
+    {"tuning_file", "RDMACOLL_TUNING_FILE", nullptr, Kind::kText, Scope::kJob, "", 0, kNone, 1, Check::kNone,
+     "the cost model's constants, written by `rdmacoll-bench --tune` (unset: ~/.cache/rdmacoll/tuning.json if "
+     "present; `none`: the shipped defaults); read on rank 0"},
+    {"timeout", "RDMACOLL_TIMEOUT", nullptr, Kind::kSeconds, Scope::kJob, "600", 0.001, kNone, 1, Check::kNone,
+     "seconds a wait may make no progress before every rank raises"},
+    {"eager_bytes", "RDMACOLL_EAGER_BYTES", nullptr, Kind::kBytes, Scope::kJob, "32K", 0, double(1 << 30), 1,
+     Check::kNone, "largest message sent whole to every peer (`eager`)"},
+    {"segment_bytes", "RDMACOLL_SEGMENT_BYTES", nullptr, Kind::kBytes, Scope::kJob, "1M", 4096, kNone, 64,
+     Check::kNone, "pipelining unit of the rings and trees"},
+    {"slot_bytes", "RDMACOLL_SLOT_BYTES", nullptr, Kind::kBytes, Scope::kJob, "256K", 4096, kNone, 64,
+     Check::kNone, "one receive slot: the largest message of the slot algorithms"},
+    {"slots", "RDMACOLL_SLOTS", nullptr, Kind::kCount, Scope::kJob, "4", 1, 64, 1, Check::kNone,
+     "receive slots per peer (messages in flight to one peer)"},
+    {"transport", "RDMACOLL_TRANSPORT", nullptr, Kind::kText, Scope::kJob, "auto", 0, kNone, 1, Check::kTransport,
+     "which backend reaches which peers: `auto` (shared memory within a host, the network between hosts) or "
+     "one backend for every peer (`rdmacoll doctor` lists those compiled in)"},
+    {"fusion_threshold", "RDMACOLL_FUSION_THRESHOLD", "HOROVOD_FUSION_THRESHOLD", Kind::kBytes, Scope::kJob, "32M",
+     0, kNone, 1, Check::kNone, "framework adapters: bytes of gradients fused into one bucket (0: one each)"},
+    {"stall_warning", "RDMACOLL_STALL_WARNING_SECONDS", nullptr, Kind::kSeconds, Scope::kJob, "60", 0, kNone, 1,
+     Check::kNone, "log which ranks have not started a call that others wait in after this long (0: never)"},
+    {"stall_shutdown", "RDMACOLL_STALL_SHUTDOWN_SECONDS", nullptr, Kind::kSeconds, Scope::kJob, "0", 0, kNone, 1,
+     Check::kNone, "raise on every rank after a stall this long (0: never)"},
+    {"timeline", "RDMACOLL_TIMELINE", nullptr, Kind::kText, Scope::kJob, "", 0, kNone, 1, Check::kNone,
+     "write a Chrome trace per rank (`path.rank<r>.json`) of every operation's phases"},
+    {"socket_ifname", "RDMACOLL_SOCKET_IFNAME", nullptr, Kind::kText, Scope::kRank, "", 0, kNone, 1, Check::kNone,
+     "the interface the network transport listens on (unset: the first non-loopback IPv4 interface that is up)"},
+    {"ib_device", "RDMACOLL_IB_DEVICE", nullptr, Kind::kText, Scope::kRank, "", 0, kNone, 1, Check::kNone,
+     "the RDMA device, `name` or `name:port` (unset: the first device with an active port)"},
+    {"ib_gid_index", "RDMACOLL_IB_GID_INDEX", nullptr, Kind::kCount, Scope::kRank, "-1", -1, 65535, 1,
+     Check::kNone, "RoCE: the GID index (-1: the IPv4-mapped RoCE v2 GID)"},
+    {"ibverbs_library", "RDMACOLL_IBVERBS_LIBRARY", nullptr, Kind::kText, Scope::kRank, "", 0, kNone, 1,
+     Check::kNone, "the verbs library to load (unset: libibverbs.so.1)"},
+};
+
+std::string trim(const std::string& s) {
+  size_t b = 0, e = s.size();
+  while (b < e && std::isspace(static_cast<unsigned char>(s[b]))) ++b;
+  while (e > b && std::isspace(static_cast<unsigned char>(s[e - 1]))) --e;
+  return s.substr(b, e - b);
+}
+
+std::string number(double v) {
+  std::string s = std::to_string(v);
+  while (s.find('.') != std::string::npos && (s.back() == '0' || s.back() == '.')) {
+    const bool dot = s.back() == '.';
+    s.pop_back();
+    if (dot) break;
+  }
+  return s;
+}
+
+[[noreturn]] void bad(const Setting& s, const std::string& text, const std::string& why) {
+  throw Error(std::string(s.env) + "='" + text + "' " + why);
+}
+
+void checkBounds(const Setting& s, const std::string& text, double v) {
+  if (v >= s.min && v <= s.max) return;
+  std::string range = s.max == kNone ? "at least " + number(s.min)
+                                     : "between " + number(s.min) + " and " + number(s.max);
+  bad(s, text, "is out of range: " + std::string(s.name) + " must be " + range);
+}
+
+}  // namespace
+
+const std::vector<Setting>& table() { return kTable; }
+
+const Setting& find(const std::string& name) {
+  for (const Setting& s : kTable) {
+    if (name == s.name || name == s.env) return s;
+  }
+  std::string known;
+  for (const Setting& s : kTable) known += (known.empty() ? "" : ", ") + std::string(s.name);
+  throw Error("unknown setting '" + name + "'; known: " + known);
+}
+
+const char* bytesForms() {
+  return "a whole number of bytes such as 32768, 32K, 32KB, 32KiB or 1.5M (K, M, G, T: powers of 1024)";
+}
+
+bool parseBytes(const std::string& raw, bool allowInf, uint64_t* out) {
+  std::string t = trim(raw);
+  for (char& ch : t) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  if (t == "inf") {
+    if (!allowInf) return false;
+    *out = kInf;
+    return true;
+  }
+  // digits [. digits] [k|m|g|t [i]] [b]
+  using U = unsigned __int128;
+  U whole = 0, frac = 0, scale = 1;
+  size_t i = 0, digits = 0;
+  for (; i < t.size() && std::isdigit(static_cast<unsigned char>(t[i])); ++i, ++digits) {
+    whole = whole * 10 + unsigned(t[i] - '0');
+    if (whole > U(UINT64_MAX)) return false;
+  }
+  if (i < t.size() && t[i] == '.') {
+    for (++i; i < t.size() && std::isdigit(static_cast<unsigned char>(t[i])); ++i, ++digits) {
+      if (scale > U(UINT64_MAX)) return false;  // more fraction digits than can matter
+      frac = frac * 10 + unsigned(t[i] - '0');
+      scale *= 10;
+    }
+  }
+  if (digits == 0) return false;
+  unsigned shift = 0;
+  if (i < t.size()) {
+    const char* units = "kmgt";
+    for (unsigned u = 0; u < 4; ++u) {
+      if (t[i] == units[u]) shift = 10 * (u + 1);
+    }
+    if (shift) {
+      ++i;
+      if (i < t.size() && t[i] == 'i') ++i;
+    }
+  }
+  if (i < t.size() && t[i] == 'b') ++i;
+  if (i != t.size()) return false;
+  const U mult = U(1) << shift;
+  const U fracBytes = frac * mult;
+  if (fracBytes % scale != 0) return false;  // not a whole number of bytes
+  const U v = whole * mult + fracBytes / scale;
+  if (v >= U(UINT64_MAX)) return false;  // (UINT64_MAX itself is kInf)
+  *out = static_cast<uint64_t>(v);
+  return true;
+}
+
+Value parse(const Setting& s, const std::string& raw) {
+  Value v;
+  v.text = trim(raw);
+  switch (s.kind) {
+    case Kind::kBytes:
+      if (!parseBytes(v.text, false, &v.bytes)) bad(s, v.text, std::string("is not a size: use ") + bytesForms());
+      checkBounds(s, v.text, double(v.bytes));
+      if (v.bytes % s.multipleOf != 0) {
+        bad(s, v.text, "is not a multiple of " + std::to_string(s.multipleOf) + " bytes");
+      }
+      break;
+    case Kind::kCount: {
+      char* end = nullptr;
+      errno = 0;
+      const long long n = v.text.empty() ? 0 : std::strtoll(v.text.c_str(), &end, 10);
+      if (v.text.empty() || *end != 0 || errno == ERANGE) bad(s, v.text, "is not a whole number");
+      v.count = n;
+      checkBounds(s, v.text, double(n));
+      break;
+    }
+    case Kind::kSeconds: {
+      char* end = nullptr;
+      const double d = v.text.empty() ? 0 : std::strtod(v.text.c_str(), &end);
+      if (v.text.empty() || *end != 0 || !std::isfinite(d)) bad(s, v.text, "is not a number of seconds");
+      v.seconds = d;
+      checkBounds(s, v.text, d);
+      break;
+    }
+    case Kind::kText:
+      break;
+  }
+  return v;
+}
+
+Values::Values() {
+  for (const Setting& s : kTable) values_.push_back(parse(s, s.defaultText));
+}
+
+void Values::set(const std::string& name, const std::string& text) {
+  const Setting& s = find(name);
+  values_[&s - kTable.data()] = parse(s, text);
+}
+
+const Value& Values::at(const char* name, Kind kind) const {
+  const Setting& s = find(name);
+  if (s.kind != kind) throw Error(std::string("internal: setting ") + name + " read as another kind");
+  return values_[&s - kTable.data()];
+}
+
+}  // namespace settings
+}  // namespace rdmacoll

@@ -1,0 +1,332 @@
+// _core.Communicator: a runtime Group and its collectives, synchronous and asynchronous
+// (the operations and their handles: python/operation.h).
+//
+// A collective is prepared once from its Python arguments (validated here where only
+// Python knows the answer: types, shapes, contiguity; the core validates the rest) into a
+// Request; a synchronous call runs it on the caller's thread and builds the result, an
+// asynchronous one queues it and returns a Handle that builds the result when waited on.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/error.h"
+#include "python/arrays.h"
+#include "python/operation.h"
+#include "python/bindings.h"
+#include "runtime/group.h"
+#include "runtime/setup.h"
+
+namespace py = pybind11;
+using namespace rdmacoll;
+
+namespace {
+
+// Waits release the GIL while they sleep and poll for Ctrl-C. Collectives also run on
+// the progress thread, which never holds the GIL: there the hooks do nothing.
+class PyHooks : public WaitHooks {
+ public:
+  void releaseInterpreter() override {
+    if (PyGILState_Check()) state() = PyEval_SaveThread();
+  }
+  void acquireInterpreter() override {
+    if (state()) PyEval_RestoreThread(std::exchange(state(), nullptr));
+  }
+  bool signalPending() override { return PyGILState_Check() && PyErr_CheckSignals() != 0; }
+
+ private:
+  static PyThreadState*& state() {
+    thread_local PyThreadState* s = nullptr;
+    return s;
+  }
+};
+
+// A name borrowed from a Python str for the duration of a call.
+void setName(Request& r, py::handle name) {
+  if (name.is_none()) return;
+  if (!PyUnicode_Check(name.ptr())) throw Error("name must be a str");
+  Py_ssize_t n = 0;
+  r.name = PyUnicode_AsUTF8AndSize(name.ptr(), &n);
+  if (r.name == nullptr) throw py::error_already_set();
+  r.nameLen = static_cast<size_t>(n);
+}
+
+ReduceOp opOf(int op) {
+  if (op < 0 || op >= kNumReduceOps) {
+    throw Error("unknown op " + std::to_string(op) + "; use rdmacoll.Sum, Average, Min, Max or Product");
+  }
+  return static_cast<ReduceOp>(op);
+}
+
+class PyGroup {
+ public:
+  PyGroup(int rank, int size, int localSize, const py::dict& settings, const py::dict& layout,
+          const py::dict& costModels) {
+    group_ = makeGroup(rank, size, localSize, valuesFromDict(settings), layoutFromDict(layout),
+                       costModelsFromDict(costModels), std::make_shared<PyHooks>());
+  }
+
+  py::bytes address() const {
+    auto a = g().address();
+    return py::bytes(reinterpret_cast<const char*>(a.data()), a.size());
+  }
+  void connect(const std::vector<std::string>& addresses) {
+    std::vector<transport::Bytes> all;
+    for (const auto& s : addresses) all.emplace_back(s.begin(), s.end());
+    g().connect(all);
+  }
+
+  // ---- preparing each collective
+  // The input and its output: `out` when given (checked against the input), else an
+  // array from the pool; the output is the result.
+  Prepared inOut(Collective coll, py::handle x, py::handle outObj, const char* what) {
+    Prepared p;
+    py::array in = contiguousInput(x, what);
+    py::array out = outObj.is_none() ? poolArray(in) : asArray(outObj, "out");
+    p.req.collective = coll;
+    p.req.dtype = dtypeOf(in.dtype());
+    if (!outObj.is_none()) checkOut(in, out);
+    p.req.in = in.data();
+    p.req.out = out.mutable_data();
+    p.req.count = static_cast<size_t>(in.size());
+    p.ready = outObj.is_none() ? py::object(out) : py::reinterpret_borrow<py::object>(outObj);
+    p.keepIn = std::move(in);
+    p.keepOut = std::move(out);
+    return p;
+  }
+  Prepared allreduce(py::handle x, py::handle out, int op, py::handle name) {
+    Prepared p = inOut(Collective::kAllreduce, x, out, "allreduce");
+    p.req.op = opOf(op);
+    setName(p.req, name);
+    return p;
+  }
+  Prepared broadcast(py::handle x, int root, py::handle out, py::handle name) {
+    Prepared p = inOut(Collective::kBroadcast, x, out, "broadcast");
+    p.req.root = root;
+    setName(p.req, name);
+    return p;
+  }
+  // Rows of unknown count: the result comes from a PoolResult once they are known.
+  Prepared gathered(Collective coll, const py::array& in, Finish finish) {
+    Prepared p;
+    p.req.collective = coll;
+    p.req.dtype = dtypeOf(in.dtype());
+    p.req.in = in.data();
+    p.req.count = rowElemsOf(in);
+    p.req.rows = rowsOf(in);
+    p.own().result = std::make_unique<PoolResult>(g().comm().pool());
+    p.req.result = p.owned->result.get();
+    p.finish = finish;
+    p.dtype = in.dtype();
+    p.dims = shapeWithRows(in, 0);
+    p.keepIn = in;
+    return p;
+  }
+  Prepared allgather(py::handle x, py::handle name) {
+    Prepared p = gathered(Collective::kAllgather, contiguousInput(x, "allgather input"), Finish::kRows);
+    setName(p.req, name);
+    return p;
+  }
+  Prepared alltoall(py::handle x, py::handle splitsObj, py::handle name) {
+    py::array in = contiguousInput(x, "alltoall input");
+    Prepared p = gathered(Collective::kAlltoall, in, Finish::kAlltoall);
+    const int size = g().comm().size();
+    Owned& o = *p.owned;
+    o.splits.resize(size);
+    o.received.resize(size);
+    if (splitsObj.is_none()) {
+      if (p.req.rows % size != 0) {
+        throw Error("alltoall: the first dimension (" + std::to_string(p.req.rows) + ") is not divisible by size() (" +
+                    std::to_string(size) + "); pass splits");
+      }
+      std::fill(o.splits.begin(), o.splits.end(), p.req.rows / size);
+    } else {
+      // Any sequence of integers (list, NumPy array, tensor): small, converted once.
+      py::list l = py::module_::import("numpy").attr("asarray")(splitsObj).attr("tolist")();
+      if (static_cast<int>(l.size()) != size) {
+        throw Error("alltoall: splits has " + std::to_string(l.size()) + " entries, size() is " + std::to_string(size));
+      }
+      for (int q = 0; q < size; ++q) {
+        const long long v = l[q].cast<long long>();
+        if (v < 0) throw Error("alltoall: negative split");
+        o.splits[q] = static_cast<uint64_t>(v);
+      }
+    }
+    p.req.splits = o.splits.data();
+    p.req.received = o.received.data();
+    setName(p.req, name);
+    return p;
+  }
+  Prepared reducescatter(py::handle x, int op, py::handle name) {
+    Prepared p;
+    py::array in = contiguousInput(x, "reducescatter input");
+    p.req.collective = Collective::kReducescatter;
+    p.req.dtype = dtypeOf(in.dtype());
+    p.req.op = opOf(op);
+    p.req.rowElems = rowElemsOf(in);
+    p.req.rows = rowsOf(in);
+    const size_t mine = reducescatterRows(p.req.rows, g().comm().size(), g().comm().rank());
+    py::array out = poolArray(in.dtype(), shapeWithRows(in, mine), mine * p.req.rowElems * in.itemsize());
+    p.req.in = in.data();
+    p.req.out = out.mutable_data();
+    p.req.count = static_cast<size_t>(in.size());
+    p.ready = out;
+    p.keepIn = std::move(in);
+    p.keepOut = std::move(out);
+    setName(p.req, name);
+    return p;
+  }
+  Prepared barrier() {
+    Prepared p;
+    p.req.collective = Collective::kBarrier;
+    p.req.dtype = DataType::kUInt8;
+    p.ready = py::none();
+    return p;
+  }
+
+  // ---- running it
+  py::object run(Prepared p) {
+    size_t rows;
+    try {
+      rows = g().run(p.req);
+    } catch (const Interrupted&) {
+      throw py::error_already_set();  // the KeyboardInterrupt the signal handler set
+    }
+    return p.result(rows);
+  }
+  Handle submit(Prepared p) {
+    p.detach();
+    std::shared_ptr<Owned> owned = p.owned;
+    AsyncEngine::Handle op = g().submit(p.req, owned, &owned->rows);
+    return Handle(g().engine(), std::move(op), std::move(p));
+  }
+
+  py::array empty(py::object shape, py::object dtype) {
+    py::dtype dt = py::dtype::from_args(dtype);
+    dtypeOf(dt);
+    std::vector<py::ssize_t> dims;
+    if (py::isinstance<py::int_>(shape)) {
+      dims.push_back(shape.cast<py::ssize_t>());
+    } else {
+      for (auto d : shape) dims.push_back(d.cast<py::ssize_t>());
+    }
+    size_t n = 1;
+    for (auto d : dims) {
+      if (d < 0) throw Error("negative dimension in rdmacoll.empty");
+      n *= static_cast<size_t>(d);
+    }
+    return poolArray(dt, dims, n * dt.itemsize());
+  }
+
+  std::string lastAlgorithm() const { return group_ ? group_->lastAlgorithm() : ""; }
+  size_t poolBytes() const { return g().comm().pool()->bytesMapped(); }
+  std::string transport() const { return g().comm().transportName(); }
+  // How each peer is reached ("" for this rank): the endpoint's description.
+  std::vector<std::string> peerTransports() {
+    Communicator& c = g().comm();
+    std::vector<std::string> out(c.size());
+    for (int r = 0; r < c.size(); ++r) {
+      if (r != c.rank() && c.peer(r).ep) out[r] = c.peer(r).ep->describe();
+    }
+    return out;
+  }
+  int rank() const { return g().comm().rank(); }
+  int size() const { return g().comm().size(); }
+  bool oversubscribed() const { return g().comm().oversubscribed(); }
+  double ranksPerCpu() const { return g().comm().ranksPerCpu(); }
+  size_t outstanding() const { return g().engine()->outstanding(); }
+  std::string selected(size_t bytes, const std::string& collective) const {
+    return g().selected(collectiveNamed(collective), bytes).name;
+  }
+  // Whether the algorithm `name` of a collective can run a message of `bytes` in this job
+  // (hierarchical needs several hosts, direct same-host peers, eager small messages).
+  bool usable(const std::string& name, size_t bytes, const std::string& collective) const {
+    const Collective coll = collectiveNamed(collective);
+    const algorithms::Algorithm* a = algorithms::find(coll, name);
+    if (!a) throw Error("unknown " + collective + " algorithm '" + name + "'; known: " + algorithms::names(coll));
+    return a->usable(algorithms::Situation::of(g().comm(), coll, bytes));
+  }
+  void close() {
+    py::gil_scoped_release r;  // queued work finishes (it never needs the GIL)
+    group_.reset();
+  }
+
+ private:
+  Group& g() const {
+    if (!group_) throw Error("rdmacoll is shut down: call rdmacoll.init() again");
+    return *group_;
+  }
+  py::array poolArray(const py::array& like) {
+    std::vector<py::ssize_t> dims(like.shape(), like.shape() + like.ndim());
+    return poolArray(like.dtype(), dims, static_cast<size_t>(like.nbytes()));
+  }
+  py::array poolArray(const py::dtype& dt, const std::vector<py::ssize_t>& dims, size_t bytes) {
+    std::shared_ptr<MemoryPool> pool = g().comm().pool();
+    return wrapBlock(dt, dims, pool, pool->acquire(bytes));
+  }
+
+  std::unique_ptr<Group> group_;
+};
+
+}  // namespace
+
+void bindGroup(py::module_& m) {
+  bindHandle(m);
+  using P = PyGroup;
+  py::class_<P>(m, "Communicator")
+      .def(py::init<int, int, int, const py::dict&, const py::dict&, const py::dict&>(), py::arg("rank"),
+           py::arg("size"), py::arg("local_size"), py::arg("settings"), py::arg("layout"),
+           py::arg("cost_models"))
+      .def("address", &P::address)
+      .def("connect", &P::connect)
+      .def("allreduce", [](P& c, py::handle x, py::handle out, int op, py::handle name) {
+        return c.run(c.allreduce(x, out, op, name));
+      })
+      .def("allgather", [](P& c, py::handle x, py::handle name) { return c.run(c.allgather(x, name)); })
+      .def("broadcast", [](P& c, py::handle x, int root, py::handle out, py::handle name) {
+        return c.run(c.broadcast(x, root, out, name));
+      })
+      .def("reducescatter", [](P& c, py::handle x, int op, py::handle name) {
+        return c.run(c.reducescatter(x, op, name));
+      })
+      .def("alltoall", [](P& c, py::handle x, py::handle splits, py::handle name) {
+        return c.run(c.alltoall(x, splits, name));
+      })
+      .def("barrier", [](P& c) { c.run(c.barrier()); })
+      .def("allreduce_async", [](P& c, py::handle x, py::handle out, int op, py::handle name) {
+        return c.submit(c.allreduce(x, out, op, name));
+      })
+      .def("allgather_async", [](P& c, py::handle x, py::handle name) { return c.submit(c.allgather(x, name)); })
+      .def("broadcast_async", [](P& c, py::handle x, int root, py::handle out, py::handle name) {
+        return c.submit(c.broadcast(x, root, out, name));
+      })
+      .def("reducescatter_async", [](P& c, py::handle x, int op, py::handle name) {
+        return c.submit(c.reducescatter(x, op, name));
+      })
+      .def("alltoall_async", [](P& c, py::handle x, py::handle splits, py::handle name) {
+        return c.submit(c.alltoall(x, splits, name));
+      })
+      .def("barrier_async", [](P& c) { return c.submit(c.barrier()); })
+      .def("empty", &P::empty)
+      .def_property_readonly("outstanding", &P::outstanding)
+      .def("close", &P::close)
+      .def("selected_algorithm", &P::selected, py::arg("bytes"), py::arg("collective") = "allreduce",
+           "What selection runs for a message of `bytes` here (allgather, alltoall: one row per rank).")
+      .def("usable", &P::usable, py::arg("name"), py::arg("bytes"), py::arg("collective") = "allreduce",
+           "Whether an algorithm can run (name, bytes) here")
+      .def_property_readonly("last_algorithm", &P::lastAlgorithm,
+                             "What the latest call ran: a table name, 'from>to' after a continuation, 'local' at one rank")
+      .def_property_readonly("pool_bytes", &P::poolBytes)
+      .def_property_readonly("transport", &P::transport)
+      .def("peer_transports", &P::peerTransports)
+      .def_property_readonly("rank", &P::rank)
+      .def_property_readonly("size", &P::size)
+      .def_property_readonly("oversubscribed", &P::oversubscribed)
+      .def_property_readonly("ranks_per_cpu", &P::ranksPerCpu,
+                             "The most local ranks per CPU of any host (>= 1): the cost model's scale.");
+}

@@ -1,0 +1,30 @@
+// Test hooks of the core without ranks: the descriptor hash, the fork guard.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include "comm/call.h"
+#include "common/error.h"
+#include "common/fork_guard.h"
+#include "python/bindings.h"
+
+namespace py = pybind11;
+using namespace rdmacoll;
+
+void bindTestingCore(py::module_& m) {
+  m.def("hash_descriptor", [](int coll, uint64_t seq, int dtype, uint64_t count, int op, int root,
+                              uint64_t nameHash, int algo, uint64_t seg) {
+    Descriptor d;
+    d.collective = static_cast<uint8_t>(coll);
+    d.seq = seq;
+    d.dtype = static_cast<uint8_t>(dtype);
+    d.count = count;
+    d.op = static_cast<uint8_t>(op);
+    d.root = root;
+    d.nameHash = nameHash;
+    d.algorithm = static_cast<uint8_t>(algo);
+    d.segmentBytes = seg;
+    return hashDescriptor(d);
+  });
+  m.def("fork_tracked_fds", &forkguard::trackedCount,
+        "Descriptors the core holds and a forked child closes (common/fork_guard.h).");
+}

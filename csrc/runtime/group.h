@@ -1,0 +1,72 @@
+// A group of ranks running collectives: a connected Communicator, the selection policy
+// and the queue of asynchronous operations. No globals: a process may hold several
+// (selector_vs_forced runs one per forced algorithm).
+//
+// Entry point (run, submit): validate the request, describe it (sequence number,
+// descriptor and hash), select the algorithm (tuning/select.h), run it. Synchronous calls
+// run on the caller's thread once everything submitted before them has run; an allreduce
+// allocates nothing on that path (results come from the pool; up to 64 peers are
+// described on the stack), the other collectives a few tables of p entries. An error
+// inside an algorithm leaves counters and slots mid-call: the communicator aborts its
+// peers and refuses every later call (Communicator::fail).
+#pragma once
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "algorithms/table.h"
+#include "comm/communicator.h"
+#include "runtime/async.h"
+#include "runtime/request.h"
+#include "tuning/policy.h"
+
+namespace rdmacoll {
+
+class Group {
+ public:
+  Group(std::unique_ptr<Communicator> comm, tuning::Policy policy);
+  ~Group();  // waits for queued work to finish (the engine may outlive it: handles)
+  Group(const Group&) = delete;
+  Group& operator=(const Group&) = delete;
+
+  // Setup (bootstrap): the communicator's address, then every rank's.
+  transport::Bytes address() const { return comm_->address(); }
+  void connect(const std::vector<transport::Bytes>& addresses);
+
+  // Runs r on this thread; returns the rows of the result (allgather, alltoall), else 0.
+  size_t run(const Request& r);
+  // Validates r now and queues it; `owner` keeps r's memory alive until it has run, and
+  // the result's rows go to *rows (allgather, alltoall; may be null).
+  AsyncEngine::Handle submit(const Request& r, std::shared_ptr<void> owner, size_t* rows);
+  // Handles keep it: waiting on an operation that finished works after the group is gone.
+  const std::shared_ptr<AsyncEngine>& engine() const { return engine_; }
+
+  // The table name of what the latest call ran ("direct>ring_slots" after a
+  // continuation, "local" at one rank), for benchmarks, tests and logs.
+  const char* lastAlgorithm() const { return last_.load(std::memory_order_relaxed); }
+  // What selection picks for (collective, bytes) here, without running anything.
+  const algorithms::Algorithm& selected(Collective collective, size_t bytes) const;
+  Communicator& comm() { return *comm_; }
+  const Communicator& comm() const { return *comm_; }
+
+ private:
+  size_t execute(const Request& r);
+  algorithms::Situation situation(Collective collective, size_t bytes) const;
+
+  std::unique_ptr<Communicator> comm_;
+  tuning::Policy policy_;
+  algorithms::Costs costs_{};        // of the connected communicator's links
+  algorithms::Situation base_{};     // the job's part of every call's situation
+  std::atomic<const char*> last_{""};
+  std::shared_ptr<AsyncEngine> engine_ = std::make_shared<AsyncEngine>();
+};
+
+// Throws Error when r is malformed for a group of `size` ranks (bad dtype or op, Average
+// on integers, overlapping buffers, a root or splits that do not fit).
+void validate(const Request& r, int size);
+// Rows of rank r in a reducescatter of `rows` rows over `size` ranks.
+size_t reducescatterRows(size_t rows, int size, int rank);
+
+}  // namespace rdmacoll

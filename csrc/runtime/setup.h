@@ -1,0 +1,25 @@
+// From settings to a group: where the settings table (common/settings.h) meets the layers
+// that read it.
+#pragma once
+#include <map>
+#include <memory>
+#include <string>
+
+#include "comm/communicator.h"
+#include "common/settings.h"
+#include "runtime/group.h"
+
+namespace rdmacoll {
+
+// A setting's value as the core will use it: settings::parse (kind, grammar, bounds),
+// then the check of the layer that reads it (RDMACOLL_ALGO against the algorithm table,
+// RDMACOLL_TRANSPORT against the transport registry). Throws Error naming the variable.
+settings::Value checkSetting(const std::string& name, const std::string& text);
+
+// A group over a new communicator (not yet connected: bootstrap exchanges addresses,
+// then calls Group::connect). `measured`: a tuning file's constants by backend name.
+std::unique_ptr<Group> makeGroup(int rank, int size, int localSize, const settings::Values& values,
+                                 const JobLayout& layout, std::map<std::string, CostModel> measured,
+                                 std::shared_ptr<WaitHooks> hooks);
+
+}  // namespace rdmacoll

@@ -1,0 +1,31 @@
+// What the transport layer reads from the settings (common/settings.h): which backend
+// reaches which peers, and each backend's per-rank choices (interface, RDMA device). The
+// backends never read the environment themselves.
+#pragma once
+#include <string>
+
+#include "common/settings.h"
+
+namespace rdmacoll {
+namespace transport {
+
+struct Options {
+  std::string transport;       // RDMACOLL_TRANSPORT: "auto" or one backend's name
+  std::string socketIfname;    // RDMACOLL_SOCKET_IFNAME ("": choose)
+  std::string ibDevice;        // RDMACOLL_IB_DEVICE ("name" or "name:port"; "": choose)
+  int ibGidIndex = -1;         // RDMACOLL_IB_GID_INDEX (-1: choose)
+  std::string ibverbsLibrary;  // RDMACOLL_IBVERBS_LIBRARY ("": the default library)
+
+  static Options from(const settings::Values& v) {
+    Options o;
+    o.transport = v.text("transport");
+    o.socketIfname = v.text("socket_ifname");
+    o.ibDevice = v.text("ib_device");
+    o.ibGidIndex = static_cast<int>(v.count("ib_gid_index"));
+    o.ibverbsLibrary = v.text("ibverbs_library");
+    return o;
+  }
+};
+
+}  // namespace transport
+}  // namespace rdmacoll

@@ -1,0 +1,51 @@
+#include "tuning/policy.h"
+
+#include <cmath>
+
+#include "common/error.h"
+#include "tuning/select.h"
+
+namespace rdmacoll {
+namespace tuning {
+
+void checkCostModel(const CostModel& m, const std::string& where) {
+  const struct { const char* name; double v; } constants[] = {{"alpha", m.alpha}, {"beta", m.beta}, {"gamma", m.gamma}};
+  for (const auto& k : constants) {
+    if (std::isnan(k.v)) continue;
+    if (!std::isfinite(k.v) || k.v < 0) {
+      throw Error(where + "['" + k.name + "']=" + std::to_string(k.v) +
+                  " must be a finite number >= 0 (check RDMACOLL_TUNING_FILE or rerun rdmacoll-bench --tune)");
+    }
+  }
+}
+
+Policy Policy::from(const settings::Values& v, std::map<std::string, CostModel> measured) {
+  Policy p;
+  p.rules = parseAlgoRules(v.text("algo"), &knownAlgorithm);
+  for (const auto& kv : measured) checkCostModel(kv.second, "cost_model['" + kv.first + "']");
+  p.measured = std::move(measured);
+  return p;
+}
+
+algorithms::Costs costsFor(const Policy& policy, const Communicator& c) {
+  auto model = [&](const std::string& backend, const CostModel& fallback) {
+    CostModel m = fallback;
+    auto it = policy.measured.find(backend);
+    if (it != policy.measured.end()) {
+      const CostModel& t = it->second;
+      m = CostModel{std::isnan(t.alpha) ? m.alpha : t.alpha, std::isnan(t.beta) ? m.beta : t.beta,
+                    std::isnan(t.gamma) ? m.gamma : t.gamma};
+    }
+    return m.forRanksPerCpu(c.ranksPerCpu());
+  };
+  algorithms::Costs k;
+  k.local = model(c.localBackend(), kDefaultLocal);
+  k.net = model(c.networkBackend(), kDefaultNetwork);
+  // An algorithm over all ranks is bound by the slowest links it crosses: shared
+  // memory's only where every peer can be read in place (one host).
+  k.flat = c.peersReadable() ? k.local : k.net;
+  return k;
+}
+
+}  // namespace tuning
+}  // namespace rdmacoll
