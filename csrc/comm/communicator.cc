@@ -20,44 +20,82 @@ namespace rdmacoll {
 Communicator::Communicator(int rank, int size, int localSize, const Protocol& protocol,
                            const transport::Options& options, const JobLayout& job, std::shared_ptr<WaitHooks> hooks)
     : rank_(rank), size_(size), localSize_(localSize), protocol_(protocol), job_(job),
-      hooks_(hooks ? std::move(hooks) : std::make_shared<WaitHooks>()),
+      hooks_(hooks ? std::move(hooks) : std::make_shared<WaitHooks>()), world_(true),
       ctrlLayout_(size, protocol), pid_(getpid()) {
+  RC_CHECK(size >= 1 && rank >= 0 && rank < size, "invalid rank " + std::to_string(rank) +
+                                                       " for size " + std::to_string(size));
+  if (job_.hostOf.empty()) job_.hostOf.assign(size, 0);  // a communicator of one host
+  RC_CHECK(static_cast<int>(job_.hostOf.size()) == size, "hosts: expected one host index per rank");
+  for (int r = 0; r < size; ++r) members_.push_back(r);
+  links_ = std::make_shared<Links>(transport::createJobDevice(options, rank, job_.hostOf, job_.networkOffers), rank,
+                                   size, protocol_.timelinePath);
+  setUp(localSize);
+}
+
+Communicator::Communicator(const Communicator& parent, const std::vector<int>& members, int rank)
+    : rank_(rank), size_(static_cast<int>(members.size())), protocol_(parent.protocol_), job_(parent.job_),
+      hooks_(parent.hooks_), links_(parent.links_), world_(false), ctrlLayout_(size_, parent.protocol_),
+      pid_(getpid()) {
+  job_.hostOf.clear();
+  job_.networkOffers.clear();
+  for (int m : members) {
+    members_.push_back(parent.members_[m]);
+    job_.hostOf.push_back(parent.job_.hostOf[m]);
+  }
+  int localSize = 0;
+  for (int h : job_.hostOf) localSize += h == job_.hostOf[rank];
+  setUp(localSize);
+}
+
+void Communicator::setUp(int localSize) {
   // Changes in every child after fork(): a communicator created before the fork belongs
   // to the parent (its peers, its memory); the child's copy must refuse to run. Cheaper
   // than getpid(), which is a system call on every collective. The child has already
   // closed the core's descriptors (common/fork_guard.h).
   forkGeneration_ = forkguard::generation();
-  RC_CHECK(size >= 1 && rank >= 0 && rank < size, "invalid rank " + std::to_string(rank) +
-                                                       " for size " + std::to_string(size));
+  localSize_ = localSize;
   // The ranks of this host share job.localCpus CPUs (the union of their affinity masks,
   // gathered by bootstrap): one rank's own mask says nothing about that (ranks bound to
   // one core each see one CPU and are not oversubscribed).
-  oversubscribed_ = job.localCpus > 0 && localSize > job.localCpus;
-  if (job_.hostOf.empty()) job_.hostOf.assign(size, 0);  // a communicator of one host
-  RC_CHECK(static_cast<int>(job_.hostOf.size()) == size, "hosts: expected one host index per rank");
-  topology_ = schedule::hierarchy(job_.hostOf, rank);
-  device_ = transport::createJobDevice(options, rank, job_.hostOf, job_.networkOffers);
-  pollMicros_ = device_->pollMicros();
-  pool_ = std::make_shared<MemoryPool>(device_.get());
-  ctrl_ = device_->allocate(ctrlLayout_.total());
-  staging_ = device_->allocate(std::max(2, size) * protocol_.segmentBytes);
-  peers_.resize(size);
-  if (!protocol_.timelinePath.empty()) timeline_ = Timeline::open(protocol_.timelinePath, rank);
+  oversubscribed_ = job_.localCpus > 0 && localSize > job_.localCpus;
+  topology_ = schedule::hierarchy(job_.hostOf, rank_);
+  transport::Device& device = links_->device();
+  pollMicros_ = device.pollMicros();
+  ctrl_ = device.allocate(ctrlLayout_.total());
+  staging_ = device.allocate(std::max(2, size_) * protocol_.segmentBytes);
+  peers_.resize(size_);
 }
 
 Communicator::~Communicator() {
   // (Not in a forked child: its copy belongs to the parent, which has not left.)
   if (connected_ && forkguard::generation() == forkGeneration_) announceLeaving();
-  timeline_.reset();
+  if (connected_) links_->release(channel_);
   peers_.clear();
-  pool_->detach();
+}
+
+std::unique_ptr<Communicator> Communicator::split(const std::vector<int>& members) const {
+  int me = -1;
+  for (size_t i = 0; i < members.size(); ++i) {
+    RC_CHECK(members[i] >= 0 && members[i] < size_, "split: rank " + std::to_string(members[i]) +
+                                                          " is not a rank of this communicator (size " +
+                                                          std::to_string(size_) + ")");
+    for (size_t k = 0; k < i; ++k) RC_CHECK(members[k] != members[i], "split: rank " + std::to_string(members[i]) + " is listed twice");
+    if (members[i] == rank_) me = static_cast<int>(i);
+  }
+  RC_CHECK(me >= 0, "split: this rank (" + std::to_string(rank_) + ") is not among the members");
+  return std::unique_ptr<Communicator>(new Communicator(*this, members, me));
 }
 
 transport::Bytes Communicator::address() const {
-  transport::Bytes a = device_->address();
+  transport::Bytes a = world_ ? links_->device().address() : transport::Bytes();
   transport::PackedMemory pm;
   ctrl_->pack(&pm);
   a.insert(a.end(), pm.bytes, pm.bytes + sizeof(pm.bytes));
+  if (!world_) {
+    const uint64_t used = links_->channelsInUse();
+    const uint8_t* u = reinterpret_cast<const uint8_t*>(&used);
+    a.insert(a.end(), u, u + sizeof(used));
+  }
   return a;
 }
 
@@ -65,19 +103,38 @@ void Communicator::connect(const std::vector<transport::Bytes>& addresses) {
   RC_CHECK(!connected_, "communicator already connected");
   RC_CHECK(static_cast<int>(addresses.size()) == size_,
            "expected " + std::to_string(size_) + " addresses, got " + std::to_string(addresses.size()));
+  // A sub-communicator's address ends with the channels in use at that member: its
+  // channel is the lowest free at every member.
+  const size_t tail = world_ ? 0 : sizeof(uint64_t);
+  uint64_t used = 0;
+  for (int r = 0; r < size_; ++r) {
+    const transport::Bytes& a = addresses[r];
+    RC_CHECK(a.size() >= transport::PackedMemory::kBytes + tail + (world_ && r != rank_ ? 1 : 0),
+             "malformed address from rank " + std::to_string(r));
+    if (tail) {
+      uint64_t u;
+      std::memcpy(&u, a.data() + a.size() - tail, tail);
+      used |= u;
+    }
+  }
+  uint32_t channel = 0;
+  while (channel < Links::kChannels && (used >> channel & 1)) ++channel;
+  links_->claim(channel);
+  channel_ = channel;
   peersReadable_ = true;
   peersMappable_ = true;
   for (int r = 0; r < size_; ++r) {
     if (r == rank_) continue;
     const transport::Bytes& a = addresses[r];
-    RC_CHECK(a.size() > transport::PackedMemory::kBytes,
-             "malformed address from rank " + std::to_string(r));
-    transport::Bytes dev(a.begin(), a.end() - transport::PackedMemory::kBytes);
+    const size_t ctrlAt = a.size() - tail - transport::PackedMemory::kBytes;
     transport::PackedMemory pm;
-    std::memcpy(pm.bytes, a.data() + dev.size(), sizeof(pm.bytes));
+    std::memcpy(pm.bytes, a.data() + ctrlAt, sizeof(pm.bytes));
     Peer& p = peers_[r];
     p.rank = r;
-    p.ep = device_->connect(r, dev);
+    p.link = members_[r];
+    if (world_) links_->connect(p.link, transport::Bytes(a.begin(), a.begin() + ctrlAt));
+    p.ep = links_->endpoint(p.link);
+    RC_CHECK(p.ep, "rank " + std::to_string(r) + " has no connection");
     p.ep->unpack(pm, &p.ctrl);
     p.ep->map(&p.ctrl);  // where the transport maps, writes then skip the mapping lookup
     RC_CHECK(p.ctrl.len == ctrlLayout_.total(),
@@ -88,14 +145,14 @@ void Communicator::connect(const std::vector<transport::Bytes>& addresses) {
     if (!(caps & transport::kCanMap)) peersMappable_ = false;
   }
   // Reading user memory in place needs per-call registration to be free (shm).
-  if (!device_->cheapRegistration()) peersReadable_ = peersMappable_ = false;
+  if (!links_->device().cheapRegistration()) peersReadable_ = peersMappable_ = false;
   connected_ = true;
 }
 
 bool Communicator::describeBuffer(const void* p, size_t bytes, BufferRef* ref) const {
   ref->ptr = p;
   ref->bytes = bytes;
-  if (const MemoryPool::Block* b = pool_->find(p, bytes)) {
+  if (const MemoryPool::Block* b = links_->pool()->find(p, bytes)) {
     b->mem->pack(&ref->packed);
     ref->allocated = true;
     ref->offset = static_cast<const char*>(p) - static_cast<const char*>(b->mem->data());
@@ -103,8 +160,8 @@ bool Communicator::describeBuffer(const void* p, size_t bytes, BufferRef* ref) c
   }
   ref->allocated = false;
   ref->offset = 0;
-  if (!device_->cheapRegistration()) return false;
-  device_->packUser(p, bytes, &ref->packed);
+  if (!links_->device().cheapRegistration()) return false;
+  links_->device().packUser(p, bytes, &ref->packed);
   return true;
 }
 

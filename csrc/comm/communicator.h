@@ -1,11 +1,16 @@
-// Communicator: one group of ranks, its device, its peers and its state. No globals:
-// two communicators can live in one process; each has one lock (held by the binding
-// for the duration of a call).
+// Communicator: one group of ranks, its peers and its state, over the job's Links (the
+// device and its connections, comm/links.h). No globals: two communicators can live in
+// one process. The world communicator creates the Links; split() makes a communicator
+// over some of its ranks on the same Links (its own control region, sequence numbers,
+// mismatch checks and channel; no new connection).
 //
 // Setup (driven by bootstrap, which owns the only MPI calls):
 //   Communicator c(rank, size, localSize, protocol, transportOptions, layout, hooks);
 //   bytes = c.address();             // allgathered by bootstrap
 //   c.connect(allAddresses);         // endpoints, peers' control regions
+// and for a sub-communicator (members: ranks of c, each member calls it alike):
+//   auto s = c.split(members);  bytes = s->address();  (gathered among the members)
+//   s->connect(membersAddresses);    // peers' control regions, the channel
 //
 // What algorithms use (comm/ is the only layer they see):
 //   peer(r): endpoint + the peer's control region + per-direction counters
@@ -21,6 +26,7 @@
 
 #include "comm/call.h"
 #include "comm/ctrl.h"
+#include "comm/links.h"
 #include "comm/pool.h"
 #include "comm/protocol.h"
 #include "comm/topology.h"
@@ -28,8 +34,6 @@
 #include "transport/transport.h"
 
 namespace rdmacoll {
-
-class Timeline;  // common/timeline.h
 
 // Called by waits that last long. Implemented by the binding (Python): the core knows
 // nothing of the interpreter.
@@ -43,9 +47,10 @@ class WaitHooks {
 };
 
 struct Peer {
-  int rank = -1;
-  std::unique_ptr<transport::Endpoint> ep;
-  transport::RemoteMemory ctrl;  // the peer's control region
+  int rank = -1;                 // in this communicator
+  int link = -1;                 // its rank in the world: the Links entry
+  transport::Endpoint* ep = nullptr;  // the link's endpoint (owned by the Links)
+  transport::RemoteMemory ctrl;  // the peer's control region (of this communicator)
   uint64_t progressSeen = 0;     // units of this peer counted in earlier calls
   uint64_t msgsSent = 0;         // slot messages sent to this peer
   uint64_t msgsReceived = 0;     // slot messages received from it
@@ -72,8 +77,15 @@ class Communicator {
   Communicator(const Communicator&) = delete;
   Communicator& operator=(const Communicator&) = delete;
 
+  // The world's: device address + control region; a sub-communicator's: control region
+  // + the channels in use at this rank.
   transport::Bytes address() const;
   void connect(const std::vector<transport::Bytes>& addresses);
+  // A communicator over `members` (ranks of this one, in the new communicator's rank
+  // order; this rank among them) on the same Links. Connected by its own connect().
+  std::unique_ptr<Communicator> split(const std::vector<int>& members) const;
+  // This communicator's rank r in the world (the Links' numbering).
+  int worldRank(int r) const { return members_[r]; }
 
   // Collectives run in runtime/ (which validates and picks an algorithm); this class is
   // the state they run on.
@@ -90,14 +102,17 @@ class Communicator {
   uint32_t callTag() const { return callTag_; }
   const Descriptor& currentCall() const { return current_; }
   // The Chrome-trace timeline (RDMACOLL_TIMELINE), or nullptr when off.
-  Timeline* timeline() const { return timeline_.get(); }
+  Timeline* timeline() const { return links_->timeline(); }
+  // The next immediate of this communicator from peer p, if one arrived (comm/links.h).
+  bool pollImmediate(const Peer& p, uint32_t* imm) { return links_->poll(p.link, channel_, imm); }
+  uint32_t channel() const { return channel_; }
 
   int rank() const { return rank_; }
   int size() const { return size_; }
   const Protocol& protocol() const { return protocol_; }
   const JobLayout& job() const { return job_; }
   const CtrlLayout& layout() const { return ctrlLayout_; }
-  std::shared_ptr<MemoryPool> pool() const { return pool_; }
+  std::shared_ptr<MemoryPool> pool() const { return links_->pool(); }
   Peer& peer(int r) { return peers_[r]; }
   char* ctrl() const { return static_cast<char*>(ctrl_->data()); }
   std::atomic<uint64_t>& word(size_t off) const {
@@ -110,10 +125,10 @@ class Communicator {
   bool oversubscribed() const { return oversubscribed_; }
   // The most local ranks per CPU of any host, at least 1: the cost model's scale.
   double ranksPerCpu() const { return job_.ranksPerCpu; }
-  const char* transportName() const { return device_->name(); }
+  const char* transportName() const { return links_->device().name(); }
   // The backends behind the device (transport.h: Device::localBackend/networkBackend).
-  std::string localBackend() const { return device_->localBackend(); }
-  std::string networkBackend() const { return device_->networkBackend(); }
+  std::string localBackend() const { return links_->device().localBackend(); }
+  std::string networkBackend() const { return links_->device().networkBackend(); }
   // Hosts, this rank's local and cross groups (job().hostOf, computed once).
   const schedule::Hierarchy& topology() const { return topology_; }
   // Units this rank completed in earlier calls (its progress counter at the peers).
@@ -158,6 +173,10 @@ class Communicator {
   void checkDescriptor(const HashedDescriptor& mine, const HashedDescriptor& theirs, int peer);
 
  private:
+  // A sub-communicator of `parent` (split).
+  Communicator(const Communicator& parent, const std::vector<int>& members, int rank);
+  // What both constructors share, once the Links exist.
+  void setUp(int localSize);
   // One wait in progress: spin, then yield, then sleep on the device, with periodic
   // checks (abort word, peers alive, timeout, signals). See wait.cc.
   class WaitState {
@@ -181,6 +200,9 @@ class Communicator {
     uint64_t seen_ = 0;  // the device's event count when the sleep was announced
     bool released_ = false;
     double nextStallReport_ = 0;  // seconds of this wait after which the inspector reports
+    // Yield at once and sleep soon: the cores are oversubscribed, or this thread runs in
+    // the background of a caller that computes (common/thread_role.h).
+    bool patient_;
   };
   // Stall inspector (comm/stall.cc). Peers learn which call this rank has started
   // (pushed once per call, by a wait that lasted a check period).
@@ -203,8 +225,10 @@ class Communicator {
   int pollMicros_ = 2000;  // device_->pollMicros(), read once
   bool oversubscribed_;
   std::shared_ptr<WaitHooks> hooks_;
-  std::unique_ptr<transport::Device> device_;
-  std::shared_ptr<MemoryPool> pool_;
+  std::shared_ptr<Links> links_;
+  std::vector<int> members_;  // world rank of each rank of this communicator
+  bool world_;                // created the Links (else split from a communicator)
+  uint32_t channel_ = 0;      // its immediates' channel (comm/links.h), once connected
   CtrlLayout ctrlLayout_;
   std::unique_ptr<transport::Memory> ctrl_;
   std::unique_ptr<transport::Memory> staging_;
@@ -217,7 +241,6 @@ class Communicator {
   Descriptor current_{};          // the call started last (announce)
   uint32_t callTag_ = 0;          // its hash's top 8 bits
   uint64_t publishedSeq_ = 0;     // last seq pushed to the peers' submitted words
-  std::unique_ptr<Timeline> timeline_;
   mutable std::string broken_;  // set once the communicator aborted: every later call raises it
   pid_t pid_;
   uint64_t forkGeneration_;

@@ -16,7 +16,7 @@ namespace {
                                 const Call& call) {
   // A different kind of message means the peer runs another algorithm or collective: try
   // to read its descriptor where that kind keeps it, so the error names the difference.
-  uint32_t kind = got >> 28;
+  uint32_t kind = tagKind(got);
   const HashedDescriptor* theirs = nullptr;
   if (kind == kHeaderTag) {
     // CallHeader starts with the same {hash, descriptor} line.
@@ -32,7 +32,7 @@ namespace {
 }
 
 [[noreturn]] void slotMismatch(Communicator& c, Peer& from, uint32_t got, uint32_t want) {
-  const uint32_t kindAndMsg = 0xf00fffffu;
+  const uint32_t kindAndMsg = 0xff00ffffu;  // kind, channel and message number
   c.abortAll(AbortCode::kMismatch,
              (got & kindAndMsg) == (want & kindAndMsg)
                  ? "collective mismatch (different algorithms): rank " + std::to_string(from.rank) +
@@ -45,7 +45,7 @@ namespace {
 
 uint32_t recvImmediate(Communicator& c, Peer& from, const char* what) {
   uint32_t imm = 0;
-  c.waitUntil([&] { return from.ep->pollImmediate(&imm); }, from.rank, what);
+  c.waitUntil([&] { return c.pollImmediate(from, &imm); }, from.rank, what);
   return imm;
 }
 
@@ -77,12 +77,12 @@ void sendHeader(Communicator& c, Peer& to, const Call& call, const BufferRef* in
     h.extra[1] = extra[1];
   }
   to.ep->write(&h, to.ctrl, c.layout().header(c.rank(), call.seq), sizeof(h), true,
-               tag(kHeaderTag, call.seq));
+               tag(kHeaderTag, c.channel(), call.seq));
 }
 
 const CallHeader& recvHeader(Communicator& c, Peer& from, const Call& call) {
   PhaseScope phase(c.timeline(), Timeline::kNegotiate);
-  uint32_t want = tag(kHeaderTag, call.seq);
+  uint32_t want = tag(kHeaderTag, c.channel(), call.seq);
   uint32_t got = recvImmediate(c, from, "a call header");
   if (got != want) protocolError(c, from, got, want, call);
   const CallHeader& h = *reinterpret_cast<const CallHeader*>(c.ctrl() + c.layout().header(from.rank, call.seq));
@@ -201,12 +201,12 @@ void sendEager(Communicator& c, Peer& to, const Call& call, const void* data, si
   const size_t body = off + sizeof(HashedDescriptor);  // {hash, payload}
   to.ep->write(&call.hd, to.ctrl, off, sizeof(HashedDescriptor), false, 0);
   to.ep->write(&call.hd.hash, to.ctrl, body, sizeof(uint64_t), false, 0);
-  to.ep->write(data, to.ctrl, body + sizeof(uint64_t), bytes, true, tag(kEagerTag, call.seq));
+  to.ep->write(data, to.ctrl, body + sizeof(uint64_t), bytes, true, tag(kEagerTag, c.channel(), call.seq));
 }
 
 const void* recvEager(Communicator& c, Peer& from, const Call& call) {
   PhaseScope phase(c.timeline(), Timeline::kTransfer);
-  uint32_t want = tag(kEagerTag, call.seq);
+  uint32_t want = tag(kEagerTag, c.channel(), call.seq);
   uint32_t got = recvImmediate(c, from, "an eager message");
   if (got != want) protocolError(c, from, got, want, call);
   const char* p = c.ctrl() + c.layout().eager(from.rank, call.seq);
@@ -237,14 +237,14 @@ void sendSlot(Communicator& c, Peer& to, const void* data, size_t bytes) {
   PhaseScope phase(c.timeline(), Timeline::kTransfer);
   if (data != nullptr) waitSlotCredit(c, to);
   to.ep->write(data, to.ctrl, c.layout().slot(c.rank(), to.msgsSent), data ? bytes : 0, true,
-               slotTag(c.callTag(), to.msgsSent));
+               slotTag(c.channel(), c.callTag(), to.msgsSent));
   ++to.msgsSent;
 }
 
 const void* recvSlot(Communicator& c, Peer& from) {
   PhaseScope phase(c.timeline(), Timeline::kTransfer);
   uint32_t got = recvImmediate(c, from, "a slot message");
-  uint32_t want = slotTag(c.callTag(), from.msgsReceived);
+  uint32_t want = slotTag(c.channel(), c.callTag(), from.msgsReceived);
   if (got != want) slotMismatch(c, from, got, want);
   return c.ctrl() + c.layout().slot(from.rank, from.msgsReceived);
 }

@@ -4,12 +4,14 @@
 // Algorithms reach peers only through these (and comm/ring.h, comm/pairwise.h): they
 // never name an Endpoint.
 //
-// Immediates carry a tag checked on receipt: kind (header/eager/slot) and low bits of
-// the call sequence (headers, eager) or of the message number (slots), so a peer running
-// a different collective or algorithm is caught at its first message rather than
-// misread. Slot messages also carry 8 bits of the hash of the call the sender runs
-// (after a continuation: of what it continues as), so ranks that continued differently
-// are caught at their first slot message too.
+// Immediates carry a tag checked on receipt:
+//   bits 30-31  kind (header, eager, slot)
+//   bits 24-29  the communicator's channel (comm/links.h: which communicator it is for)
+//   bits  0-23  headers, eager: the call sequence's low bits; slots: 8 bits of the hash
+//               of the call the sender runs (after a continuation: of what it continues
+//               as) and the message number's low 16 bits
+// so a peer running a different collective, algorithm or continuation is caught at its
+// first message rather than misread.
 #pragma once
 #include <cstdint>
 
@@ -19,10 +21,13 @@ namespace rdmacoll {
 namespace prim {
 
 enum TagKind : uint32_t { kHeaderTag = 1, kEagerTag = 2, kSlotTag = 3 };
-inline uint32_t tag(TagKind k, uint64_t n) { return (static_cast<uint32_t>(k) << 28) | (n & 0x0fffffff); }
-inline uint32_t slotTag(uint32_t callTag, uint64_t msg) {
-  return (static_cast<uint32_t>(kSlotTag) << 28) | ((callTag & 0xff) << 20) | (msg & 0xfffff);
+inline uint32_t tag(TagKind k, uint32_t channel, uint64_t n) {
+  return (static_cast<uint32_t>(k) << 30) | ((channel & 0x3f) << 24) | (n & 0xffffff);
 }
+inline uint32_t slotTag(uint32_t channel, uint32_t callTag, uint64_t msg) {
+  return tag(kSlotTag, channel, ((callTag & 0xff) << 16) | (msg & 0xffff));
+}
+inline uint32_t tagKind(uint32_t imm) { return imm >> 30; }
 
 // The call continues as another entry of the algorithm table (algorithms/table.h), decided
 // alike on every rank from what the call headers revealed: the descriptor names it from

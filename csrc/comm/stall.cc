@@ -109,7 +109,7 @@ void Communicator::inspectStall(double waited, const char* what, int waitingFor,
   std::fprintf(stderr, "[rdmacoll rank %d] stall warning: %s (RDMACOLL_STALL_WARNING_SECONDS=%g)\n", rank_,
                msg.c_str(), protocol_.stallWarningSeconds);
   std::fflush(stderr);
-  if (timeline_) timeline_->instant("stall", msg);
+  if (Timeline* t = timeline()) t->instant("stall", msg);
 }
 
 void Communicator::WaitState::checkStall(double waited) {

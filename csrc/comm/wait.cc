@@ -15,6 +15,7 @@
 
 #include "comm/communicator.h"
 #include "common/error.h"
+#include "common/thread_role.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -37,7 +38,8 @@ constexpr int kCheckMillis = 100;
 
 Communicator::WaitState::WaitState(Communicator& c, int peer, const char* what)
     : c_(c), peer_(peer), what_(what), start_(std::chrono::steady_clock::now()), now_(start_),
-      nextCheck_(start_ + std::chrono::milliseconds(kCheckMillis)) {}
+      nextCheck_(start_ + std::chrono::milliseconds(kCheckMillis)),
+      patient_(c.oversubscribed_ || threadRole().patient()) {}
 
 Communicator::WaitState::~WaitState() {
   if (released_) c_.hooks_->acquireInterpreter();
@@ -46,18 +48,18 @@ Communicator::WaitState::~WaitState() {
 bool Communicator::WaitState::step() {
   ++iter_;
   c_.checkAbortWord();
-  if ((iter_ & 63) == 0 || c_.oversubscribed_ || released_) now_ = std::chrono::steady_clock::now();
+  if ((iter_ & 63) == 0 || patient_ || released_) now_ = std::chrono::steady_clock::now();
   auto now = now_;
   if (now >= nextCheck_) {
     periodicChecks();
     nextCheck_ = now + std::chrono::milliseconds(kCheckMillis);
   }
   auto waited = std::chrono::duration_cast<std::chrono::microseconds>(now - start_).count();
-  if (!c_.oversubscribed_ && waited < kSpinMicros) {
+  if (!patient_ && waited < kSpinMicros) {
     for (int i = 0; i < 16; ++i) RC_PAUSE();
     return false;
   }
-  if (waited < (c_.oversubscribed_ ? kOversubscribedYieldMicros : c_.pollMicros_)) {
+  if (waited < (patient_ ? kOversubscribedYieldMicros : c_.pollMicros_)) {
     sched_yield();
     return false;
   }
@@ -67,19 +69,19 @@ bool Communicator::WaitState::step() {
   }
   // Announce the sleep; the caller re-checks its condition, then sleeps. Announcing
   // before the final checks means an event after them (a peer's put64, an abort) wakes us.
-  seen_ = c_.device_->prepareSleep();
+  seen_ = c_.links_->device().prepareSleep();
   if (c_.word(c_.ctrlLayout_.abortFlag()).load(std::memory_order_acquire) != 0) {
-    c_.device_->cancelSleep();
+    c_.links_->device().cancelSleep();
     return false;
   }
   return true;
 }
 
-void Communicator::WaitState::cancelSleep() { c_.device_->cancelSleep(); }
+void Communicator::WaitState::cancelSleep() { c_.links_->device().cancelSleep(); }
 
 // 1 ms: events a device cannot signal (an ibverbs put64 makes no completion at the
 // target) and the periodic checks are seen at the next return.
-void Communicator::WaitState::sleep() { c_.device_->sleep(seen_, 1); }
+void Communicator::WaitState::sleep() { c_.links_->device().sleep(seen_, 1); }
 
 void Communicator::WaitState::periodicChecks() {
   Communicator& c = c_;

@@ -71,6 +71,14 @@ class PyGroup {
                        costModelsFromDict(costModels), std::make_shared<PyHooks>());
   }
 
+  explicit PyGroup(std::unique_ptr<Group> g) : group_(std::move(g)) {}
+
+  // A communicator over some of this one's ranks, on its connections (runtime/group.h).
+  std::unique_ptr<PyGroup> split(const std::vector<int>& members) {
+    py::gil_scoped_release r;  // (it waits for this rank's operations in flight)
+    return std::make_unique<PyGroup>(g().split(members));
+  }
+
   py::bytes address() const {
     auto a = g().address();
     return py::bytes(reinterpret_cast<const char*>(a.data()), a.size());
@@ -78,6 +86,7 @@ class PyGroup {
   void connect(const std::vector<std::string>& addresses) {
     std::vector<transport::Bytes> all;
     for (const auto& s : addresses) all.emplace_back(s.begin(), s.end());
+    py::gil_scoped_release r;  // (it waits for this rank's operations in flight)
     g().connect(all);
   }
 
@@ -236,6 +245,11 @@ class PyGroup {
     return out;
   }
   int rank() const { return g().comm().rank(); }
+  std::vector<int> worldRanks() const {
+    std::vector<int> out;
+    for (int r = 0; r < g().comm().size(); ++r) out.push_back(g().comm().worldRank(r));
+    return out;
+  }
   int size() const { return g().comm().size(); }
   bool oversubscribed() const { return g().comm().oversubscribed(); }
   double ranksPerCpu() const { return g().comm().ranksPerCpu(); }
@@ -282,6 +296,9 @@ void bindGroup(py::module_& m) {
       .def(py::init<int, int, int, const py::dict&, const py::dict&, const py::dict&>(), py::arg("rank"),
            py::arg("size"), py::arg("local_size"), py::arg("settings"), py::arg("layout"),
            py::arg("cost_models"))
+      .def("split", &P::split, py::arg("members"),
+           "A communicator over `members` (ranks of this one, in its rank order; this rank among them) on "
+           "the same connections: connect it with the addresses of the members, gathered among them.")
       .def("address", &P::address)
       .def("connect", &P::connect)
       .def("allreduce", [](P& c, py::handle x, py::handle out, int op, py::handle name) {
@@ -325,6 +342,7 @@ void bindGroup(py::module_& m) {
       .def_property_readonly("transport", &P::transport)
       .def("peer_transports", &P::peerTransports)
       .def_property_readonly("rank", &P::rank)
+      .def_property_readonly("world_ranks", &P::worldRanks, "The world rank of each rank of this communicator")
       .def_property_readonly("size", &P::size)
       .def_property_readonly("oversubscribed", &P::oversubscribed)
       .def_property_readonly("ranks_per_cpu", &P::ranksPerCpu,

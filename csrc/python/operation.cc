@@ -1,5 +1,7 @@
 #include "python/operation.h"
 
+#include <chrono>
+#include <thread>
 #include <utility>
 
 #include "common/error.h"
@@ -43,8 +45,52 @@ bool Handle::poll() {
   return true;
 }
 
+void Handle::addDoneCallback(py::object self, py::object fn) {
+  if (!op_) {
+    // Combined: its parts run in the order they were queued, so the last one done is
+    // all done; made of a value: done now.
+    if (done_ || parts_.empty()) {
+      fn(self);
+      return;
+    }
+    py::object last = parts_.back();
+    last.cast<Handle&>().addDoneCallback(last, py::cpp_function([fn, self](py::object) { fn(self); }));
+    return;
+  }
+  // The callable travels to the finishing thread; it is called and dropped with the GIL.
+  auto call = std::shared_ptr<py::object>(new py::object(py::make_tuple(fn, self)), [](py::object* o) {
+    py::gil_scoped_acquire g;
+    delete o;
+  });
+  engine_->whenDone(op_, [call] {
+    py::gil_scoped_acquire g;
+    py::tuple args = *call;
+    try {
+      args[0](args[1]);
+    } catch (py::error_already_set& e) {
+      e.discard_as_unraisable("rdmacoll Handle done callback");
+    }
+  });
+}
+
 py::object Handle::wait() {
   if (done_) return result_;
+  // Another thread builds the result (it released the GIL in Python code): wait for it.
+  // This thread building it already means a done callback waits from inside the build.
+  const std::thread::id me = std::this_thread::get_id();
+  while (builder_ != std::thread::id()) {
+    if (builder_ == me) throw Error("Handle.wait() from inside its own completion (a done callback waited on it)");
+    {
+      py::gil_scoped_release r;
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+    if (done_) return result_;
+  }
+  struct Building {
+    std::thread::id& builder;
+    Building(std::thread::id& b, std::thread::id me) : builder(b) { builder = me; }
+    ~Building() { builder = std::thread::id(); }
+  };
   py::object value = value_;
   if (op_) {
     bool finished;
@@ -56,7 +102,12 @@ py::object Handle::wait() {
       });
     }
     if (!finished) throw py::error_already_set();  // KeyboardInterrupt; the op goes on
+    if (done_) return result_;  // another thread built it while this one waited
+    if (builder_ != std::thread::id()) return wait();
     if (!op_->error.empty()) throw Error(op_->error);
+  }
+  Building building(builder_, me);
+  if (op_) {
     value = prepared_->result(prepared_->owned ? prepared_->owned->rows : 0);
   } else if (single_) {
     value = parts_[0].cast<Handle&>().wait();
@@ -84,7 +135,10 @@ for a list); without parts it is done at once and returns then(value) (or value)
       .def(py::init(&Handle::combine), py::arg("parts") = py::none(), py::arg("then") = py::none(),
            py::arg("value") = py::none())
       .def("poll", &Handle::poll, "True once the operation has finished (never blocks)")
-      .def("wait", &Handle::wait, "Wait for the operation; returns its result or raises its error");
+      .def("wait", &Handle::wait, "Wait for the operation; returns its result or raises its error")
+      .def("add_done_callback", [](py::object self, py::object fn) {
+        self.cast<Handle&>().addDoneCallback(self, std::move(fn));
+      }, "fn(handle) once the operation is done, from the thread that finished it");
 
 }
 

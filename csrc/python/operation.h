@@ -7,6 +7,7 @@
 
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "python/arrays.h"
@@ -65,6 +66,9 @@ class Handle {
   bool poll();
   // The result (computed once, then kept); raises the operation's error.
   py::object wait();
+  // fn(self) once the operation is done, from the thread that finished it (with the GIL;
+  // what torch.distributed's futures need).
+  void addDoneCallback(py::object self, py::object fn);
 
  private:
   std::shared_ptr<AsyncEngine> engine_;
@@ -74,6 +78,8 @@ class Handle {
   bool single_ = false;
   py::object then_ = py::none(), value_ = py::none(), result_ = py::none();
   bool done_ = false;
+  // The thread computing the result (then_ may release the GIL), none when no one is.
+  std::thread::id builder_{};
 };
 
 void bindHandle(py::module_& m);

@@ -3,6 +3,7 @@
 #include <chrono>
 
 #include "common/error.h"
+#include "common/thread_role.h"
 #include "common/timeline.h"
 
 namespace rdmacoll {
@@ -45,6 +46,17 @@ AsyncEngine::Handle AsyncEngine::submit(std::function<void()> fn) {
   return h;
 }
 
+void AsyncEngine::whenDone(const Handle& h, std::function<void()> fn) {
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    if (!h->done) {
+      h->onDone = std::move(fn);
+      return;
+    }
+  }
+  fn();
+}
+
 bool AsyncEngine::poll(const Handle& h) {
   std::lock_guard<std::mutex> g(mu_);
   return h->done;
@@ -68,17 +80,27 @@ void AsyncEngine::executeQueued(std::unique_lock<std::mutex>& lk, const Handle& 
     } catch (const std::exception& e) {
       error = e.what();
     }
+    // The closures may own Python objects, whose release takes the GIL: they are run and
+    // dropped without the lock (a thread holding the GIL may be waiting for the lock).
+    std::function<void()> ran = std::move(op->run);
     lk.lock();
     op->error = std::move(error);
     op->done = true;
-    op->run = nullptr;
+    std::function<void()> onDone = std::move(op->onDone);
     cv_.notify_all();
+    lk.unlock();
+    ran = nullptr;
+    if (onDone) onDone();
+    onDone = nullptr;
+    op.reset();
+    lk.lock();
   }
   executing_ = false;
   cv_.notify_all();
 }
 
 void AsyncEngine::progressLoop() {
+  threadRole().blockedCallers = &blockedCallers_;
   std::unique_lock<std::mutex> lk(mu_);
   for (;;) {
     if (!executing_ && !queue_.empty()) {
@@ -99,7 +121,9 @@ bool AsyncEngine::wait(const Handle& h, const std::function<bool()>& interrupted
       executeQueued(lk, h);
       continue;
     }
+    blockedCallers_.fetch_add(1, std::memory_order_relaxed);
     cv_.wait_for(lk, std::chrono::milliseconds(100));
+    blockedCallers_.fetch_sub(1, std::memory_order_relaxed);
     if (!h->done && interrupted) {
       lk.unlock();
       bool stop = interrupted();
@@ -118,7 +142,9 @@ AsyncEngine::Inline::Inline(AsyncEngine& e) : e_(e) {
     if (!e_.executing_) {
       e_.executeQueued(lk, nullptr);
     } else {
+      e_.blockedCallers_.fetch_add(1, std::memory_order_relaxed);
       e_.cv_.wait(lk);
+      e_.blockedCallers_.fetch_sub(1, std::memory_order_relaxed);
     }
   }
   e_.executing_ = true;

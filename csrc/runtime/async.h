@@ -29,6 +29,7 @@ class AsyncEngine {
     bool done = false;      // guarded by the engine's mutex
     std::string error;      // an Error's message, if it failed
     int64_t queuedNs = 0;   // when submitted (Timeline::nowNs), for the timeline's queue phase
+    std::function<void()> onDone;  // whenDone's, guarded by the mutex until it runs
   };
   using Handle = std::shared_ptr<Op>;
 
@@ -41,6 +42,10 @@ class AsyncEngine {
 
   Handle submit(std::function<void()> fn);
   bool poll(const Handle& h);
+  // fn() once h is done: at once on this thread if it is, else on the thread that finishes
+  // it, right after (outside the engine's lock; the next operation waits for it). One
+  // function per operation.
+  void whenDone(const Handle& h, std::function<void()> fn);
   // Until h is done: execute queued work if nobody does, else sleep on the engine.
   // `interrupted()` is asked about every 100 ms; when it returns true wait gives up and
   // returns false (the operation goes on).
@@ -81,6 +86,7 @@ class AsyncEngine {
   std::deque<Handle> queue_;
   bool executing_ = false;
   bool threadRunning_ = false;
+  std::atomic<int> blockedCallers_{0};  // callers asleep in wait()/Inline (common/thread_role.h)
   std::thread thread_;
 };
 

@@ -170,12 +170,24 @@ size_t reducescatterRows(size_t rows, int size, int rank) { return ring::chunkCo
 Group::Group(std::unique_ptr<Communicator> comm, tuning::Policy policy)
     : comm_(std::move(comm)), policy_(std::move(policy)) {}
 
-Group::~Group() { engine_->drain(); }
+Group::Group(std::shared_ptr<AsyncEngine> engine, tuning::Policy policy)
+    : policy_(std::move(policy)), engine_(std::move(engine)) {}
+
+// The communicator goes in its turn: groups sharing the connections may be running.
+Group::~Group() {
+  engine_->runInline([&] { comm_.reset(); });
+}
 
 void Group::connect(const std::vector<transport::Bytes>& addresses) {
-  comm_->connect(addresses);
+  engine_->runInline([&] { comm_->connect(addresses); });
   costs_ = tuning::costsFor(policy_, *comm_);
   base_ = algorithms::Situation::of(*comm_, Collective::kAllreduce, 0);
+}
+
+std::unique_ptr<Group> Group::split(const std::vector<int>& members) {
+  std::unique_ptr<Group> g(new Group(engine_, policy_));
+  engine_->runInline([&] { g->comm_ = comm_->split(members); });
+  return g;
 }
 
 algorithms::Situation Group::situation(Collective collective, size_t bytes) const {

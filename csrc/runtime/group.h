@@ -34,6 +34,12 @@ class Group {
   // Setup (bootstrap): the communicator's address, then every rank's.
   transport::Bytes address() const { return comm_->address(); }
   void connect(const std::vector<transport::Bytes>& addresses);
+  // A group over `members` (ranks of this group, in the new group's rank order, this
+  // rank among them): a sub-communicator on the same connections (Communicator::split),
+  // the same policy, and the same executor, so that operations of all the groups of a
+  // process run one at a time in the order this rank issued them. Connected like this
+  // one: address() gathered among the members, then connect().
+  std::unique_ptr<Group> split(const std::vector<int>& members);
 
   // Runs r on this thread; returns the rows of the result (allgather, alltoall), else 0.
   size_t run(const Request& r);
@@ -52,6 +58,7 @@ class Group {
   const Communicator& comm() const { return *comm_; }
 
  private:
+  Group(std::shared_ptr<AsyncEngine> engine, tuning::Policy policy);
   size_t execute(const Request& r);
   algorithms::Situation situation(Collective collective, size_t bytes) const;
 

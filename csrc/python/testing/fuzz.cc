@@ -140,7 +140,7 @@ std::vector<std::string> Pair::headers(const std::vector<std::string>& cases, bo
       h.desc = d;
     }
     toB.ep->write(&h, toB.ctrl, b.layout().header(0, call.seq), sizeof(h), true,
-                  prim::tag(prim::kHeaderTag, call.seq));
+                  prim::tag(prim::kHeaderTag, b.channel(), call.seq));
     out.push_back(outcome([&] {
       const CallHeader& got = prim::recvHeader(b, fromA, call);
       prim::PeerBuffers bufs;
