@@ -112,7 +112,7 @@ def _launch_env(env) -> dict:
     # A tuning file in the user's cache would change which algorithms the tests see;
     # tests that want one set RDMACOLL_TUNING_FILE themselves.
     base["RDMACOLL_TUNING_FILE"] = "none"
-    if launcher_kind() == "openmpi":
+    if find_mpiexec() is not None and launcher_kind() == "openmpi":
         base["OMPI_ALLOW_RUN_AS_ROOT"] = "1"
         base["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] = "1"
     base.update({k: str(v) for k, v in (env or {}).items()})
@@ -244,14 +244,16 @@ class Result:
 
 
 class Launch:
-    """One mpiexec run, readable while it runs (for tests that act on what ranks say)."""
+    """One mpiexec run (or another launcher's: `command` replaces mpiexec's), readable
+    while it runs (for tests that act on what ranks say)."""
 
-    def __init__(self, nranks, script, args=(), env=None, timeout=120, extra_launcher_args=()):
+    def __init__(self, nranks, script, args=(), env=None, timeout=120, extra_launcher_args=(), command=None):
         script = Path(script)
         if not script.is_absolute():
             script = WORKERS_DIR / script
         self.script = str(script)
-        self.command = _launcher_command(nranks, script, args, extra_launcher_args)
+        self.command = (command(script) if command is not None
+                        else _launcher_command(nranks, script, args, extra_launcher_args))
         self.env = _launch_env(env)
         self.timeout = timeout
         self.lines: list[Line] = []
@@ -372,7 +374,7 @@ class Launch:
         for t in self._threads[:2]:
             t.join(timeout=5)
         shutil.rmtree(self._cwd, ignore_errors=True)
-        self.result().fail(f"mpiexec launch {why}; killed it")
+        self.result().fail(f"launch {why}; killed it")
 
     def __enter__(self):
         return self.start()
@@ -386,6 +388,34 @@ class Launch:
 def run_mpi(nranks, script_path, args=(), env=None, timeout=120, extra_launcher_args=()) -> Result:
     """Run a worker script under mpiexec with nranks ranks; return its Result."""
     with Launch(nranks, script_path, args, env, timeout, extra_launcher_args) as launch:
+        return launch.finish()
+
+
+def find_torchrun() -> str:
+    beside = Path(sys.executable).parent / "torchrun"
+    exe = str(beside) if beside.is_file() else shutil.which("torchrun")
+    if exe is None:
+        pytest.skip("no torchrun (pip install torch)")
+    return exe
+
+
+def run_torchrun(nproc, script_path, args=(), env=None, timeout=120) -> Result:
+    """Run a worker under torchrun --standalone with nproc processes (no MPI involved)."""
+    exe = find_torchrun()
+
+    def command(script):
+        return [exe, "--standalone", "--nproc_per_node", str(nproc), "--no-python", sys.executable, str(script)] + \
+            [str(a) for a in args]
+    with Launch(nproc, script_path, args, env, timeout, command=command) as launch:
+        return launch.finish()
+
+
+def run_launcher(launcher_argv, script_path, args=(), env=None, timeout=120) -> Result:
+    """Run a worker under any launcher command (srun -n 2, rdmacoll-run -np 2, ...), which is
+    given `python script args` to run."""
+    def command(script):
+        return list(launcher_argv) + [sys.executable, str(script)] + [str(a) for a in args]
+    with Launch(0, script_path, args, env, timeout, command=command) as launch:
         return launch.finish()
 
 

@@ -16,40 +16,44 @@ namespace {
 constexpr double kNone = std::numeric_limits<double>::infinity();
 
 const std::vector<Setting> kTable = {
-    {"algo", "RDMACOLL_ALGO", nullptr, Kind::kText, Scope::kJob, "", 0, kNone, 1, Check::kAlgoRules,
+    {"algo", "RDMACOLL_ALGO", nullptr, Kind::kText, Scope::kJob, "", 0, kNone, 1, nullptr, Check::kAlgoRules,
      "force algorithms: a name (`ring`) or rules `[collective:][LO-HI:]name,...` (LO <= bytes < HI, HI may be "
      "`inf`); a forced algorithm applies where it can run, the cost model chooses elsewhere"},
-    {"tuning_file", "RDMACOLL_TUNING_FILE", nullptr, Kind::kText, Scope::kJob, "", 0, kNone, 1, Check::kNone,
+    {"tuning_file", "RDMACOLL_TUNING_FILE", nullptr, Kind::kText, Scope::kJob, "", 0, kNone, 1, nullptr, Check::kNone,
      "the cost model's constants, written by `rdmacoll-bench --tune` (unset: ~/.cache/rdmacoll/tuning.json if "
      "present; `none`: the shipped defaults); read on rank 0"},
-    {"timeout", "RDMACOLL_TIMEOUT", nullptr, Kind::kSeconds, Scope::kJob, "600", 0.001, kNone, 1, Check::kNone,
+    {"timeout", "RDMACOLL_TIMEOUT", nullptr, Kind::kSeconds, Scope::kJob, "600", 0.001, kNone, 1, nullptr, Check::kNone,
      "seconds a wait may make no progress before every rank raises"},
-    {"eager_bytes", "RDMACOLL_EAGER_BYTES", nullptr, Kind::kBytes, Scope::kJob, "32K", 0, double(1 << 30), 1,
+    {"eager_bytes", "RDMACOLL_EAGER_BYTES", nullptr, Kind::kBytes, Scope::kJob, "32K", 0, double(1 << 30), 1, nullptr,
      Check::kNone, "largest message sent whole to every peer (`eager`)"},
-    {"segment_bytes", "RDMACOLL_SEGMENT_BYTES", nullptr, Kind::kBytes, Scope::kJob, "1M", 4096, kNone, 64,
+    {"segment_bytes", "RDMACOLL_SEGMENT_BYTES", nullptr, Kind::kBytes, Scope::kJob, "1M", 4096, kNone, 64, nullptr,
      Check::kNone, "pipelining unit of the rings and trees"},
-    {"slot_bytes", "RDMACOLL_SLOT_BYTES", nullptr, Kind::kBytes, Scope::kJob, "256K", 4096, kNone, 64,
+    {"slot_bytes", "RDMACOLL_SLOT_BYTES", nullptr, Kind::kBytes, Scope::kJob, "256K", 4096, kNone, 64, nullptr,
      Check::kNone, "one receive slot: the largest message of the slot algorithms"},
-    {"slots", "RDMACOLL_SLOTS", nullptr, Kind::kCount, Scope::kJob, "4", 1, 64, 1, Check::kNone,
+    {"slots", "RDMACOLL_SLOTS", nullptr, Kind::kCount, Scope::kJob, "4", 1, 64, 1, nullptr, Check::kNone,
      "receive slots per peer (messages in flight to one peer)"},
-    {"transport", "RDMACOLL_TRANSPORT", nullptr, Kind::kText, Scope::kJob, "auto", 0, kNone, 1, Check::kTransport,
+    {"transport", "RDMACOLL_TRANSPORT", nullptr, Kind::kText, Scope::kJob, "auto", 0, kNone, 1, nullptr, Check::kTransport,
      "which backend reaches which peers: `auto` (shared memory within a host, the network between hosts) or "
      "one backend for every peer (`rdmacoll doctor` lists those compiled in)"},
     {"fusion_threshold", "RDMACOLL_FUSION_THRESHOLD", "HOROVOD_FUSION_THRESHOLD", Kind::kBytes, Scope::kJob, "32M",
-     0, kNone, 1, Check::kNone, "framework adapters: bytes of gradients fused into one bucket (0: one each)"},
-    {"stall_warning", "RDMACOLL_STALL_WARNING_SECONDS", nullptr, Kind::kSeconds, Scope::kJob, "60", 0, kNone, 1,
+     0, kNone, 1, nullptr, Check::kNone, "framework adapters: bytes of gradients fused into one bucket (0: one each)"},
+    {"stall_warning", "RDMACOLL_STALL_WARNING_SECONDS", nullptr, Kind::kSeconds, Scope::kJob, "60", 0, kNone, 1, nullptr,
      Check::kNone, "log which ranks have not started a call that others wait in after this long (0: never)"},
-    {"stall_shutdown", "RDMACOLL_STALL_SHUTDOWN_SECONDS", nullptr, Kind::kSeconds, Scope::kJob, "0", 0, kNone, 1,
+    {"stall_shutdown", "RDMACOLL_STALL_SHUTDOWN_SECONDS", nullptr, Kind::kSeconds, Scope::kJob, "0", 0, kNone, 1, nullptr,
      Check::kNone, "raise on every rank after a stall this long (0: never)"},
-    {"timeline", "RDMACOLL_TIMELINE", nullptr, Kind::kText, Scope::kJob, "", 0, kNone, 1, Check::kNone,
+    {"timeline", "RDMACOLL_TIMELINE", nullptr, Kind::kText, Scope::kJob, "", 0, kNone, 1, nullptr, Check::kNone,
      "write a Chrome trace per rank (`path.rank<r>.json`) of every operation's phases"},
-    {"socket_ifname", "RDMACOLL_SOCKET_IFNAME", nullptr, Kind::kText, Scope::kRank, "", 0, kNone, 1, Check::kNone,
+    {"bootstrap", "RDMACOLL_BOOTSTRAP", nullptr, Kind::kText, Scope::kRank, "auto", 0, kNone, 1, "auto|mpi|torch",
+     Check::kNone,
+     "who tells rdmacoll the ranks and peers: `mpi` (mpiexec, mpirun, srun through the MPI), `torch` (torchrun's "
+     "store: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT) or `auto` (the launcher found in the environment)"},
+    {"socket_ifname", "RDMACOLL_SOCKET_IFNAME", nullptr, Kind::kText, Scope::kRank, "", 0, kNone, 1, nullptr, Check::kNone,
      "the interface the network transport listens on (unset: the first non-loopback IPv4 interface that is up)"},
-    {"ib_device", "RDMACOLL_IB_DEVICE", nullptr, Kind::kText, Scope::kRank, "", 0, kNone, 1, Check::kNone,
+    {"ib_device", "RDMACOLL_IB_DEVICE", nullptr, Kind::kText, Scope::kRank, "", 0, kNone, 1, nullptr, Check::kNone,
      "the RDMA device, `name` or `name:port` (unset: the first device with an active port)"},
-    {"ib_gid_index", "RDMACOLL_IB_GID_INDEX", nullptr, Kind::kCount, Scope::kRank, "-1", -1, 65535, 1,
+    {"ib_gid_index", "RDMACOLL_IB_GID_INDEX", nullptr, Kind::kCount, Scope::kRank, "-1", -1, 65535, 1, nullptr,
      Check::kNone, "RoCE: the GID index (-1: the IPv4-mapped RoCE v2 GID)"},
-    {"ibverbs_library", "RDMACOLL_IBVERBS_LIBRARY", nullptr, Kind::kText, Scope::kRank, "", 0, kNone, 1,
+    {"ibverbs_library", "RDMACOLL_IBVERBS_LIBRARY", nullptr, Kind::kText, Scope::kRank, "", 0, kNone, 1, nullptr,
      Check::kNone, "the verbs library to load (unset: libibverbs.so.1)"},
 };
 
@@ -173,6 +177,14 @@ Value parse(const Setting& s, const std::string& raw) {
       break;
     }
     case Kind::kText:
+      if (s.choices) {
+        const std::string all = std::string("|") + s.choices + "|";
+        if (v.text.find('|') != std::string::npos || all.find("|" + v.text + "|") == std::string::npos) {
+          std::string list = s.choices;
+          for (char& ch : list) ch = ch == '|' ? ',' : ch;
+          bad(s, v.text, "is not one of: " + list);
+        }
+      }
       break;
   }
   return v;

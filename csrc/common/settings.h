@@ -17,9 +17,9 @@
 //            size has no upper limit (the upper end of an RDMACOLL_ALGO range).
 //   count    a whole number, e.g. 4
 //   seconds  a decimal number, e.g. 600 or 0.5
-//   text     any text (surrounding spaces dropped); some are checked by the layer that
-//            uses them (Check below) when the setting is read, so a bad value fails
-//            init() on every rank
+//   text     any text (surrounding spaces dropped), or one of the row's choices; some are
+//            checked by the layer that uses them (Check below) when the setting is read,
+//            so a bad value fails init() on every rank
 //
 // Scope: job-wide settings take rank 0's value everywhere (ranks that disagreed on them
 // would run different protocols); per-rank ones are read by every rank from its own
@@ -49,6 +49,7 @@ struct Setting {
   const char* defaultText;  // in the grammar of `kind`
   double min, max;          // inclusive bounds of bytes, count and seconds
   uint64_t multipleOf;      // bytes: a multiple of this (1: any)
+  const char* choices;      // text: the values allowed, "a|b|c" (nullptr: any)
   Check check;
   const char* doc;
 };

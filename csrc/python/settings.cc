@@ -96,6 +96,7 @@ void bindSettings(py::module_& m) {
     row["scope"] = s.scope == settings::Scope::kJob ? "job" : "rank";
     row["default"] = typed(s, settings::parse(s, s.defaultText));
     row["default_text"] = s.defaultText;
+    row["choices"] = s.choices ? py::object(py::str(s.choices)) : py::object(py::none());
     row["doc"] = s.doc;
     rows.append(row);
   }

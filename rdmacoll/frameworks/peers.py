@@ -6,8 +6,8 @@ close; name, algo and transport for the table). The framework and MPI imports ha
 inside the constructors, so importing this module costs nothing.
 
 Module boundaries: frameworks (torch, horovod) are imported only inside
-rdmacoll/frameworks/, and this module is, besides rdmacoll/bootstrap.py (which starts
-every job), the only one of the package that imports mpi4py: MPI is a peer being
+rdmacoll/frameworks/, and this module is, besides rdmacoll/bootstrap/mpi.py (which starts
+MPI-launched jobs), the only one of the package that imports mpi4py: MPI is a peer being
 measured here, never a path rdmacoll's own collectives take.
 """
 from __future__ import annotations

@@ -24,7 +24,7 @@ _rank = None
 
 def launcher_rank() -> int:
     """This process's rank as the launcher announced it (before rc.init())."""
-    for var in ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK"):
+    for var in ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "RANK", "SLURM_PROCID"):
         if var in os.environ:
             return int(os.environ[var])
     return 0

@@ -1,23 +1,76 @@
-"""Bootstrap: the only module that imports mpi4py.
+"""Bootstrap: who the peers are, and nothing else.
 
-MPI is used once, at init(): to agree on settings (rank 0's job-wide settings and tuning
-file are broadcast so that every rank runs the same protocol and selection), to learn
-which ranks share a host (local_rank/local_size), to exchange what each rank could use
-between hosts, and to allgather each rank's address blob. Then it steps aside: no
-collective of rdmacoll goes through MPI. What the exchanged facts mean is decided in the
-core (the transport per peer in csrc/transport/job.cc, the cost model's scale from the
-layout), never here.
+A launcher started this process: mpiexec, mpirun or srun (then MPI tells the ranks:
+bootstrap/mpi.py, the only importer of mpi4py), or torchrun (then torch's store does:
+bootstrap/store.py; no MPI library needed), or nobody (a world of one). Through it, once,
+at init(): rank 0's job-wide settings and tuning file reach every rank, the ranks learn
+which of them share a host, what each could use between hosts, and every rank's address
+blob. Then it steps aside: no collective of rdmacoll goes through it. What the
+exchanged facts mean is decided in the core (the transport per peer in
+csrc/transport/job.cc, the cost model's scale from the layout), never here.
+
+The exchange interface (MpiExchange, StoreExchange, LocalExchange): rank, size, name,
+bcast(obj) from rank 0, allgather(obj), barrier().
 """
 from __future__ import annotations
 
 import logging
 import os
 import socket
-import sys
 
-from . import _core, _settings
+from .. import _core, _settings
+from . import launcher
 
 _log = logging.getLogger("rdmacoll")
+
+
+class LocalExchange:
+    """A process alone (no launcher, no MPI): a world of one."""
+
+    name = "none"
+    rank, size = 0, 1
+
+    def bcast(self, obj):
+        return obj
+
+    def allgather(self, obj):
+        return [obj]
+
+    def barrier(self):
+        pass
+
+
+def choose(config=None, env=None):
+    """The exchange of the launcher that started this process (the bootstrap setting:
+    auto, mpi or torch), checked against the size the launcher announced."""
+    env = os.environ if env is None else env
+    mine = _settings.resolve(env, config, scope="rank")[0]
+    kind = mine["bootstrap"] if mine["bootstrap"] != "auto" else launcher.detect(env)
+    if kind == "torch":
+        from .store import torchrun_exchange
+
+        ex = torchrun_exchange(timeout_s=_settings.resolve(env, config, scope="job")[0]["timeout"])
+    elif kind == "mpi" or (kind is None and _mpi_available()):
+        from .mpi import exchange as mpi_exchange
+
+        ex = mpi_exchange()
+    else:
+        ex = LocalExchange()
+    launcher.check_size(ex.size, ex.name, env)
+    return ex
+
+
+def mpi_library() -> str:
+    """The MPI library mpi4py would load (rdmacoll doctor)."""
+    from .mpi import mpi_library as library
+
+    return library()
+
+
+def _mpi_available() -> bool:
+    from .mpi import available
+
+    return available()
 
 
 def _host_identity() -> str:
@@ -29,23 +82,11 @@ def _host_identity() -> str:
     return f"{socket.gethostname()}|{boot}"
 
 
-def mpi_library() -> str:
-    """The MPI library mpi4py loads (first line of its version string), without
-    initialising MPI when nothing did yet (for rdmacoll doctor)."""
-    import mpi4py
-
-    if "mpi4py.MPI" not in sys.modules:
-        mpi4py.rc.initialize = False
-    from mpi4py import MPI
-
-    return f"{MPI.Get_library_version().splitlines()[0].strip()} (mpi4py {mpi4py.__version__})"
-
-
 class World:
     """What bootstrap learned: ranks, hosts, the settings in effect (and where each came
     from), and the connected core communicator."""
 
-    def __init__(self, rank, size, local_rank, local_size, core, settings, sources, tuning_file, mpi_comm):
+    def __init__(self, rank, size, local_rank, local_size, core, settings, sources, tuning_file, exchange):
         self.rank = rank
         self.size = size
         self.local_rank = local_rank
@@ -54,7 +95,7 @@ class World:
         self.settings = settings
         self.sources = sources
         self.tuning_file = tuning_file
-        self._mpi_comm = mpi_comm
+        self.exchange = exchange  # what bootstrapped it (mpi, torch's store, or none)
 
 
 def _everywhere(world, err, what):
@@ -65,18 +106,13 @@ def _everywhere(world, err, what):
         raise _core.RdmacollError(f"{what}: " + "; ".join(errors))
 
 
-def bootstrap(config=None) -> World:
-    try:
-        from mpi4py import MPI
-    except ImportError as e:  # pragma: no cover - depends on the install
-        raise _core.RdmacollError(
-            "rdmacoll needs mpi4py to start (pip install mpi4py, plus an MPI such as "
-            "'pip install rdmacoll[mpich]' on machines without one): " + str(e)
-        ) from e
-    if not MPI.Is_initialized():
-        MPI.Init_thread(MPI.THREAD_MULTIPLE)
-    world = MPI.COMM_WORLD
-    rank, size = world.Get_rank(), world.Get_size()
+def bootstrap(config=None, exchange=None) -> World:
+    """Join the job: settings, hosts, addresses through `exchange` (default: the
+    launcher's, see choose()), then a connected core communicator."""
+    if exchange is None:
+        exchange = choose(config)
+    world = exchange
+    rank, size = world.rank, world.size
 
     # Rank 0's job-wide settings, or its reason for refusing them, reach every rank.
     if rank == 0:
@@ -84,7 +120,7 @@ def bootstrap(config=None) -> World:
             job = (_settings.job(os.environ, config), None)
         except _core.RdmacollError as e:
             job = (None, str(e))
-    job, bad = world.bcast(job if rank == 0 else None, root=0)
+    job, bad = world.bcast(job if rank == 0 else None)
     if bad:
         raise _core.RdmacollError(f"rdmacoll.init(): {bad} (rank 0's environment)")
     # This rank's own settings; and init(config=) must say the same on every rank.
@@ -137,7 +173,7 @@ def bootstrap(config=None) -> World:
     except Exception as e:  # noqa: BLE001
         err = f"rank {rank}: {e}"
     _everywhere(world, err, "rdmacoll.init() failed to connect")
-    world.Barrier()
+    world.barrier()
     if _log.isEnabledFor(logging.INFO):
         kinds = {}
         for r, d in enumerate(core.peer_transports()):
