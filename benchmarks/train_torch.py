@@ -1,7 +1,9 @@
-"""Training step time: rdmacoll's DistributedOptimizer vs torch DistributedDataParallel
-(gloo), same model, same data, same threads, in the same launch.
+"""Training step time: rdmacoll's DistributedOptimizer and torch DistributedDataParallel
+over gloo and over rdmacoll's torch.distributed backend, same model, same data, same
+threads, in the same launch.
 
     mpiexec -n 2 python benchmarks/train_torch.py                 # 8x2048 MLP, batch 32/rank
+    torchrun --standalone --nproc_per_node 2 benchmarks/train_torch.py
     mpiexec -n 2 python benchmarks/train_torch.py --model cnn --png cnn.png
 
 Configurations, interleaved in every round (medians of --rounds rounds, each the median of
@@ -11,6 +13,11 @@ Configurations, interleaved in every round (medians of --rounds rounds, each the
                  every gradient is copied into its bucket by the hook)
   rdmacoll-views the same with zero_grad(set_to_none=False): gradients stay bucket views
   ddp-gloo       torch.nn.parallel.DistributedDataParallel, gloo backend, defaults
+  ddp-rdmacoll   the same DDP over rdmacoll's torch.distributed backend
+                 (rdmacoll.frameworks.torch.distributed, a group of every rank)
+  ddp-nocomm     the same DDP with a comm hook that hands each bucket back unreduced:
+                 what DDP itself costs (bucket copies, hooks) when communication is free,
+                 the floor of every ddp-* row (its parameters diverge: timing only)
   comm-only rows: the same buckets reduced alone (no compute), rdmacoll and gloo
 
 Per step it reports total, compute, communication (alone), exposed (total - compute)
@@ -37,6 +44,7 @@ import torch.nn as nn  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 import rdmacoll.frameworks.torch as hvd  # noqa: E402
+import rdmacoll.frameworks.torch.distributed  # noqa: E402,F401 - registers the backend "rdmacoll"
 
 
 def build_model(args):
@@ -83,13 +91,21 @@ def time_steps(step, args):
     return statistics.median(times)
 
 
-def run_config(name, args, rank, pg):
+def _no_comm_hook(state, bucket):
+    fut = torch.futures.Future()
+    fut.set_result(bucket.buffer())
+    return fut
+
+
+def run_config(name, args, rank, groups):
     """Median step time of one configuration, plus what the optimizer saw."""
     model = build_model(args)
     x, y = make_batch(args, rank)
     extra = {}
-    if name == "ddp-gloo":
-        ddp = nn.parallel.DistributedDataParallel(model, process_group=pg)
+    if name.startswith("ddp-"):
+        ddp = nn.parallel.DistributedDataParallel(model, process_group=groups.get(name[4:], groups["gloo"]))
+        if name == "ddp-nocomm":  # DDP's own cost: buckets handed back unreduced
+            ddp.register_comm_hook(None, _no_comm_hook)
         opt = torch.optim.SGD(ddp.parameters(), lr=1e-3, momentum=0.9)
 
         def step():
@@ -173,6 +189,9 @@ def main():
     ap.add_argument("--png", default="train_torch.png")
     args = ap.parse_args()
 
+    torchrun = "TORCHELASTIC_RUN_ID" in os.environ
+    if torchrun:  # gloo's default group first: rdmacoll then bootstraps through its store
+        dist.init_process_group("gloo")
     hvd.init()
     rank, size, lsize = hvd.rank(), hvd.size(), hvd.local_size()
     # cores this host's ranks may run on, shared out among them (same for DDP and rdmacoll)
@@ -180,11 +199,13 @@ def main():
     host_cpus = set().union(*(set(c) for h, c in hvd.allgather_object(mine) if h == mine[0]))
     threads = max(1, len(host_cpus) // lsize)
     torch.set_num_threads(threads)
-    host = hvd.broadcast_object(socket.gethostname(), 0)
-    port = hvd.broadcast_object(_free_port() if rank == 0 else None, 0)
-    addr = "127.0.0.1" if lsize == size else host
-    dist.init_process_group("gloo", init_method=f"tcp://{addr}:{port}", rank=rank, world_size=size)
+    if not torchrun:
+        host = hvd.broadcast_object(socket.gethostname(), 0)
+        port = hvd.broadcast_object(_free_port() if rank == 0 else None, 0)
+        addr = "127.0.0.1" if lsize == size else host
+        dist.init_process_group("gloo", init_method=f"tcp://{addr}:{port}", rank=rank, world_size=size)
     pg = dist.group.WORLD
+    groups = {"gloo": pg, "rdmacoll": dist.new_group(backend="rdmacoll")}
     bindings = hvd.allgather_object(binding())
 
     model = build_model(args)
@@ -192,13 +213,13 @@ def main():
     nbytes = sum(p.numel() * p.element_size() for p in grads)
     del model
 
-    configs = ["compute", "rdmacoll", "rdmacoll-views", "ddp-gloo"]
+    configs = ["compute", "rdmacoll", "rdmacoll-views", "ddp-gloo", "ddp-rdmacoll", "ddp-nocomm"]
     times = {c: [] for c in configs}
     extras = {}
     comm = {"rdmacoll": [], "gloo": []}
     for _ in range(args.rounds):
         for c in configs:
-            t, extra = run_config(c, args, rank, pg)
+            t, extra = run_config(c, args, rank, groups)
             times[c].append(t)
             extras.setdefault(c, []).append(extra)
         ours, gloo = comm_only(args, extras["rdmacoll"][-1]["buckets"], pg)
@@ -224,7 +245,8 @@ def main():
           f"{'step() wait':>12}{'copies/step':>13}{'x DDP':>7}")
     for c in configs:
         t = med[c]
-        comm_t = {"rdmacoll": cmed["rdmacoll"], "rdmacoll-views": cmed["rdmacoll"], "ddp-gloo": cmed["gloo"]}.get(c, 0.0)
+        comm_t = {"rdmacoll": cmed["rdmacoll"], "rdmacoll-views": cmed["rdmacoll"], "ddp-gloo": cmed["gloo"],
+                  "ddp-rdmacoll": cmed["rdmacoll"]}.get(c, 0.0)
         exposed = max(0.0, t - compute) if c != "compute" else 0.0
         hidden = max(0.0, min(1.0, (comm_t - exposed) / comm_t)) if comm_t else 0.0
         ours = c.startswith("rdmacoll")
