@@ -27,6 +27,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 
 SUBNET = "10.77.0"
 
@@ -43,7 +44,9 @@ def _ip(*args, check=True):
 
 
 class Testbed:
-    def __init__(self, hosts: int = 2, tag: str | None = None):
+    def __init__(self, hosts: int = 2, tag: str | None = None, rdma: bool = False):
+        """rdma: give each host's eth0 a Soft-RoCE device (rdma_rxe; a kernel with it, e.g.
+        the guest of scripts/rdma_guest.py) that the host's ranks use (RDMACOLL_IB_DEVICE)."""
         if hosts < 1 or hosts > 200:
             raise ValueError("hosts must be in 1..200")
         tag = tag or str(os.getpid())
@@ -52,6 +55,7 @@ class Testbed:
         self.host_ns = [f"rch{tag}-{i}" for i in range(hosts)]
         self.addresses = [f"{SUBNET}.{i + 1}" for i in range(hosts)]
         self.hostnames = [f"rchost{i}" for i in range(hosts)]
+        self.rdma_devices = [f"rxe{tag}-{i}" for i in range(hosts)] if rdma else []
         self._created: list[str] = []
 
     # -- setup / teardown
@@ -79,14 +83,41 @@ class Testbed:
         for i, ns in enumerate(self.host_ns):
             _ip("netns", "add", ns)
             self._created.append(ns)
-            _ip("link", "add", "eth0", "netns", ns, "type", "veth", "peer", "name", f"p{i}", "netns",
+            # made under a temporary name: this namespace may have an eth0 of its own
+            tmp = f"rct{os.getpid() % 100000}x{i}"
+            _ip("link", "add", tmp, "netns", ns, "type", "veth", "peer", "name", f"p{i}", "netns",
                 self.bridge_ns)
+            _ip("-n", ns, "link", "set", tmp, "name", "eth0")
             _ip("-n", self.bridge_ns, "link", "set", f"p{i}", "master", "br0", "up")
             _ip("-n", ns, "addr", "add", f"{self.addresses[i]}/24", "dev", "eth0")
             _ip("-n", ns, "link", "set", "eth0", "up")
             _ip("-n", ns, "link", "set", "lo", "up")
+            if self.rdma_devices:
+                self._add_rxe(ns, self.rdma_devices[i])
+
+    def _add_rxe(self, ns: str, name: str):
+        if shutil.which("rdma") is None:
+            raise TestbedError("rdma (iproute2) not found")
+        r = subprocess.run(["ip", "netns", "exec", ns, "rdma", "link", "add", name, "type", "rxe", "netdev", "eth0"],
+                           capture_output=True, text=True, timeout=30)
+        if r.returncode != 0:
+            raise TestbedError(f"rdma link add {name} (rdma_rxe loaded? crc32 loaded?): "
+                               f"{(r.stderr or r.stdout).strip()}")
+        state = f"/sys/class/infiniband/{name}/ports/1/state"
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                with open(state) as f:
+                    if "ACTIVE" in f.read():
+                        return
+            except OSError:
+                pass
+            time.sleep(0.05)
+        raise TestbedError(f"{name}: port never became ACTIVE")
 
     def destroy(self):
+        for name in self.rdma_devices:
+            subprocess.run(["rdma", "link", "delete", name], capture_output=True, timeout=30)
         # Deleting a namespace deletes its interfaces (and their veth peers).
         for ns in reversed(self._created):
             _ip("netns", "delete", ns, check=False)
@@ -95,7 +126,9 @@ class Testbed:
     # -- launching
     def prefix(self, host: int) -> list[str]:
         """Command prefix that runs a program inside `host` with its own hostname."""
-        return ["ip", "netns", "exec", self.host_ns[host], "unshare", "--uts", "sh", "-c",
+        # the MPI's own transport (UCX) must not take the RDMA devices, which every namespace sees
+        env = [f"RDMACOLL_IB_DEVICE={self.rdma_devices[host]}", "UCX_TLS=tcp,self,sm"] if self.rdma_devices else []
+        return ["ip", "netns", "exec", self.host_ns[host], "unshare", "--uts", "env", *env, "sh", "-c",
                 'hostname "$0" && exec "$@"', self.hostnames[host]]
 
     def mpiexec_command(self, mpiexec: str, ranks_per_host: int, program: list[str]) -> list[str]:

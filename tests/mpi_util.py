@@ -467,3 +467,29 @@ def matrix_results(res: Result, nranks: int) -> dict[int, dict]:
     res.check(all(not d["differing"] for d in done.values()),
               f"ranks got different result bytes in: {done[0]['differing']}")
     return done
+
+
+# Every allreduce algorithm that runs without mapping peer memory (tcp, ibverbs), forced by
+# size range; two rule sets so that each algorithm sees small and large messages.
+UNMAPPED_RULES = {
+    "a": "0-512:eager,512-4K:recursive_doubling,4K-64K:tree,64K-256K:halving_doubling,256K-inf:ring_slots",
+    "b": "0-4K:tree,4K-64K:ring_slots,64K-256K:recursive_doubling,256K-inf:halving_doubling",
+}
+UNMAPPED_ALGORITHMS = {"eager", "recursive_doubling", "tree", "halving_doubling", "ring_slots"}
+
+
+def check_forced_algorithms(nranks: int, env: dict, rules: str, sizes: str, label: str, timeout=240) -> None:
+    """workers/allreduce_matrix.py with UNMAPPED_RULES[rules] forced: every case right, only
+    those algorithms ran, and each forced one (but eager, size-limited) did."""
+    import re
+
+    res = run_mpi(nranks, "allreduce_matrix.py", ["--large-modes", "rotate", "--sizes", sizes],
+                  env=dict(env, RDMACOLL_ALGO=UNMAPPED_RULES[rules]), timeout=timeout)
+    done = matrix_results(res, nranks)
+    used = set(done[0]["algorithms"])
+    forced = set(re.findall(r":([a-z_]+)", UNMAPPED_RULES[rules]))
+    res.check(used <= UNMAPPED_ALGORITHMS, f"algorithms that need mapped memory ran on {label}: "
+                                           f"{used - UNMAPPED_ALGORITHMS}")
+    res.check(forced - {"eager"} <= used, f"forced algorithms that did not run: {forced - used}")
+    res.check(res.returncode == 0, "the launch failed")
+    print(f"{label}, {nranks} ranks, rules {rules}: {done[0]['cases']} cases, algorithms {sorted(used)}")

@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from mpi_util import Launch, keep_siblings_flags, matrix_results, rank_records, require_mpiexec, run_mpi
+from mpi_util import (UNMAPPED_ALGORITHMS, UNMAPPED_RULES, Launch, check_forced_algorithms, keep_siblings_flags,
+                      matrix_results, rank_records, require_mpiexec, run_mpi)
 
 TCP = {"RDMACOLL_TRANSPORT": "tcp"}
 REPO = Path(__file__).resolve().parent.parent
@@ -68,10 +69,6 @@ def test_frame_parser_fuzz():
 
 # --------------------------------------------------------------------------- contract
 
-# tcp has no read/map: these conformance checks report the capability's absence.
-NO_READ_MAP = {"capabilities", "read_and_map[allocated]", "read_and_map[registered]"}
-
-
 def _results(res):
     results = res.select(kind="result")
     res.check(results, "no checks reported")
@@ -81,11 +78,10 @@ def _results(res):
 def test_conformance():
     """The transport contract's checks (tests/workers/transport.py) over tcp: immediates
     after payloads, unaligned writes, put64, zero-length writes, 5000 outstanding writes,
-    malformed descriptors; everything but read/map."""
+    malformed descriptors; read and map are absent (reads raise, map_read gives None)."""
     res = run_mpi(2, "transport.py", ["conformance", "--transport", "tcp"], timeout=120)
     results = _results(res)
-    failed = [f"rank {r['rank']}: {r['name']}: {r['detail']}" for r in results
-              if not r["ok"] and r["name"] not in NO_READ_MAP]
+    failed = [f"rank {r['rank']}: {r['name']}: {r['detail']}" for r in results if not r["ok"]]
     res.check(not failed, "conformance checks failed over tcp:\n" + "\n".join(failed))
     res.check(len({r["name"] for r in results}) >= 11, f"checks ran: {sorted({r['name'] for r in results})}")
     res.check(res.returncode == 0, "the launch failed")
@@ -121,29 +117,13 @@ SMALL = {"RDMACOLL_SEGMENT_BYTES": 4096, "RDMACOLL_SLOT_BYTES": 4096, "RDMACOLL_
          "RDMACOLL_EAGER_BYTES": 256}
 # Elements (bytes depend on the dtype): empty, tiny, odd, multi-segment, multi-MiB.
 SIZES = "0,1,7,1023,4097,100003"
-# Every algorithm that runs without map/read, forced by size range; two launches per
-# world so that each algorithm sees small and large messages. (direct and ring need
-# map/read: the selector must never choose them on tcp.)
-RULES = {
-    "a": "0-512:eager,512-4K:recursive_doubling,4K-64K:tree,64K-256K:halving_doubling,256K-inf:ring_slots",
-    "b": "0-4K:tree,4K-64K:ring_slots,64K-256K:recursive_doubling,256K-inf:halving_doubling",
-}
-ON_TCP = {"eager", "recursive_doubling", "tree", "halving_doubling", "ring_slots"}
+ON_TCP = UNMAPPED_ALGORITHMS  # direct and ring need map/read: never chosen on tcp
 
 
 # 4 ranks run once here, and on two hosts below (CI time).
 @pytest.mark.parametrize("nranks, rules", [(2, "a"), (2, "b"), (3, "a"), (3, "b"), (4, "a")])
 def test_allreduce_algorithms(nranks, rules):
-    env = TCP | SMALL | {"RDMACOLL_ALGO": RULES[rules]}
-    res = run_mpi(nranks, "allreduce_matrix.py", ["--large-modes", "rotate", "--sizes", SIZES], env=env,
-                  timeout=240)
-    done = matrix_results(res, nranks)
-    used = set(done[0]["algorithms"])
-    forced = set(re.findall(r":([a-z_]+)", RULES[rules]))
-    res.check(used <= ON_TCP, f"algorithms that need map/read ran on tcp: {used - ON_TCP}")
-    res.check(forced - {"eager"} <= used, f"forced algorithms that did not run: {forced - used}")
-    res.check(res.returncode == 0, "the launch failed")
-    print(f"tcp, {nranks} ranks, rules {rules}: {done[0]['cases']} cases, algorithms {sorted(used)}")
+    check_forced_algorithms(nranks, TCP | SMALL, rules, SIZES, "tcp")
 
 
 @pytest.mark.parametrize("nranks", [1, 2])
@@ -214,7 +194,7 @@ def test_two_hosts_in_network_namespaces(rules):
         pytest.skip("scripts/netns_testbed.py is not next to the tests")
     nb = _testbed_module()
     mpiexec = require_mpiexec()
-    env = TCP | SMALL | {"RDMACOLL_ALGO": RULES[rules], "RDMACOLL_SOCKET_IFNAME": "eth0"}
+    env = TCP | SMALL | {"RDMACOLL_ALGO": UNMAPPED_RULES[rules], "RDMACOLL_SOCKET_IFNAME": "eth0"}
     try:
         tb = nb.Testbed(hosts=2, tag=f"{os.getpid() % 100000}{rules}")
         tb.create()
@@ -233,7 +213,7 @@ def test_two_hosts_in_network_namespaces(rules):
         tb.destroy()
     done = matrix_results(res, 4)
     used = set(done[0]["algorithms"])
-    forced = set(re.findall(r":([a-z_]+)", RULES[rules]))
+    forced = set(re.findall(r":([a-z_]+)", UNMAPPED_RULES[rules]))
     res.check(used <= ON_TCP and forced - {"eager"} <= used, f"algorithms used: {sorted(used)}")
     res.check(res.returncode == 0, "the launch failed")
     print(f"2 hosts x 2 ranks over veth, rules {rules}: {done[0]['cases']} cases, algorithms {sorted(used)}")
