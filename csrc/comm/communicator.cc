@@ -70,6 +70,10 @@ Communicator::~Communicator() {
   // (Not in a forked child: its copy belongs to the parent, which has not left.)
   if (connected_ && forkguard::generation() == forkGeneration_) announceLeaving();
   if (connected_) links_->release(channel_);
+  if (!world_) {
+    links_->retire(std::move(ctrl_));
+    links_->retire(std::move(staging_));
+  }
   peers_.clear();
 }
 

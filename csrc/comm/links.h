@@ -63,6 +63,10 @@ class Links {
   uint64_t channelsInUse() const { return used_; }
   void claim(uint32_t channel);    // throws Error when it is in use here
   void release(uint32_t channel);  // drops what arrived for it
+  // A closed sub-communicator's registered memory, kept (registered) until the links go:
+  // a peer that has not closed yet may still write into it (a late credit, its leaving
+  // word), and over RDMA a write into deregistered memory breaks the shared queue pair.
+  void retire(std::unique_ptr<transport::Memory> m) { retired_.push_back(std::move(m)); }
 
  private:
   struct Link {
@@ -72,6 +76,7 @@ class Links {
   static bool takePending(Link& l, uint32_t channel, uint32_t* imm);
 
   std::unique_ptr<transport::Device> device_;
+  std::vector<std::unique_ptr<transport::Memory>> retired_;  // (destroyed before device_)
   std::shared_ptr<MemoryPool> pool_;
   std::unique_ptr<Timeline> timeline_;
   int worldRank_;
