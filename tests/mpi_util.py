@@ -493,3 +493,47 @@ def check_forced_algorithms(nranks: int, env: dict, rules: str, sizes: str, labe
     res.check(forced - {"eager"} <= used, f"forced algorithms that did not run: {forced - used}")
     res.check(res.returncode == 0, "the launch failed")
     print(f"{label}, {nranks} ranks, rules {rules}: {done[0]['cases']} cases, algorithms {sorted(used)}")
+
+
+def check_default_selection(nranks: int, env: dict, label: str, timeout=240) -> None:
+    """The selector's own choice with the default thresholds, up to 16 MiB: right results,
+    and only algorithms that run without mapped memory."""
+    res = run_mpi(nranks, "allreduce_matrix.py", ["--large-modes", "rotate", "--sizes", "0,1,1023,100003",
+                                                  "--big-mib", 16], env=env, timeout=timeout)
+    done = matrix_results(res, nranks)
+    used = set(done[0]["algorithms"])
+    allowed = UNMAPPED_ALGORITHMS | {"local"}
+    res.check(used <= allowed, f"the selector chose {used - allowed} on {label}")
+    res.check(res.returncode == 0, "the launch failed")
+
+
+def check_killed_peer(env: dict, sig: int, mib: int, label: str, bound_s: float | None = None,
+                      timeout=180) -> None:
+    """A rank of 3 killed by `sig` in an allreduce loop of `mib` MiB: the others raise
+    RdmacollError naming it (within bound_s, when given), so does their next call, and
+    nothing of the launch is left running."""
+    import re
+    import time
+
+    nranks, victim = 3, 1
+    launch = Launch(nranks, "kill_loop.py", ["--mib", mib, "--max-seconds", 120], env=env, timeout=timeout,
+                    extra_launcher_args=keep_siblings_flags())
+    with launch:
+        rec = launch.wait_record(kind="looping", rank=victim, timeout=120)
+        time.sleep(0.3)
+        t_kill = time.time()
+        os.kill(rec["pid"], sig)
+        res = launch.finish()
+    survivors = [r for r in range(nranks) if r != victim]
+    errors = {r["rank"]: r for r in res.select(kind="error")}
+    res.check(not res.select(kind="no error"), "a survivor's loop ran to its end without an error")
+    res.check(set(errors) == set(survivors), f"ranks {sorted(set(survivors) - set(errors))} did not raise")
+    for r, e in errors.items():
+        res.check(re.search(rf"\brank {victim}\b", e["message"]), f"rank {r}: {e['message']!r} does not name rank {victim}")
+        if bound_s is not None:
+            res.check(e["time"] - t_kill < bound_s, f"rank {r} took {e['time'] - t_kill:.1f} s to notice")
+    later = {r["rank"]: r["message"] for r in res.select(kind="later")}
+    res.check(set(later) == set(survivors) and all(later.values()), f"a later call did not raise: {later}")
+    res.check(not res.leftovers, f"processes of the launch still running: {res.leftovers}")
+    print(f"signal {sig} under {label}: " + ", ".join(f"rank {r} raised after {(e['time'] - t_kill) * 1e3:.0f} ms: "
+                                                     f"{e['message'][:160]}" for r, e in sorted(errors.items())))

@@ -7,17 +7,15 @@ These need a usable RDMA device. In CI they run inside the Soft-RoCE guest
 (scripts/rdma_guest.py; tests/test_rdma_guest.py boots it and runs this file there);
 elsewhere they skip, saying why."""
 import os
-import re
 import signal
 import sys
-import time
 from pathlib import Path
 
 import pytest
 from rdmacoll import _core
 
-from mpi_util import (UNMAPPED_ALGORITHMS, Launch, check_forced_algorithms, keep_siblings_flags,
-                      matrix_results, rank_records, run_mpi)
+from mpi_util import (check_default_selection, check_forced_algorithms, check_killed_peer, rank_records,
+                      run_mpi)
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -38,9 +36,6 @@ SMALL = {"RDMACOLL_SEGMENT_BYTES": 4096, "RDMACOLL_SLOT_BYTES": 4096, "RDMACOLL_
 # Elements: empty, one, p-1 and p+1 for 2-4 ranks, 1023, and one message above 1 MiB.
 SIZES = "0,1,2,3,4,5,1023,4097,100003,300007"
 # Verbs write and read but do not map: the algorithms tcp runs (mpi_util.UNMAPPED_RULES).
-ON_VERBS = UNMAPPED_ALGORITHMS
-
-
 @pytest.mark.parametrize("nranks, rules", [(2, "a"), (2, "b"), (3, "a"), (3, "b"), (4, "a"), (4, "b")])
 def test_allreduce_algorithms(nranks, rules):
     check_forced_algorithms(nranks, IB | SMALL, rules, SIZES, "ibverbs", timeout=400)
@@ -49,12 +44,7 @@ def test_allreduce_algorithms(nranks, rules):
 @pytest.mark.parametrize("nranks", [2, 4])
 def test_default_selection_and_big_message(nranks):
     """The selector's own choice over verbs with the default thresholds, up to 16 MiB."""
-    res = run_mpi(nranks, "allreduce_matrix.py", ["--large-modes", "rotate", "--sizes", "0,1,1023,100003",
-                                                  "--big-mib", 16], env=IB, timeout=400)
-    done = matrix_results(res, nranks)
-    used = set(done[0]["algorithms"])
-    res.check(used <= ON_VERBS, f"the selector chose {used - ON_VERBS} over verbs")
-    res.check(res.returncode == 0, "the launch failed")
+    check_default_selection(nranks, IB, "ibverbs", timeout=400)
 
 
 @pytest.mark.parametrize("nranks", [2, 3, 4])
@@ -90,26 +80,7 @@ def test_killed_peer_is_detected(sig):
     """A rank killed in a 16 MiB allreduce loop: its queue pairs go to the error state and
     the others raise RdmacollError naming it (flushed completions are not taken for
     data), and so does their next call; nothing is left running."""
-    nranks, victim = 3, 1
-    launch = Launch(nranks, "kill_loop.py", ["--mib", 16, "--max-seconds", 200], env=IB, timeout=300,
-                    extra_launcher_args=keep_siblings_flags())
-    with launch:
-        rec = launch.wait_record(kind="looping", rank=victim, timeout=200)
-        time.sleep(0.5)
-        t_kill = time.time()
-        os.kill(rec["pid"], sig)
-        res = launch.finish()
-    survivors = [r for r in range(nranks) if r != victim]
-    errors = {r["rank"]: r for r in res.select(kind="error")}
-    res.check(not res.select(kind="no error"), "a survivor's loop ran to its end without an error")
-    res.check(set(errors) == set(survivors), f"ranks {sorted(set(survivors) - set(errors))} did not raise")
-    for r, e in errors.items():
-        res.check(re.search(rf"\brank {victim}\b", e["message"]), f"rank {r}: {e['message']!r} does not name rank {victim}")
-    later = {r["rank"]: r["message"] for r in res.select(kind="later")}
-    res.check(set(later) == set(survivors) and all(later.values()), f"a later call did not raise: {later}")
-    res.check(not res.leftovers, f"processes of the launch still running: {res.leftovers}")
-    print(f"{sig.name} under ibverbs: " + ", ".join(f"rank {r} raised after {(e['time'] - t_kill) * 1e3:.0f} ms: "
-                                                  f"{e['message'][:160]}" for r, e in sorted(errors.items())))
+    check_killed_peer(IB, sig, 16, "ibverbs", timeout=300)
 
 
 def _testbed():

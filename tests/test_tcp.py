@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from mpi_util import (UNMAPPED_ALGORITHMS, UNMAPPED_RULES, Launch, check_forced_algorithms, keep_siblings_flags,
+from mpi_util import (UNMAPPED_ALGORITHMS, UNMAPPED_RULES, Launch, check_default_selection, check_forced_algorithms,
+                      check_killed_peer, keep_siblings_flags,
                       matrix_results, rank_records, require_mpiexec, run_mpi)
 
 TCP = {"RDMACOLL_TRANSPORT": "tcp"}
@@ -129,12 +130,7 @@ def test_allreduce_algorithms(nranks, rules):
 @pytest.mark.parametrize("nranks", [1, 2])
 def test_default_selection_and_big_message(nranks):
     """The selector's own choice on tcp with the default thresholds, up to 16 MiB."""
-    res = run_mpi(nranks, "allreduce_matrix.py", ["--large-modes", "rotate", "--sizes", "0,1,1023,100003",
-                                                  "--big-mib", 16], env=TCP, timeout=240)
-    done = matrix_results(res, nranks)
-    used = set(done[0]["algorithms"])
-    res.check(used <= ON_TCP | {"local"}, f"the selector chose {used - ON_TCP} on tcp")
-    res.check(res.returncode == 0, "the launch failed")
+    check_default_selection(nranks, TCP, "tcp")
 
 
 # --------------------------------------------------------------------------- async, failure
@@ -150,27 +146,7 @@ def test_async_many_in_flight():
 def test_killed_peer_is_detected():
     """kill -9 of one rank in a 64 MiB allreduce loop: the others raise RdmacollError
     naming it (EOF/RST on its connections), and so does their next call."""
-    nranks, victim = 3, 1
-    launch = Launch(nranks, "kill_loop.py", ["--mib", 64, "--max-seconds", 120], env=TCP, timeout=180,
-                    extra_launcher_args=keep_siblings_flags())
-    with launch:
-        rec = launch.wait_record(kind="looping", rank=victim, timeout=120)
-        time.sleep(0.3)
-        t_kill = time.time()
-        os.kill(rec["pid"], signal.SIGKILL)
-        res = launch.finish()
-    survivors = [r for r in range(nranks) if r != victim]
-    errors = {r["rank"]: r for r in res.select(kind="error")}
-    res.check(not res.select(kind="no error"), "a survivor's loop ran to its end without an error")
-    res.check(set(errors) == set(survivors), f"ranks {sorted(set(survivors) - set(errors))} did not raise")
-    for r, e in errors.items():
-        res.check(re.search(rf"\brank {victim}\b", e["message"]), f"rank {r}: {e['message']!r} does not name rank {victim}")
-        res.check(e["time"] - t_kill < DETECTION_BOUND_S, f"rank {r} took {e['time'] - t_kill:.1f} s to notice")
-    later = {r["rank"]: r["message"] for r in res.select(kind="later")}
-    res.check(set(later) == set(survivors) and all(later.values()), f"a later call did not raise: {later}")
-    res.check(not res.leftovers, f"processes of the launch still running: {res.leftovers}")
-    print("kill -9 under tcp: " + ", ".join(f"rank {r} raised after {(e['time'] - t_kill) * 1e3:.0f} ms: "
-                                          f"{e['message'][:160]}" for r, e in sorted(errors.items())))
+    check_killed_peer(TCP, signal.SIGKILL, 64, "tcp", bound_s=DETECTION_BOUND_S)
 
 
 # --------------------------------------------------------------------------- several hosts
