@@ -5,7 +5,7 @@ their kernel). Needs root on Debian.
 
     sudo python3 scripts/rdma_guest.py setup              # once: packages, kernel, initramfs
     sudo python3 scripts/rdma_guest.py run -- ibv_devinfo # boot, run, print, exit with its status
-    sudo python3 scripts/rdma_guest.py run --hosts 2 -- CMD   # also two "hosts": netns h0, h1
+    sudo python3 scripts/rdma_guest.py run --hosts 2 -- CMD   # two guests, CMD in each
 
 The guest runs Debian's stock kernel (extracted from the linux-image package into the cache
 directory, nothing installed into the host's /boot or /lib/modules) under TCG (software
@@ -15,9 +15,13 @@ virtualenvs and built extension run unchanged; a second, writable 9p share carri
 command, its exit status and its output back. The command runs in the current directory,
 as root, with `ulimit -l unlimited`, after `rxe0` on eth0 is ACTIVE (10.0.2.15/24).
 
---hosts 2 adds network namespaces h0 and h1 joined by a veth pair (10.9.0.1, 10.9.0.2),
-each end with its own rxe device (rxe_h0, rxe_h1): two "hosts" whose ranks reach each other
-only over RDMA (run ranks with `ip netns exec h0 ...`).
+--hosts 2 boots two guests at once, joined by a point-to-point QEMU network (UDP between
+the two QEMU processes, nothing else on it): guest i is host `rchost<i>`, eth0 10.9.0.<i+1>/24
+with its own rxe0, and runs CMD with HOST_INDEX=i. Two hosts, each with its own kernel,
+/dev/shm and Soft-RoCE device, whose ranks reach each other only over RDMA. (Network
+namespaces on one kernel cannot do this with this kernel: rdma_rxe of Linux 6.1 routes and
+listens in the initial namespace only, so an rxe device on a veth end inside a namespace
+fails its first send with IBV_WC_LOC_QP_OP_ERR.)
 
 From Python (tests/test_rdma_guest.py): Guest().available() says why not, Guest().run(cmd).
 """
@@ -27,10 +31,12 @@ import argparse
 import os
 import shlex
 import shutil
+import socket
 import stat
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -63,9 +69,13 @@ mkdir -p /dev/shm /dev/pts; mount -t tmpfs tmpfs /tmp; mount -t tmpfs tmpfs /dev
 mount -t devpts devpts /dev/pts 2>/dev/null
 export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/root
 . /rdmacoll-out/env.sh
-hostname rdmacoll-guest
 ip link set lo up
-ip link set eth0 up && ip addr add 10.0.2.15/24 dev eth0
+if [ "$HOSTS" -gt 1 ]; then
+  hostname "rchost$HOST_INDEX"; ip addr add "10.9.0.$((HOST_INDEX + 1))/24" dev eth0
+else
+  hostname rdmacoll-guest; ip addr add 10.0.2.15/24 dev eth0
+fi
+ip link set eth0 up
 wait_active() {  # device
   for i in $(seq 1 100); do
     grep -q ACTIVE /sys/class/infiniband/$1/ports/1/state 2>/dev/null && return 0
@@ -74,19 +84,10 @@ wait_active() {  # device
   echo "rdma_guest: $1 never became ACTIVE" >&2; return 1
 }
 rdma link add rxe0 type rxe netdev eth0 && wait_active rxe0
-if [ "$HOSTS" = 2 ]; then
-  ip netns add h0; ip netns add h1
-  ip link add v0 type veth peer name v1
-  ip link set v0 netns h0; ip link set v1 netns h1
-  ip -n h0 addr add 10.9.0.1/24 dev v0; ip -n h1 addr add 10.9.0.2/24 dev v1
-  ip -n h0 link set v0 up; ip -n h1 link set v1 up; ip -n h0 link set lo up; ip -n h1 link set lo up
-  ip netns exec h0 rdma link add rxe_h0 type rxe netdev v0 && wait_active rxe_h0
-  ip netns exec h1 rdma link add rxe_h1 type rxe netdev v1 && wait_active rxe_h1
-fi
 ulimit -l unlimited
 cd "$GUEST_CWD" 2>/dev/null || cd /
-timeout -k 10 "$GUEST_TIMEOUT" /bin/sh /rdmacoll-out/cmd.sh > /dev/console 2>&1
-echo $? > /rdmacoll-out/rc
+(timeout -k 10 "$GUEST_TIMEOUT" /bin/sh /rdmacoll-out/cmd.sh; echo $? > /rdmacoll-out/rc) 2>&1 |
+  tee /rdmacoll-out/output > /dev/console
 sync
 echo o > /proc/sysrq-trigger
 while :; do :; done  # power-off is asynchronous: init must not exit first (the kernel panics then)
@@ -182,55 +183,98 @@ class Guest:
             return ["-accel", "kvm", "-cpu", "host"]
         return ["-accel", "tcg,thread=multi", "-cpu", "max"]
 
-    def run(self, command: str, timeout: float = 600, hosts: int = 1, env: dict | None = None,
-            cwd: str | None = None, echo: bool = True) -> tuple[int, str]:
-        """Boot, run `command` (a shell line) in the guest, power off: (exit status, output).
-        The status is 124 when the command ran past `timeout` (it is killed in the guest; the
-        guest itself is killed 60 s later)."""
+    def run(self, command: str, timeout: float = 600, env: dict | None = None, cwd: str | None = None,
+            echo: bool = True) -> tuple[int, str]:
+        """Boot, run `command` (a shell line) in the guest, power off: (exit status, the
+        command's output). The status is 124 when the command ran past `timeout` (it is killed
+        in the guest; the guest itself is killed 120 s later), 125 when it never reported."""
+        return self.run_hosts([command], timeout, env, cwd, echo)[0]
+
+    def run_hosts(self, commands: list[str], timeout: float = 600, env: dict | None = None,
+                  cwd: str | None = None, echo: bool = True) -> list[tuple[int, str]]:
+        """One guest per command, all at once; with two, they are hosts rchost0 and rchost1 on
+        a network of their own (module docstring). [(exit status, output)] per guest."""
         why = self.available()
         if why:
             raise GuestError(why)
-        out = Path(tempfile.mkdtemp(prefix="rdmacoll-guest-"))
+        if len(commands) not in (1, 2):
+            raise ValueError("one guest, or two joined as hosts")
+        hosts = len(commands)
+        ports = _free_udp_ports(2) if hosts == 2 else []
+        outs, procs, readers, consoles = [], [], [], []
         try:
-            (out / "run.sh").write_text(RUN)
-            (out / "cmd.sh").write_text(command + "\n")
-            exports = {"HOSTS": str(hosts), "GUEST_CWD": cwd or os.getcwd(), "GUEST_TIMEOUT": str(int(timeout))}
-            for k, v in (env or {}).items():
-                exports[k] = v
-            (out / "env.sh").write_text("".join(f"export {k}={shlex.quote(str(v))}\n" for k, v in exports.items()))
-            out.chmod(out.stat().st_mode | stat.S_IRWXO)
-            qemu = ["qemu-system-x86_64", *self._accel(), "-smp", str(self.cpus), "-m", self.memory,
-                    "-kernel", str(self.kernel), "-initrd", str(self.initramfs),
-                    "-append", "console=ttyS0 quiet panic=-1 rdinit=/init",
-                    "-nographic", "-no-reboot", "-monitor", "none",
-                    "-virtfs", "local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap",
-                    "-virtfs", f"local,path={out},mount_tag=out,security_model=none,multidevs=remap",
-                    "-netdev", "user,id=n0", "-device", "virtio-net-pci,netdev=n0,speed=10000,duplex=full,romfile="]
-            lines = []
-            t0 = time.monotonic()
-            proc = subprocess.Popen(qemu, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    text=True, errors="replace")
-            try:
-                deadline = timeout + 60 + 60  # boot, then the command's own timeout, then shutdown
-                for line in proc.stdout:
-                    lines.append(line)
-                    if echo:
-                        sys.stdout.write(line)
-                        sys.stdout.flush()
-                    if time.monotonic() - t0 > deadline:
-                        break
-            finally:
-                if proc.poll() is None:
-                    try:
-                        proc.wait(timeout=max(1, deadline - (time.monotonic() - t0)))
-                    except subprocess.TimeoutExpired:
-                        proc.kill()
-                        proc.wait()
-            rc_file = out / "rc"
-            rc = int(rc_file.read_text().strip()) if rc_file.exists() else 125
-            return rc, "".join(lines)
+            for i, command in enumerate(commands):
+                out = Path(tempfile.mkdtemp(prefix="rdmacoll-guest-"))
+                outs.append(out)
+                (out / "run.sh").write_text(RUN)
+                (out / "cmd.sh").write_text(command + "\n")
+                exports = {"HOSTS": str(hosts), "HOST_INDEX": str(i), "RDMACOLL_IN_GUEST": "1", "GUEST_CWD": cwd or os.getcwd(),
+                           "GUEST_TIMEOUT": str(int(timeout)), **(env or {})}
+                (out / "env.sh").write_text("".join(f"export {k}={shlex.quote(str(v))}\n" for k, v in exports.items()))
+                out.chmod(out.stat().st_mode | stat.S_IRWXO)
+                if hosts == 1:
+                    net = ["-netdev", "user,id=n0"]
+                else:  # point-to-point: guest i sends to the other's port, listens on its own
+                    net = ["-netdev", f"socket,id=n0,udp=127.0.0.1:{ports[1 - i]},localaddr=127.0.0.1:{ports[i]}"]
+                qemu = ["qemu-system-x86_64", *self._accel(), "-smp", str(self.cpus), "-m", self.memory,
+                        "-kernel", str(self.kernel), "-initrd", str(self.initramfs),
+                        "-append", "console=ttyS0 quiet panic=-1 rdinit=/init",
+                        "-nographic", "-no-reboot", "-monitor", "none",
+                        "-virtfs", "local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap",
+                        "-virtfs", f"local,path={out},mount_tag=out,security_model=none,multidevs=remap", *net,
+                        "-device", f"virtio-net-pci,netdev=n0,mac=52:54:00:12:34:{0x56 + i:02x},speed=10000,"
+                                   "duplex=full,romfile="]
+                procs.append(subprocess.Popen(qemu, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                              stdin=subprocess.DEVNULL, text=True, errors="replace"))
+                lines: list[str] = []
+                consoles.append(lines)
+                prefix = f"[rchost{i}] " if hosts > 1 else ""
+                t = threading.Thread(target=_pump, args=(procs[-1].stdout, lines, prefix if echo else None),
+                                     daemon=True)
+                t.start()
+                readers.append(t)
+            deadline = time.monotonic() + timeout + 120  # boot and shutdown around the command's own limit
+            for p in procs:
+                try:
+                    p.wait(timeout=max(1, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.wait()
+            for t in readers:
+                t.join(timeout=10)
+            results = []
+            for out, lines in zip(outs, consoles):
+                rc_file, output = out / "rc", out / "output"
+                rc = int(rc_file.read_text().strip()) if rc_file.exists() else 125
+                text = output.read_text(errors="replace") if output.exists() else ""
+                results.append((rc, text if rc != 125 else text + "".join(lines)))
+            return results
         finally:
-            shutil.rmtree(out, ignore_errors=True)
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()
+            for out in outs:
+                shutil.rmtree(out, ignore_errors=True)
+
+
+def _pump(stream, lines: list[str], prefix: str | None) -> None:
+    for line in stream:
+        lines.append(line)
+        if prefix is not None:
+            sys.stdout.write(prefix + line)
+            sys.stdout.flush()
+
+
+def _free_udp_ports(n: int) -> list[int]:
+    socks = [socket.socket(socket.AF_INET, socket.SOCK_DGRAM) for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
 
 
 def main(argv=None) -> int:
@@ -253,9 +297,9 @@ def main(argv=None) -> int:
     cmd = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not cmd:
         ap.error("run: no command")
-    rc, _ = Guest(args.cache, args.cpus, args.memory).run(" ".join(shlex.quote(c) for c in cmd) if len(cmd) > 1
-                                                          else cmd[0], timeout=args.timeout, hosts=args.hosts)
-    return rc
+    line = " ".join(shlex.quote(c) for c in cmd) if len(cmd) > 1 else cmd[0]
+    results = Guest(args.cache, args.cpus, args.memory).run_hosts([line] * args.hosts, timeout=args.timeout)
+    return max(rc for rc, _ in results)
 
 
 if __name__ == "__main__":

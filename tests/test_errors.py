@@ -6,7 +6,7 @@ import pytest
 
 import rdmacoll as rc
 from rdmacoll import _core
-from mpi_util import rank_records, run_mpi, run_python
+from mpi_util import rank_records, run_mpi, run_python, run_torchrun
 
 MISMATCH_BOUND_S = 30  # catches hangs only; the measured time is printed
 
@@ -131,8 +131,11 @@ def test_bogus_algo_singleton():
 # --------------------------------------------------------------------------- lifecycle
 
 
-def test_shutdown_then_init_again():
-    res = run_mpi(2, "reinit.py", timeout=60)
+@pytest.mark.parametrize("launcher", ["mpiexec", "torchrun"])
+def test_shutdown_then_init_again(launcher):
+    """Under torchrun every init() bootstraps over the same store again (fresh keys each
+    time: a fast rank once read the previous bootstrap's last round)."""
+    res = run_mpi(2, "reinit.py", timeout=60) if launcher == "mpiexec" else run_torchrun(2, "reinit.py", timeout=120)
     rounds = res.select(kind="round")
     res.check(len(rounds) == 6, f"expected 3 rounds on each of 2 ranks, got {len(rounds)}")
     res.check(all(r["ok"] for r in rounds), "a round after re-init gave a wrong result")

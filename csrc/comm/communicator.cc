@@ -184,6 +184,11 @@ void Communicator::beginCall() {
   // call after sending what this call's first wait needs: without this check the call
   // would go on to touch memory that peer abandoned.
   checkAbortWord();
+  const auto now = std::chrono::steady_clock::now();
+  if (now >= nextDeviceCheck_) {
+    nextDeviceCheck_ = now + std::chrono::milliseconds(kDeviceCheckMillis);
+    checkDevice();
+  }
 }
 
 void Communicator::abortAll(AbortCode code, const std::string& message) {
@@ -203,9 +208,15 @@ void Communicator::abortAll(AbortCode code, const std::string& message) {
   throw Error(broken_);
 }
 
+void Communicator::checkDevice() {
+  const std::string why = links_->device().failure();
+  if (!why.empty()) abortAll(AbortCode::kError, "rank " + std::to_string(rank_) + ": " + why);
+}
+
 void Communicator::fail(const std::string& message) {
   if (!broken_.empty()) throw Error(broken_);
   checkAbortWord();  // a peer's abort is the cause; this error is its symptom
+  checkDevice();     // so is a device that went away under this rank
   for (Peer& p : peers_) {  // so is a dead peer (e.g. ESRCH from a cross-memory read)
     if (p.ep && !p.ep->alive()) {
       abortAll(AbortCode::kPeerDied, "rank " + std::to_string(p.rank) + " (" + p.ep->describe() +

@@ -162,6 +162,12 @@ class Communicator {
   // An error inside a collective: abort the peers unless an abort is already under way
   // (then only rethrow it).
   [[noreturn]] void fail(const std::string& message);
+  // Abort on every rank when this rank's device itself failed (Device::failure()).
+  void checkDevice();
+  // Calls that never wait long (a job that keeps running while its RDMA device is being
+  // removed) still look at the device this often.
+  static constexpr int kDeviceCheckMillis = 100;
+  std::chrono::steady_clock::time_point nextDeviceCheck_{};
   void checkAbortWord() const {
     if (word(ctrlLayout_.abortFlag()).load(std::memory_order_acquire) != 0) raisePeerAbort();
   }

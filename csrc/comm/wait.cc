@@ -85,6 +85,7 @@ void Communicator::WaitState::sleep() { c_.links_->device().sleep(seen_, 1); }
 
 void Communicator::WaitState::periodicChecks() {
   Communicator& c = c_;
+  c.checkDevice();
   for (Peer& p : c.peers_) {
     if (p.ep && !p.ep->alive()) {
       c.abortAll(AbortCode::kPeerDied,

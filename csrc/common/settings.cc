@@ -53,6 +53,9 @@ const std::vector<Setting> kTable = {
      "the RDMA device, `name` or `name:port` (unset: the first device with an active port)"},
     {"ib_gid_index", "RDMACOLL_IB_GID_INDEX", nullptr, Kind::kCount, Scope::kRank, "-1", -1, 65535, 1, nullptr,
      Check::kNone, "RoCE: the GID index (-1: the IPv4-mapped RoCE v2 GID)"},
+    {"ib_max_message", "RDMACOLL_IB_MAX_MESSAGE", nullptr, Kind::kBytes, Scope::kRank, "0", 0, kNone, 1, nullptr,
+     Check::kNone, "largest RDMA work request; longer writes and reads are split (0: the port's max_msg_sz, at "
+     "most 1 GiB)"},
     {"ibverbs_library", "RDMACOLL_IBVERBS_LIBRARY", nullptr, Kind::kText, Scope::kRank, "", 0, kNone, 1, nullptr,
      Check::kNone, "the verbs library to load (unset: libibverbs.so.1)"},
 };

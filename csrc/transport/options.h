@@ -2,6 +2,7 @@
 // reaches which peers, and each backend's per-rank choices (interface, RDMA device). The
 // backends never read the environment themselves.
 #pragma once
+#include <cstdint>
 #include <string>
 
 #include "common/settings.h"
@@ -14,6 +15,7 @@ struct Options {
   std::string socketIfname;    // RDMACOLL_SOCKET_IFNAME ("": choose)
   std::string ibDevice;        // RDMACOLL_IB_DEVICE ("name" or "name:port"; "": choose)
   int ibGidIndex = -1;         // RDMACOLL_IB_GID_INDEX (-1: choose)
+  uint64_t ibMaxMessage = 0;   // RDMACOLL_IB_MAX_MESSAGE (0: the port's limit)
   std::string ibverbsLibrary;  // RDMACOLL_IBVERBS_LIBRARY ("": the default library)
 
   static Options from(const settings::Values& v) {
@@ -22,6 +24,7 @@ struct Options {
     o.socketIfname = v.text("socket_ifname");
     o.ibDevice = v.text("ib_device");
     o.ibGidIndex = static_cast<int>(v.count("ib_gid_index"));
+    o.ibMaxMessage = v.bytes("ib_max_message");
     o.ibverbsLibrary = v.text("ibverbs_library");
     return o;
   }

@@ -151,6 +151,11 @@ class Device {
   // next poll) drains, and a yielding poller under load is scheduled last.
   virtual int pollMicros() const { return 2000; }
 
+  // Non-empty when the device itself stopped working under us (an RDMA device removed
+  // while in use), saying so: every rank whose device it is raises that, instead of
+  // blaming its peers. Cheap enough for the waiters' periodic checks (~100 ms).
+  virtual std::string failure() { return {}; }
+
   // The bytes peers need to connect to this device (exchanged by bootstrap).
   virtual Bytes address() const = 0;
   // Connect to `peer` given its address(). Called once per peer after the exchange.

@@ -3,9 +3,12 @@ that imports torch, and only when the store bootstraps): the store torchrun's ag
 already runs (or the one a torch.distributed backend is created with) moves bootstrap's
 few objects; no rendezvous server of rdmacoll's own, and no MPI library needed.
 
-Every exchange is a round of keys "<prefix><round>/<rank>": a rank sets its own and
-reads the others' (a get waits until the key exists, within the store's timeout). Keys
-of a round are deleted once a later round shows every rank has read them.
+Every exchange is a round of keys "<prefix><generation>/<round>/<rank>": a rank sets its
+own and reads the others' (a get waits until the key exists, within the store's timeout).
+Keys of a round are deleted once a later round shows every rank has read them. The
+generation counts the bootstraps over one store (each rank adds 1 to a counter when its
+exchange is made): init() after shutdown() in the same job starts on fresh keys, never on
+the previous bootstrap's last round (which a fast rank would read as this one's).
 """
 from __future__ import annotations
 
@@ -16,7 +19,11 @@ class StoreExchange:
     name = "torch"
 
     def __init__(self, store, rank: int, size: int, prefix: str = "rdmacoll/"):
-        self.store, self.rank, self.size, self.prefix = store, rank, size, prefix
+        self.store, self.rank, self.size = store, rank, size
+        # Every member adds once per bootstrap, and a bootstrap ends with a round that every
+        # member read: no member adds for the next one before all have added for this one.
+        generation = (int(store.add(f"{prefix}generations", 1)) - 1) // size
+        self.prefix = f"{prefix}{generation}/"
         self._round = 0
 
     def _key(self, n: int, rank: int) -> str:

@@ -7,9 +7,12 @@ target memory). Records: one "result" per check and rank: {name, ok, detail}, th
     transport.py conformance [--transport shm]
     transport.py writer-exits      # teardown: writes pending when the writer goes away
     transport.py reader-exits      # teardown: the writer is blocked on a full ring
+    transport.py corrupted-region  # a write beyond the peer's registration (remote access error)
+    ... --setting ib_max_message=4K   # settings for the device (rdmacoll.settings names)
 """
 import argparse
 import os
+import struct
 import sys
 import time
 
@@ -31,11 +34,11 @@ DECLARED = {"shm": _testing.CAN_READ | _testing.CAN_MAP, "tcp": 0, "ibverbs": _t
 
 
 class Ctx:
-    def __init__(self, transport):
+    def __init__(self, transport, settings=None):
         self.transport = transport
         self.rank = WORLD.Get_rank()
         self.peer = 1 - self.rank
-        self.probe = _testing.TransportProbe(transport, self.rank, 2)
+        self.probe = _testing.TransportProbe(transport, self.rank, 2, settings or {})
         addresses = WORLD.allgather(self.probe.address())
         self.probe.connect(self.peer, addresses[self.peer])
         self.writer = self.rank == WRITER
@@ -356,15 +359,48 @@ def reader_exits(ctx, count=5000):
                f"after {k} writes, {time.monotonic() - t:.2f} s: {e}")
 
 
+def corrupted_region(ctx):
+    """The writer's copy of the reader's region blob has its address moved 1 GiB on (what a
+    corrupted blob or a stale one looks like): the writer cannot tell (the length still
+    fits), the device can: the write fails with a remote access error on the writer, the
+    reader's queue pair goes to the error state, and each side raises RdmacollError."""
+    view, remote = target(ctx, "allocated", 4096)
+    WORLD.Barrier()
+    end = time.monotonic() + DEADLINE_S
+    if ctx.writer:
+        blob = bytearray(remote)
+        addr = struct.unpack_from("<Q", blob, 8)[0]
+        struct.pack_into("<Q", blob, 8, addr + (1 << 30))
+        err = None
+        try:
+            while time.monotonic() < end:  # the failure surfaces at once or at the next call
+                ctx.probe.write(ctx.peer, np.ones(64, np.uint8), bytes(blob), 0, 7)
+                ctx.probe.poll(ctx.peer)
+        except RdmacollError as e:
+            err = str(e)
+        result("writer raises a remote access error", err is not None and "remote access" in err, err)
+        return
+    while ctx.probe.alive(ctx.peer) and time.monotonic() < end:
+        time.sleep(0.01)
+    err = None
+    try:
+        ctx.probe.poll(ctx.peer)
+    except RdmacollError as e:
+        err = str(e)
+    result("target sees its queue pair fail and raises", err is not None, err or "poll() returned")
+    result("target memory untouched", not view.any(), "")
+
+
 def body():
     ap = argparse.ArgumentParser()
-    ap.add_argument("suite", choices=["conformance", "writer-exits", "reader-exits"])
+    ap.add_argument("suite", choices=["conformance", "writer-exits", "reader-exits", "corrupted-region"])
     ap.add_argument("--transport", default="shm")
+    ap.add_argument("--setting", action="append", default=[], help="NAME=VALUE for the device")
     a = ap.parse_args()
     set_rank(WORLD.Get_rank())
     ignore_launcher_notifications()
     assert WORLD.Get_size() == 2, "run with 2 ranks"
-    ctx = Ctx(a.transport)
+    ctx = Ctx(a.transport, dict(kv.split("=", 1) for kv in a.setting))
     if a.suite == "conformance":
         capabilities(ctx)
         for kind in ("allocated", "registered"):
@@ -379,8 +415,10 @@ def body():
         return
     if a.suite == "writer-exits":
         writer_exits(ctx)
-    else:
+    elif a.suite == "reader-exits":
         reader_exits(ctx)
+    else:
+        corrupted_region(ctx)
     emit("done")
     # A member of the MPI world is gone without MPI_Finalize: finalizing would wait for it.
     sys.stdout.flush()

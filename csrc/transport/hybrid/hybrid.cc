@@ -110,6 +110,11 @@ std::unique_ptr<Endpoint> HybridDevice::connect(int peer, const Bytes& peerAddre
   return std::make_unique<HalfEndpoint>(net_->connect(peer, Bytes(split, peerAddress.end())), 1);
 }
 
+std::string HybridDevice::failure() {
+  std::string why = local_->failure();
+  return why.empty() ? net_->failure() : why;
+}
+
 uint64_t HybridDevice::prepareSleep() {
   const uint64_t seen = local_->prepareSleep();  // first: from here on the hook rings it
   netSeen_ = net_->prepareSleep();

@@ -44,6 +44,7 @@ class HybridDevice : public Device {
   int pollMicros() const override { return local_->pollMicros(); }
   std::unique_ptr<Memory> allocate(size_t len) override;
   std::unique_ptr<Memory> registerMemory(void* ptr, size_t len) override;
+  std::string failure() override;
   Bytes address() const override;
   std::unique_ptr<Endpoint> connect(int peer, const Bytes& peerAddress) override;
   uint64_t prepareSleep() override;

@@ -46,12 +46,21 @@ IbvMemory::IbvMemory(IbvDevice* dev, void* ptr, size_t len, ibv_mr* mr, size_t m
     : Memory(ptr, len), dev_(dev), mr_(mr), mapped_(mapped), allocated_(allocated) {}
 
 IbvMemory::~IbvMemory() {
-  dev_->forget(this);
-  if (mr_) dev_->verbs().dereg_mr(mr_);
+  if (dev_) {
+    dev_->forget(this);
+    if (mr_) dev_->verbs().dereg_mr(mr_);
+  }
   if (mapped_) munmap(ptr_, mapped_);
 }
 
+void IbvMemory::detach() {
+  if (mr_) dev_->verbs().dereg_mr(mr_);
+  mr_ = nullptr;
+  dev_ = nullptr;
+}
+
 void IbvMemory::pack(PackedMemory* out) const {
+  if (!dev_) throw Error("ibverbs: memory packed after its device was closed");
   wire::Region r;
   r.owner = dev_->rank();
   r.allocated = allocated_;
@@ -66,11 +75,10 @@ void IbvMemory::pack(PackedMemory* out) const {
 IbvDevice::IbvDevice(int rank, int size, const Options& options)
     : rank_(rank), size_(size), connected_(static_cast<size_t>(size)) {
   verbs_ = loadVerbs(options.ibverbsLibrary);
-  // Registered pages and fork(): kernels since 5.12 keep them safe; older ones need
-  // ibv_fork_init (pages become MADV_DONTFORK: a child must not touch them).
-  if (!verbs_->is_fork_initialized || verbs_->is_fork_initialized() != IBV_FORK_UNNEEDED) {
-    if (verbs_->fork_init) verbs_->fork_init();
-  }
+  // Registered pages and fork(): kernels since 5.12 copy pinned pages for the child;
+  // older ones need ibv_fork_init (pages become MADV_DONTFORK: a child must not touch them).
+  copyOnFork_ = verbs_->is_fork_initialized && verbs_->is_fork_initialized() == IBV_FORK_UNNEEDED;
+  if (!copyOnFork_ && verbs_->fork_init) verbs_->fork_init();
   port_ = choosePort(*verbs_, options);
   portName_ = port_.device + ":" + std::to_string(port_.port);
   try {
@@ -95,6 +103,7 @@ IbvDevice::IbvDevice(int rank, int size, const Options& options)
     lim.maxRdAtomic = static_cast<uint8_t>(
         std::max(1, std::min({16, da.max_qp_rd_atom, da.max_qp_init_rd_atom})));
     maxMessage_ = std::min<size_t>(port_.attr.max_msg_sz ? port_.attr.max_msg_sz : (1u << 30), size_t(1) << 30);
+    if (options.ibMaxMessage) maxMessage_ = std::min<size_t>(maxMessage_, std::max<uint64_t>(options.ibMaxMessage, 64));
 
     local_.port = port_.port;
     local_.linkLayer = port_.attr.link_layer == IBV_LINK_LAYER_ETHERNET ? wire::kEthernet : wire::kInfiniBand;
@@ -119,6 +128,11 @@ IbvDevice::~IbvDevice() { release(); }
 void IbvDevice::release() {
   bounce_.reset();
   qps_.clear();
+  {  // memory that outlives the device (an rc.empty array kept after shutdown) stays mapped
+    std::lock_guard<std::mutex> g(regionsMu_);
+    for (const Region& r : regions_) const_cast<IbvMemory*>(r.owner)->detach();
+    regions_.clear();
+  }
   if (channel_) verbs_->destroy_comp_channel(channel_), channel_ = nullptr;
   if (pd_) verbs_->dealloc_pd(pd_), pd_ = nullptr;
   if (port_.ctx) verbs_->close_device(port_.ctx), port_.ctx = nullptr;
@@ -138,6 +152,7 @@ std::unique_ptr<Memory> IbvDevice::allocate(size_t len) {
     munmap(p, mapped);
     throw Error("ibverbs: " + registrationFailed(err, p, mapped, memlockLimit()));
   }
+  keepInheritable(p, mapped);
   auto m = std::make_unique<IbvMemory>(this, p, len, mr, mapped, /*allocated=*/true);
   std::lock_guard<std::mutex> g(regionsMu_);
   regions_.push_back({reinterpret_cast<uintptr_t>(p), reinterpret_cast<uintptr_t>(p) + mapped, mr->lkey, m.get()});
@@ -148,10 +163,34 @@ std::unique_ptr<Memory> IbvDevice::registerMemory(void* ptr, size_t len) {
   if (len == 0) return std::make_unique<IbvMemory>(this, ptr, 0, nullptr, 0, false);
   ibv_mr* mr = verbs_->reg_mr(pd_, ptr, len, kAccess);
   if (!mr) throw Error("ibverbs: " + registrationFailed(errno, ptr, len, memlockLimit()));
+  keepInheritable(ptr, len);
   auto m = std::make_unique<IbvMemory>(this, ptr, len, mr, 0, /*allocated=*/false);
   std::lock_guard<std::mutex> g(regionsMu_);
   regions_.push_back({reinterpret_cast<uintptr_t>(ptr), reinterpret_cast<uintptr_t>(ptr) + len, mr->lkey, m.get()});
   return m;
+}
+
+// Where the kernel copies pinned pages at fork, MADV_DONTFORK protects nothing and breaks
+// every child that touches those pages (a DataLoader worker, the heap around a registered
+// array): SIGSEGV. libibverbs still sets it when another library in the process (MPICH's
+// UCX) called ibv_fork_init or set RDMAV_FORK_SAFE, so undo it for our ranges.
+void IbvDevice::keepInheritable(void* p, size_t len) {
+  if (!copyOnFork_ || len == 0) return;
+  const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const uintptr_t b = reinterpret_cast<uintptr_t>(p) & ~(page - 1);
+  const uintptr_t e = (reinterpret_cast<uintptr_t>(p) + len + page - 1) & ~(page - 1);
+  madvise(reinterpret_cast<void*>(b), e - b, MADV_DOFORK);
+}
+
+// A device being removed (rdma link delete, driver unload, hot-unplug) loses its uverbs
+// character device first. Providers that can disassociate (mlx5) then fail every call
+// with EIO; others (rxe) keep working while the removal waits for every process to close
+// the device, so nothing else would ever tell the job.
+std::string IbvDevice::failure() {
+  if (!port_.ctx || port_.ctx->device->dev_path[0] == 0 || access(port_.ctx->device->dev_path, F_OK) == 0) return {};
+  return "ibverbs: the RDMA device " + portName_ + " is being removed from this host (rdma link delete, driver "
+         "unload or hot-unplug: " + port_.ctx->device->dev_path + " is gone); the removal completes when this "
+         "process closes it (rdmacoll.shutdown() or exit)";
 }
 
 void IbvDevice::forget(const IbvMemory* m) {
@@ -258,7 +297,7 @@ void IbvDevice::bounceWrite(QueuePair* qp, const char* src, uint64_t raddr, uint
                             uint32_t imm) {
   std::lock_guard<std::mutex> g(bounceMu_);
   for (size_t done = 0; done < len;) {
-    const size_t n = std::min(len - done, kBounceHalfBytes);
+    const size_t n = std::min({len - done, kBounceHalfBytes, maxMessage_});
     BounceHalf& h = nextHalf();
     std::memcpy(h.ptr, src + done, n);
     ibv_sge sge{reinterpret_cast<uint64_t>(h.ptr), static_cast<uint32_t>(n), bounceLkey_};
@@ -274,7 +313,7 @@ void IbvDevice::bounceWrite(QueuePair* qp, const char* src, uint64_t raddr, uint
 void IbvDevice::bounceRead(QueuePair* qp, uint64_t raddr, uint32_t rkey, char* dst, size_t len) {
   std::lock_guard<std::mutex> g(bounceMu_);
   for (size_t done = 0; done < len;) {
-    const size_t n = std::min(len - done, kBounceHalfBytes);
+    const size_t n = std::min({len - done, kBounceHalfBytes, maxMessage_});
     BounceHalf& h = nextHalf();
     ibv_sge sge{reinterpret_cast<uint64_t>(h.ptr), static_cast<uint32_t>(n), bounceLkey_};
     ibv_send_wr wr = rdmaWr(IBV_WR_RDMA_READ, &sge, raddr + done, rkey);

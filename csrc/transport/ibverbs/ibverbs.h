@@ -13,6 +13,8 @@
 //                   HCAs); counters only grow, the peer polls its own memory
 //   read            IBV_WR_RDMA_READ (kCanRead)
 //   pollImmediate   drains the endpoint's completion queue (queue_pair.h)
+//   fork()          kernels since 5.12 copy registered pages for the child; older ones get
+//                   ibv_fork_init (children must not touch registered pages there)
 //   sleeping        completion channel: prepareSleep arms every CQ, sleep polls the
 //                   channel's fd. put64 generates no completion at the peer, so a sleeper
 //                   notices one only when its timeout ends (the communicator sleeps 1 ms at
@@ -44,6 +46,8 @@ class IbvMemory : public Memory {
   ~IbvMemory() override;
   void pack(PackedMemory* out) const override;
   uint32_t lkey() const { return mr_ ? mr_->lkey : 0; }
+  // The device is closing: deregister now; the bytes stay mapped until this object goes.
+  void detach();
 
  private:
   IbvDevice* dev_;
@@ -81,6 +85,7 @@ class IbvDevice : public Device {
   const char* name() const override { return "ibverbs"; }
   std::unique_ptr<Memory> allocate(size_t len) override;
   std::unique_ptr<Memory> registerMemory(void* ptr, size_t len) override;
+  std::string failure() override;
   Bytes address() const override;
   std::unique_ptr<Endpoint> connect(int peer, const Bytes& peerAddress) override;
   uint64_t prepareSleep() override;
@@ -113,6 +118,7 @@ class IbvDevice : public Device {
     uint64_t seq = 0;
   };
   void release();
+  void keepInheritable(void* p, size_t len);
   void consumeEvents();
   BounceHalf& nextHalf();
 
@@ -124,6 +130,7 @@ class IbvDevice : public Device {
   ibv_pd* pd_ = nullptr;
   ibv_comp_channel* channel_ = nullptr;
   size_t maxMessage_ = 1u << 30;
+  bool copyOnFork_ = false;  // the kernel copies pinned pages for a forked child
   std::vector<std::unique_ptr<QueuePair>> qps_;  // [peer]; null for this rank
   std::vector<bool> connected_;
   uint64_t events_ = 0;

@@ -16,7 +16,10 @@ namespace ibverbs {
 namespace {
 constexpr int kPollBatch = 16;
 constexpr uint8_t kAckTimeout = 16;    // 4.096 us * 2^16 = 268 ms per try
-constexpr uint8_t kRetryCount = 7;     // tries before a lost peer fails the request (~2 s)
+// Retries before a lost peer fails the request (7 tries of 268 ms: ~1.9 s). Not 7, the
+// field's maximum: Soft-RoCE (rxe_comp.c) takes retry_cnt 7 as "retry forever", as the
+// spec defines only for rnr_retry, and a survivor of a killed rank would never learn.
+constexpr uint8_t kRetryCount = 6;
 constexpr uint8_t kRnrRetry = 7;       // 7 = retry forever while the peer has no receive posted
 constexpr uint8_t kMinRnrTimer = 12;   // 0.64 ms between receiver-not-ready retries
 constexpr uint8_t kHopLimit = 64;

@@ -1,0 +1,90 @@
+"""RDMA on the kernel's Soft-RoCE, from a machine without RDMA: boots the QEMU guests of
+scripts/rdma_guest.py and runs there
+  - the ibverbs suite on one guest: tests/test_ibverbs.py, tests/test_rdma.py and the
+    ibverbs transport conformance, none of them skipped (the guest has a device);
+  - two guests as two hosts (each its own kernel, /dev/shm and rxe device, joined by a
+    network of their own), 2 ranks per host under torchrun's multi-node launch: with
+    RDMACOLL_TRANSPORT=auto a rank reaches its host peer by shm and the others by ibverbs,
+    hierarchical runs over ibverbs, and every result matches NumPy.
+
+Skips where the guest cannot run here (not root, no QEMU, not set up: `sudo python3
+scripts/rdma_guest.py setup`, which .ci/run does), saying why. RDMACOLL_RDMA_MATRIX=full
+runs test_rdma.py's full matrix in the guest (about 15 minutes under emulation; CI runs
+"ci")."""
+import os
+import re
+import shlex
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from mpi_util import Line, Result, rank_records
+
+TESTS = Path(__file__).resolve().parent
+REPO = TESTS.parent
+sys.path.insert(0, str(REPO / "scripts"))
+try:
+    import rdma_guest
+finally:
+    sys.path.pop(0)
+
+GUEST = rdma_guest.Guest()
+WHY_NOT = "this is the guest already" if os.environ.get("RDMACOLL_IN_GUEST") else GUEST.available()
+pytestmark = pytest.mark.skipif(WHY_NOT is not None, reason=f"no Soft-RoCE guest: {WHY_NOT}")
+
+BIN = Path(sys.executable).parent
+MATRIX = os.environ.get("RDMACOLL_RDMA_MATRIX", "ci")
+
+
+def _summary(output: str) -> dict[str, int]:
+    """pytest's closing counts: {'passed': 40, 'skipped': 1, ...}."""
+    last = [ln for ln in output.splitlines() if re.search(r"\d+ (passed|failed|error)", ln)]
+    return {k: int(n) for n, k in re.findall(r"(\d+) (\w+)", last[-1])} if last else {}
+
+
+def test_ibverbs_suite_in_guest():
+    files = ["test_ibverbs.py", "test_rdma.py", "test_transport.py::test_conformance_ibverbs"]
+    cmd = f"{shlex.quote(str(BIN / 'pytest'))} -q -rs -p no:cacheprovider {' '.join(files)}"
+    t0 = time.monotonic()
+    rc, out = GUEST.run(cmd, timeout=1800 if MATRIX == "full" else 600, cwd=str(TESTS),
+                        env={"RDMACOLL_RDMA_MATRIX": MATRIX}, echo=False)
+    counts = _summary(out)
+    print(f"in the guest ({time.monotonic() - t0:.0f} s, matrix {MATRIX}): {counts}")
+    tail = "\n".join(out.splitlines()[-60:])
+    assert rc == 0 and counts.get("passed"), f"the suite failed in the guest (status {rc}):\n{tail}"
+    assert not counts.get("skipped"), f"tests skipped in the guest, which has a device:\n{tail}"
+
+
+def test_two_hosts_shm_inside_verbs_across():
+    # the selector's choice, and each cross-host shape once (every init bootstraps again
+    # over torchrun's store: a pass costs ~15 s under emulation)
+    algos = ["", "hierarchical", "ring_slots", "tree"] if MATRIX == "ci" else \
+        ["", "hierarchical", "ring_slots", "recursive_doubling", "halving_doubling", "tree", "eager"]
+    launch = (f"{shlex.quote(str(BIN / 'torchrun'))} --nnodes 2 --node-rank $HOST_INDEX --nproc-per-node 2 "
+              f"--master-addr 10.9.0.1 --master-port 29517 --no-python {shlex.quote(sys.executable)} "
+              f"{shlex.quote(str(TESTS / 'workers' / 'hosts.py'))} {shlex.quote(','.join(algos))}")
+    env = {"RDMACOLL_TRANSPORT": "auto", "RDMACOLL_TUNING_FILE": "none", "PYTHONUNBUFFERED": "1"}
+    results = GUEST.run_hosts([launch, launch], timeout=400, env=env, echo=False)
+    now = time.time()
+    res = Result(["torchrun on rchost0 and rchost1:", launch], max(rc for rc, _ in results),
+                 [Line(now, "out", text) for _, out in results for text in out.splitlines()])
+    where = rank_records(res, 4, "where")
+    for r, w in where.items():
+        host = r // 2
+        res.check(w["host"] == f"rchost{host}" and w["local_size"] == 2, f"rank {r}: {w}")
+        res.check(w["transport"] == "shm+ibverbs", f"rank {r} runs on {w['transport']}")
+        for q, how in enumerate(w["peers"]):
+            want = "" if q == r else ("shm" if q // 2 == host else "ibverbs")
+            res.check(how.split(" ")[0] == want, f"rank {r} reaches rank {q} by {how!r}, expected {want!r}")
+    cases = res.select(kind="case")
+    bad = [c for c in cases if not c["ok"]]
+    res.check(cases and not bad, f"{len(bad)} of {len(cases)} wrong, first: {bad[:3]}")
+    big = {c["ran"] for c in cases if c["algo"] == "" and c["n"] == (1 << 20) + 3}
+    res.check(big == {"hierarchical"}, f"the selector ran {big} for 4 MiB across hosts")
+    ran = {c["ran"] for c in cases if c["algo"] == "hierarchical"}
+    res.check("hierarchical" in ran, f"forced hierarchical ran {ran}")
+    rank_records(res, 4, "done")
+    res.check(res.returncode == 0, "a host's launch failed")
+    print(f"two hosts: {len(cases)} cases right; ranks reach their host peer by shm, the others by ibverbs")
