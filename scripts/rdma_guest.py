@@ -65,7 +65,9 @@ exec chroot /newroot /bin/sh /rdmacoll-out/run.sh
 
 RUN = r"""#!/bin/sh
 # in the guest, as root: devices, network, rxe, then the command
-mkdir -p /dev/shm /dev/pts; mount -t tmpfs tmpfs /tmp; mount -t tmpfs tmpfs /dev/shm
+# /tmp stays the overlay's (the host's files, writes kept in the guest): a clone under /tmp
+# must stay visible. /dev/shm is the guest's own.
+mkdir -p /dev/shm /dev/pts; mount -t tmpfs tmpfs /dev/shm
 mount -t devpts devpts /dev/pts 2>/dev/null
 export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/root
 . /rdmacoll-out/env.sh
