@@ -29,7 +29,6 @@ import statistics
 import subprocess
 import time
 
-import numpy as np
 from mpi4py import MPI
 
 import rdmacoll as rc

@@ -60,7 +60,7 @@ def test_ibverbs_suite_in_guest():
 def test_two_hosts_shm_inside_verbs_across():
     # the selector's choice, and each cross-host shape once (every init bootstraps again
     # over torchrun's store: a pass costs ~15 s under emulation)
-    algos = ["", "hierarchical", "ring_slots", "tree"] if MATRIX == "ci" else \
+    algos = ["", "hierarchical", "ring_slots"] if MATRIX == "ci" else \
         ["", "hierarchical", "ring_slots", "recursive_doubling", "halving_doubling", "tree", "eager"]
     launch = (f"{shlex.quote(str(BIN / 'torchrun'))} --nnodes 2 --node-rank $HOST_INDEX --nproc-per-node 2 "
               f"--master-addr 10.9.0.1 --master-port 29517 --no-python {shlex.quote(sys.executable)} "
