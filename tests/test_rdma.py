@@ -8,8 +8,10 @@ These need a usable RDMA device. In CI they run inside the Soft-RoCE guest
 elsewhere they skip, saying why.
 
 RDMACOLL_RDMA_MATRIX=ci runs a smaller matrix (what CI's time allows under emulation: every
-algorithm and collective at 2, 3 and 4 ranks, not every rank count with every rule set);
-the default is the full one."""
+algorithm at 2, 3 and 4 ranks, not every rank count with every rule set);
+the default is the full one. 3-rank collectives and SIGTERM are in the full one only (3
+ranks run the whole allreduce matrix, and SIGTERM kills as SIGKILL does for the verbs
+path: the kernel destroys the queue pairs either way)."""
 import os
 import re
 import signal
@@ -56,7 +58,8 @@ def test_default_selection_and_big_message(nranks):
     check_default_selection(nranks, IB, "ibverbs", timeout=400)
 
 
-@pytest.mark.parametrize("nranks, max_wr", [(2, None), (3, None), (4, None), (2, "4K")])
+@pytest.mark.parametrize("nranks, max_wr", [(2, None), (3, None), (4, None), (2, "4K")] if FULL
+                         else [(2, None), (4, None), (2, "4K")])
 def test_collectives_match_numpy(nranks, max_wr):
     """allgather, broadcast, reducescatter, alltoall, barrier, grouped_allreduce over verbs,
     with small slots so that parts span several messages and senders wait for credits; and
@@ -141,7 +144,7 @@ def test_fork_after_init():
     res.check(res.returncode == 0, "the launch failed")
 
 
-@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM] if FULL else [signal.SIGKILL])
 def test_killed_peer_is_detected(sig):
     """A rank killed in a 16 MiB allreduce loop: its queue pairs go to the error state and
     the others raise RdmacollError naming it (flushed completions are not taken for
