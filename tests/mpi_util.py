@@ -507,15 +507,23 @@ def check_default_selection(nranks: int, env: dict, label: str, timeout=240) -> 
     res.check(res.returncode == 0, "the launch failed")
 
 
-def check_killed_peer(env: dict, sig: int, mib: int, label: str, bound_s: float | None = None,
-                      timeout=180) -> None:
-    """A rank of 3 killed by `sig` in an allreduce loop of `mib` MiB: the others raise
-    RdmacollError naming it (within bound_s, when given), so does their next call, and
-    nothing of the launch is left running."""
-    import re
-    import time
+def check_async(env: dict, label: str, timeout=240) -> None:
+    """workers/async_ops.py at 3 ranks: many operations in flight, every result right,
+    nothing left queued."""
+    res = run_mpi(3, "async_ops.py", ["check"], env=dict(env, RDMACOLL_SEGMENT_BYTES=65536), timeout=timeout)
+    for r, rec in rank_records(res, 3, "done").items():
+        res.check(not rec["bad"], f"rank {r}: wrong results for {rec['bad']} ({label})")
+        res.check(rec["outstanding"] == 0, f"rank {r}: {rec['outstanding']} operations still queued ({label})")
 
-    nranks, victim = 3, 1
+
+def check_killed_peer(env: dict, sig: int, mib: int, label: str, bound_s: float | None = None,
+                      timeout=180, nranks: int = 3) -> None:
+    """Rank 1 of `nranks` killed by `sig` in an allreduce loop of `mib` MiB: the others
+    raise RdmacollError naming it (within bound_s, when given), so does their next call,
+    and nothing of the launch is left running or in /dev/shm."""
+    import re
+
+    victim = 1
     launch = Launch(nranks, "kill_loop.py", ["--mib", mib, "--max-seconds", 120], env=env, timeout=timeout,
                     extra_launcher_args=keep_siblings_flags())
     with launch:
@@ -535,5 +543,6 @@ def check_killed_peer(env: dict, sig: int, mib: int, label: str, bound_s: float 
     later = {r["rank"]: r["message"] for r in res.select(kind="later")}
     res.check(set(later) == set(survivors) and all(later.values()), f"a later call did not raise: {later}")
     res.check(not res.leftovers, f"processes of the launch still running: {res.leftovers}")
-    print(f"signal {sig} under {label}: " + ", ".join(f"rank {r} raised after {(e['time'] - t_kill) * 1e3:.0f} ms: "
+    res.check(not dev_shm_entries(), f"rdmacoll files left in /dev/shm: {dev_shm_entries()}")
+    print(f"{signal.Signals(sig).name} of rank {victim} of {nranks} under {label}: " + ", ".join(f"rank {r} raised after {(e['time'] - t_kill) * 1e3:.0f} ms: "
                                                      f"{e['message'][:160]}" for r, e in sorted(errors.items())))

@@ -1,13 +1,10 @@
 """A rank that dies or stalls makes the others raise instead of hanging; nothing is left
 behind (no rdmacoll file in /dev/shm, no process of the launch)."""
-import os
-import re
 import signal
-import time
 
 import pytest
 
-from mpi_util import Launch, dev_shm_entries, keep_siblings_flags, rank_records, run_mpi
+from mpi_util import check_killed_peer, dev_shm_entries, rank_records, run_mpi
 
 DETECTION_BOUND_S = 60  # catches hangs only; the measured time is printed
 
@@ -15,33 +12,7 @@ DETECTION_BOUND_S = 60  # catches hangs only; the measured time is printed
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["kill-9", "sigterm"])
 @pytest.mark.parametrize("nranks", [2, 3])
 def test_peer_death_is_detected(nranks, sig):
-    victim = 1
-    launch = Launch(nranks, "kill_loop.py", ["--mib", 64, "--max-seconds", 120], timeout=180,
-                    extra_launcher_args=keep_siblings_flags())
-    with launch:
-        rec = launch.wait_record(kind="looping", rank=victim, timeout=120)
-        time.sleep(0.3)  # the others are inside a 64 MiB allreduce
-        t_kill = time.time()
-        os.kill(rec["pid"], sig)
-        res = launch.finish()
-
-    survivors = [r for r in range(nranks) if r != victim]
-    errors = {r["rank"]: r for r in res.select(kind="error")}
-    res.check(not res.select(kind="no error"), "a survivor's loop ran to its end without an error")
-    res.check(set(errors) == set(survivors), f"ranks {sorted(set(survivors) - set(errors))} did not raise")
-    detection = {}
-    for r, e in errors.items():
-        res.check(re.search(rf"\brank {victim}\b", e["message"]),
-                  f"rank {r}: {e['message']!r} does not name the dead rank {victim}")
-        detection[r] = e["time"] - t_kill
-        res.check(detection[r] < DETECTION_BOUND_S, f"rank {r} took {detection[r]:.1f} s to notice")
-    later = {r["rank"]: r["message"] for r in res.select(kind="later")}
-    res.check(set(later) == set(survivors) and all(later.values()),
-              f"a call after the failure did not raise on every survivor: {later}")
-    res.check(not res.leftovers, f"processes of the launch still running after it ended: {res.leftovers}")
-    res.check(not dev_shm_entries(), f"rdmacoll files left in /dev/shm: {dev_shm_entries()}")
-    print(f"{signal.Signals(sig).name} of rank {victim} of {nranks}: detected after "
-          + ", ".join(f"rank {r} {s * 1e3:.0f} ms" for r, s in sorted(detection.items())))
+    check_killed_peer({}, sig, 64, "the default transport", bound_s=DETECTION_BOUND_S, nranks=nranks)
 
 
 @pytest.mark.parametrize("count", [1024, 1 << 20], ids=["eager-size", "ring-size"])

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from mpi_util import (UNMAPPED_ALGORITHMS, UNMAPPED_RULES, Launch, check_default_selection, check_forced_algorithms,
-                      check_killed_peer, keep_siblings_flags,
-                      matrix_results, rank_records, require_mpiexec, run_mpi)
+from mpi_util import (UNMAPPED_ALGORITHMS, UNMAPPED_RULES, Launch, check_async, check_default_selection,
+                      check_forced_algorithms, check_killed_peer, keep_siblings_flags, matrix_results,
+                      require_mpiexec, run_mpi)
 
 TCP = {"RDMACOLL_TRANSPORT": "tcp"}
 REPO = Path(__file__).resolve().parent.parent
@@ -137,10 +137,7 @@ def test_default_selection_and_big_message(nranks):
 
 
 def test_async_many_in_flight():
-    res = run_mpi(3, "async_ops.py", ["check"], env=TCP | {"RDMACOLL_SEGMENT_BYTES": 65536}, timeout=240)
-    for r, rec in rank_records(res, 3, "done").items():
-        res.check(not rec["bad"], f"rank {r}: wrong results for {rec['bad']}")
-        res.check(rec["outstanding"] == 0, f"rank {r}: {rec['outstanding']} operations still queued")
+    check_async(TCP, "tcp")
 
 
 def test_killed_peer_is_detected():
