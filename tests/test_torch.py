@@ -1,6 +1,7 @@
 """rdmacoll.frameworks.torch under mpiexec: the API against NumPy references, training
 that matches a single process on the union batch, misuse errors, and a Horovod script
 that runs with only its import line changed. Few launches, many checks each."""
+import importlib.util
 import io
 import tokenize
 from pathlib import Path
@@ -16,6 +17,33 @@ CASES = ["sgd", "sgd_views", "adam_passes2", "passes3_fewer", "fp16", "bf16", "u
          "op_sum", "clip", "sparse", "channels_last", "rebuild", "restore_diverged", "model_mismatch",
          "join"]
 SMALL_BUCKETS = {"RDMACOLL_FUSION_THRESHOLD": "1K"}   # several buckets even for small models
+# workers/torch_frozen.py's cases. rdmacoll: every one identical on every rank and equal
+# to the single-process reference. Real Horovod 0.28.1, as measured (docs/torch.md): it
+# never reduces parameters that were frozen when the optimizer was wrapped or that came
+# later through add_param_group (ranks drift apart), and gives parameters frozen after
+# wrapping a zero gradient (momentum and weight decay keep moving them).
+FROZEN_CASES = ["frozen", "frozen_adam_passes2", "unused_odd_steps", "unused_rank0_only",
+                "unfreeze", "unfreeze_passes2", "freeze_later", "add_group"]
+HOROVOD_FROZEN = {"unfreeze": "ranks differ", "unfreeze_passes2": "ranks differ",
+                  "add_group": "ranks differ", "freeze_later": "differs from the reference"}
+
+
+def frozen_outcomes(res, nranks):
+    """{case: "same" | "ranks differ" | "differs from the reference" | error text}."""
+    out = {}
+    for name in FROZEN_CASES:
+        recs = {r["rank"]: r for r in res.select(kind="frozen_case", case=name)}
+        res.check(sorted(recs) == list(range(nranks)), f"frozen case {name}: ranks {sorted(recs)} reported")
+        rec = recs[0]
+        if rec["error"]:
+            out[name] = rec["error"]
+        elif not all(r["identical"] for r in recs.values()):
+            out[name] = "ranks differ"
+        elif not isinstance(rec["err"], float) or rec["err"] > 2e-5:
+            out[name] = "differs from the reference"
+        else:
+            out[name] = "same"
+    return out
 
 
 def check_cases(res, nranks, cases):
@@ -38,8 +66,9 @@ def check_api(res, nranks):
 
 
 def test_two_ranks_api_training_and_errors():
-    res = run_mpi(2, "torch_train.py", ["api"] + CASES + ["errors"], env=SMALL_BUCKETS, timeout=400)
+    res = run_mpi(2, "torch_train.py", ["api"] + CASES + ["frozen", "errors"], env=SMALL_BUCKETS, timeout=400)
     check_api(res, 2)
+    res.check(frozen_outcomes(res, 2) == dict.fromkeys(FROZEN_CASES, "same"), f"{frozen_outcomes(res, 2)}")
     recs = check_cases(res, 2, CASES)
     for r in range(2):
         sgd, views = recs["sgd"][r], recs["sgd_views"][r]
@@ -66,9 +95,24 @@ def test_two_ranks_api_training_and_errors():
 def test_three_ranks_training():
     cases = ["sgd", "adam_passes2", "unused", "fp16", "clip", "restore_diverged", "join"]
     # join_misuse leaves the job aborted: last
-    res = run_mpi(3, "torch_train.py", ["api"] + cases + ["join_misuse"], env=SMALL_BUCKETS, timeout=400)
+    res = run_mpi(3, "torch_train.py", ["api"] + cases + ["frozen", "join_misuse"], env=SMALL_BUCKETS, timeout=400)
     check_api(res, 3)
+    res.check(frozen_outcomes(res, 3) == dict.fromkeys(FROZEN_CASES, "same"), f"{frozen_outcomes(res, 3)}")
     check_cases(res, 3, cases + ["join_misuse"])
+
+
+@pytest.mark.parametrize("nranks", [2, 3])
+def test_frozen_parameters_side_by_side_with_real_horovod(nranks):
+    """The same frozen-parameter script under real Horovod: where it agrees with rdmacoll
+    and where (HOROVOD_FROZEN) it does not. Runs where horovod.torch is importable (a
+    Horovod 0.28.1 build: ../shared/peers/build-horovod.sh, then rdmacoll and pytest
+    installed into its venv)."""
+    if importlib.util.find_spec("horovod") is None:
+        pytest.skip("real Horovod is not installed in this interpreter (build it with "
+                    "build-horovod.sh and run pytest from its venv)")
+    res = run_mpi(nranks, "torch_frozen.py", env={"RC_TEST_HVD": "horovod.torch"}, timeout=300)
+    want = {name: HOROVOD_FROZEN.get(name, "same") for name in FROZEN_CASES}
+    res.check(frozen_outcomes(res, nranks) == want, f"Horovod: {frozen_outcomes(res, nranks)}, expected {want}")
 
 
 def test_horovod_script_with_only_the_import_changed():

@@ -6,7 +6,8 @@ the same function of the union batch). After every step the parameters must be
 bit-identical across ranks and match the reference to a tolerance. Reports one record
 per case ("case": name, "bad": what failed, plus counters) and "done".
 
-argv[1:]: what to run, in order: case names, "api" (torch_api.py), "errors"
+argv[1:]: what to run, in order: case names, "api" (torch_api.py), "frozen" (every
+case of torch_frozen.py: frozen, unfrozen, unused and added parameters), "errors"
 (torch_errors.py: leaves the job aborted, so it comes last). Default: every case.
 """
 import sys
@@ -310,6 +311,10 @@ def body():
             import torch_api
 
             torch_api.run()
+        elif name == "frozen":
+            import torch_frozen
+
+            torch_frozen.run()
         elif name == "errors":
             import torch_errors
 

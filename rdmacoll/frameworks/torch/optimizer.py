@@ -10,6 +10,10 @@ still runs.
   same order on every rank, so no negotiation is needed; step() waits for them.
 - Gradients that did not arrive (unused parameters, fewer backward passes than
   backward_passes_per_step) are reduced at step() like Horovod does (zeros when absent).
+- Parameters that do not require gradients are not reduced and get no hook; when
+  requires_grad changes or add_param_group brings parameters, the buckets are rebuilt at
+  the next backward (same on every rank), so unfrozen and added parameters are reduced too
+  (Horovod 0.28.1 leaves both unreduced: its ranks drift apart; docs/torch.md).
 - A rank that calls step() without backward, or a hook that fires more often than
   backward_passes_per_step allows (reentrant checkpointing), raises RdmacollError; the
   first case is made visible to the other ranks through a collective whose name says it.
@@ -54,19 +58,42 @@ class _DistributedOptimizer:
         # rank 0's setting (broadcast at init): ranks with different bucket plans could
         # not reduce together
         self._rc_threshold = fusion_threshold()
+        self._rc_params = self._rc_collect_params()
+        self._rc_names = self._rc_name_params(named_parameters, self._rc_params)
+        self._rc_hooks = {}     # id(param) -> hook handle: parameters that require gradients
+        self.stats = {"copies": 0, "steps": 0, "launched_in_backward": 0, "launched_in_step": 0,
+                      "wait_s": 0.0, "rebuilds": 0, "join_steps": 0}
+        self._rc_build(check_ranks=True)
+        self._rc_join_index = JOIN_STATE.register(self)
+
+    def _rc_collect_params(self):
+        """Every parameter of every group, once, in group order."""
         seen, params = set(), []
         for group in self.param_groups:
             for p in group["params"]:
                 if id(p) not in seen:
                     seen.add(id(p))
                     params.append(p)
-        self._rc_params = params
-        self._rc_names = self._rc_name_params(named_parameters, params)
-        self._rc_hooks = [p.register_post_accumulate_grad_hook(self._rc_hook) for p in params]
-        self.stats = {"copies": 0, "steps": 0, "launched_in_backward": 0, "launched_in_step": 0,
-                      "wait_s": 0.0, "rebuilds": 0, "join_steps": 0}
-        self._rc_build(check_ranks=True)
-        self._rc_join_index = JOIN_STATE.register(self)
+        return params
+
+    def _rc_hook_params(self):
+        """A gradient hook on every parameter that requires gradients and has none yet
+        (frozen ones cannot take one; they get it once unfrozen)."""
+        for p in self._rc_params:
+            if p.requires_grad and id(p) not in self._rc_hooks:
+                self._rc_hooks[id(p)] = p.register_post_accumulate_grad_hook(self._rc_hook)
+
+    def add_param_group(self, param_group):
+        """torch.optim's, then the new parameters join the reduction (the buckets are
+        rebuilt at the next backward, on every rank alike)."""
+        super().add_param_group(param_group)
+        if "_rc_params" not in self.__dict__:
+            return      # called by the optimizer's own __init__
+        self._rc_params = self._rc_collect_params()
+        group = len(self.param_groups) - 1
+        for i, p in enumerate(self.param_groups[-1]["params"]):
+            self._rc_names.setdefault(id(p), f"param_groups.{group}.{i}")
+        self._rc_hook_params()
 
     @staticmethod
     def _rc_name_params(named_parameters, params):
@@ -85,14 +112,14 @@ class _DistributedOptimizer:
         if missing:
             raise RdmacollError(f"named_parameters was given, but {len(missing)} of the optimizer's "
                                 f"parameters are not named (positions {missing[:5]} in param_groups)")
-        return {id(p): names[id(p)] for p in params}
+        return names    # also names of parameters a later add_param_group may bring
 
     def _rc_signature(self):
         return [(self._rc_names[id(p)], tuple(p.shape), str(p.dtype).replace("torch.", ""),
                  bool(p.requires_grad)) for p in self._rc_params]
 
     def _rc_layout_key(self):
-        return [(p.dtype, p.shape, p.stride(), p.requires_grad) for p in self._rc_params]
+        return [(id(p), p.dtype, p.shape, p.stride(), p.requires_grad) for p in self._rc_params]
 
     def _rc_check_ranks(self, rows):
         digests = rc.allgather_object(signature_digest(rows), name="DistributedOptimizer.check")
@@ -111,6 +138,7 @@ class _DistributedOptimizer:
         if check_ranks:
             self._rc_check_ranks(self._rc_signature())
         self._rc_key = self._rc_layout_key()
+        self._rc_hook_params()
         self._rc_layout = Layout(self._rc_params, self._rc_threshold)
         for bucket in self._rc_layout.buckets:
             for p, view in zip(bucket.params, bucket.views):
@@ -256,6 +284,8 @@ class _DistributedOptimizer:
         then call step() inside `with optimizer.skip_synchronize():`)."""
         if self._rc_synchronized:
             return
+        if not self._rc_started and self._rc_layout_key() != self._rc_key:
+            self._rc_begin_step()   # no hooked gradient ran: parameters unfrozen since
         if not self._rc_layout.buckets:
             self._rc_synchronized = True
             return
