@@ -4,10 +4,13 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <cstring>
+
 #include "common/error.h"
 #include "common/types.h"
 #include "python/arrays.h"
 #include "python/bindings.h"
+#include "reduce/stream_copy.h"
 
 namespace py = pybind11;
 using namespace rdmacoll;
@@ -37,6 +40,28 @@ PYBIND11_MODULE(_core, m) {
   m.attr("OPS") = ops;
   m.def("_view", [](py::handle x) { return asArray(x, "input"); },
         "An ndarray view of x without copying (ndarray, DLPack, buffer protocol).");
+
+  m.def(
+      "stream_copy",
+      [](py::handle dst, py::handle src) {
+        py::array in = contiguousInput(src, "src");
+        py::array out = asArray(dst, "dst");
+        checkOut(in, out);
+        const size_t bytes = static_cast<size_t>(in.nbytes());
+        void* d = out.mutable_data();
+        const void* s = in.data();
+        const char *dc = static_cast<const char*>(d), *sc = static_cast<const char*>(s);
+        py::gil_scoped_release nogil;
+        if (dc < sc + bytes && sc < dc + bytes) {
+          std::memmove(d, s, bytes);  // overlapping views of one buffer
+        } else {
+          streamCopy(d, s, bytes);
+        }
+      },
+      py::arg("dst"), py::arg("src"),
+      "dst[...] = src for contiguous arrays of one shape and dtype, with non-temporal stores "
+      "from 1 MiB on (reduce/stream_copy.h): for data the next reader will not find in cache.");
+  m.attr("STREAM_COPY_MIN_BYTES") = kStreamCopyMinBytes;
 
   bindSettings(m);
   bindGroup(m);

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from rdmacoll import RdmacollError
+from rdmacoll import RdmacollError, _core
 
 _NP_OF_TORCH = {
     torch.float16: np.float16, torch.float32: np.float32, torch.float64: np.float64,
@@ -58,6 +58,18 @@ def as_torch(a, dtype=None):
     if a.dtype.itemsize == 2 and a.dtype.name == "bfloat16":
         return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
     return torch.from_numpy(a)
+
+
+def copy_into(dst, src):
+    """dst.copy_(src); large contiguous copies of one dtype go through the core's streaming
+    copy (non-temporal stores: the destination is not read first), for gradients moving
+    into buckets that are reduced later."""
+    if (src.dtype == dst.dtype and src.layout == torch.strided and src.shape == dst.shape
+            and src.numel() * src.element_size() >= _core.STREAM_COPY_MIN_BYTES
+            and src.is_contiguous() and dst.is_contiguous()):
+        _core.stream_copy(flat(dst), flat(src))
+    else:
+        dst.copy_(src)
 
 
 def contiguous(t):

@@ -4,8 +4,10 @@ still runs.
 - Gradients are views into buckets (buckets.py); a gradient hook
   (Tensor.register_post_accumulate_grad_hook) marks each one ready. When zero_grad()
   set it to None (PyTorch 2.x's default), autograd hands a fresh tensor: the hook copies
-  it into its bucket while it is hot in cache and points .grad back at the view
-  (counted in `stats["copies"]`).
+  it into its bucket (streaming stores from 1 MiB on: the bucket is read next by the
+  reduction, not from this core's cache) and points .grad back at the view (counted in
+  `stats["copies"]`); the fresh tensor is freed at once, so the next layer's gradient
+  reuses its memory instead of faulting in new pages.
 - Buckets are launched strictly in bucket order once all their gradients are ready, the
   same order on every rank, so no negotiation is needed; step() waits for them.
 - Gradients that did not arrive (unused parameters, fewer backward passes than
@@ -29,7 +31,7 @@ import rdmacoll as rc
 from rdmacoll import RdmacollError
 
 from .._common import first_difference, fusion_threshold, signature_digest
-from ._tensors import contiguous, flat
+from ._tensors import contiguous, copy_into, flat
 from .buckets import Layout
 from .compression import Compression
 from .join import STATE as JOIN_STATE
@@ -197,7 +199,7 @@ class _DistributedOptimizer:
         view = bucket.views[j]
         g = p.grad
         if g is not view:
-            view.copy_(g.to_dense() if g.is_sparse else g)
+            copy_into(view, g.to_dense() if g.is_sparse else g)
             p.grad = view
             self.stats["copies"] += 1
         if count == self._rc_passes:
