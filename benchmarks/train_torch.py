@@ -1,13 +1,14 @@
-"""Training step time: rdmacoll's DistributedOptimizer and torch DistributedDataParallel
-over gloo and over rdmacoll's torch.distributed backend, same model, same data, same
-threads, in the same launch.
+"""Training step time: rdmacoll's DistributedOptimizer, torch DistributedDataParallel
+over gloo and over rdmacoll's torch.distributed backend, and real Horovod where it is
+installed: same model, same data, same threads, in the same processes.
 
     mpiexec -n 2 python benchmarks/train_torch.py                 # 8x2048 MLP, batch 32/rank
     torchrun --standalone --nproc_per_node 2 benchmarks/train_torch.py
     mpiexec -n 2 python benchmarks/train_torch.py --model cnn --png cnn.png
 
-Configurations, interleaved in every round (medians of --rounds rounds, each the median of
---steps timed steps after --warmup):
+Configurations (every one built once and kept; --warmup steps each, then --rounds rounds
+that visit every configuration in turn for --steps steps, so that the machine's drift
+hits all alike; medians over the rounds; --configs picks a subset):
   compute        forward + backward + step, no communication: the compute time
   rdmacoll       hvd.DistributedOptimizer, zero_grad() as PyTorch does (set_to_none=True:
                  every gradient is copied into its bucket by the hook)
@@ -18,7 +19,12 @@ Configurations, interleaved in every round (medians of --rounds rounds, each the
   ddp-nocomm     the same DDP with a comm hook that hands each bucket back unreduced:
                  what DDP itself costs (bucket copies, hooks) when communication is free,
                  the floor of every ddp-* row (its parameters diverge: timing only)
-  comm-only rows: the same buckets reduced alone (no compute), rdmacoll and gloo
+  horovod        real Horovod's horovod.torch.DistributedOptimizer, zero_grad() default,
+                 in the same processes (only where horovod.torch imports, built against
+                 the same MPI as mpi4py: ../shared/peers/build-horovod.sh; --no-horovod
+                 leaves it out)
+  comm-only rows: the same buckets reduced alone (no compute), rdmacoll and gloo, and
+                 Horovod's allreduce of every gradient tensor (what its optimizer submits)
 
 Per step it reports total, compute, communication (alone), exposed (total - compute)
 and hidden (communication - exposed, as a share of communication) time, how long step()
@@ -45,6 +51,9 @@ import torch.nn.functional as F  # noqa: E402
 
 import rdmacoll.frameworks.torch as hvd  # noqa: E402
 import rdmacoll.frameworks.torch.distributed  # noqa: E402,F401 - registers the backend "rdmacoll"
+
+
+ALL_CONFIGS = ["compute", "rdmacoll", "rdmacoll-views", "ddp-gloo", "ddp-rdmacoll", "ddp-nocomm", "horovod"]
 
 
 def build_model(args):
@@ -97,11 +106,23 @@ def _no_comm_hook(state, bucket):
     return fut
 
 
-def run_config(name, args, rank, groups):
-    """Median step time of one configuration, plus what the optimizer saw."""
+def import_horovod(args):
+    """horovod.torch, or None (not installed, --no-horovod, or not in --configs)."""
+    if args.no_horovod or "horovod" not in args.configs.split(","):
+        return None
+    try:
+        import horovod.torch as real
+    except ImportError:
+        return None
+    return real
+
+
+def make_config(name, args, rank, groups, real=None):
+    """One configuration's model, optimizer and step(), kept alive for the whole run (the
+    rounds visit every configuration in turn), and a function that reports what the
+    optimizer saw."""
     model = build_model(args)
     x, y = make_batch(args, rank)
-    extra = {}
     if name.startswith("ddp-"):
         ddp = nn.parallel.DistributedDataParallel(model, process_group=groups.get(name[4:], groups["gloo"]))
         if name == "ddp-nocomm":  # DDP's own cost: buckets handed back unreduced
@@ -111,6 +132,14 @@ def run_config(name, args, rank, groups):
         def step():
             opt.zero_grad()
             loss_fn(args, ddp(x), y).backward()
+            opt.step()
+    elif name == "horovod":
+        opt = real.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9),
+                                        named_parameters=model.named_parameters())
+
+        def step():
+            opt.zero_grad()
+            loss_fn(args, model(x), y).backward()
             opt.step()
     else:
         opt = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
@@ -122,23 +151,34 @@ def run_config(name, args, rank, groups):
             opt.zero_grad(set_to_none=not keep_views)
             loss_fn(args, model(x), y).backward()
             opt.step()
-    t = time_steps(step, args)
-    if name.startswith("rdmacoll"):
+
+    def stats():
+        if not name.startswith("rdmacoll"):
+            return {}
         steps = opt.stats["steps"]
-        extra = {"copies_per_step": opt.stats["copies"] / steps, "wait_per_step": opt.stats["wait_s"] / steps,
-                 "launched_in_backward": opt.stats["launched_in_backward"] / steps,
-                 "buckets": opt.bucket_sizes()}
-    del model, opt
-    gc.collect()
-    return t, extra
+        return {"copies_per_step": opt.stats["copies"] / steps, "wait_per_step": opt.stats["wait_s"] / steps,
+                "launched_in_backward": opt.stats["launched_in_backward"] / steps,
+                "buckets": opt.bucket_sizes()}
+    return step, stats
 
 
-def comm_only(args, sizes, pg):
-    """The same buckets reduced with nothing else running: rdmacoll, then gloo."""
+def visit(step, args):
+    """Mean time of args.steps consecutive steps, the ranks aligned first."""
+    hvd.barrier()
+    t0 = time.perf_counter()
+    for _ in range(args.steps):
+        step()
+    return (time.perf_counter() - t0) / args.steps
+
+
+def comm_only(args, sizes, pg, shapes, real=None):
+    """The same buckets reduced with nothing else running: rdmacoll, then gloo; and with
+    Horovod, every gradient tensor submitted at once (as its optimizer does), then waited for."""
     import rdmacoll
 
     bufs = [torch.ones(n // 4) for n in sizes]
     lib = [torch.from_numpy(rdmacoll.empty((n // 4,), "float32")).fill_(1) for n in sizes]
+    grads = [torch.ones(s) for s in shapes]
 
     def ours():
         for b in lib:
@@ -147,7 +187,13 @@ def comm_only(args, sizes, pg):
     def gloo():
         for b in bufs:
             dist.all_reduce(b, group=pg)
-    return time_steps(ours, args), time_steps(gloo, args)
+
+    def horovod():
+        handles = [real.allreduce_async_(g, name=f"g{i}") for i, g in enumerate(grads)]
+        for h in handles:
+            real.synchronize(h)
+    return {"rdmacoll": time_steps(ours, args), "gloo": time_steps(gloo, args),
+            **({"horovod": time_steps(horovod, args)} if real else {})}
 
 
 def binding():
@@ -183,16 +229,27 @@ def main():
     ap.add_argument("--width", type=int, default=2048)
     ap.add_argument("--layers", type=int, default=8)
     ap.add_argument("--batch", type=int, default=32, help="samples per rank")
-    ap.add_argument("--steps", type=int, default=10)
-    ap.add_argument("--warmup", type=int, default=3)
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=2, help="consecutive steps per visit")
+    ap.add_argument("--warmup", type=int, default=3, help="steps per configuration before timing")
+    ap.add_argument("--rounds", type=int, default=10, help="visits of every configuration")
     ap.add_argument("--png", default="train_torch.png")
+    ap.add_argument("--no-horovod", action="store_true", help="leave real Horovod out even if installed")
+    ap.add_argument("--configs", default=",".join(ALL_CONFIGS),
+                    help="comma-separated subset to run (compute and rdmacoll always run: the "
+                         "other rows are measured against them)")
     args = ap.parse_args()
+    unknown = set(args.configs.split(",")) - set(ALL_CONFIGS)
+    if unknown:
+        ap.error(f"unknown configurations {sorted(unknown)}; known: {','.join(ALL_CONFIGS)}")
+    args.configs += ",compute,rdmacoll"
 
     torchrun = "TORCHELASTIC_RUN_ID" in os.environ
     if torchrun:  # gloo's default group first: rdmacoll then bootstraps through its store
         dist.init_process_group("gloo")
     hvd.init()
+    real = import_horovod(args)
+    if real is not None:
+        real.init()
     rank, size, lsize = hvd.rank(), hvd.size(), hvd.local_size()
     # cores this host's ranks may run on, shared out among them (same for DDP and rdmacoll)
     mine = (socket.gethostname(), sorted(os.sched_getaffinity(0)))
@@ -211,27 +268,34 @@ def main():
     model = build_model(args)
     grads = [p for p in model.parameters() if p.requires_grad]
     nbytes = sum(p.numel() * p.element_size() for p in grads)
+    shapes = [p.shape for p in grads]
     del model
 
-    configs = ["compute", "rdmacoll", "rdmacoll-views", "ddp-gloo", "ddp-rdmacoll", "ddp-nocomm"]
+    configs = [c for c in ALL_CONFIGS if c in args.configs.split(",") and (c != "horovod" or real)]
+    runs = {c: make_config(c, args, rank, groups, real) for c in configs}
+    for c in configs:
+        for _ in range(args.warmup):
+            runs[c][0]()
     times = {c: [] for c in configs}
-    extras = {}
-    comm = {"rdmacoll": [], "gloo": []}
-    for _ in range(args.rounds):
+    comm = {}
+    for _ in range(args.rounds):   # every round visits every configuration: drift cancels
         for c in configs:
-            t, extra = run_config(c, args, rank, groups)
-            times[c].append(t)
-            extras.setdefault(c, []).append(extra)
-        ours, gloo = comm_only(args, extras["rdmacoll"][-1]["buckets"], pg)
-        comm["rdmacoll"].append(ours)
-        comm["gloo"].append(gloo)
+            times[c].append(visit(runs[c][0], args))
+        for k, v in comm_only(args, runs["rdmacoll"][1]()["buckets"], pg, shapes,
+                              real if "horovod" in configs else None).items():
+            comm.setdefault(k, []).append(v)
+    extras = {c: runs[c][1]() for c in configs}
     med = {c: statistics.median(v) for c, v in times.items()}
+    # exposed: the median over rounds of (step - compute step) of the same round
+    exposed_med = {c: statistics.median(t - u for t, u in zip(times[c], times["compute"])) for c in configs}
     cmed = {k: statistics.median(v) for k, v in comm.items()}
     dist.destroy_process_group()
+    if real is not None:
+        real.shutdown()
     if rank != 0:
         return
     compute = med["compute"]
-    ex = extras["rdmacoll"][-1]
+    ex = extras["rdmacoll"]
     print(f"# model {args.model}: {sum(p.numel() for p in grads) / 1e6:.1f}M parameters, "
           f"{len(grads)} gradient tensors, average {nbytes / len(grads) / 2**20:.2f} MiB; batch {args.batch}/rank")
     print(f"# {size} ranks ({lsize} per host), torch {torch.__version__}, torch.set_num_threads({threads}), "
@@ -240,22 +304,35 @@ def main():
         print(f"# rank {r} bound to: {b}")
     print(f"# rdmacoll buckets: {len(ex['buckets'])}, sizes (MiB) "
           f"{[round(s / 2**20, 2) for s in ex['buckets']]}")
-    print(f"# medians of {args.rounds} rounds, each the median of {args.steps} steps after {args.warmup} warm-up")
+    print(f"# {args.warmup} warm-up steps per configuration, then {args.rounds} rounds visiting every "
+          f"configuration in turn for {args.steps} step(s); medians over the rounds (exposed: of the "
+          f"round's step minus the round's compute step)")
     print(f"{'config':<16}{'step ms':>9}{'compute':>9}{'comm':>9}{'exposed':>9}{'hidden':>8}"
           f"{'step() wait':>12}{'copies/step':>13}{'x DDP':>7}")
     for c in configs:
         t = med[c]
         comm_t = {"rdmacoll": cmed["rdmacoll"], "rdmacoll-views": cmed["rdmacoll"], "ddp-gloo": cmed["gloo"],
-                  "ddp-rdmacoll": cmed["rdmacoll"]}.get(c, 0.0)
-        exposed = max(0.0, t - compute) if c != "compute" else 0.0
+                  "ddp-rdmacoll": cmed["rdmacoll"], "horovod": cmed.get("horovod", 0.0)}.get(c, 0.0)
+        exposed = max(0.0, exposed_med[c]) if c != "compute" else 0.0
         hidden = max(0.0, min(1.0, (comm_t - exposed) / comm_t)) if comm_t else 0.0
         ours = c.startswith("rdmacoll")
-        copies = statistics.median(e["copies_per_step"] for e in extras[c]) if ours else float("nan")
-        wait = statistics.median(e["wait_per_step"] for e in extras[c]) * 1e3 if ours else float("nan")
+        copies = extras[c]["copies_per_step"] if ours else float("nan")
+        wait = extras[c]["wait_per_step"] * 1e3 if ours else float("nan")
         print(f"{c:<16}{t * 1e3:9.1f}{compute * 1e3:9.1f}{comm_t * 1e3:9.1f}{exposed * 1e3:9.1f}"
-              f"{hidden * 100:7.0f}%{wait:12.1f}{copies:13.1f}{t / med['ddp-gloo']:7.2f}")
-    print(f"comm-only: rdmacoll {cmed['rdmacoll'] * 1e3:.1f} ms, gloo {cmed['gloo'] * 1e3:.1f} ms for "
-          f"{nbytes / 2**20:.0f} MiB of gradients")
+              f"{hidden * 100:7.0f}%{wait:12.1f}{copies:13.1f}{t / med.get('ddp-gloo', float('nan')):7.2f}")
+    print(f"comm-only: rdmacoll {cmed['rdmacoll'] * 1e3:.1f} ms, gloo {cmed['gloo'] * 1e3:.1f} ms"
+          + (f", horovod {cmed['horovod'] * 1e3:.1f} ms" if "horovod" in cmed else "")
+          + f" for {nbytes / 2**20:.0f} MiB of gradients")
+    if "horovod" in med:
+        step_ratio = statistics.median(a / b for a, b in zip(times["rdmacoll"], times["horovod"]))
+        ours, theirs = exposed_med["rdmacoll"], exposed_med["horovod"]
+        ratio = f"{max(0.0, ours) / theirs:.2f}x" if theirs > 0 else "n/a (Horovod exposed nothing)"
+        print(f"vs horovod: step {step_ratio:.2f}x (median of the rounds' ratios), exposed {ratio} "
+              f"({ours * 1e3:.1f} ms against {theirs * 1e3:.1f} ms)")
+    else:
+        left_out = args.no_horovod or "horovod" not in args.configs.split(",")
+        print("horovod: not measured (" + ("left out by --configs/--no-horovod" if left_out
+                                           else "horovod.torch does not import here") + ")")
     try:
         draw(args.png, [(c, med[c]) for c in configs], compute,
              f"{args.model}, {size} ranks, batch {args.batch}/rank, {threads} thread(s)/rank")
