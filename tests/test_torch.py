@@ -13,6 +13,7 @@ from mpi_util import rank_records, run_mpi
 pytest.importorskip("torch")
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "torch_synthetic_train.py"
+TRAIN_BENCH = Path(__file__).resolve().parent.parent / "benchmarks" / "train_torch.py"
 CASES = ["sgd", "sgd_views", "adam_passes2", "passes3_fewer", "fp16", "bf16", "unused", "predivide",
          "op_sum", "clip", "sparse", "channels_last", "rebuild", "restore_diverged", "model_mismatch",
          "join"]
@@ -127,3 +128,15 @@ def test_horovod_script_with_only_the_import_changed():
     out = res.output()
     res.check(res.returncode == 0, "the script failed")
     res.check("Test set: Average loss" in out and "done: final accuracy" in out, "the script did not finish")
+
+
+def test_training_benchmark_runs():
+    """benchmarks/train_torch.py end to end on a tiny model, every configuration (the
+    numbers are not checked: speed goals live in the benchmark, never in tests)."""
+    res = run_mpi(2, TRAIN_BENCH, ["--width", "64", "--layers", "2", "--rounds", "2", "--steps", "1",
+                                   "--warmup", "1", "--png", "chart.png"], timeout=300)
+    out = res.output()
+    res.check(res.returncode == 0, "the benchmark failed")
+    for row in ("compute", "rdmacoll", "rdmacoll-views", "ddp-gloo", "ddp-rdmacoll", "ddp-nocomm"):
+        res.check(any(line.split()[1:2] == [row] for line in out.splitlines()), f"no {row} row")
+    res.check("vs horovod:" in out or "horovod: not measured" in out, "no Horovod line")

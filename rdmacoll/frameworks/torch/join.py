@@ -4,7 +4,8 @@ The core needs every rank to issue the same collectives in the same order, so th
 adapter runs a small protocol:
 
 - Every DistributedOptimizer step begins (before its first bucket is launched) with a
-  one-element int64 Sum allreduce named CONTROL. A training rank contributes
+  one-element int64 Sum allreduce named CONTROL (asynchronous on training ranks, which do
+  not need its result; step() waits for it before the buckets). A training rank contributes
   1 + ((index + 1) << 32), where index is the optimizer's creation number (the same on
   every rank, since construction is collective); a joined rank contributes 0. The sum
   tells everyone how many ranks still train, and which optimizer is stepping.
@@ -45,6 +46,15 @@ class _JoinState:
     def register(self, opt):
         self.optimizers.append(weakref.ref(opt))
         return len(self.optimizers) - 1
+
+    def training_control(self, index):
+        """A training rank's CONTROL round for optimizer `index`, queued, not waited for:
+        its result only matters to joined ranks, so the training rank does not stop at
+        its first gradient until the slowest rank gets there (the bucket reductions queue
+        behind it, in order). Returns the handle: wait for it before the buckets'."""
+        self.rounds += 1
+        buf = np.array([training_contribution(index)], np.int64)
+        return rc.allreduce_async(buf, op=rc.Sum, name=CONTROL, out=buf)
 
     def control(self, contribution):
         """One CONTROL round; returns (ranks still training, optimizer index or -1)."""

@@ -63,6 +63,7 @@ class _DistributedOptimizer:
         self._rc_params = self._rc_collect_params()
         self._rc_names = self._rc_name_params(named_parameters, self._rc_params)
         self._rc_hooks = {}     # id(param) -> hook handle: parameters that require gradients
+        self._rc_control = None  # this step's join control round, in flight
         self.stats = {"copies": 0, "steps": 0, "launched_in_backward": 0, "launched_in_step": 0,
                       "wait_s": 0.0, "rebuilds": 0, "join_steps": 0}
         self._rc_build(check_ranks=True)
@@ -161,8 +162,8 @@ class _DistributedOptimizer:
         self._rc_synchronized = False
 
     def _rc_begin_step(self):
-        # hvd.join(): tell joined ranks this optimizer steps (one 8-byte allreduce)
-        JOIN_STATE.control(training_contribution(self._rc_join_index))
+        # hvd.join(): tell joined ranks this optimizer steps (one 8-byte allreduce, queued)
+        self._rc_control = JOIN_STATE.training_control(self._rc_join_index)
         if self._rc_layout_key() != self._rc_key:   # model.half(), requires_grad changed
             self.stats["rebuilds"] += 1
             self._rc_build(check_ranks=True)
@@ -253,6 +254,15 @@ class _DistributedOptimizer:
             h = rc.allreduce_async(flat(c), op=op, name=name, out=flat(c))
             bucket.handle = (h, c, ctx, post)
 
+    def _rc_wait_control(self):
+        h, self._rc_control = self._rc_control, None
+        if h is None:
+            return
+        try:
+            h.wait()
+        except RdmacollError as e:
+            raise RdmacollError(f"DistributedOptimizer: the step's join control round failed: {e}") from e
+
     def _rc_finish(self, bucket):
         h, c, ctx, post = bucket.handle
         bucket.handle = None
@@ -289,12 +299,14 @@ class _DistributedOptimizer:
         if not self._rc_started and self._rc_layout_key() != self._rc_key:
             self._rc_begin_step()   # no hooked gradient ran: parameters unfrozen since
         if not self._rc_layout.buckets:
+            self._rc_wait_control()
             self._rc_synchronized = True
             return
         if not self._rc_started:
             self._rc_no_backward()
         self._rc_launch_all(in_backward=False)
         t0 = time.perf_counter()
+        self._rc_wait_control()
         for bucket in self._rc_layout.buckets:
             self._rc_finish(bucket)
         self.stats["wait_s"] += time.perf_counter() - t0
