@@ -44,6 +44,9 @@ def _summary(output: str) -> dict[str, int]:
     return {k: int(n) for n, k in re.findall(r"(\d+) (\w+)", last[-1])} if last else {}
 
 
+# pytest.ini's 300 s would cut the guest's own limit short: under emulation the suite's
+# time follows the host's speed (it ran past 300 s once on this 2-core host)
+@pytest.mark.timeout(1900 if MATRIX == "full" else 660)
 def test_ibverbs_suite_in_guest():
     files = ["test_ibverbs.py", "test_rdma.py", "test_transport.py::test_conformance_ibverbs"]
     cmd = f"{shlex.quote(str(BIN / 'pytest'))} -q -rs -p no:cacheprovider {' '.join(files)}"
@@ -57,6 +60,7 @@ def test_ibverbs_suite_in_guest():
     assert not counts.get("skipped"), f"tests skipped in the guest, which has a device:\n{tail}"
 
 
+@pytest.mark.timeout(460)     # the guests' own limit below is 400 s
 def test_two_hosts_shm_inside_verbs_across():
     # the selector's choice, and each cross-host shape once (every init bootstraps again
     # over torchrun's store: a pass costs ~15 s under emulation)
