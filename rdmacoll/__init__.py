@@ -23,6 +23,17 @@ __all__ = [
 ]
 
 
+def __getattr__(name):
+    if name == "__version__":  # the installed distribution's (pyproject.toml: the one place it is written)
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            return version("rdmacoll")
+        except PackageNotFoundError:
+            return "0+unknown"  # (a source tree on sys.path, not installed)
+    raise AttributeError(f"module 'rdmacoll' has no attribute {name!r}")
+
+
 class _Uninitialized:
     """Stands in for the communicator before init() and after shutdown()."""
 

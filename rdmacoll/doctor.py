@@ -1,20 +1,34 @@
-"""`rdmacoll doctor`: what this host offers rdmacoll, and what to fix.
+"""`rdmacoll doctor`: what this host (or a whole job) offers rdmacoll, and what to fix.
 
-    rdmacoll doctor          # or: python -m rdmacoll.doctor
+    rdmacoll doctor                  # this host
+    mpiexec -n 4 rdmacoll doctor     # the job: rank 0 prints one report (torchrun too)
 
-Prints the transports compiled in and whether each can run here (with what the core
-found: RDMA devices, ports, link layers, GIDs, or why not), the RDMA devices pyverbs
-sees when it is importable, the memlock limit (RDMA registration pins memory), /dev/shm
-(where MPI's shared memory lives; rdmacoll's own segments are memfds), cross-memory
-attach (ptrace scope), transparent huge pages, and the MPI library mpi4py loads. Ends
-with a list of fixes, or "nothing to fix". Exit status 0; 1 only when rdmacoll cannot
-run on this host at all.
+This host: the transports compiled in and whether each can run here (with what the core
+found: the interface and address tcp would listen on and why, RDMA devices, ports, link
+layers, GIDs, or why not), the RDMA devices pyverbs sees when it is importable, the
+memlock limit (RDMA registration pins memory), /dev/shm (where MPI's shared memory lives;
+rdmacoll's own segments are memfds), cross-memory attach (ptrace scope), transparent
+huge pages, the MPI library mpi4py loads, the settings in effect and where each comes
+from, the tuning file and whether it fits this host, and the framework adapters that can
+be used. Ends with a list of fixes, or "nothing to fix". Exit status 0; 1 only when
+rdmacoll cannot run on this host at all.
+
+Under a launcher with more than one rank: every rank examines its host, then the ranks
+connect as init() does; rank 0 prints each host's report once, the ranks of every host,
+the transport between each class of pairs (same host, between hosts) and a short
+measured check of each class on one pair of it (8 B allreduce latency, 16 MiB allreduce
+bandwidth), or the ranks that could not connect and why. Exit status 1 when any rank
+could not connect.
 """
 from __future__ import annotations
 
 import os
 import resource
+import socket
+import statistics
 import sys
+import time
+from importlib import metadata
 
 from . import _core, _settings
 
@@ -111,13 +125,78 @@ def _mpi(out, fixes):
     return True
 
 
-def doctor(out=print) -> int:
+def _show(value, row) -> str:
+    if row["kind"] == "bytes" and isinstance(value, int):
+        return _human(value) if value >= 1024 else f"{value} B"
+    if value == "":
+        return "(unset)"
+    return value if isinstance(value, str) else f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def _settings_in_effect(out, fixes) -> dict:
+    try:
+        values, sources = _settings.resolve()
+    except _core.RdmacollError as e:
+        fixes.append(str(e))
+        return {}
+    changed = sum(src != "default" for src in sources.values())
+    out(f"settings in effect ({changed} set, {len(values) - changed} at their defaults):")
+    for name, row in _settings.TABLE.items():
+        out(f"  {row['env']:32s} {_show(values[name], row):>12}  ({sources[name]})")
+    return values
+
+
+def _tuning(out, fixes, values) -> None:
+    try:
+        path = _settings.tuning_path(values.get("tuning_file", ""))
+    except _core.RdmacollError as e:
+        fixes.append(str(e))
+        return
+    if path is None:
+        out("tuning file: none (the cost model's shipped constants; rdmacoll-bench --tune measures this host's)")
+        return
+    try:
+        models = _settings.read_tuning_file(path)
+    except _core.RdmacollError as e:
+        out(f"tuning file: {path}: NOT usable")
+        fixes.append(str(e))
+        return
+    out(f"tuning file: {path} (constants for: {', '.join(sorted(models)) or 'nothing'})")
+
+
+# Framework adapters: the distribution that enables each, and what it enables.
+_ADAPTERS = (
+    (("torch",), "rdmacoll.frameworks.torch: Horovod's torch API; torch.distributed backend 'rdmacoll'"),
+    (("tensorflow", "tensorflow-cpu"), "rdmacoll.frameworks.tensorflow (and .keras): Horovod's TensorFlow API"),
+    (("horovod",), "real Horovod, for rdmacoll-bench --compare horovod"),
+)
+
+
+def _dist_version(name: str) -> str | None:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _frameworks(out) -> None:
+    out("frameworks:")
+    for dists, what in _ADAPTERS:
+        found = next(((d, v) for d in dists if (v := _dist_version(d))), None)
+        out(f"  {found[0]} {found[1]}: {what}" if found else f"  {dists[0]}: not installed ({what.split(':')[0]})")
+
+
+def host_report(out=print) -> int:
+    """This host's report; the exit status (1: rdmacoll cannot run here)."""
     fixes: list[str] = []
-    out(f"rdmacoll {_version()} (python {sys.version.split()[0]}, {os.cpu_count()} CPUs)")
+    out(f"rdmacoll {_version()} on {socket.gethostname()} (python {sys.version.split()[0]}, {os.cpu_count()} CPUs)")
     usable = _transports(out, fixes)
     _pyverbs(out)
     _limits(out, fixes, usable)
     mpi_ok = _mpi(out, fixes)
+    values = _settings_in_effect(out, fixes)
+    _tuning(out, fixes, values)
+    _frameworks(out)
     out("")
     if fixes:
         out("what to fix:")
@@ -128,22 +207,136 @@ def doctor(out=print) -> int:
     return 0 if usable.get("shm") and mpi_ok else 1
 
 
-def _version() -> str:
-    try:
-        from importlib.metadata import version
+# --------------------------------------------------------------------------- the job
 
-        return version("rdmacoll")
-    except Exception:  # noqa: BLE001
-        return "(not installed)"
+
+def _measure(comm) -> tuple[float, float]:
+    """(seconds per 8 B allreduce, seconds per 16 MiB allreduce) on a 2-rank communicator:
+    medians of 5 batches and 5 calls, NumPy arrays, float32 Sum."""
+    import numpy as np
+
+    small, big = np.ones(2, np.float32), np.ones(4 << 20, np.float32)
+    for _ in range(50):
+        comm.allreduce(small, small, int(_core.Sum), None)
+    batches = []
+    for _ in range(5):
+        t0 = time.perf_counter()
+        for _ in range(200):
+            comm.allreduce(small, small, int(_core.Sum), None)
+        batches.append((time.perf_counter() - t0) / 200)
+    comm.allreduce(big, big, int(_core.Sum), None)
+    calls = []
+    for _ in range(5):
+        comm.barrier()
+        t0 = time.perf_counter()
+        comm.allreduce(big, big, int(_core.Sum), None)
+        calls.append(time.perf_counter() - t0)
+    return statistics.median(batches), statistics.median(calls)
+
+
+def _pair_classes(host_of, kinds) -> list:
+    """[(class name, transport, pairs)] in order of first pair: same host or between
+    hosts, by the transport that carries the pair."""
+    classes: dict = {}
+    n = len(host_of)
+    for a in range(n):
+        for b in range(a + 1, n):
+            where = "same host" if host_of[a] == host_of[b] else "between hosts"
+            classes.setdefault((where, kinds[a][b]), []).append((a, b))
+    return [(where, kind, pairs) for (where, kind), pairs in classes.items()]
+
+
+def _ranks(rs) -> str:
+    return ", ".join(str(r) for r in rs)
+
+
+def job_report(exchange, out=print) -> int:
+    """Under a launcher: every rank examines its host and connects; rank 0 prints. Collective."""
+    from .bootstrap import bootstrap
+
+    lines: list[str] = []
+    status = host_report(lines.append)
+    hosts = exchange.allgather((socket.gethostname(), lines, status))
+    rank, size = exchange.rank, exchange.size
+    world, failure = None, None
+    try:
+        world = bootstrap(config={"timeout": "60"}, exchange=exchange)
+    except Exception as e:  # noqa: BLE001 - reported by rank 0; every rank got the same error
+        failure = f"{type(e).__name__}: {e}"
+    if world is None:
+        if rank == 0:
+            _print_hosts(out, hosts, None)
+            out(f"job: {size} ranks, could NOT connect:")
+            detail = failure.split(": ", 2)[-1] if "rdmacoll.init() failed" in failure else failure
+            for part in detail.split("; "):
+                out("  " + " ".join(part.split()))
+        return 1
+    kinds = exchange.allgather([d.split()[0] if d else "" for d in world.core.peer_transports()])
+    classes = _pair_classes(world.host_of, kinds)
+    measured = []
+    for _where, _kind, pairs in classes:
+        a, b = pairs[0]
+        sub = world.core.split([a, b]) if rank in (a, b) else None
+        blobs = exchange.allgather(sub.address() if sub is not None else None)
+        mine = None
+        if sub is not None:
+            sub.connect([blobs[a], blobs[b]])
+            mine = _measure(sub)
+            sub.close()
+        got = exchange.allgather(mine)
+        measured.append((max(got[a][0], got[b][0]), max(got[a][1], got[b][1])))
+    world.core.barrier()
+    world.core.close()
+    if rank == 0:
+        _print_hosts(out, hosts, world.host_of)
+        out(f"job: {size} ranks on {len(set(world.host_of))} host(s), all connected "
+            f"(bootstrap: {exchange.name}, transport setting {world.settings['transport']!r})")
+        out("pairs (measured on the first pair of each class: 8 B and 16 MiB float32 allreduce, NumPy arrays, "
+            "slower rank of the two; busbw of 2 ranks = size / time):")
+        for (where, kind, pairs), (lat, big) in zip(classes, measured):
+            a, b = pairs[0]
+            out(f"  {where}, {kind}: {len(pairs)} pair(s); ranks {a} and {b}: 8 B {lat * 1e6:.1f} us, "
+                f"16 MiB {big * 1e3:.2f} ms = {(16 << 20) / big / 1e9:.2f} GB/s")
+    return max(status for _, _, status in hosts)
+
+
+def _print_hosts(out, hosts, host_of) -> None:
+    """Each host's report once (its lowest rank's), with its ranks."""
+    if host_of is None:  # not connected: hosts by name
+        names = {}
+        host_of = [names.setdefault(name, len(names)) for name, _, _ in hosts]
+    for h in sorted(set(host_of)):
+        ranks = [r for r, x in enumerate(host_of) if x == h]
+        out(f"=== host {h}: ranks {_ranks(ranks)} ===")
+        for line in hosts[ranks[0]][1]:
+            out(f"  {line}" if line else "")
+
+
+def doctor(out=print) -> int:
+    """`rdmacoll doctor`: this host alone, or the job when a launcher started several ranks."""
+    from .bootstrap import choose
+
+    try:
+        exchange = choose()
+    except Exception as e:  # noqa: BLE001 - the host report says what is wrong with MPI
+        out(f"(not examining the job: {type(e).__name__}: {e})")
+        return host_report(out)
+    if exchange.size == 1:
+        return host_report(out)
+    return job_report(exchange, out if exchange.rank == 0 else (lambda *_: None))
+
+
+def _version() -> str:
+    import rdmacoll
+
+    return rdmacoll.__version__
 
 
 def main(argv=None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] != ["doctor"] or len(argv) > 1:
-        print("usage: rdmacoll doctor", file=sys.stderr)
-        return 2
-    return doctor()
+    from .cli import main as cli
+
+    return cli(["doctor", *(sys.argv[1:] if argv is None else argv)])
 
 
 if __name__ == "__main__":
-    sys.exit(doctor())
+    sys.exit(main())

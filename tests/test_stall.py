@@ -24,7 +24,7 @@ def test_stall_warning_names_missing_ranks(late, count):
     warnings = _warnings(res)
     res.check(warnings, "no stall warning was logged")
     for w in warnings:
-        res.check(w.startswith(f"[rdmacoll rank {speaker}]"), f"warning from the wrong rank: {w!r}")
+        res.check(w.startswith(f"rdmacoll WARNING [rank {speaker}] stall warning:"), f"warning from the wrong rank: {w!r}")
         res.check(f"ranks [{late}] have not started it" in w, f"warning does not name rank {late}: {w!r}")
         res.check("allreduce(#" in w and "name='grad.w'" in w, f"warning does not name the call: {w!r}")
     res.check(res.returncode == 0, "the launch failed")

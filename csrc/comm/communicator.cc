@@ -18,9 +18,11 @@
 namespace rdmacoll {
 
 Communicator::Communicator(int rank, int size, int localSize, const Protocol& protocol,
-                           const transport::Options& options, const JobLayout& job, std::shared_ptr<WaitHooks> hooks)
+                           const transport::Options& options, const JobLayout& job, std::shared_ptr<WaitHooks> hooks,
+                           std::shared_ptr<const Log> log)
     : rank_(rank), size_(size), localSize_(localSize), protocol_(protocol), job_(job),
-      hooks_(hooks ? std::move(hooks) : std::make_shared<WaitHooks>()), world_(true),
+      hooks_(hooks ? std::move(hooks) : std::make_shared<WaitHooks>()),
+      log_(log ? std::move(log) : std::make_shared<const Log>(rank, LogLevel::kWarning, nullptr)), world_(true),
       ctrlLayout_(size, protocol), pid_(getpid()) {
   RC_CHECK(size >= 1 && rank >= 0 && rank < size, "invalid rank " + std::to_string(rank) +
                                                        " for size " + std::to_string(size));
@@ -34,7 +36,7 @@ Communicator::Communicator(int rank, int size, int localSize, const Protocol& pr
 
 Communicator::Communicator(const Communicator& parent, const std::vector<int>& members, int rank)
     : rank_(rank), size_(static_cast<int>(members.size())), protocol_(parent.protocol_), job_(parent.job_),
-      hooks_(parent.hooks_), links_(parent.links_), world_(false), ctrlLayout_(size_, parent.protocol_),
+      hooks_(parent.hooks_), log_(parent.log_), links_(parent.links_), world_(false), ctrlLayout_(size_, parent.protocol_),
       pid_(getpid()) {
   job_.hostOf.clear();
   job_.networkOffers.clear();

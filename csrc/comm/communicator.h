@@ -30,6 +30,7 @@
 #include "comm/pool.h"
 #include "comm/protocol.h"
 #include "comm/topology.h"
+#include "common/log.h"
 #include "common/types.h"
 #include "transport/transport.h"
 
@@ -72,7 +73,7 @@ enum class AbortCode : uint32_t {
 class Communicator {
  public:
   Communicator(int rank, int size, int localSize, const Protocol& protocol, const transport::Options& options,
-               const JobLayout& layout, std::shared_ptr<WaitHooks> hooks);
+               const JobLayout& layout, std::shared_ptr<WaitHooks> hooks, std::shared_ptr<const Log> log = nullptr);
   ~Communicator();
   Communicator(const Communicator&) = delete;
   Communicator& operator=(const Communicator&) = delete;
@@ -103,6 +104,9 @@ class Communicator {
   const Descriptor& currentCall() const { return current_; }
   // The Chrome-trace timeline (RDMACOLL_TIMELINE), or nullptr when off.
   Timeline* timeline() const { return links_->timeline(); }
+  // Where the core's messages go (common/log.h); a sub-communicator shares its world's,
+  // so its lines carry the world rank.
+  const Log& log() const { return *log_; }
   // The next immediate of this communicator from peer p, if one arrived (comm/links.h).
   bool pollImmediate(const Peer& p, uint32_t* imm) { return links_->poll(p.link, channel_, imm); }
   uint32_t channel() const { return channel_; }
@@ -231,6 +235,7 @@ class Communicator {
   int pollMicros_ = 2000;  // device_->pollMicros(), read once
   bool oversubscribed_;
   std::shared_ptr<WaitHooks> hooks_;
+  std::shared_ptr<const Log> log_;
   std::shared_ptr<Links> links_;
   std::vector<int> members_;  // world rank of each rank of this communicator
   bool world_;                // created the Links (else split from a communicator)

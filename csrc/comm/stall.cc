@@ -106,9 +106,8 @@ void Communicator::inspectStall(double waited, const char* what, int waitingFor,
     abortAll(AbortCode::kStall, "rdmacoll stall: " + msg + " (RDMACOLL_STALL_SHUTDOWN_SECONDS=" +
                                     seconds(protocol_.stallShutdownSeconds) + ")");
   }
-  std::fprintf(stderr, "[rdmacoll rank %d] stall warning: %s (RDMACOLL_STALL_WARNING_SECONDS=%g)\n", rank_,
-               msg.c_str(), protocol_.stallWarningSeconds);
-  std::fflush(stderr);
+  log_->write(LogLevel::kWarning, "stall warning: " + msg + " (RDMACOLL_STALL_WARNING_SECONDS=" +
+                                      seconds(protocol_.stallWarningSeconds) + ")");
   if (Timeline* t = timeline()) t->instant("stall", msg);
 }
 

@@ -43,6 +43,10 @@ const std::vector<Setting> kTable = {
      Check::kNone, "raise on every rank after a stall this long (0: never)"},
     {"timeline", "RDMACOLL_TIMELINE", nullptr, Kind::kText, Scope::kJob, "", 0, kNone, 1, nullptr, Check::kNone,
      "write a Chrome trace per rank (`path.rank<r>.json`) of every operation's phases"},
+    {"log_level", "RDMACOLL_LOG_LEVEL", "HOROVOD_LOG_LEVEL", Kind::kText, Scope::kRank, "warning", 0, kNone, 1, nullptr,
+     Check::kLogLevel,
+     "messages shown: `error`, `warning`, `info` (at init(): transports, interface, settings and their sources) or "
+     "`debug` (also each algorithm chosen); any case. Unset: the `rdmacoll` logger's own level (Python logging)"},
     {"bootstrap", "RDMACOLL_BOOTSTRAP", nullptr, Kind::kText, Scope::kRank, "auto", 0, kNone, 1, "auto|mpi|torch",
      Check::kNone,
      "who tells rdmacoll the ranks and peers: `mpi` (mpiexec, mpirun, srun through the MPI), `torch` (torchrun's "

@@ -36,7 +36,7 @@ namespace settings {
 enum class Kind : uint8_t { kBytes, kCount, kSeconds, kText };
 enum class Scope : uint8_t { kJob, kRank };
 // Text settings whose value a higher layer checks (runtime/settings_check.cc).
-enum class Check : uint8_t { kNone, kAlgoRules, kTransport };
+enum class Check : uint8_t { kNone, kAlgoRules, kTransport, kLogLevel };
 
 constexpr uint64_t kInf = UINT64_MAX;  // `inf` where a size may be unlimited
 

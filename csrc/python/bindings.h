@@ -4,10 +4,12 @@
 #include <pybind11/pybind11.h>
 
 #include <map>
+#include <memory>
 #include <string>
 
 #include "comm/protocol.h"
 #include "common/cost_model.h"
+#include "common/log.h"
 #include "common/settings.h"
 #include "common/types.h"
 #include "algorithms/table.h"
@@ -23,6 +25,10 @@ void bindTestingTuning(pybind11::module_& t);     // testing/tuning.cc: rules, c
 void bindTestingFuzz(pybind11::module_& t);       // testing/fuzz.cc: hostile peer input
 void bindTestingTransport(pybind11::module_& t);  // testing/transport_probe.cc: the raw contract
 void bindTestingIbverbs(pybind11::module_& t);    // testing/ibverbs.cc: the verbs wire format
+
+// log_sink.cc: the core's messages to a Python callable emit(level, line) (level 0 error
+// .. 3 debug); None: the core writes them to stderr.
+std::shared_ptr<rdmacoll::LogSink> pythonLogSink(pybind11::object emit);
 
 // settings.cc: the dicts the Python package hands over.
 rdmacoll::Collective collectiveNamed(const std::string& name);  // throws listing the names

@@ -66,9 +66,9 @@ ReduceOp opOf(int op) {
 class PyGroup {
  public:
   PyGroup(int rank, int size, int localSize, const py::dict& settings, const py::dict& layout,
-          const py::dict& costModels) {
+          const py::dict& costModels, py::object log) {
     group_ = makeGroup(rank, size, localSize, valuesFromDict(settings), layoutFromDict(layout),
-                       costModelsFromDict(costModels), std::make_shared<PyHooks>());
+                       costModelsFromDict(costModels), std::make_shared<PyHooks>(), pythonLogSink(std::move(log)));
   }
 
   explicit PyGroup(std::unique_ptr<Group> g) : group_(std::move(g)) {}
@@ -293,9 +293,11 @@ void bindGroup(py::module_& m) {
   bindHandle(m);
   using P = PyGroup;
   py::class_<P>(m, "Communicator")
-      .def(py::init<int, int, int, const py::dict&, const py::dict&, const py::dict&>(), py::arg("rank"),
+      .def(py::init<int, int, int, const py::dict&, const py::dict&, const py::dict&, py::object>(), py::arg("rank"),
            py::arg("size"), py::arg("local_size"), py::arg("settings"), py::arg("layout"),
-           py::arg("cost_models"))
+           py::arg("cost_models"), py::arg("log") = py::none(),
+           "log: emit(level, line) receiving the core's messages at the log_level setting and above "
+           "(level 0 error, 1 warning, 2 info, 3 debug); None: they go to stderr.")
       .def("split", &P::split, py::arg("members"),
            "A communicator over `members` (ranks of this one, in its rank order; this rank among them) on "
            "the same connections: connect it with the addresses of the members, gathered among them.")

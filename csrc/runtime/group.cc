@@ -215,6 +215,19 @@ AsyncEngine::Handle Group::submit(const Request& r, std::shared_ptr<void> owner,
   });
 }
 
+void Group::logChoice(const algorithms::Situation& s, const algorithms::Algorithm& a) {
+  int width = 0;
+  for (size_t b = s.bytes; b; b >>= 1) ++width;
+  uint64_t& seen = logged_[static_cast<int>(s.collective) & 7];
+  if (seen & (uint64_t(1) << width)) return;
+  seen |= uint64_t(1) << width;
+  const size_t lo = width ? size_t(1) << (width - 1) : 0;
+  comm_->log().write(LogLevel::kDebug, std::string(collectiveName(s.collective)) + " of " + std::to_string(s.bytes) +
+                                          " B (first call in [" + std::to_string(lo) + ", " +
+                                          std::to_string(width ? lo * 2 : 1) + ") B): " + a.name + " (" +
+                                          tuning::explain(policy_, costs_, s, a) + ")");
+}
+
 size_t Group::execute(const Request& r) {
   Communicator& c = *comm_;
   c.beginCall();
@@ -223,8 +236,10 @@ size_t Group::execute(const Request& r) {
     last_.store("local", std::memory_order_relaxed);
     return runLocal(c, r);
   }
-  const algorithms::Algorithm& a = tuning::select(policy_, costs_, situation(r.collective, selectionBytes(r, c.size())));
+  const algorithms::Situation s = situation(r.collective, selectionBytes(r, c.size()));
+  const algorithms::Algorithm& a = tuning::select(policy_, costs_, s);
   last_.store(a.name, std::memory_order_relaxed);
+  if (c.log().enabled(LogLevel::kDebug)) logChoice(s, a);
   Call call = describe(c, r, a);
   OpTrace trace(c, call, a.name);
   try {

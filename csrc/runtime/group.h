@@ -61,12 +61,17 @@ class Group {
   Group(std::shared_ptr<AsyncEngine> engine, tuning::Policy policy);
   size_t execute(const Request& r);
   algorithms::Situation situation(Collective collective, size_t bytes) const;
+  // The debug log's line for the first call of a (collective, size class) that a.
+  void logChoice(const algorithms::Situation& s, const algorithms::Algorithm& a);
 
   std::unique_ptr<Communicator> comm_;
   tuning::Policy policy_;
   algorithms::Costs costs_{};        // of the connected communicator's links
   algorithms::Situation base_{};     // the job's part of every call's situation
   std::atomic<const char*> last_{""};
+  // Size classes (bit width of the bytes) whose choice the debug log showed, per
+  // collective; touched only by execute(), which runs one call at a time.
+  uint64_t logged_[8] = {};
   std::shared_ptr<AsyncEngine> engine_ = std::make_shared<AsyncEngine>();
 };
 

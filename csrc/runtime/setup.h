@@ -6,6 +6,7 @@
 #include <string>
 
 #include "comm/communicator.h"
+#include "common/log.h"
 #include "common/settings.h"
 #include "runtime/group.h"
 
@@ -17,9 +18,10 @@ namespace rdmacoll {
 settings::Value checkSetting(const std::string& name, const std::string& text);
 
 // A group over a new communicator (not yet connected: bootstrap exchanges addresses,
-// then calls Group::connect). `measured`: a tuning file's constants by backend name.
+// then calls Group::connect). `measured`: a tuning file's constants by backend name;
+// `sink`: where messages at the log_level setting and above go (null: stderr).
 std::unique_ptr<Group> makeGroup(int rank, int size, int localSize, const settings::Values& values,
                                  const JobLayout& layout, std::map<std::string, CostModel> measured,
-                                 std::shared_ptr<WaitHooks> hooks);
+                                 std::shared_ptr<WaitHooks> hooks, std::shared_ptr<LogSink> sink);
 
 }  // namespace rdmacoll

@@ -18,10 +18,9 @@ import logging
 import os
 import socket
 
-from .. import _core, _settings
+from .. import _core, _log, _settings
 from . import launcher
 
-_log = logging.getLogger("rdmacoll")
 
 
 class LocalExchange:
@@ -86,7 +85,7 @@ class World:
     """What bootstrap learned: ranks, hosts, the settings in effect (and where each came
     from), and the connected core communicator."""
 
-    def __init__(self, rank, size, local_rank, local_size, core, settings, sources, tuning_file, exchange):
+    def __init__(self, rank, size, local_rank, local_size, core, settings, sources, tuning_file, exchange, host_of):
         self.rank = rank
         self.size = size
         self.local_rank = local_rank
@@ -96,6 +95,7 @@ class World:
         self.sources = sources
         self.tuning_file = tuning_file
         self.exchange = exchange  # what bootstrapped it (mpi, torch's store, or none)
+        self.host_of = host_of    # each rank's host, numbered in order of the hosts' first ranks
 
 
 def _everywhere(world, err, what):
@@ -104,6 +104,29 @@ def _everywhere(world, err, what):
     errors = [e for e in world.allgather(err) if e]
     if errors:
         raise _core.RdmacollError(f"{what}: " + "; ".join(errors))
+
+
+def _describe(rank, host_of, core, settings, sources, tuning_file):
+    """init()'s report at info level, on every rank: which transport reaches which peers
+    and through which interface, the settings that differ from their defaults and where
+    each came from, the tuning file."""
+    say = lambda msg: _log.say(logging.INFO, rank, msg)  # noqa: E731
+    kinds = {}
+    for r, d in enumerate(core.peer_transports()):
+        if d:
+            kinds.setdefault(d.split()[0], []).append(r)
+    where = getattr(core, "listen_address", "")
+    say(f"host {host_of[rank]} of {len(set(host_of))}, transport {core.transport}: "
+        + ("; ".join(f"{k} to ranks {v}" for k, v in kinds.items()) or "no peers")
+        + (f"; listening on {where}" if where else ""))
+    changed = [(name, sources[name]) for name in settings if sources.get(name, "default") != "default"]
+    job_wide = {name for name, row in _settings.TABLE.items() if row["scope"] == "job"}
+    say("settings changed from their defaults: " + (", ".join(
+        f"{name}={settings[name]!r} ({'rank 0' if name in job_wide and rank else 'this rank'}'s {source})"
+        if source != "init(config=)" else f"{name}={settings[name]!r} (init(config=))"
+        for name, source in changed) or "none"))
+    say(f"tuning file: {tuning_file}" if tuning_file else
+        "tuning file: none (the cost model's shipped constants)")
 
 
 def bootstrap(config=None, exchange=None) -> World:
@@ -138,6 +161,8 @@ def bootstrap(config=None, exchange=None) -> World:
                                   f"{passed[0]}, rank {first} passed {passed[first]} (job-wide settings must agree)")
     settings = dict(job["settings"], **mine)
     sources = dict(job["sources"], **mine_sources)
+    # The logger's level (the setting where it is set) is the level the core logs at.
+    settings["log_level"] = _log.configure(settings["log_level"] if sources["log_level"] != "default" else None)
 
     hosts = world.allgather((_host_identity(), sorted(os.sched_getaffinity(0))))
     mine_host = hosts[rank][0]
@@ -162,7 +187,7 @@ def bootstrap(config=None, exchange=None) -> World:
     # Every rank creates its endpoint first; a failure anywhere is reported everywhere.
     core, err = None, None
     try:
-        core = _core.Communicator(rank, size, local_size, settings, layout, job["cost_models"])
+        core = _core.Communicator(rank, size, local_size, settings, layout, job["cost_models"], log=_log.emit)
         addr = core.address()
     except Exception as e:  # noqa: BLE001 - re-raised below on every rank
         err, addr = f"rank {rank}: {e}", b""
@@ -174,11 +199,6 @@ def bootstrap(config=None, exchange=None) -> World:
         err = f"rank {rank}: {e}"
     _everywhere(world, err, "rdmacoll.init() failed to connect")
     world.barrier()
-    if _log.isEnabledFor(logging.INFO):
-        kinds = {}
-        for r, d in enumerate(core.peer_transports()):
-            if d:
-                kinds.setdefault(d.split()[0], []).append(r)
-        _log.info("rank %d (host %d of %d, %s): %s", rank, host_of[rank], len(index), core.transport,
-                  "; ".join(f"{k} to ranks {v}" for k, v in kinds.items()) or "no peers")
-    return World(rank, size, local_rank, local_size, core, settings, sources, job["tuning_file"], world)
+    if _log.logger.isEnabledFor(logging.INFO):
+        _describe(rank, host_of, core, settings, sources, job["tuning_file"])
+    return World(rank, size, local_rank, local_size, core, settings, sources, job["tuning_file"], world, host_of)

@@ -1,0 +1,120 @@
+// The core's log sink for Python (common/log.h): each line goes to a Python callable,
+// emit(level, line) with level 0 error .. 3 debug (rdmacoll/_log.py hands it to the
+// `rdmacoll` logger).
+//
+// A line written by a thread that holds the interpreter goes straight through. Any other
+// thread (the progress thread, a wait that released the interpreter) queues it for a
+// delivery thread, started at the first such line, which takes the interpreter to pass
+// it on: a thread of the core never waits for the interpreter, so a main thread that
+// holds it while waiting for the core cannot deadlock with a message. Once the
+// interpreter is finalizing, lines go to stderr instead.
+#include <pybind11/pybind11.h>
+
+#include <condition_variable>
+#include <cstdio>
+#include <deque>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <utility>
+
+#include "common/log.h"
+#include "python/bindings.h"
+
+namespace py = pybind11;
+using namespace rdmacoll;
+
+namespace {
+
+bool interpreterUsable() {
+#if PY_VERSION_HEX >= 0x030D0000
+  return Py_IsInitialized() && !Py_IsFinalizing();
+#else
+  return Py_IsInitialized() && !_Py_IsFinalizing();
+#endif
+}
+
+void toStderr(LogLevel level, const std::string& line) {
+  std::fprintf(stderr, "rdmacoll %s %s\n", logLevelName(level), line.c_str());
+  std::fflush(stderr);
+}
+
+class PyLogSink : public LogSink {
+ public:
+  explicit PyLogSink(py::object emit) : emit_(std::move(emit)) {}
+
+  ~PyLogSink() override {
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.joinable()) {
+      if (interpreterUsable() && PyGILState_Check()) {
+        py::gil_scoped_release r;  // (the delivery thread may be waiting for it)
+        thread_.join();
+      } else {
+        thread_.join();
+      }
+    }
+    if (!interpreterUsable()) {
+      for (auto& item : queue_) toStderr(item.first, item.second);
+      emit_.release();  // (no interpreter to drop the reference with)
+      return;
+    }
+    py::gil_scoped_acquire g;
+    for (auto& item : queue_) deliver(item.first, item.second);
+    emit_ = py::object();
+  }
+
+  void write(LogLevel level, const std::string& line) override {
+    if (!interpreterUsable()) return toStderr(level, line);
+    if (PyGILState_Check()) return deliver(level, line);
+    std::lock_guard<std::mutex> g(mu_);
+    queue_.emplace_back(level, line);
+    if (!thread_.joinable()) thread_ = std::thread([this] { run(); });
+    cv_.notify_one();
+  }
+
+ private:
+  // With the interpreter held. A failing handler must not become the core's error.
+  void deliver(LogLevel level, const std::string& line) {
+    try {
+      emit_(static_cast<int>(level), line);
+    } catch (py::error_already_set& e) {
+      e.discard_as_unraisable("rdmacoll log sink");
+    }
+  }
+
+  void run() {
+    std::unique_lock<std::mutex> lk(mu_);
+    while (true) {
+      cv_.wait(lk, [&] { return stop_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stopped, nothing left (the destructor drains the rest)
+      auto item = std::move(queue_.front());
+      queue_.pop_front();
+      lk.unlock();
+      if (!interpreterUsable()) {
+        toStderr(item.first, item.second);
+      } else {
+        py::gil_scoped_acquire g;
+        deliver(item.first, item.second);
+      }
+      lk.lock();
+    }
+  }
+
+  py::object emit_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::pair<LogLevel, std::string>> queue_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+}  // namespace
+
+std::shared_ptr<LogSink> pythonLogSink(py::object emit) {
+  if (emit.is_none()) return nullptr;
+  return std::make_shared<PyLogSink>(std::move(emit));
+}
