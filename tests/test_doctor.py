@@ -1,32 +1,84 @@
-"""`rdmacoll doctor` runs on this host and reports every section, the shm transport
-usable, and (no RDMA here) ibverbs not usable with the reason."""
+"""`rdmacoll doctor`: on this host it reports every section (shm usable; no RDMA here:
+ibverbs not usable with the reason; the settings in effect with their sources; the
+tuning file; the framework adapters); under mpiexec -n 3 rank 0 prints one report for the
+job naming every rank, the class of every pair with a measured check, or the rank that
+could not connect."""
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
+from mpi_util import run_mpi
 
 
-def _doctor(*args):
+def _doctor(*args, env=None):
     exe = Path(sys.executable).parent / "rdmacoll"
-    cmd = [str(exe), *args] if exe.exists() else [sys.executable, "-m", "rdmacoll.doctor", *args[1:]]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd="/",
-                          env={k: v for k, v in os.environ.items() if not k.startswith("RDMACOLL_")})
+    cmd = [str(exe), *args] if exe.exists() else [sys.executable, "-m", "rdmacoll", *args]
+    base = {k: v for k, v in os.environ.items() if not k.startswith("RDMACOLL_")}
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd="/", env=dict(base, **(env or {})))
 
 
 def test_doctor_reports_every_section():
-    r = _doctor("doctor")
+    r = _doctor("doctor", env={"RDMACOLL_EAGER_BYTES": "64K", "RDMACOLL_TUNING_FILE": "none"})
     assert r.returncode == 0, r.stdout + r.stderr
     out = r.stdout
     for section in ("transports compiled in:", "  shm: usable", "memlock limit:", "/dev/shm:",
-                    "cross-memory attach", "MPI (mpi4py):"):
+                    "cross-memory attach", "MPI (mpi4py):", "settings in effect (2 set, ", "tuning file: none",
+                    "frameworks:"):
         assert section in out, f"{section!r} missing from:\n{out}"
+    assert re.search(r"\n  RDMACOLL_EAGER_BYTES +64\.0 KiB  \(RDMACOLL_EAGER_BYTES\)\n", out), out
+    assert re.search(r"\n  RDMACOLL_SEGMENT_BYTES +1\.0 MiB  \(default\)\n", out), out
+    assert re.search(r"\n  torch [\d.]+\S*: rdmacoll\.frameworks\.torch", out) or "  torch: not installed" in out, out
     assert ("what to fix:" in out) != ("nothing to fix" in out)
     if "ibverbs: NOT usable" in out:  # this machine: no RDMA; the reason is printed under it
         after = out.split("ibverbs: NOT usable", 1)[1].splitlines()
         assert len(after) > 1 and after[1].startswith("    "), out
 
 
-def test_doctor_usage():
+def test_doctor_bad_setting_is_a_fix_not_a_crash():
+    r = _doctor("doctor", env={"RDMACOLL_EAGER_BYTES": "lots"})
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "what to fix:" in r.stdout and "RDMACOLL_EAGER_BYTES='lots'" in r.stdout, r.stdout
+
+
+def test_doctor_job_report_names_every_rank_and_pair_class():
+    res = run_mpi(3, "doctor_job.py", ["-1"], timeout=120)
+    out = "\n".join(ln.text for ln in res.lines if ln.stream == "out")
+    res.check(res.returncode == 0, "doctor failed")
+    res.check(out.count("=== host 0: ranks 0, 1, 2 ===") == 1, "one report for the one host, naming its ranks")
+    res.check(out.count("transports compiled in:") == 1, "the host's report printed more than once")
+    res.check("job: 3 ranks on 1 host(s), all connected" in out, "no job line")
+    m = re.search(r"\n  same host, shm: 3 pair\(s\); ranks 0 and 1: 8 B ([\d.]+) us, 16 MiB [\d.]+ ms = ([\d.]+) GB/s", out)
+    res.check(m and float(m.group(1)) > 0 and float(m.group(2)) > 0, "no measured check of the shm pairs")
+
+
+def test_doctor_job_report_names_the_rank_that_could_not_connect():
+    res = run_mpi(3, "doctor_job.py", ["2"], env={"RDMACOLL_TRANSPORT": "tcp"}, timeout=120)
+    out = "\n".join(ln.text for ln in res.lines if ln.stream == "out")
+    res.check(res.returncode != 0, "doctor succeeded although rank 2 could not connect")
+    res.check("job: 3 ranks, could NOT connect:" in out, "no failure section")
+    res.check(re.search(r"\n  rank 2: tcp: RDMACOLL_SOCKET_IFNAME=[^\n]*nosuchif0", out), "rank 2 is not named")
+    res.check(not re.search(r"\n  rank [01]: ", out), "a rank that could connect is named")
+
+
+def test_cli_version_and_help():
+    from importlib.metadata import version
+
+    import rdmacoll
+
+    r = _doctor("--version")
+    assert r.returncode == 0 and r.stdout.strip() == f"rdmacoll {version('rdmacoll')}", r.stdout + r.stderr
+    assert rdmacoll.__version__ == version("rdmacoll")
+    r = _doctor("--help")
+    assert r.returncode == 0 and "doctor" in r.stdout and "--version" in r.stdout, r.stdout + r.stderr
+    r = subprocess.run([sys.executable, "-m", "rdmacoll", "--version"], capture_output=True, text=True, timeout=60,
+                       cwd="/")
+    assert r.stdout.strip() == f"rdmacoll {version('rdmacoll')}", r.stdout + r.stderr
+
+
+def test_cli_usage_errors():
     r = _doctor("nonsense")
-    assert r.returncode == 2 and "usage: rdmacoll doctor" in r.stderr
+    assert r.returncode == 2 and "invalid choice: 'nonsense'" in r.stderr and "usage: rdmacoll" in r.stderr, r.stderr
+    r = _doctor()
+    assert r.returncode == 2 and "usage: rdmacoll" in r.stderr, r.stderr
