@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from mpi_util import run_mpi
+from mpi_util import run_mpi, run_torchrun
 
 
 def _doctor(*args, env=None):
@@ -51,6 +51,15 @@ def test_doctor_job_report_names_every_rank_and_pair_class():
     res.check("job: 3 ranks on 1 host(s), all connected" in out, "no job line")
     m = re.search(r"\n  same host, shm: 3 pair\(s\); ranks 0 and 1: 8 B ([\d.]+) us, 16 MiB [\d.]+ ms = ([\d.]+) GB/s", out)
     res.check(m and float(m.group(1)) > 0 and float(m.group(2)) > 0, "no measured check of the shm pairs")
+
+
+def test_doctor_job_report_under_torchrun():
+    res = run_torchrun(2, "doctor_job.py", ["-1"], timeout=120)
+    out = "\n".join(ln.text for ln in res.lines if ln.stream == "out")
+    res.check(res.returncode == 0, "doctor failed")
+    res.check(out.count("transports compiled in:") == 1, "not one report")
+    res.check("job: 2 ranks on 1 host(s), all connected (bootstrap: torch," in out, "no job line naming torch's store")
+    res.check("  same host, shm: 1 pair(s); ranks 0 and 1: 8 B " in out, "no measured check")
 
 
 def test_doctor_job_report_names_the_rank_that_could_not_connect():
