@@ -61,3 +61,49 @@ def test_each_collective_runs_the_algorithm_selection_chose(env, want):
         res.check(rec["error"] is None and rec["ok"], f"rank {rec['rank']} {rec['collective']}: {rec}")
         res.check(rec["algo"] == want[rec["collective"]],
                   f"rank {rec['rank']} {rec['collective']} ran {rec['algo']}, expected {want[rec['collective']]}")
+
+
+# int8 (nccl-tests' ncclInt8) at 2 ranks: values chosen so that Sum and Product overflow
+# and wrap as NumPy's int8 does, Min/Max see negatives; allgather and broadcast move them.
+INT8_WORKER = '''
+import sys
+sys.path.insert(0, {workers!r})
+import numpy as np
+from common import emit, init, main
+
+def body():
+    rc = init()
+    r, p = rc.rank(), rc.size()
+    def mine(q):
+        return (np.arange(257, dtype=np.int64) * (37 + q) + 100 * q - 128).astype(np.int8)
+    inputs = [mine(q) for q in range(p)]
+    out = {{}}
+    for name, op, fn in (("Sum", rc.Sum, np.add), ("Product", rc.Product, np.multiply),
+                         ("Min", rc.Min, np.minimum), ("Max", rc.Max, np.maximum)):
+        want = inputs[0]
+        for x in inputs[1:]:
+            want = fn(want, x)  # int8 arithmetic: wraps
+        got = rc.allreduce(mine(r), op=op)
+        out["allreduce " + name] = bool(got.dtype == np.int8 and np.array_equal(got, want))
+    got = rc.allgather(mine(r))
+    out["allgather"] = bool(got.dtype == np.int8 and np.array_equal(got, np.concatenate(inputs)))
+    x = mine(r)
+    rc.broadcast(x, 1, out=x)
+    out["broadcast"] = bool(np.array_equal(x, inputs[1]))
+    emit("int8", results=out)
+
+main(body)
+'''
+
+
+def test_int8_collectives_match_numpy(tmp_path):
+    from mpi_util import WORKERS_DIR
+
+    script = tmp_path / "int8_worker.py"
+    script.write_text(INT8_WORKER.format(workers=str(WORKERS_DIR)))
+    res = run_mpi(2, script, timeout=120)
+    for r, rec in rank_records(res, 2, "int8").items():
+        res.check(len(rec["results"]) == 6, f"rank {r}: {rec['results']}")
+        for case, ok in rec["results"].items():
+            res.check(ok, f"rank {r}: int8 {case} differs from NumPy")
+    res.check(res.returncode == 0, "the launch failed")

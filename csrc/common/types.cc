@@ -15,14 +15,15 @@ size_t dtypeSize(DataType t) {
     case DataType::kInt32: return 4;
     case DataType::kFloat64:
     case DataType::kInt64: return 8;
-    case DataType::kUInt8: return 1;
+    case DataType::kUInt8:
+    case DataType::kInt8: return 1;
   }
   return 0;
 }
 
 const char* dtypeName(DataType t) {
   static const char* names[] = {"float16", "bfloat16", "float32", "float64",
-                                "int32",   "int64",    "uint8"};
+                                "int32",   "int64",    "uint8",   "int8"};
   int i = static_cast<int>(t);
   return i < kNumDataTypes ? names[i] : "invalid";
 }

@@ -15,8 +15,9 @@ enum class DataType : uint8_t {
   kInt32 = 4,
   kInt64 = 5,
   kUInt8 = 6,
+  kInt8 = 7,
 };
-constexpr int kNumDataTypes = 7;
+constexpr int kNumDataTypes = 8;
 
 enum class ReduceOp : uint8_t {
   kSum = 0,

@@ -20,6 +20,7 @@ DataType dtypeOf(const py::dtype& dt) {
     if (size == 4) return DataType::kFloat32;
     if (size == 8) return DataType::kFloat64;
   } else if (kind == 'i') {
+    if (size == 1) return DataType::kInt8;
     if (size == 4) return DataType::kInt32;
     if (size == 8) return DataType::kInt64;
   } else if (kind == 'u' && size == 1) {
@@ -28,7 +29,7 @@ DataType dtypeOf(const py::dtype& dt) {
     return DataType::kBFloat16;
   }
   throw Error("unsupported dtype " + py::str(dt).cast<std::string>() +
-              "; supported: float16, bfloat16, float32, float64, int32, int64, uint8");
+              "; supported: float16, bfloat16, float32, float64, int32, int64, uint8, int8");
 }
 
 py::array asArray(py::handle x, const char* what) {

@@ -445,6 +445,7 @@ template <> struct Storage<DataType::kFloat64> { using type = double; };
 template <> struct Storage<DataType::kInt32> { using type = int32_t; };
 template <> struct Storage<DataType::kInt64> { using type = int64_t; };
 template <> struct Storage<DataType::kUInt8> { using type = uint8_t; };
+template <> struct Storage<DataType::kInt8> { using type = int8_t; };
 
 // One body for both ISAs; kAvx2 picks the intrinsic float16/bfloat16 kernels.
 template <DataType D, class Op, bool kScale, bool kAvx2>
@@ -507,7 +508,7 @@ RC_TARGET_AVX2 __attribute__((noinline)) void entryAvx2(void* out, const void* c
     RC_ROW(ENTRY, DataType::kFloat16), RC_ROW(ENTRY, DataType::kBFloat16),                  \
         RC_ROW(ENTRY, DataType::kFloat32), RC_ROW(ENTRY, DataType::kFloat64),               \
         RC_ROW(ENTRY, DataType::kInt32), RC_ROW(ENTRY, DataType::kInt64),                   \
-        RC_ROW(ENTRY, DataType::kUInt8)                                                     \
+        RC_ROW(ENTRY, DataType::kUInt8), RC_ROW(ENTRY, DataType::kInt8)                     \
   }
 
 const KernelFn kBaselineTable[kNumDataTypes][kNumReduceOps] = RC_TABLE(entryBaseline);

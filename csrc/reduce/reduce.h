@@ -5,7 +5,7 @@
 //   every rank that reduces the same inputs gets bit-identical results.
 // - Each step computes in at least float32: float16 and bfloat16 inputs are widened to
 //   float32, combined, and rounded (to nearest even) once when stored.
-// - Integers wrap like NumPy (two's complement for int32/int64, modulo 256 for uint8).
+// - Integers wrap like NumPy (two's complement for int8/int32/int64, modulo 256 for uint8).
 // - Min/Max propagate NaN: if any input element is NaN the result element is NaN.
 // - `scale` != 1 multiplies the final result before it is stored (used for Average,
 //   floating types only; the caller rejects Average on integers).

@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 REDUCING = ("allreduce", "reducescatter")
+INPLACE = ("allreduce", "broadcast")  # the collectives rdmacoll can run in place (out=x)
 SPLIT = ("allgather", "reducescatter", "alltoall")  # bytes divided among the ranks
 
 
@@ -39,14 +40,18 @@ def counts(collective: str, nbytes: int, itemsize: int, nranks: int) -> tuple[in
     return total, total
 
 
-def sizes(minbytes: int, maxbytes: int, factor: int, collective: str, itemsize: int, nranks: int):
-    """[(bytes, total elements, count)] of the sweep: minbytes times powers of factor,
-    and maxbytes last where the steps jump over it; sizes that round to the same element
-    count are listed once."""
+def sizes(minbytes: int, maxbytes: int, factor: int, collective: str, itemsize: int, nranks: int,
+          step: int = 0):
+    """[(bytes, total elements, count)] of the sweep: minbytes times powers of factor, or
+    (factor 1, as nccl-tests' -f 1 -i step) minbytes plus multiples of step; maxbytes last
+    where the steps jump over it; sizes that round to the same element count are listed
+    once."""
+    if factor <= 1 and step < 1:
+        raise ValueError("a linear sweep (factor 1) needs step >= 1")
     requested, n = [], minbytes
     while n <= maxbytes:
         requested.append(n)
-        n = n * factor if n else 1
+        n = (n * factor if n else 1) if factor > 1 else n + step
     if requested[-1] != maxbytes:
         requested.append(maxbytes)
     out, seen = [], set()
@@ -77,7 +82,7 @@ def pattern(rank: int, start: int, n: int, dtype: np.dtype, reducing: bool) -> n
 
 
 def send_buffer(collective: str, rank: int, total: int, count: int, dtype: np.dtype) -> np.ndarray:
-    """What rank passes to the collective (broadcast: root 0's is the one that counts)."""
+    """What rank passes to the collective (broadcast: the root's is the one that counts)."""
     n = count if collective == "allgather" else total
     return pattern(rank, 0, n, dtype, collective in REDUCING)
 
@@ -96,14 +101,14 @@ def _reduced(nranks: int, start: int, n: int, dtype: np.dtype, op: str) -> np.nd
 
 
 def expected(collective: str, rank: int, nranks: int, total: int, count: int, dtype: np.dtype,
-             op: str) -> np.ndarray:
-    """What rank must hold after the collective (root 0 for broadcast)."""
+             op: str, root: int = 0) -> np.ndarray:
+    """What rank must hold after the collective (broadcast: root's input)."""
     if collective == "allreduce":
         return _reduced(nranks, 0, total, dtype, op)
     if collective == "reducescatter":
         return _reduced(nranks, rank * count, count, dtype, op)
     if collective == "broadcast":
-        return pattern(0, 0, total, dtype, False)
+        return pattern(root, 0, total, dtype, False)
     if collective == "allgather":
         return np.concatenate([pattern(r, 0, count, dtype, False) for r in range(nranks)])
     if collective == "alltoall":

@@ -2,7 +2,8 @@
 peers in rdmacoll/frameworks/peers.py), and rdmacoll's own.
 
 An implementation prepares one collective at one size from this rank's send buffer and
-returns a Prepared: run() performs one call (the part that is timed), reset() restores
+returns a Prepared (rdmacoll's prepare also takes broadcast's root; the peers' time
+root 0 only): run() performs one call (the part that is timed), reset() restores
 what an in-place call overwrote (untimed, before every call), result() is this rank's
 output after the last call (checked against the NumPy reference).
 """
@@ -60,7 +61,7 @@ class Rdmacoll:
         a[...] = src
         return a
 
-    def prepare(self, collective: str, send: np.ndarray, op: str, inplace: bool) -> Prepared:
+    def prepare(self, collective: str, send: np.ndarray, op: str, inplace: bool, root: int = 0) -> Prepared:
         self.collective = collective
         x = self._array(send)
         rop = getattr(rc, op)
@@ -69,7 +70,7 @@ class Rdmacoll:
             reset = restore(x, send) if inplace else nothing
             if collective == "allreduce":
                 return Prepared(lambda: rc.allreduce(x, op=rop, out=out), reset, lambda: out)
-            return Prepared(lambda: rc.broadcast(x, 0, out=out), reset, lambda: out)
+            return Prepared(lambda: rc.broadcast(x, root, out=out), reset, lambda: out)
         last = [None]
         call = {
             "allgather": lambda: rc.allgather(x),

@@ -1,17 +1,44 @@
-"""--plot: busbw and time against size, one line per implementation, one row of two
-panels per collective, log axes. matplotlib is imported here only, and only when a plot
-is asked for."""
+"""--plot: busbw and time against size, one line per implementation and placement, one
+row of two panels per collective, log axes, drawn from JSON rows (those of the run just
+made, or a saved --json file: --plot FILE.png --from FILE.json). matplotlib is imported
+here only, and only when a plot is asked for."""
 from __future__ import annotations
+
+import json
+from types import SimpleNamespace
 
 from .options import human
 
 
-def plot(path: str, rows, title: str) -> None:
+def title_of(rows: list[dict]) -> str:
+    """What was run, from the rows themselves."""
+    def listed(key):
+        return ", ".join(dict.fromkeys(str(r.get(key, "?")) for r in rows))
+    ops = ", ".join(dict.fromkeys(r["op"] for r in rows if r.get("op", "none") != "none"))
+    return (f"rdmacoll-bench {listed('collective')}: {listed('ranks')} ranks on {listed('hosts')} host(s), "
+            f"{listed('dtype')}{', ' + ops if ops else ''}; rdmacoll {listed('version')}, timing {listed('timing')}")
+
+
+def plot_saved(path: str, source: str) -> int:
+    """--plot path --from source: redraw from a saved --json file; the number of rows."""
+    with open(source) as f:
+        rows = json.load(f)
+    if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
+        raise ValueError(f"{source}: not a list of rows as --json writes them")
+    plot(path, rows)
+    return len(rows)
+
+
+def plot(path: str, rows: list[dict], title: str | None = None) -> None:
     import matplotlib
 
     matplotlib.use("Agg")  # files only: no display needed
     import matplotlib.pyplot as plt
 
+    title = title or title_of(rows)
+    # one line per implementation, and per placement, dtype and op where the rows have several
+    varying = [k for k in ("placement", "dtype", "op") if len({r.get(k) for r in rows}) > 1]
+    rows = [SimpleNamespace(**dict(r, impl=" ".join([r["impl"]] + [str(r[k]) for k in varying]))) for r in rows]
     colls = list(dict.fromkeys(r.collective for r in rows))
     impls = list(dict.fromkeys(r.impl for r in rows))
     colours = {impl: f"C{i}" for i, impl in enumerate(impls)}
@@ -30,7 +57,7 @@ def plot(path: str, rows, title: str) -> None:
         if len(ticks) > 10:
             ticks = ticks[:: -(-len(ticks) // 10)]
         for ax, ylabel, what in ((bw, "busbw (GB/s)", "bus bandwidth, higher is better"),
-                                 (lat, "time per call (us)", "median time, lower is better")):
+                                 (lat, "time per call (us)", "time per call, lower is better")):
             ax.set_xscale("log", base=2)
             ax.set_yscale("log")
             if ticks:

@@ -1,5 +1,6 @@
-"""The table on stdout (nccl-tests' columns, plus algo and transport, plus a time ratio
-per comparison peer), the summary lines, the JSON rows, and progress on stderr."""
+"""The table on stdout (nccl-tests' columns, out of place and in place side by side, then
+algo and transport, plus time ratios per comparison peer), nccl-tests' closing lines, the
+JSON rows, and progress on stderr."""
 from __future__ import annotations
 
 import json
@@ -11,74 +12,117 @@ from dataclasses import dataclass
 
 from .options import human_bytes
 
-JSON_KEYS = ("impl", "collective", "bytes", "count", "dtype", "op", "algo", "transport",
-             "time_us", "algbw", "busbw", "wrong")
+JSON_KEYS = ("impl", "collective", "placement", "bytes", "count", "dtype", "op", "root", "algo", "transport",
+             "time_us", "min_us", "median_us", "max_us", "algbw", "busbw", "wrong", "ranks", "hosts", "version",
+             "timing")
+PLACEMENTS = ("out-of-place", "in-place")
+SHORT = {"out-of-place": "oop", "in-place": "ip"}
 
 
 @dataclass
 class Row:
     impl: str
     collective: str
+    placement: str     # out-of-place, in-place
     bytes: int
     count: int
-    dtype: str
-    op: str
+    dtype: str         # NumPy's name (float32); the table prints nccl-tests' (float)
+    op: str            # rdmacoll's name (Sum), "none" where the collective does not reduce
+    root: int          # broadcast's root, -1 elsewhere (as nccl-tests prints it)
     algo: str
     transport: str
-    time_us: float
-    min_us: float
+    time_us: float     # the reported time: the median per call, or back to back the -a combination
+    min_us: float      # spread over calls (per call) or over ranks (back to back)
+    median_us: float
     max_us: float
-    algbw: float   # GB/s
-    busbw: float   # GB/s
+    algbw: float       # GB/s
+    busbw: float       # GB/s
     wrong: int | None  # None: not checked
+    ranks: int
+    hosts: int
+    version: str
+    timing: str        # "per call, -a 3" or "back to back, -a 1"
 
     def json(self) -> dict:
         return {k: getattr(self, k) for k in JSON_KEYS}
 
 
-def make_row(impl, collective, nbytes, count, dtype, op, algo, transport, times, factor, wrong) -> Row:
-    t = times.median
+def make_row(impl, collective, placement, nbytes, count, dtype, op, root, algo, transport, times, factor, wrong,
+             job: dict) -> Row:
+    """job: ranks, hosts, version, timing (the same for every row of a run)."""
+    t = times.time
     algbw = nbytes / t / 1e9 if t > 0 else 0.0
-    return Row(impl, collective, nbytes, count, dtype, op, algo, transport, t * 1e6, times.min * 1e6,
-               times.max * 1e6, algbw, algbw * factor, wrong)
+    return Row(impl, collective, placement, nbytes, count, dtype, op, root, algo, transport, t * 1e6,
+               times.min * 1e6, times.median * 1e6, times.max * 1e6, algbw, algbw * factor, wrong, **job)
+
+
+def nccl_time(us: float) -> str:
+    """A time in us as nccl-tests prints it: fewer decimals as it grows."""
+    return f"{us:7.0f}" if us >= 10000 else f"{us:7.1f}" if us >= 100 else f"{us:7.2f}"
 
 
 class Table:
-    """One collective's table, printed row by row as sizes finish (rank 0 only)."""
+    """One collective's table, printed row by row as sizes finish (rank 0 only): nccl-tests'
+    columns (size count type redop root, then time algbw busbw #wrong out of place and in
+    place), then rdmacoll's: the algorithm(s) and transport, and with --compare the
+    implementation and, on rdmacoll's line, each peer's time divided by rdmacoll's per
+    placement (above 1: rdmacoll is faster)."""
 
-    def __init__(self, peers: list[str], out=sys.stdout):
+    def __init__(self, peers: list[str], placements=PLACEMENTS, out=sys.stdout):
         self.peers = peers
+        self.placements = [p for p in PLACEMENTS if p in placements]
         self.out = out
 
-    def _impl(self, text: str) -> str:
-        return f" {text:>8}" if self.peers else ""
+    def _extra_names(self) -> str:
+        text = f"  {'algo':<18} {'transport':<9}"
+        if self.peers:
+            text += f" {'impl':<8}" + "".join(f" {p + ':' + SHORT[pl]:>9}" for p in self.peers for pl in self.placements)
+        return text
 
     def header(self) -> None:
-        ratios = "".join(f" {'x ' + p:>7}" for p in self.peers)
-        print(f"# {self._impl('impl')}{'size':>10} {'count':>12} {'type':>9} {'redop':>7} {'algo':>18}"
-              f" {'transport':>9} {'time(us)':>10} {'min(us)':>9} {'max(us)':>9} {'algbw':>7} {'busbw':>7}"
-              f" {'#wrong':>6}{ratios}", file=self.out)
-        print(f"# {self._impl('')}{'':>10} {'':>12} {'':>9} {'':>7} {'':>18} {'':>9} {'':>10} {'':>9} {'':>9}"
-              f" {'(GB/s)':>7} {'(GB/s)':>7}", file=self.out)
+        ratios = "   peer time / rdmacoll time" if self.peers else ""
+        print(f"# {'':>10}  {'':>12}  {'':>8}  {'':>6}  {'':>6}           out-of-place                       "
+              f"in-place{ratios and ' ' * 38 + ratios}", file=self.out)
+        print(f"# {'size':>10}  {'count':>12}  {'type':>8}  {'redop':>6}  {'root':>6}" +
+              f"  {'time':>7}  {'algbw':>6}  {'busbw':>6} {'#wrong':>6}" * 2 + self._extra_names(), file=self.out)
+        print(f"# {'(B)':>10}  {'(elements)':>12}  {'':>8}  {'':>6}  {'':>6}" +
+              (f"  {'(us)':>7}  {'(GB/s)':>6}  {'(GB/s)':>6}  {'':>5}" * 2).rstrip(), file=self.out)
+
+    @staticmethod
+    def _cells(r: Row | None) -> str:
+        if r is None:
+            return f"  {'N/A':>7}  {'N/A':>6}  {'N/A':>6}  {'N/A':>5}"
+        wrong = "N/A" if r.wrong is None else str(r.wrong)
+        return f"  {nccl_time(r.time_us)}  {r.algbw:6.2f}  {r.busbw:6.2f}  {wrong:>5}"
 
     def rows(self, rows: list[Row]) -> None:
-        """Every implementation's row at one size; the first is rdmacoll's, which carries
-        each peer's time divided by its own (above 1: rdmacoll is faster)."""
-        base = rows[0]
-        times = {r.impl: r.time_us for r in rows}
-        for r in rows:
-            cells = ""
-            if r is base:
-                for p in self.peers:
-                    t = times.get(p)
-                    cells += f" {t / base.time_us:7.2f}" if t and base.time_us > 0 else f" {'-':>7}"
-            wrong = "N/A" if r.wrong is None else str(r.wrong)
-            print(f"  {self._impl(r.impl)}{r.bytes:>10} {r.count:>12} {r.dtype:>9} {r.op:>7} {r.algo:>18}"
-                  f" {r.transport:>9} {r.time_us:10.2f} {r.min_us:9.2f} {r.max_us:9.2f} {r.algbw:7.2f}"
-                  f" {r.busbw:7.2f} {wrong:>6}{cells}", file=self.out)
+        """Every implementation's rows at one size (rdmacoll's first), one line each."""
+        from .options import NCCL_OPS, NCCL_TYPES
+
+        impls = list(dict.fromkeys(r.impl for r in rows))
+        by = {(r.impl, r.placement): r for r in rows}
+        for impl in impls:
+            mine = [by.get((impl, pl)) for pl in PLACEMENTS]
+            first = next(r for r in mine if r is not None)
+            algos = list(dict.fromkeys(r.algo for r in mine if r is not None))
+            line = (f"{first.bytes:12d}  {first.count:12d}  {NCCL_TYPES.get(first.dtype, first.dtype):>8}  "
+                    f"{NCCL_OPS.get(first.op, first.op):>6}  {first.root:6d}"
+                    + "".join(self._cells(r) for r in mine)
+                    + f"  {'/'.join(algos):<18} {first.transport:<9}")
+            if self.peers:
+                line += f" {impl:<8}"
+                if impl == impls[0]:
+                    for p in self.peers:
+                        for pl in self.placements:
+                            base, theirs = by.get((impl, pl)), by.get((p, pl))
+                            ok = base is not None and theirs is not None and base.time_us > 0
+                            line += f" {theirs.time_us / base.time_us:9.2f}" if ok else f" {'-':>9}"
+            print(line.rstrip(), file=self.out)
         self.out.flush()
 
     def summary(self, rows: list[Row], impls: list[str]) -> None:
+        """nccl-tests' closing lines (over both placements, as nccl-tests averages them),
+        then per peer its average busbw and its time relative to rdmacoll's."""
         mine = [r for r in rows if r.impl == impls[0]]
         if not mine:
             return
@@ -88,14 +132,16 @@ class Table:
             bus = [r.busbw for r in rows if r.impl == impl]
             if bus:
                 label = "" if impl == impls[0] else f" ({impl})"
-                print(f"# Avg bus bandwidth    : {statistics.mean(bus):.3f} GB/s{label}", file=self.out)
+                print(f"# Avg bus bandwidth    : {statistics.mean(bus):g}{label}", file=self.out)
         for peer in impls[1:]:
-            theirs = {r.bytes: r.time_us for r in rows if r.impl == peer}
-            ratios = [theirs[r.bytes] / r.time_us for r in mine if r.bytes in theirs and r.time_us > 0]
+            theirs = {(r.bytes, r.placement, r.dtype, r.op): r.time_us for r in rows if r.impl == peer}
+            ratios = [theirs[k] / r.time_us for r in mine
+                      if (k := (r.bytes, r.placement, r.dtype, r.op)) in theirs and r.time_us > 0]
             if ratios:
                 geo = math.exp(statistics.mean(math.log(x) for x in ratios))
-                print(f"# {peer} time / {impls[0]} time: {geo:.2f} (geometric mean over {len(ratios)} sizes;"
-                      f" range {min(ratios):.2f}-{max(ratios):.2f})", file=self.out)
+                print(f"# {peer} time / {impls[0]} time: {geo:.2f} (geometric mean over {len(ratios)} sizes and "
+                      f"placements; range {min(ratios):.2f}-{max(ratios):.2f})", file=self.out)
+        print("#", file=self.out)
         self.out.flush()
 
 

@@ -10,7 +10,7 @@ import rdmacoll as rc
 
 from . import collectives as C
 from .impl import Rdmacoll
-from .options import algo_rules, human_bytes, launcher_rank
+from .options import AVERAGE, algo_rules, human_bytes, launcher_rank, pairs_skipped
 from .report import Progress, Table, make_row, write_json
 from .timing import measure, total
 
@@ -34,11 +34,12 @@ def _available_memory() -> int | None:
     return None
 
 
-def too_big(maxbytes: int, peers: int, check: bool, local_ranks: int, available: int | None) -> str | None:
+def too_big(maxbytes: int, peers: int, check: bool, local_ranks: int, available: int | None,
+            placements: int = 1) -> str | None:
     """Why the largest size cannot fit in this host's memory, or None."""
-    # per rank: send and receive buffers of every implementation (all prepared at once),
-    # the input pattern and the reference (allgather's output, at most maxbytes)
-    need = maxbytes * (4 + 2 * peers + 2 * int(check)) * local_ranks
+    # per rank: send and receive buffers of every implementation and placement (all
+    # prepared at once), the input pattern and the reference (at most maxbytes each)
+    need = maxbytes * (2 * (1 + peers) * placements + 2 + 2 * int(check)) * local_ranks
     if available is not None and need > 0.9 * available:
         return (f"-e {human_bytes(maxbytes)} does not fit in memory: about {need / 2**30:.1f} GiB for "
                 f"{local_ranks} ranks on this host, {available / 2**30:.1f} GiB available (lower --maxbytes)")
@@ -71,59 +72,113 @@ def _peers(names: list[str], say) -> tuple[list, list[str]]:
     return made, notes
 
 
-def _title(args, coll: str, p: int) -> str:
-    reducing = coll in C.REDUCING
-    inplace = "in place" if args.inplace else "out of place"
-    where = f", {inplace}" if coll in ("allreduce", "broadcast") else ""
-    return (f"# rdmacoll-bench {coll}: {p} ranks, dtype {args.dtype}"
-            f"{', op ' + args.op if reducing else ''}{', root 0' if coll == 'broadcast' else ''}, "
-            f"memory {args.memory}{where}, {args.iters} iters, {args.warmup} warm-up")
+def _job(args, lead: bool) -> dict:
+    """What every JSON row carries about the run, and the ranks' lines of the preamble."""
+    import importlib.metadata
+    import os
+    import socket
+
+    where = rc.allgather_object((os.getpid(), socket.gethostname()))
+    version = getattr(rc, "__version__", None)
+    if version is None:
+        try:
+            version = importlib.metadata.version("rdmacoll")
+        except importlib.metadata.PackageNotFoundError:
+            version = "unknown"
+    how = "back to back" if args.back_to_back else "per call"
+    job = dict(ranks=rc.size(), hosts=len({h for _, h in where}), version=version,
+               timing=f"{how}, -a {args.average}")
+    if lead:
+        step = f"{args.stepfactor}(factor)" if args.stepfactor > 1 else f"{args.stepbytes}(bytes)"
+        print(f"# rdmacoll-bench {version}: {job['ranks']} ranks on {job['hosts']} host"
+              f"{'s' if job['hosts'] > 1 else ''}, transport {rc._comm.transport}")
+        print(f"# minBytes {args.minbytes} maxBytes {args.maxbytes} step: {step} warmup iters: {args.warmup} "
+              f"iters: {args.iters} validation: {args.check}")
+        print(f"# timing: {timing_note(args)}")
+        print("#\n# Using ranks")
+        for r, (pid, host) in enumerate(where):
+            print(f"#  Rank {r:2d} Pid {pid:6d} on {host:>10}")
+        print("#")
+    return job
 
 
-def _one_size(args, coll, impls, dtype, nbytes, count_all, count, rank, p) -> list:
-    """Every implementation's row at one size (rdmacoll's first)."""
+def timing_note(args) -> str:
+    """One line on how times were taken, and how that differs from nccl-tests."""
+    who = AVERAGE[args.average]
+    if args.back_to_back:
+        return (f"{args.iters} calls back to back{', a barrier after each (-z 1)' if args.blocking else ''}, "
+                f"each rank's mean per call, then {who} (-a {args.average}): as nccl-tests")
+    return (f"a barrier before every call, {who} time per call (-a {args.average}), the median over "
+            f"{args.iters} calls (nccl-tests: calls back to back, the mean over ranks: --back-to-back)")
+
+
+def placements(args, coll: str) -> list[str]:
+    """Out of place and in place (nccl-tests' two column groups); --inplace 0/1 keeps one.
+    allgather, reducescatter and alltoall return new arrays: out of place only."""
+    if coll not in C.INPLACE:
+        return ["out-of-place"]
+    return {None: ["out-of-place", "in-place"], 0: ["out-of-place"], 1: ["in-place"]}[args.inplace]
+
+
+def _one_size(args, coll, impls, where, dtype_name, op, step, job) -> list:
+    """Every implementation's rows at one size, both placements (rdmacoll's first)."""
+    nbytes, count_all, count = step
+    rank, p = rc.rank(), rc.size()
+    dtype = numpy_dtype(dtype_name)
     send = C.send_buffer(coll, rank, count_all, count, dtype)
-    want = C.expected(coll, rank, p, count_all, count, dtype, args.op) if args.check else None
-    prepared = [impl.prepare(coll, send, args.op, bool(args.inplace)) for impl in impls]
-    timed = measure([(pr, lambda impl=impl: impl.algo) for pr, impl in zip(prepared, impls)],
-                    args.iters, args.warmup)
-    op = args.op if coll in C.REDUCING else "none"
+    want = C.expected(coll, rank, p, count_all, count, dtype, op, args.root) if args.check else None
+    cases = [(impl, pl) for impl in impls for pl in where]
+    extra = {"root": args.root} if args.root else {}
+    prepared = [impl.prepare(coll, send, op, pl == "in-place", **extra) for impl, pl in cases]
+    timed = measure([(pr, lambda impl=impl: impl.algo) for pr, (impl, _) in zip(prepared, cases)],
+                    args.iters, args.warmup, args.average, args.back_to_back, bool(args.blocking))
+    shown_op = op if coll in C.REDUCING else "none"
+    root = args.root if coll == "broadcast" else -1
     rows = []
-    for impl, pr, times in zip(impls, prepared, timed):
+    for (impl, pl), pr, times in zip(cases, prepared, timed):
         wrong = total(C.count_wrong(pr.result(), want)) if args.check else None
-        rows.append(make_row(impl.name, coll, nbytes, count, args.dtype, op, times.algo, impl.transport,
-                             times, C.bus_factor(coll, p), wrong))
+        rows.append(make_row(impl.name, coll, pl, nbytes, count, dtype.name, shown_op, root, times.algo,
+                             impl.transport, times, C.bus_factor(coll, p), wrong, job))
     return rows
 
 
-def _sweep(args, plan, impls, notes, progress, lead) -> list:
+def _runnable(args, coll, impls, dtype_name, op, notes) -> list:
+    runs = []
+    for impl in impls:
+        why = impl.supports(coll, numpy_dtype(dtype_name), op)
+        if not why and impl is not impls[0] and coll == "broadcast" and args.root:
+            why = f"times root 0 only, not -r {args.root}"
+        if why:
+            notes.append(f"# {impl.name}: {coll} {dtype_name} skipped: {why}")
+        else:
+            runs.append(impl)
+    return runs
+
+
+def _sweep(args, plan, impls, notes, progress, lead, job) -> list:
     """Every collective's table; returns all rows."""
-    rank, p = rc.rank(), rc.size()
-    dtype = numpy_dtype(args.dtype)
     rows = []
-    for coll, steps in plan:
-        runs, coll_notes = [], list(notes)
-        for impl in impls:
-            why = impl.supports(coll, dtype, args.op)
-            if why:
-                coll_notes.append(f"# {impl.name}: {coll} skipped: {why}")
-            else:
-                runs.append(impl)
-        table = Table([i.name for i in impls[1:]])
+    for coll, combos in plan:
+        where = placements(args, coll)
+        coll_notes = list(notes)
+        runs = {(d, o): _runnable(args, coll, impls, d, o, coll_notes) for d, o, _ in combos}
+        table = Table([i.name for i in impls[1:]], where)
         if lead:
-            print(_title(args, coll, p))
-            for line in coll_notes:
+            print(f"# rdmacoll-bench {coll}: {rc.size()} ranks, memory {args.memory}, {args.iters} iters, "
+                  f"{args.warmup} warm-up")
+            for line in dict.fromkeys(coll_notes):
                 print(line)
             table.header()
         mine = []
-        for nbytes, count_all, count in steps:
-            progress.step()
-            at_size = _one_size(args, coll, runs, dtype, nbytes, count_all, count, rank, p)
-            mine += at_size
-            if lead:
-                table.rows(at_size)
+        for dtype_name, op, steps in combos:
+            for step in steps:
+                progress.step()
+                at_size = _one_size(args, coll, runs[(dtype_name, op)], where, dtype_name, op, step, job)
+                mine += at_size
+                if lead:
+                    table.rows(at_size)
         if lead:
-            table.summary(mine, [i.name for i in runs])
+            table.summary(mine, [i.name for i in impls])
             print(flush=True)
         rows += mine
     return rows
@@ -147,20 +202,29 @@ def run(args) -> int:
         if lead:
             print(text, file=sys.stderr, flush=True)
 
-    why = too_big(args.maxbytes, len(args.compare), args.check, rc.local_size(), _available_memory()) if lead else None
+    why = too_big(args.maxbytes, len(args.compare), args.check, rc.local_size(), _available_memory(),
+                  max(len(placements(args, c)) for c in args.collectives)) if lead else None
+    if args.root >= rc.size() and "broadcast" in args.collectives:
+        why = f"-r {args.root}: the root must be a rank, 0 to {rc.size() - 1}"
     why = rc.broadcast_object(why)  # rank 0 decides for all: they must sweep alike
     if why:
         say(f"rdmacoll-bench: error: {why}")
         rc.shutdown()
         return 2
+    job = _job(args, lead)
     peers, notes = _peers(args.compare, say)
+    notes += [f"# -o avg on integers: not run ({', '.join(pairs_skipped(args))})"] if pairs_skipped(args) else []
     impls = [Rdmacoll(args.memory)] + peers
-    itemsize = numpy_dtype(args.dtype).itemsize
-    plan = [(coll, C.sizes(args.minbytes, args.maxbytes, args.stepfactor, coll, itemsize, rc.size()))
-            for coll in args.collectives]
-    progress = Progress([(coll, n) for coll, steps in plan for n, _, _ in steps], lead and not args.quiet)
+    plan = []
+    for coll in args.collectives:
+        combos = args.pairs if coll in C.REDUCING else [(d, "Sum") for d in args.dtype]
+        plan.append((coll, [(d, o, C.sizes(args.minbytes, args.maxbytes, args.stepfactor, coll,
+                                           numpy_dtype(d).itemsize, rc.size(), args.stepbytes))
+                            for d, o in combos]))
+    progress = Progress([(coll, n) for coll, combos in plan for _, _, steps in combos for n, _, _ in steps],
+                        lead and not args.quiet)
     try:
-        rows = _sweep(args, plan, impls, notes, progress, lead)
+        rows = _sweep(args, plan, impls, notes, progress, lead, job)
     finally:
         progress.finish()
         for impl in reversed(impls):
@@ -171,9 +235,7 @@ def run(args) -> int:
     if lead and args.plot:
         from .plot import plot
 
-        reducing = any(c in C.REDUCING for c in args.collectives)
-        plot(args.plot, rows, f"rdmacoll-bench {', '.join(args.collectives)}: {rc.size()} ranks, {args.dtype}"
-                              f"{', ' + args.op if reducing else ''}")
+        plot(args.plot, [r.json() for r in rows])
         say(f"rdmacoll-bench: wrote {args.plot}")
     rc.shutdown()
     failed = sum(r.wrong or 0 for r in rows if r.impl == impls[0].name)

@@ -1,10 +1,17 @@
-"""Timing as nccl-tests does it, made robust for shared machines: warm-up calls, then
-iterations that each start at a barrier (rdmacoll's, for every implementation alike) and
-count the slowest rank's time; the table reports the median, minimum and maximum over
-iterations. Implementations compared at one size take turns in rounds."""
+"""Timing. Two ways, both after warm-up calls:
+
+- per call (the default): every timed call starts at a barrier (rdmacoll's, for every
+  implementation alike), each rank times its own call, and the ranks' times combine per
+  call by -a (default 3: the slowest rank's, what a job waits for); the table shows the
+  median over calls, and JSON also the minimum and maximum.
+- back to back (--back-to-back, nccl-tests' way): one barrier, then the calls follow each
+  other (-z 1: a barrier after each, inside the timed loop, as nccl-tests' blocking mode);
+  each rank's time is its elapsed time divided by the calls, and the ranks' times combine
+  by -a (default 1: the mean, nccl-tests' default). min/median/max are then over ranks.
+
+Implementations compared at one size take turns in rounds."""
 from __future__ import annotations
 
-import statistics
 import time
 from typing import NamedTuple
 
@@ -25,9 +32,17 @@ def total(value: int) -> int:
     return int(rc.allreduce(np.array([value], np.int64), op=rc.Sum)[0])
 
 
+def combine(per_rank: np.ndarray, average: int) -> np.ndarray:
+    """Every rank's values (axis 0: ranks) as one, by nccl-tests' -a: 0 rank 0's, 1 the
+    mean, 2 the minimum, 3 the maximum."""
+    return {0: lambda a: a[0], 1: lambda a: a.mean(axis=0), 2: lambda a: a.min(axis=0),
+            3: lambda a: a.max(axis=0)}[average](per_rank)
+
+
 class Times(NamedTuple):
-    median: float
+    time: float    # the reported time (seconds per call)
     min: float
+    median: float
     max: float
     algo: str
 
@@ -35,20 +50,27 @@ class Times(NamedTuple):
 ROUNDS = 4
 
 
-def measure(cases, iters: int, warmup: int) -> list[Times]:
-    """Seconds per call of every case's prepared.run(), the slowest rank's per iteration.
+def _spread(values: np.ndarray, reported: float, algo: str) -> Times:
+    return Times(float(reported), float(values.min()), float(np.median(values)), float(values.max()), algo)
 
-    cases: [(prepared, algo)], one per implementation. They take turns in rounds: each
-    round runs one untimed call, then a share of the timed iterations, of every case in
-    turn. Rounds spread bursts of load from other processes over all implementations;
-    the untimed call lets ranks that slept in the previous implementation's waits get
-    back on their cores. algo() is read right after the case's last timed call (before
-    anything else runs an allreduce)."""
+
+def measure(cases, iters: int, warmup: int, average: int = 3, back_to_back: bool = False,
+            blocking: bool = False) -> list[Times]:
+    """Seconds per call of every case's prepared.run(), timed per call or back to back
+    (module docstring), ranks combined by `average` (-a).
+
+    cases: [(prepared, algo)], one per implementation and placement. They take turns in
+    rounds: each round runs one untimed call, then a share of the timed iterations, of
+    every case in turn. Rounds spread bursts of load from other processes over all
+    implementations; the untimed call lets ranks that slept in the previous
+    implementation's waits get back on their cores. Back to back, a last untimed call
+    after a reset leaves each case's result checkable. algo() is read right after the
+    case's last call (before anything else runs a collective)."""
     for prepared, _ in cases:
         for _ in range(warmup):
             prepared.reset()
             prepared.run()
-    times = np.empty((len(cases), iters))
+    times = np.zeros((len(cases), iters))
     ran = ["-"] * len(cases)
     barrier, clock = rc.barrier, time.perf_counter
     rounds = min(ROUNDS, iters) if len(cases) > 1 else 1
@@ -58,13 +80,31 @@ def measure(cases, iters: int, warmup: int) -> list[Times]:
             if k > 0:
                 prepared.reset()
                 prepared.run()
-            for i in range(bounds[k], bounds[k + 1]):
-                prepared.reset()  # restores what an in-place call overwrote; not timed
+            if back_to_back:
+                prepared.reset()
                 barrier()
                 t0 = clock()
-                prepared.run()
-                times[c, i] = clock() - t0
+                for _ in range(bounds[k], bounds[k + 1]):
+                    prepared.run()
+                    if blocking:
+                        barrier()
+                times[c, bounds[k]] = clock() - t0
+            else:
+                for i in range(bounds[k], bounds[k + 1]):
+                    prepared.reset()  # restores what an in-place call overwrote; not timed
+                    barrier()
+                    t0 = clock()
+                    prepared.run()
+                    times[c, i] = clock() - t0
             if k == rounds - 1:
+                if back_to_back:
+                    prepared.reset()
+                    prepared.run()
                 ran[c] = algo()
-    times = slowest(times)
-    return [Times(statistics.median(t), float(t.min()), float(t.max()), a) for t, a in zip(times, ran)]
+    every = rc.allgather(times[np.newaxis])  # (ranks, cases, iters)
+    if back_to_back:
+        per_rank = every.sum(axis=2) / iters  # (ranks, cases)
+        reported = combine(per_rank, average)
+        return [_spread(per_rank[:, c], reported[c], ran[c]) for c in range(len(cases))]
+    per_call = combine(every, average)  # (cases, iters)
+    return [_spread(t, np.median(t), a) for t, a in zip(per_call, ran)]
