@@ -10,6 +10,7 @@ import numpy as np
 import rdmacoll as rc
 from rdmacoll import _settings
 
+from .fit import fit_cost_model
 from .options import human, parse_size
 from .timing import slowest
 
@@ -44,38 +45,6 @@ def _coefficients(nbytes: int, p: int) -> dict[str, np.ndarray]:
              dict(alpha=0.0, beta=0.0, gamma=1.0)]
     per_unit = [rc._core.costs(u, "allreduce", nbytes, p) for u in units]
     return {name: np.array([c[name] for c in per_unit]) for name in per_unit[0]}
-
-
-def _nnls_relative(rows) -> np.ndarray:
-    A = np.array([r[0] / r[1] for r in rows])
-    b = np.ones(len(rows))
-    free = [0, 1, 2]
-    x = np.zeros(3)
-    while free:
-        sol, *_ = np.linalg.lstsq(A[:, free], b, rcond=None)
-        if (sol > 0).all():
-            x[free] = sol
-            break
-        free = [f for f, v in zip(free, sol) if v > 0]
-    return x
-
-
-def fit_cost_model(rows: list[tuple[np.ndarray, float]]) -> tuple[np.ndarray, list[int]]:
-    """Non-negative least squares on relative error: minimise sum(((A.x - t) / t)^2) with
-    x = (alpha, beta, gamma) >= 0 (a constant the data cannot support is set to 0).
-    Times the model misses by more than 3x either way (noise from other processes, or an
-    algorithm far from its formula) are left out and the rest refitted. Returns x and the
-    indices of the rows left out."""
-    keep = list(range(len(rows)))
-    x = _nnls_relative(rows)
-    for _ in range(5):
-        ratio = [float(rows[i][0] @ x) / rows[i][1] for i in range(len(rows))]
-        new = [i for i in range(len(rows)) if 1 / 3 <= ratio[i] <= 3]
-        if new == keep or len(new) < 3:
-            break
-        keep = new
-        x = _nnls_relative([rows[i] for i in keep])
-    return x, [i for i in range(len(rows)) if i not in keep]
 
 
 def measure_gamma(count: int = 1 << 20) -> float:
