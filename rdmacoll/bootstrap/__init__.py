@@ -162,7 +162,8 @@ def bootstrap(config=None, exchange=None) -> World:
     # Every rank creates its endpoint first; a failure anywhere is reported everywhere.
     core, err = None, None
     try:
-        core = _core.Communicator(rank, size, local_size, settings, layout, job["cost_models"])
+        core = _core.Communicator(rank, size, local_size, settings, layout,
+                                  _settings.tuning_for(job, max(ranks.values())))
         addr = core.address()
     except Exception as e:  # noqa: BLE001 - re-raised below on every rank
         err, addr = f"rank {rank}: {e}", b""
@@ -174,6 +175,8 @@ def bootstrap(config=None, exchange=None) -> World:
         err = f"rank {rank}: {e}"
     _everywhere(world, err, "rdmacoll.init() failed to connect")
     world.barrier()
+    if rank == 0 and size > 1:  # (one rank: no algorithm to choose)
+        _settings.log_tuning(job, max(ranks.values()), core.transport)
     if _log.isEnabledFor(logging.INFO):
         kinds = {}
         for r, d in enumerate(core.peer_transports()):
