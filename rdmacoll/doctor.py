@@ -156,12 +156,24 @@ def _tuning(out, fixes, values) -> None:
         out("tuning file: none (the cost model's shipped constants; rdmacoll-bench --tune measures this host's)")
         return
     try:
-        models = _settings.read_tuning_file(path)
+        entries, why = _settings.read_tuning_file(path)
     except _core.RdmacollError as e:
         out(f"tuning file: {path}: NOT usable")
         fixes.append(str(e))
         return
-    out(f"tuning file: {path} (constants for: {', '.join(sorted(models)) or 'nothing'})")
+    if why:
+        out(f"tuning file: {path}: ignored: {why}")
+        fixes.append(f"the tuning file is ignored: rerun rdmacoll-bench --tune on this host (or remove {path})")
+        return
+    here = _settings.this_host()
+    out(f"tuning file: {path} ({len(entries)} entr{'y' if len(entries) == 1 else 'ies'}; this host: {here['host']}, "
+        f"CPU {here['cpu']}, {here['cores']} cores, rdmacoll {here['rdmacoll']})")
+    for e in entries:
+        # the file as a job on this host with the entry's layout would find it
+        _, why = _settings.tuning_match({"path": path, "here": here, "why": None, "entries": [e]},
+                                        e["ranks_per_host"])
+        out(f"  {e['transport']} at {e['ranks_per_host']} ranks per host, measured {e['date']}: "
+            + ("fits this host" if why is None else f"NOT used here: {why}"))
 
 
 # Framework adapters: the distribution that enables each, and what it enables.

@@ -436,15 +436,17 @@ def test_tune_writes_constants_for_one_rank_per_cpu(tmp_path, nranks):
     res = run_mpi(nranks, "bench_cli.py", ["--tune", "--tune-file", str(path), "--tune-sizes", "8,4K,64K,256K"],
                   timeout=240)
     _bench(res, nranks, code=0)
-    doc = json.loads(path.read_text())
-    measured = doc["measured"]
+    [entry] = json.loads(path.read_text())["entries"]
+    assert (entry["transport"], entry["ranks_per_host"]) == ("shm", nranks)
+    measured = entry["measured"]
     cpus = len(os.sched_getaffinity(0))
     per_cpu = max(1.0, nranks / cpus)
     assert measured["ranks"] == nranks and measured["ranks_per_cpu"] == pytest.approx(per_cpu)
     scale = _core.cost_model_for({"alpha": 1.0, "beta": 1.0, "gamma": 1.0}, per_cpu)
-    for k, v in doc["cost_model"]["shm"].items():
+    for k, v in entry["cost_model"].items():
         assert v == pytest.approx(measured["fitted"][k] / scale[k])
-    assert _settings.read_tuning_file(str(path))["shm"].keys() == {"alpha", "beta", "gamma"}
+    job = _settings.job({"RDMACOLL_TUNING_FILE": str(path)})
+    assert _settings.tuning_for(job, nranks)["shm"].keys() == {"alpha", "beta", "gamma"}
     fit = [ln.text for ln in res.lines if "# measured: alpha" in ln.text]
     res.check(len(fit) == 1, "one fit line from rank 0")
 

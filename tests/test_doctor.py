@@ -42,6 +42,22 @@ def test_doctor_bad_setting_is_a_fix_not_a_crash():
     assert "what to fix:" in r.stdout and "RDMACOLL_EAGER_BYTES='lots'" in r.stdout, r.stdout
 
 
+def test_doctor_says_whether_the_tuning_file_fits_this_host(tmp_path):
+    from rdmacoll import _settings
+
+    here = _settings.tuning_entry("shm", 2, {"alpha": 1e-6, "beta": 1e-10, "gamma": 1e-10})
+    other = dict(here, host="gpu-node-07", cpu="Intel(R) Xeon(R) Platinum 8480+", cores=224, transport="tcp")
+    path = tmp_path / "tuning.json"
+    _settings.write_tuning_file(str(path), [here, other])
+    r = _doctor("doctor", env={"RDMACOLL_TUNING_FILE": str(path)})
+    assert r.returncode == 0, r.stdout + r.stderr
+    out = r.stdout
+    assert f"tuning file: {path} (2 entries; this host: {here['host']}, CPU {here['cpu']}" in out, out
+    assert f"  shm at 2 ranks per host, measured {here['date']}: fits this host\n" in out, out
+    assert re.search(r"\n  tcp at 2 ranks per host, measured \S+: NOT used here: .*was measured on host gpu-node-07 "
+                     r"\(CPU Intel\(R\) Xeon\(R\) Platinum 8480\+, 224 cores\)", out), out
+
+
 def test_doctor_job_report_names_every_rank_and_pair_class():
     res = run_mpi(3, "doctor_job.py", ["-1"], timeout=120)
     out = "\n".join(ln.text for ln in res.lines if ln.stream == "out")

@@ -1,7 +1,5 @@
 """Algorithm selection: RDMACOLL_ALGO rules, the alpha-beta-gamma cost model, the tuning
 file (rank 0's constants reach every rank) and what a malformed setting says."""
-import json
-
 import pytest
 
 from rdmacoll import _core, _settings
@@ -178,7 +176,7 @@ def test_shipped_defaults_choose_like_the_measurements():
             assert _core.select(m, "allreduce", n, p, [a for a in one_host if a != "eager"]) == "direct"
 
 
-# --------------------------------------------------------------------------- config and tuning file
+# --------------------------------------------------------------------------- shipped constants (tuning file: test_tuning.py)
 
 
 def test_default_cost_models_are_exported():
@@ -186,47 +184,6 @@ def test_default_cost_models_are_exported():
         model = _core.DEFAULT_COST_MODELS[links]
         assert set(model) == {"alpha", "beta", "gamma"}
         assert all(v > 0 for v in model.values())
-
-
-def test_tuning_file_roundtrip_and_default_location(tmp_path):
-    env = {"XDG_CACHE_HOME": str(tmp_path)}
-    assert _settings.tuning_path("", env) is None
-    assert _settings.job(env)["cost_models"] == {}
-    path = _settings.default_tuning_path(env)
-    assert path == str(tmp_path / "rdmacoll" / "tuning.json")
-    _settings.write_tuning_file(path, {"shm": {"alpha": 3e-6, "beta": 2e-10, "gamma": 1e-10}}, measured={"ranks": 4})
-    job = _settings.job(env)
-    assert job["cost_models"]["shm"] == {"alpha": 3e-6, "beta": 2e-10, "gamma": 1e-10}
-    assert job["tuning_file"] == path
-    # RDMACOLL_TUNING_FILE wins over the default location (constants it lacks keep the
-    # defaults, in the core); 'none' ignores tuning files
-    other = tmp_path / "other.json"
-    _settings.write_tuning_file(str(other), {"shm": {"alpha": 5e-6}})
-    job = _settings.job(dict(env, RDMACOLL_TUNING_FILE=str(other)))
-    assert job["cost_models"]["shm"] == {"alpha": 5e-6}
-    assert _settings.job(dict(env, RDMACOLL_TUNING_FILE="none"))["cost_models"] == {}
-
-
-@pytest.mark.parametrize("content, words", [
-    ("{not json", "unreadable"),
-    ("[]", "cost_model"),
-    (json.dumps({"cost_model": {"shm": {"alpha": -1}}}), "'alpha'"),
-    (json.dumps({"cost_model": {"shm": {"beta": "fast"}}}), "'beta'"),
-    (json.dumps({"cost_model": {"shm": 3}}), "'shm'"),
-    (json.dumps({"version": 1, "cost_model": {"shm": {"alpha": 3e-6}}}), "rerun rdmacoll-bench --tune"),
-])
-def test_bad_tuning_file_is_an_error(tmp_path, content, words):
-    path = tmp_path / "t.json"
-    path.write_text(content)
-    with pytest.raises(_core.RdmacollError) as e:
-        _settings.job({"RDMACOLL_TUNING_FILE": str(path)})
-    assert words in str(e.value) and str(path) in str(e.value)
-
-
-def test_missing_tuning_file_is_an_error(tmp_path):
-    with pytest.raises(_core.RdmacollError) as e:
-        _settings.job({"RDMACOLL_TUNING_FILE": str(tmp_path / "absent.json")})
-    assert "absent.json" in str(e.value)
 
 
 # --------------------------------------------------------------------------- under mpiexec
@@ -270,7 +227,7 @@ def test_rank0_tuning_file_reaches_every_rank(tmp_path):
     """Only rank 0 reads the file (alpha = beta = 0: reductions are all that cost, and
     direct reduces least, even at 8 B); every rank must choose by its constants."""
     path = tmp_path / "tuning.json"
-    _settings.write_tuning_file(str(path), {"shm": {"alpha": 0.0, "beta": 0.0, "gamma": 1e-9}})
+    _settings.write_tuning_file(str(path), [_settings.tuning_entry("shm", 3, {"alpha": 0.0, "beta": 0.0, "gamma": 1e-9})])
     res = run_mpi([(1, ["env", f"RDMACOLL_TUNING_FILE={path}"]), (2, [])], "selection.py",
                   args=[",".join(map(str, SIZES))], timeout=120)
     got = _sel(res, 3)

@@ -1,5 +1,6 @@
-"""rdmacoll-bench --tune: time every registered allreduce algorithm and fit the cost
-model's alpha-beta-gamma constants to the times; rank 0 writes the tuning file."""
+"""rdmacoll-bench --tune: time every registered allreduce algorithm over one transport on
+one host, fit the cost model's alpha-beta-gamma constants to the times (fit.py), and rank 0
+writes them into the tuning file as this host's entry for that transport and rank count."""
 from __future__ import annotations
 
 import sys
@@ -10,7 +11,9 @@ import numpy as np
 import rdmacoll as rc
 from rdmacoll import _settings
 
+from .fit import fit_cost_model
 from .options import human, parse_size
+from .report import Progress
 from .timing import slowest
 
 
@@ -46,38 +49,6 @@ def _coefficients(nbytes: int, p: int) -> dict[str, np.ndarray]:
     return {name: np.array([c[name] for c in per_unit]) for name in per_unit[0]}
 
 
-def _nnls_relative(rows) -> np.ndarray:
-    A = np.array([r[0] / r[1] for r in rows])
-    b = np.ones(len(rows))
-    free = [0, 1, 2]
-    x = np.zeros(3)
-    while free:
-        sol, *_ = np.linalg.lstsq(A[:, free], b, rcond=None)
-        if (sol > 0).all():
-            x[free] = sol
-            break
-        free = [f for f, v in zip(free, sol) if v > 0]
-    return x
-
-
-def fit_cost_model(rows: list[tuple[np.ndarray, float]]) -> tuple[np.ndarray, list[int]]:
-    """Non-negative least squares on relative error: minimise sum(((A.x - t) / t)^2) with
-    x = (alpha, beta, gamma) >= 0 (a constant the data cannot support is set to 0).
-    Times the model misses by more than 3x either way (noise from other processes, or an
-    algorithm far from its formula) are left out and the rest refitted. Returns x and the
-    indices of the rows left out."""
-    keep = list(range(len(rows)))
-    x = _nnls_relative(rows)
-    for _ in range(5):
-        ratio = [float(rows[i][0] @ x) / rows[i][1] for i in range(len(rows))]
-        new = [i for i in range(len(rows)) if 1 / 3 <= ratio[i] <= 3]
-        if new == keep or len(new) < 3:
-            break
-        keep = new
-        x = _nnls_relative([rows[i] for i in keep])
-    return x, [i for i in range(len(rows)) if i not in keep]
-
-
 def measure_gamma(count: int = 1 << 20) -> float:
     """Seconds per byte of reduction input of the local kernel (float32 Sum, 2 inputs)."""
     a = np.ones(count, np.float32)
@@ -92,26 +63,34 @@ def measure_gamma(count: int = 1 << 20) -> float:
 
 
 def tune(args) -> int:
-    rc.init()
+    # (no tuning file: the constants being measured must not steer anything)
+    config = {"tuning_file": "none"}
+    if args.transport:
+        config["transport"] = args.transport.strip()
+    rc.init(config=config)
     rank, p = rc.rank(), rc.size()
     per_cpu = rc._comm.ranks_per_cpu
+    transport, one_host = rc._comm.transport, rc.local_size() == p
     rc.shutdown()
-    if p < 2:
+    if p < 2 or not one_host:
         if rank == 0:
-            print("rdmacoll-bench --tune needs at least 2 ranks (mpiexec -n 4 rdmacoll-bench --tune, or --np 4)",
-                  file=sys.stderr)
+            print("rdmacoll-bench --tune measures one transport on one host with at least 2 ranks "
+                  f"(this job: {p} rank{'s' if p > 1 else ''}, transport {transport}): mpiexec -n 4 rdmacoll-bench "
+                  "--tune, RDMACOLL_TRANSPORT=tcp for the network's constants", file=sys.stderr)
         return 2
     # --tune-file, else the tuning_file setting (RDMACOLL_TUNING_FILE), else the default place
     chosen = _settings.resolve(scope="job")[0]["tuning_file"]
     path = args.tune_file or (chosen if chosen.lower() not in ("", "none") else _settings.default_tuning_path())
     sizes = [parse_size(s) for s in args.tune_sizes.split(",") if s.strip()]
     names = [name for name, _ in rc.algorithms()]
+    progress = Progress([(f"--tune {name}", n) for name in names for n in sizes],
+                        rank == 0 and not args.quiet)
     gamma_kernel = measure_gamma()
     times: dict[tuple[str, int], float] = {}
     for name in names:
-        # (no tuning file: the constants being measured must not steer anything)
-        rc.init(config={"algo": name, "tuning_file": "none"})
+        rc.init(config=dict(config, algo=name))
         for nbytes in sizes:
+            progress.step()
             x = np.ones(max(1, nbytes // 4), np.float32)
             t, ran = _time_allreduce(x, target_s=0.05, rounds=3)
             # Skipped: not usable at this size (eager), or continued as another algorithm
@@ -119,6 +98,7 @@ def tune(args) -> int:
             if ran == name:
                 times[(name, x.nbytes)] = t
         rc.shutdown()
+    progress.finish()
     rows = []
     for (name, nbytes), t in times.items():
         rows.append((_coefficients(nbytes, p)[name], t))
@@ -130,8 +110,10 @@ def tune(args) -> int:
     unscaled = {k: v / scale[k] for k, v in model.items()}
     keys = list(times)
     if rank == 0:
-        print(f"# rdmacoll-bench --tune: {p} ranks, transport shm, float32 Sum on NumPy arrays")
-        default = rc._core.DEFAULT_COST_MODELS["local"]
+        print(f"# rdmacoll-bench --tune: {p} ranks on host {_settings.this_host()['host']}, transport {transport}, "
+              "float32 Sum on NumPy arrays")
+        # what the core falls back to for this backend: shared memory's constants, or the network's
+        default = rc._core.DEFAULT_COST_MODELS["local" if transport == "shm" else "network"]
         shipped_here = rc._core.cost_model_for(default, per_cpu)
         print(f"# {'size':>8} " + " ".join(f"{n[:12]:>12}" for n in names)
               + f" {'fastest':>18} {'tuned picks':>18} {'shipped picks':>18}")
@@ -148,7 +130,7 @@ def tune(args) -> int:
             cells = " ".join(f"{measured[n] * 1e6:12.2f}" if measured[n] is not None else f"{'-':>12}" for n in names)
             print(f"  {human(nbytes):>8} {cells} {fastest:>18} {pick:>18}{'' if measured[pick] <= 1.15 * measured[fastest] else '*'}"
                   f" {shipped:>18}{'' if measured[shipped] <= 1.15 * measured[fastest] else '*'}")
-        print(f"# times in us (fastest of 5 batches); a pick within 15% of the fastest: tuned {ok}, shipped "
+        print(f"# times in us (fastest of 3 batches); a pick within 15% of the fastest: tuned {ok}, shipped "
               f"{ok_default} of {len(used_sizes)} sizes (* marks the others)")
         if left_out:
             print("# left out of the fit (model off by more than 3x): "
@@ -163,11 +145,12 @@ def tune(args) -> int:
               + (f" (scaled here: alpha = {shipped_here['alpha']:.3e}, beta = {shipped_here['beta']:.3e}, "
                  f"gamma = {shipped_here['gamma']:.3e})" if per_cpu > 1 else ""))
         print(f"# local reduction kernel alone: gamma = {gamma_kernel:.3e} s/B ({1 / gamma_kernel / 1e9:.2f} GB/s)")
-        _settings.write_tuning_file(path, {"shm": unscaled}, measured={
+        entry = _settings.tuning_entry(transport, p, unscaled, measured={
             "ranks": p, "ranks_per_cpu": per_cpu, "fitted": model, "sizes": used_sizes, "gamma_kernel": gamma_kernel,
-            "times": {f"{n}@{b}": t for (n, b), t in sorted(times.items())},
-            "date": time.strftime("%Y-%m-%dT%H:%M:%S"),
-        })
-        print(f"# wrote {path} (read by init() on rank 0; RDMACOLL_TUNING_FILE chooses another file, "
-              "RDMACOLL_TUNING_FILE=none ignores it)")
+            "times": {f"{n}@{b}": t for (n, b), t in sorted(times.items())}})
+        note = _settings.add_tuning_entry(path, entry)
+        print(f"# wrote {path}: the entry for {transport} at {p} ranks per host on {entry['host']} "
+              f"({entry['cpu']}, {entry['cores']} cores, rdmacoll {entry['rdmacoll']}); {note}")
+        print("# init() on rank 0 uses it when host, CPU, cores, rdmacoll version, transport and ranks per host "
+              "all match (RDMACOLL_TUNING_FILE chooses another file, RDMACOLL_TUNING_FILE=none ignores it)")
     return 0

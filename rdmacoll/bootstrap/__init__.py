@@ -106,10 +106,10 @@ def _everywhere(world, err, what):
         raise _core.RdmacollError(f"{what}: " + "; ".join(errors))
 
 
-def _describe(rank, host_of, core, settings, sources, tuning_file):
+def _describe(rank, host_of, core, settings, sources):
     """init()'s report at info level, on every rank: which transport reaches which peers
     and through which interface, the settings that differ from their defaults and where
-    each came from, the tuning file."""
+    each came from (the tuning file's verdict: _settings.log_tuning)."""
     say = lambda msg: _log.say(logging.INFO, rank, msg)  # noqa: E731
     kinds = {}
     for r, d in enumerate(core.peer_transports()):
@@ -125,8 +125,6 @@ def _describe(rank, host_of, core, settings, sources, tuning_file):
         f"{name}={settings[name]!r} ({'rank 0' if name in job_wide and rank else 'this rank'}'s {source})"
         if source != "init(config=)" else f"{name}={settings[name]!r} (init(config=))"
         for name, source in changed) or "none"))
-    say(f"tuning file: {tuning_file}" if tuning_file else
-        "tuning file: none (the cost model's shipped constants)")
 
 
 def bootstrap(config=None, exchange=None) -> World:
@@ -187,7 +185,8 @@ def bootstrap(config=None, exchange=None) -> World:
     # Every rank creates its endpoint first; a failure anywhere is reported everywhere.
     core, err = None, None
     try:
-        core = _core.Communicator(rank, size, local_size, settings, layout, job["cost_models"], log=_log.emit)
+        core = _core.Communicator(rank, size, local_size, settings, layout,
+                                  _settings.tuning_for(job, max(ranks.values())), log=_log.emit)
         addr = core.address()
     except Exception as e:  # noqa: BLE001 - re-raised below on every rank
         err, addr = f"rank {rank}: {e}", b""
@@ -199,6 +198,8 @@ def bootstrap(config=None, exchange=None) -> World:
         err = f"rank {rank}: {e}"
     _everywhere(world, err, "rdmacoll.init() failed to connect")
     world.barrier()
+    if size > 1:  # (one rank: no algorithm to choose)
+        _settings.log_tuning(job, max(ranks.values()), core.transport, rank)
     if _log.logger.isEnabledFor(logging.INFO):
-        _describe(rank, host_of, core, settings, sources, job["tuning_file"])
+        _describe(rank, host_of, core, settings, sources)
     return World(rank, size, local_rank, local_size, core, settings, sources, job["tuning_file"], world, host_of)
