@@ -198,8 +198,8 @@ def bootstrap(config=None, exchange=None) -> World:
         err = f"rank {rank}: {e}"
     _everywhere(world, err, "rdmacoll.init() failed to connect")
     world.barrier()
-    if size > 1:  # (one rank: no algorithm to choose)
-        _settings.log_tuning(job, max(ranks.values()), core.transport, rank)
     if _log.logger.isEnabledFor(logging.INFO):
         _describe(rank, host_of, core, settings, sources)
+    if size > 1:  # (one rank: no algorithm to choose)
+        _settings.log_tuning(job, max(ranks.values()), core.transport, rank)
     return World(rank, size, local_rank, local_size, core, settings, sources, job["tuning_file"], world, host_of)
