@@ -23,6 +23,7 @@ void bindTestingTuning(pybind11::module_& t);     // testing/tuning.cc: rules, c
 void bindTestingFuzz(pybind11::module_& t);       // testing/fuzz.cc: hostile peer input
 void bindTestingTransport(pybind11::module_& t);  // testing/transport_probe.cc: the raw contract
 void bindTestingIbverbs(pybind11::module_& t);    // testing/ibverbs.cc: the verbs wire format
+void bindTestingSocketInterfaces(pybind11::module_& t);  // testing/socket_interfaces.cc: SOCKET_IFNAME rules
 
 // settings.cc: the dicts the Python package hands over.
 rdmacoll::Collective collectiveNamed(const std::string& name);  // throws listing the names
