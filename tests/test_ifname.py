@@ -192,6 +192,23 @@ def test_probe_of_a_setting_that_matches_nothing_is_unusable():
     assert "lo (up, 127.0.0.1" in lines[0], lines
 
 
+@pytest.mark.parametrize("env, listen", [
+    ({}, ""),  # shm alone: no network transport
+    ({"RDMACOLL_TRANSPORT": "tcp", "RDMACOLL_SOCKET_IFNAME": "=lo"}, "lo 127.0.0.1:"),
+], ids=["shm", "tcp-lo"])
+def test_listen_address_of_a_running_job(env, listen):
+    res = run_mpi(2, "ifname.py", env=env, timeout=120)
+    where = rank_records(res, 2, "where")
+    for r, w in where.items():
+        res.check(w["listen"].startswith(listen) and (listen or w["listen"] == ""), f"rank {r}: {w}")
+        if listen:
+            port = w["listen"].rsplit(":", 1)[1]
+            res.check(port.isdigit() and f"127.0.0.1:{port})" in where[1 - r]["peers"][r],
+                      f"rank {1 - r} reaches rank {r} by {where[1 - r]['peers']}, rank {r} listens on {w['listen']}")
+    res.check(all(c["ok"] for c in res.select(kind="case")) and len(res.select(kind="case")) == 6, "allreduce")
+    rank_records(res, 2, "done")
+
+
 # --------------------------------------------------------------------------- in network namespaces
 
 
