@@ -14,7 +14,10 @@ ALGOS = ["", "hierarchical", "ring_slots", "recursive_doubling", "halving_doubli
 
 
 @contextlib.contextmanager
-def net_hosts(count: int):
+def net_hosts(count: int, setup=None):
+    """`count` hosts (a netns_testbed.Testbed), deleted at exit; setup(testbed), when
+    given, changes them first (tests/test_ifname.py: IPv6 only). Skips when they cannot be
+    made (setup raising RuntimeError or OSError included)."""
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
     try:
         import netns_testbed
@@ -25,7 +28,9 @@ def net_hosts(count: int):
     tb = netns_testbed.Testbed(hosts=count, tag=f"{os.getpid() % 100000}h{count}")
     try:
         tb.create()
-    except (netns_testbed.TestbedError, OSError) as e:
+        if setup is not None:
+            setup(tb)
+    except (netns_testbed.TestbedError, OSError, RuntimeError) as e:
         tb.destroy()
         pytest.skip(f"cannot create network namespaces here: {e}")
     try:

@@ -133,6 +133,8 @@ class Communicator {
   // The backends behind the device (transport.h: Device::localBackend/networkBackend).
   std::string localBackend() const { return links_->device().localBackend(); }
   std::string networkBackend() const { return links_->device().networkBackend(); }
+  // Where the network backend listens ("eth0 10.0.0.2:41321"), "" without one.
+  std::string listenAddress() const { return links_->device().listenAddress(); }
   // Hosts, this rank's local and cross groups (job().hostOf, computed once).
   const schedule::Hierarchy& topology() const { return topology_; }
   // Units this rank completed in earlier calls (its progress counter at the peers).

@@ -52,7 +52,9 @@ const std::vector<Setting> kTable = {
      "who tells rdmacoll the ranks and peers: `mpi` (mpiexec, mpirun, srun through the MPI), `torch` (torchrun's "
      "store: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT) or `auto` (the launcher found in the environment)"},
     {"socket_ifname", "RDMACOLL_SOCKET_IFNAME", nullptr, Kind::kText, Scope::kRank, "", 0, kNone, 1, nullptr, Check::kNone,
-     "the interface the network transport listens on (unset: the first non-loopback IPv4 interface that is up)"},
+     "which interfaces the network transport may listen on, as NCCL_SOCKET_IFNAME: prefixes (eth,ib), exact "
+     "names (=eth0), excluded (^docker,lo); unset: the first that is up, lo/docker/virbr/veth ones only when nothing "
+     "else is; IPv6 where it has no IPv4"},
     {"ib_device", "RDMACOLL_IB_DEVICE", nullptr, Kind::kText, Scope::kRank, "", 0, kNone, 1, nullptr, Check::kNone,
      "the RDMA device, `name` or `name:port` (unset: the first device with an active port)"},
     {"ib_gid_index", "RDMACOLL_IB_GID_INDEX", nullptr, Kind::kCount, Scope::kRank, "-1", -1, 65535, 1, nullptr,

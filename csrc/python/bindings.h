@@ -25,6 +25,7 @@ void bindTestingTuning(pybind11::module_& t);     // testing/tuning.cc: rules, c
 void bindTestingFuzz(pybind11::module_& t);       // testing/fuzz.cc: hostile peer input
 void bindTestingTransport(pybind11::module_& t);  // testing/transport_probe.cc: the raw contract
 void bindTestingIbverbs(pybind11::module_& t);    // testing/ibverbs.cc: the verbs wire format
+void bindTestingSocketInterfaces(pybind11::module_& t);  // testing/socket_interfaces.cc: SOCKET_IFNAME rules
 
 // log_sink.cc: the core's messages to a Python callable emit(level, line) (level 0 error
 // .. 3 debug); None: the core writes them to stderr.

@@ -235,6 +235,7 @@ class PyGroup {
   std::string lastAlgorithm() const { return group_ ? group_->lastAlgorithm() : ""; }
   size_t poolBytes() const { return g().comm().pool()->bytesMapped(); }
   std::string transport() const { return g().comm().transportName(); }
+  std::string listenAddress() const { return g().comm().listenAddress(); }
   // How each peer is reached ("" for this rank): the endpoint's description.
   std::vector<std::string> peerTransports() {
     Communicator& c = g().comm();
@@ -342,6 +343,9 @@ void bindGroup(py::module_& m) {
                              "What the latest call ran: a table name, 'from>to' after a continuation, 'local' at one rank")
       .def_property_readonly("pool_bytes", &P::poolBytes)
       .def_property_readonly("transport", &P::transport)
+      .def_property_readonly("listen_address", &P::listenAddress,
+                             "Where the network transport listens: 'eth0 10.0.0.2:41321' (IPv6: "
+                             "'eth0 [fd00::2]:41321'); '' when no network transport is open.")
       .def("peer_transports", &P::peerTransports)
       .def_property_readonly("rank", &P::rank)
       .def_property_readonly("world_ranks", &P::worldRanks, "The world rank of each rank of this communicator")

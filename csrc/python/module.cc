@@ -74,4 +74,5 @@ PYBIND11_MODULE(_core, m) {
   bindTestingFuzz(t);
   bindTestingTransport(t);
   bindTestingIbverbs(t);
+  bindTestingSocketInterfaces(t);
 }

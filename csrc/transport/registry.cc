@@ -36,6 +36,7 @@ TransportReport probeTransport(const std::string& name, const Options& options) 
 #ifdef RDMACOLL_WITH_IBVERBS
   if (name == "ibverbs") return ibverbs::probe(options);
 #endif
+  if (name == "tcp") return tcp::probe(options);
   try {
     createDevice(name, 0, 1, options);
     return {true, {}};

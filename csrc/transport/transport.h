@@ -156,6 +156,10 @@ class Device {
   // blaming its peers. Cheap enough for the waiters' periodic checks (~100 ms).
   virtual std::string failure() { return {}; }
 
+  // Where this device listens for peers over a network, for logs: interface, address and
+  // port ("eth0 10.0.0.2:41321"); "" when it listens on none.
+  virtual std::string listenAddress() const { return {}; }
+
   // The bytes peers need to connect to this device (exchanged by bootstrap).
   virtual Bytes address() const = 0;
   // Connect to `peer` given its address(). Called once per peer after the exchange.

@@ -45,6 +45,7 @@ class HybridDevice : public Device {
   std::unique_ptr<Memory> allocate(size_t len) override;
   std::unique_ptr<Memory> registerMemory(void* ptr, size_t len) override;
   std::string failure() override;
+  std::string listenAddress() const override { return net_->listenAddress(); }
   Bytes address() const override;
   std::unique_ptr<Endpoint> connect(int peer, const Bytes& peerAddress) override;
   uint64_t prepareSleep() override;

@@ -24,7 +24,7 @@ namespace tcp {
 
 namespace {
 
-constexpr uint32_t kAddressMagic = 0x31444352;  // "RCD1"
+constexpr uint32_t kAddressMagic = 0x32444352;  // "RCD2"
 constexpr uint32_t kHelloMagic = 0x31484352;    // "RCH1"
 constexpr uint32_t kAckMagic = 0x31414352;      // "RCA1"
 constexpr uint32_t kPackedMagic = 0x314d4354;   // "TCM1"
@@ -34,16 +34,18 @@ constexpr auto kConnectTimeout = std::chrono::seconds(120);
 // A connection that has not sent its hello within this long is dropped.
 constexpr auto kHelloTimeout = std::chrono::seconds(10);
 
+// What peers need to connect: self-describing, IPv4 or IPv6 alike.
 struct Address {
   uint32_t magic;
   int32_t rank;
   int32_t size;
-  uint32_t ip;  // network byte order
+  uint8_t ipVersion;  // 4 or 6
+  uint8_t pad;
   uint16_t port;
-  uint16_t pad;
-  uint32_t pad2;
+  uint8_t ip[16];     // network byte order; IPv4 uses the first 4, the rest 0
   uint64_t nonce;
 };
+static_assert(sizeof(Address) == 40, "the tcp address blob is 40 bytes");
 
 struct Hello {
   uint32_t magic;
@@ -135,8 +137,8 @@ void TcpEndpoint::unpack(const PackedMemory& packed, RemoteMemory* out) {
 
 TcpDevice::TcpDevice(int rank, int size, const Options& options)
     : rank_(rank), size_(size), pid_(getpid()), regions_(std::make_shared<Regions>()) {
-  Interface itf = chooseInterface(options.socketIfname);
-  ip_ = itf.ip;
+  const InterfaceChoice itf = chooseInterface(systemInterfaces(), options.socketIfname);
+  ip_ = itf.addr;
   ifname_ = itf.name;
   std::random_device rd;
   nonce_ = (uint64_t(rd()) << 32) ^ rd() ^ (uint64_t(getpid()) << 16);
@@ -198,7 +200,8 @@ Bytes TcpDevice::address() const {
   a.magic = kAddressMagic;
   a.rank = rank_;
   a.size = size_;
-  a.ip = ip_;
+  a.ipVersion = ip_.family == AF_INET6 ? 6 : 4;
+  std::memcpy(a.ip, ip_.bytes, ip_.family == AF_INET6 ? 16 : 4);
   a.port = port_;
   a.nonce = nonce_;
   Bytes out(sizeof(a));
@@ -206,7 +209,9 @@ Bytes TcpDevice::address() const {
   return out;
 }
 
-int TcpDevice::connectToPeer(int peer, uint32_t ip, uint16_t port, uint64_t peerNonce) {
+std::string TcpDevice::listenAddress() const { return ifname_ + " " + endpointText(ip_, port_); }
+
+int TcpDevice::connectToPeer(int peer, const IpAddress& ip, uint16_t port, uint64_t peerNonce) {
   auto deadline = Clock::now() + kConnectTimeout;
   std::string who = "rank " + std::to_string(peer);
   int fd = connectTo(ip, port, deadline, who);
@@ -214,11 +219,10 @@ int TcpDevice::connectToPeer(int peer, uint32_t ip, uint16_t port, uint64_t peer
     Hello h{kHelloMagic, rank_, peer, size_, peerNonce, nonce_};
     Ack a{};
     if (!writeFull(fd, &h, sizeof(h), deadline) || !readFull(fd, &a, sizeof(a), deadline)) {
-      throw Error("tcp: " + who + " at " + ipText(ip) + ":" + std::to_string(port) +
-                  " did not acknowledge the connection (closed or timed out)");
+      throw Error("tcp: " + who + " at " + endpointText(ip, port) + " did not acknowledge the connection (closed or timed out)");
     }
     if (a.magic != kAckMagic || a.from != peer || a.to != rank_ || a.toNonce != nonce_) {
-      throw Error("tcp: the process at " + ipText(ip) + ":" + std::to_string(port) + " is not " + who +
+      throw Error("tcp: the process at " + endpointText(ip, port) + " is not " + who +
                   " of this job (bad acknowledgement)");
     }
   } catch (...) {
@@ -233,7 +237,7 @@ int TcpDevice::acceptFrom(int peer, uint64_t peerNonce) {
   while (pending_.find(peer) == pending_.end()) {
     if (Clock::now() >= deadline) {
       throw Error("tcp: rank " + std::to_string(peer) + " did not connect to rank " + std::to_string(rank_) +
-                  " at " + ipText(ip_) + ":" + std::to_string(port_) + " within " +
+                  " at " + ifname_ + " " + endpointText(ip_, port_) + " within " +
                   std::to_string(kConnectTimeout.count()) + " s (firewall, or wrong interface: "
                   "set RDMACOLL_SOCKET_IFNAME)");
     }
@@ -278,17 +282,20 @@ std::unique_ptr<Endpoint> TcpDevice::connect(int peer, const Bytes& peerAddress)
   }
   std::memcpy(&a, peerAddress.data(), sizeof(a));
   if (a.magic != kAddressMagic || a.rank != peer || a.size != size_ || peer == rank_ || peer < 0 ||
-      peer >= size_) {
+      peer >= size_ || (a.ipVersion != 4 && a.ipVersion != 6)) {
     throw Error("tcp: malformed address from rank " + std::to_string(peer));
   }
-  int fd = peer > rank_ ? connectToPeer(peer, a.ip, a.port, a.nonce) : acceptFrom(peer, a.nonce);
+  IpAddress ip;
+  ip.family = a.ipVersion == 6 ? AF_INET6 : AF_INET;
+  std::memcpy(ip.bytes, a.ip, a.ipVersion == 6 ? 16 : 4);
+  int fd = peer > rank_ ? connectToPeer(peer, ip, a.port, a.nonce) : acceptFrom(peer, a.nonce);
   try {
     tuneDataSocket(fd);
   } catch (...) {
     close(fd);
     throw;
   }
-  return std::make_unique<TcpEndpoint>(this, peer, fd, ipText(a.ip) + ":" + std::to_string(a.port));
+  return std::make_unique<TcpEndpoint>(this, peer, fd, endpointText(ip, a.port));
 }
 
 void TcpDevice::attach(TcpEndpoint* ep) {

@@ -2,8 +2,6 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
-#include <ifaddrs.h>
-#include <net/if.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
@@ -41,76 +39,50 @@ bool waitFor(int fd, short events, Clock::time_point deadline) {
   }
 }
 
+// The socket address of ip:port (IPv4 or IPv6); its length.
+socklen_t toSockaddr(const IpAddress& ip, uint16_t port, struct sockaddr_storage* out) {
+  std::memset(out, 0, sizeof(*out));
+  if (ip.family == AF_INET6) {
+    auto* a = reinterpret_cast<struct sockaddr_in6*>(out);
+    a->sin6_family = AF_INET6;
+    a->sin6_port = htons(port);
+    std::memcpy(&a->sin6_addr, ip.bytes, 16);
+    return sizeof(*a);
+  }
+  RC_CHECK(ip.family == AF_INET, "tcp: an address of unknown family " + std::to_string(ip.family));
+  auto* a = reinterpret_cast<struct sockaddr_in*>(out);
+  a->sin_family = AF_INET;
+  a->sin_port = htons(port);
+  std::memcpy(&a->sin_addr, ip.bytes, 4);
+  return sizeof(*a);
+}
+
 }  // namespace
 
-std::string ipText(uint32_t ip) {
-  char buf[INET_ADDRSTRLEN] = {};
-  struct in_addr a;
-  a.s_addr = ip;
-  inet_ntop(AF_INET, &a, buf, sizeof(buf));
-  return buf;
-}
-
-Interface chooseInterface(const std::string& wanted) {
-  const char* want = wanted.c_str();
-  struct ifaddrs* list = nullptr;
-  if (getifaddrs(&list) != 0) throw Error(sysError("tcp: getifaddrs", errno));
-  Interface chosen, loopback;
-  std::string seen;
-  for (struct ifaddrs* i = list; i; i = i->ifa_next) {
-    if (!i->ifa_addr || i->ifa_addr->sa_family != AF_INET) continue;
-    uint32_t ip = reinterpret_cast<struct sockaddr_in*>(i->ifa_addr)->sin_addr.s_addr;
-    seen += std::string(seen.empty() ? "" : ", ") + i->ifa_name + " " + ipText(ip);
-    if (want && *want) {
-      if (chosen.ip == 0 && std::strcmp(i->ifa_name, want) == 0) chosen = {i->ifa_name, ip};
-      continue;
-    }
-    if (!(i->ifa_flags & IFF_UP)) continue;
-    if (i->ifa_flags & IFF_LOOPBACK) {
-      if (loopback.ip == 0) loopback = {i->ifa_name, ip};
-    } else if (chosen.ip == 0) {
-      chosen = {i->ifa_name, ip};
-    }
-  }
-  freeifaddrs(list);
-  if (want && *want && chosen.ip == 0) {
-    throw Error(std::string("tcp: RDMACOLL_SOCKET_IFNAME=") + want +
-                " names no interface with an IPv4 address; IPv4 interfaces here: " +
-                (seen.empty() ? "none" : seen));
-  }
-  if (chosen.ip != 0) return chosen;
-  if (loopback.ip != 0) return loopback;
-  return {"lo", htonl(INADDR_LOOPBACK)};
-}
-
-int listenOn(uint32_t ip, uint16_t* port, int backlog) {
-  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+int listenOn(const IpAddress& ip, uint16_t* port, int backlog) {
+  struct sockaddr_storage a;
+  socklen_t alen = toSockaddr(ip, 0, &a);
+  int fd = socket(ip.family, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) throw Error(sysError("tcp: socket", errno));
-  struct sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = ip;
-  a.sin_port = 0;
-  socklen_t alen = sizeof(a);
-  if (bind(fd, reinterpret_cast<struct sockaddr*>(&a), sizeof(a)) != 0 || listen(fd, backlog) != 0 ||
+  if (bind(fd, reinterpret_cast<struct sockaddr*>(&a), alen) != 0 || listen(fd, backlog) != 0 ||
       getsockname(fd, reinterpret_cast<struct sockaddr*>(&a), &alen) != 0) {
     int e = errno;
     close(fd);
     throw Error(sysError("tcp: listening on " + ipText(ip), e));
   }
-  *port = ntohs(a.sin_port);
+  *port = ntohs(ip.family == AF_INET6 ? reinterpret_cast<struct sockaddr_in6*>(&a)->sin6_port
+                                      : reinterpret_cast<struct sockaddr_in*>(&a)->sin_port);
   return fd;
 }
 
-int connectTo(uint32_t ip, uint16_t port, Clock::time_point deadline, const std::string& what) {
-  struct sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = ip;
-  a.sin_port = htons(port);
+int connectTo(const IpAddress& ip, uint16_t port, Clock::time_point deadline, const std::string& what) {
+  struct sockaddr_storage a;
+  const socklen_t alen = toSockaddr(ip, port, &a);
   int lastErr = 0;
   while (true) {
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    int fd = socket(ip.family, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0) throw Error(sysError("tcp: socket", errno));
-    if (connect(fd, reinterpret_cast<struct sockaddr*>(&a), sizeof(a)) == 0) return fd;
+    if (connect(fd, reinterpret_cast<struct sockaddr*>(&a), alen) == 0) return fd;
     lastErr = errno;
     close(fd);
     bool retry = lastErr == ECONNREFUSED || lastErr == ENETUNREACH || lastErr == EHOSTUNREACH ||
@@ -118,7 +90,7 @@ int connectTo(uint32_t ip, uint16_t port, Clock::time_point deadline, const std:
     if (!retry || Clock::now() >= deadline) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  throw Error(sysError("tcp: connecting to " + what + " at " + ipText(ip) + ":" + std::to_string(port), lastErr));
+  throw Error(sysError("tcp: connecting to " + what + " at " + endpointText(ip, port), lastErr));
 }
 
 bool readFull(int fd, void* p, size_t n, Clock::time_point deadline) {

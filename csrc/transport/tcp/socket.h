@@ -1,11 +1,13 @@
-// Socket plumbing of the tcp transport: which IPv4 address to listen on, listening,
-// connecting and the blocking handshake reads/writes with a deadline, and the options a
-// data connection gets (non-blocking, TCP_NODELAY, large buffers).
+// Socket plumbing of the tcp transport: listening and connecting over IPv4 or IPv6 (which
+// interface and address: interfaces.h), the blocking handshake reads/writes with a
+// deadline, and the options a data connection gets (non-blocking, TCP_NODELAY, buffers).
 #pragma once
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <string>
+
+#include "transport/tcp/interfaces.h"
 
 namespace rdmacoll {
 namespace transport {
@@ -17,21 +19,10 @@ using Clock = std::chrono::steady_clock;
 // net.core.{r,w}mem_max unless the process may override it).
 constexpr int kSocketBufferBytes = 4 << 20;
 
-struct Interface {
-  std::string name;
-  uint32_t ip = 0;  // network byte order
-};
-
-// RDMACOLL_SOCKET_IFNAME names the interface (an error lists the candidates when it
-// has no IPv4 address); else the first non-loopback interface that is UP with an IPv4
-// address; else loopback.
-Interface chooseInterface(const std::string& want);
-std::string ipText(uint32_t ip);
-
 // A listening socket on ip, port chosen by the kernel (returned in *port).
-int listenOn(uint32_t ip, uint16_t* port, int backlog);
+int listenOn(const IpAddress& ip, uint16_t* port, int backlog);
 // A connected blocking socket, retrying refused/unreachable attempts until deadline.
-int connectTo(uint32_t ip, uint16_t port, Clock::time_point deadline, const std::string& what);
+int connectTo(const IpAddress& ip, uint16_t port, Clock::time_point deadline, const std::string& what);
 // Blocking exact-size transfer with a deadline on a (possibly non-blocking) socket.
 // Return false on timeout or EOF; throw Error on other failures.
 bool readFull(int fd, void* p, size_t n, Clock::time_point deadline);

@@ -14,7 +14,7 @@
 // sleeping in sleep().
 //
 // Connections: every device listens on its interface (socket.h) from construction;
-// address() = {rank, size, IPv4, port, nonce}. For each pair the lower rank connects and
+// address() = {rank, size, IP version, IPv4 or IPv6 address, port, nonce}. For each pair the lower rank connects and
 // sends a hello naming both ranks and the target's nonce; the higher rank accepts (any
 // order: hellos of other peers wait in `pending_`), checks it, and acknowledges.
 //
@@ -34,6 +34,8 @@
 #include <unordered_map>
 
 #include "transport/tcp/frame.h"
+#include "transport/tcp/interfaces.h"
+#include "transport/registry.h"
 #include "transport/transport.h"
 
 namespace rdmacoll {
@@ -128,6 +130,7 @@ class TcpDevice : public Device {
   void cancelSleep() override;
   void sleep(uint64_t seen, int timeoutMs) override;
   bool setWakeHook(std::function<void()> hook) override;  // the progress thread calls it
+  std::string listenAddress() const override;              // "eth0 10.0.0.2:41321"
 
   int rank() const { return rank_; }
   // True in a child of fork(): its copy owns nothing (fork_guard.h).
@@ -146,11 +149,11 @@ class TcpDevice : public Device {
   };
   void progressLoop();
   int acceptFrom(int peer, uint64_t peerNonce);
-  int connectToPeer(int peer, uint32_t ip, uint16_t port, uint64_t peerNonce);
+  int connectToPeer(int peer, const IpAddress& ip, uint16_t port, uint64_t peerNonce);
 
   int rank_, size_;
   pid_t pid_;
-  uint32_t ip_ = 0;
+  IpAddress ip_;
   uint16_t port_ = 0;
   std::string ifname_;
   uint64_t nonce_;
@@ -176,6 +179,10 @@ class TcpDevice : public Device {
   std::unique_ptr<std::function<void()>> hookOwner_;
   std::atomic<std::function<void()>*> hook_{nullptr};
 };
+
+// For `rdmacoll doctor` (probe.cc): the interface and address a device would listen on and
+// why (RDMACOLL_SOCKET_IFNAME's rules, interfaces.h), and every interface here.
+TransportReport probe(const Options& options);
 
 }  // namespace tcp
 }  // namespace transport
