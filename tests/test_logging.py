@@ -33,6 +33,13 @@ def test_info_without_logging_setup_prints_every_ranks_report_on_stderr():
     res.check(not any(" DEBUG " in ln for ln in err), "debug lines at level info")
 
 
+def test_info_names_the_interface_and_address_of_the_network_transport():
+    res, err = _launch("none", {"RDMACOLL_LOG_LEVEL": "info", "RDMACOLL_TRANSPORT": "tcp"})
+    for r in (0, 1):
+        res.check(any(re.match(rf"rdmacoll INFO \[rank {r}\] host 0 of 1, transport tcp: tcp to ranks \[{1 - r}\]; "
+                               r"listening on \S+ \S+:\d+$", ln) for ln in err), f"rank {r}: no interface line in {err}")
+
+
 def test_debug_shows_each_choice_once_per_size_class_and_any_case():
     res, err = _launch("none", {"RDMACOLL_LOG_LEVEL": "DEBUG", "RDMACOLL_ALGO": "allreduce:1M-inf:ring"})
     for r in (0, 1):
