@@ -295,6 +295,9 @@ def job_report(exchange, out=print) -> int:
             sub.connect([blobs[a], blobs[b]])
             mine = _measure(sub)
             sub.close()
+        # The others wait in the core's barrier, which yields the CPU on a shared host
+        # (MPI's allgather would spin beside the pair being measured).
+        world.core.barrier()
         got = exchange.allgather(mine)
         measured.append((max(got[a][0], got[b][0]), max(got[a][1], got[b][1])))
     world.core.barrier()
