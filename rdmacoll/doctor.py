@@ -348,9 +348,11 @@ def _version() -> str:
 
 
 def main(argv=None) -> int:
+    """python -m rdmacoll.doctor [doctor] [options]: the `rdmacoll doctor` subcommand."""
     from .cli import main as cli
 
-    return cli(["doctor", *(sys.argv[1:] if argv is None else argv)])
+    argv = list(sys.argv[1:] if argv is None else argv)
+    return cli(argv if argv[:1] == ["doctor"] else ["doctor", *argv])
 
 
 if __name__ == "__main__":

@@ -69,6 +69,21 @@ def test_doctor_job_report_names_every_rank_and_pair_class():
     res.check(m and float(m.group(1)) > 0 and float(m.group(2)) > 0, "no measured check of the shm pairs")
 
 
+def test_doctor_job_report_across_two_hosts():
+    from test_hosts import groups, net_hosts
+
+    with net_hosts(2) as hosts:
+        res = run_mpi(groups(hosts, 2), "doctor_job.py", ["-1"], timeout=180)
+    out = "\n".join(ln.text for ln in res.lines if ln.stream == "out")
+    res.check(res.returncode == 0, "doctor failed")
+    res.check("=== host 0: ranks 0, 1 ===" in out and "=== host 1: ranks 2, 3 ===" in out, "hosts and their ranks")
+    res.check(out.count("transports compiled in:") == 2, "not one report per host")
+    res.check("job: 4 ranks on 2 host(s), all connected" in out, "no job line")
+    res.check(re.search(r"\n  same host, shm: 2 pair\(s\); ranks 0 and 1: 8 B [\d.]+ us", out), "no same-host class")
+    res.check(re.search(r"\n  between hosts, tcp: 4 pair\(s\); ranks 0 and 2: 8 B [\d.]+ us, 16 MiB", out),
+              "no between-hosts class")
+
+
 def test_doctor_job_report_under_torchrun():
     res = run_torchrun(2, "doctor_job.py", ["-1"], timeout=120)
     out = "\n".join(ln.text for ln in res.lines if ln.stream == "out")

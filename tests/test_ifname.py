@@ -278,8 +278,8 @@ def test_rules_on_real_interfaces():
             pytest.skip(f"cannot make interfaces in a network namespace here: {e}")
         specs = ["", "^eth", "^=eth-test", "=eth-down", "veth", "^eth,docker"]
         r = subprocess.run(["ip", "netns", "exec", ns, sys.executable, "-c", PROBE, *specs],
-                           capture_output=True, text=True, timeout=60, env=dict(os.environ))
-        assert r.returncode == 0, r.stderr
+                           capture_output=True, text=True, timeout=60, env=dict(os.environ), cwd="/")
+        assert r.returncode == 0, r.stderr  # (cwd: the source tree must not shadow the installed package)
         got = dict(zip(specs, json.loads(r.stdout)))
     first = {s: (ok, lines[0]) for s, (ok, lines) in got.items()}
     # (each veth pair's other end, p<digits>, is up with a link-local address only: never chosen)
