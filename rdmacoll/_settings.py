@@ -53,6 +53,31 @@ def _overrides(config) -> dict:
     return out
 
 
+# Horovod's variables that set a setting in another grammar than the setting's own (the
+# aliases with the same grammar are in the core's table). Read after the setting's own
+# variable and before its alias; Horovod reads them as integers, > 0 meaning on.
+HOROVOD_SWITCHES = {
+    "HOROVOD_STALL_CHECK_DISABLE": {"stall_warning": "0", "stall_shutdown": "0"},
+    "HOROVOD_HIERARCHICAL_ALLREDUCE": {"algo": "allreduce:hierarchical"},
+}
+
+
+def _switched_on(var: str, text: str) -> bool:
+    try:
+        return int(text.strip()) > 0
+    except ValueError:
+        raise _core.RdmacollError(f"{var}={text!r} is not an integer (Horovod's switches: 1 on, 0 off)") from None
+
+
+def horovod_ignored(env=None) -> list[str]:
+    """The HOROVOD_ variables set in `env` that mean nothing to rdmacoll (GPU ones,
+    HOROVOD_CYCLE_TIME, HOROVOD_CACHE_CAPACITY, HOROVOD_TIMELINE_MARK_CYCLES, ...): neither
+    an alias in the table nor a switch above. init() logs them at debug level."""
+    env = os.environ if env is None else env
+    known = {row["alias"] for row in _core.SETTINGS if row["alias"]} | set(HOROVOD_SWITCHES)
+    return sorted(v for v in env if v.startswith("HOROVOD_") and v not in known)
+
+
 def resolve(env=None, config=None, scope=None) -> tuple[dict, dict]:
     """(values, sources) of every setting of `scope` ("job", "rank", or None for all):
     values typed as the core parsed them, sources naming where each came from
@@ -65,11 +90,19 @@ def resolve(env=None, config=None, scope=None) -> tuple[dict, dict]:
         if scope is not None and row["scope"] != scope:
             continue
         text, source = given.get(name), "init(config=)"
-        if text is None:
-            for var in (row["env"], row["alias"]):
-                if var and env.get(var, "").strip():
-                    text, source = env[var], var
-                    break
+        # the variable, then a Horovod switch that sets it (HOROVOD_STALL_CHECK_DISABLE
+        # overrides Horovod's times, as in Horovod), then the alias
+        candidates = [(row["env"], None)] + [(var, sets[name]) for var, sets in HOROVOD_SWITCHES.items()
+                                             if name in sets] + [(row["alias"], None)]
+        for var, switched in candidates if text is None else ():
+            if not var or not env.get(var, "").strip():
+                continue
+            if switched is None:
+                text, source = env[var], var
+                break
+            if _switched_on(var, env[var]):
+                text, source = switched, var
+                break
         if text is None:
             values[name], sources[name] = row["default"], "default"
             continue

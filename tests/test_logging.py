@@ -70,9 +70,12 @@ def test_logger_level_set_by_the_user_and_horovods_variable():
     res, err = _launch("logger-debug", {})
     res.check(any(ln.startswith("rdmacoll DEBUG [rank 1] allreduce of 4000 B") for ln in err),
               f"the rdmacoll logger at DEBUG did not reach the core: {err}")
-    res, err = _launch("none", {"HOROVOD_LOG_LEVEL": "trace"})
+    res, err = _launch("none", {"HOROVOD_LOG_LEVEL": "trace", "HOROVOD_CYCLE_TIME": "5"})
     res.check(any(ln.startswith("rdmacoll DEBUG [rank 0] allreduce of 4000 B") for ln in err),
               f"HOROVOD_LOG_LEVEL=trace is not debug: {err}")
+    for r in (0, 1):
+        res.check(f"rdmacoll DEBUG [rank {r}] HOROVOD_CYCLE_TIME='5' has no meaning in rdmacoll: ignored" in err,
+                  f"rank {r}: no line for the ignored Horovod variable: {err}")
     res, err = _launch("none", {"HOROVOD_LOG_LEVEL": "debug", "RDMACOLL_LOG_LEVEL": "warning"})
     res.check(not [ln for ln in err if ln.startswith("rdmacoll ")], f"RDMACOLL_LOG_LEVEL did not win: {err}")
 

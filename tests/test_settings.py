@@ -111,3 +111,44 @@ def test_config_that_differs_between_ranks_fails_everywhere():
     for r, rec in rank_records(res, 2, "init").items():
         res.check(rec["error"] and "differs between ranks" in rec["error"] and "slots" in rec["error"],
                   f"rank {r}: {rec['error']!r}")
+
+
+# --------------------------------------------------------------------------- Horovod's variables
+
+
+@pytest.mark.parametrize("env,name,value,source", [
+    ({"HOROVOD_STALL_CHECK_TIME_SECONDS": "5"}, "stall_warning", 5.0, "HOROVOD_STALL_CHECK_TIME_SECONDS"),
+    ({"HOROVOD_STALL_CHECK_TIME_SECONDS": "5", "RDMACOLL_STALL_WARNING_SECONDS": "7"}, "stall_warning", 7.0,
+     "RDMACOLL_STALL_WARNING_SECONDS"),
+    ({"HOROVOD_STALL_SHUTDOWN_TIME_SECONDS": "30"}, "stall_shutdown", 30.0, "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS"),
+    ({"HOROVOD_STALL_CHECK_DISABLE": "1", "HOROVOD_STALL_CHECK_TIME_SECONDS": "5"}, "stall_warning", 0.0,
+     "HOROVOD_STALL_CHECK_DISABLE"),
+    ({"HOROVOD_STALL_CHECK_DISABLE": "1", "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS": "30"}, "stall_shutdown", 0.0,
+     "HOROVOD_STALL_CHECK_DISABLE"),
+    ({"HOROVOD_STALL_CHECK_DISABLE": "1", "RDMACOLL_STALL_WARNING_SECONDS": "9"}, "stall_warning", 9.0,
+     "RDMACOLL_STALL_WARNING_SECONDS"),
+    ({"HOROVOD_STALL_CHECK_DISABLE": "0", "HOROVOD_STALL_CHECK_TIME_SECONDS": "5"}, "stall_warning", 5.0,
+     "HOROVOD_STALL_CHECK_TIME_SECONDS"),
+    ({"HOROVOD_HIERARCHICAL_ALLREDUCE": "1"}, "algo", "allreduce:hierarchical", "HOROVOD_HIERARCHICAL_ALLREDUCE"),
+    ({"HOROVOD_HIERARCHICAL_ALLREDUCE": "0"}, "algo", "", "default"),
+    ({"HOROVOD_HIERARCHICAL_ALLREDUCE": "1", "RDMACOLL_ALGO": "ring"}, "algo", "ring", "RDMACOLL_ALGO"),
+    ({"HOROVOD_TIMELINE": "/tmp/t.json"}, "timeline", "/tmp/t.json", "HOROVOD_TIMELINE"),
+    ({"HOROVOD_FUSION_THRESHOLD": "1048576"}, "fusion_threshold", 1 << 20, "HOROVOD_FUSION_THRESHOLD"),
+    ({"HOROVOD_LOG_LEVEL": "TRACE"}, "log_level", "debug", "HOROVOD_LOG_LEVEL"),
+])
+def test_horovods_variables(env, name, value, source):
+    values, sources = _settings.resolve(env=env)
+    assert (values[name], sources[name]) == (value, source)
+
+
+def test_horovod_switch_that_is_not_a_number():
+    with pytest.raises(RdmacollError, match=r"HOROVOD_HIERARCHICAL_ALLREDUCE='yes' is not an integer"):
+        _settings.resolve(env={"HOROVOD_HIERARCHICAL_ALLREDUCE": "yes"})
+
+
+def test_horovod_variables_without_meaning_here():
+    env = {"HOROVOD_CYCLE_TIME": "5", "HOROVOD_CACHE_CAPACITY": "0", "HOROVOD_GPU_OPERATIONS": "NCCL",
+           "HOROVOD_TIMELINE_MARK_CYCLES": "1", "HOROVOD_FUSION_THRESHOLD": "1", "HOROVOD_STALL_CHECK_DISABLE": "1",
+           "RDMACOLL_ALGO": "ring"}
+    assert _settings.horovod_ignored(env) == ["HOROVOD_CACHE_CAPACITY", "HOROVOD_CYCLE_TIME", "HOROVOD_GPU_OPERATIONS",
+                                              "HOROVOD_TIMELINE_MARK_CYCLES"]

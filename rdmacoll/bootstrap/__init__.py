@@ -200,6 +200,8 @@ def bootstrap(config=None, exchange=None) -> World:
     world.barrier()
     if _log.logger.isEnabledFor(logging.INFO):
         _describe(rank, host_of, core, settings, sources)
+    for var in _settings.horovod_ignored():
+        _log.say(logging.DEBUG, rank, f"{var}={os.environ[var]!r} has no meaning in rdmacoll: ignored")
     if size > 1:  # (one rank: no algorithm to choose)
         _settings.log_tuning(job, max(ranks.values()), core.transport, rank)
     return World(rank, size, local_rank, local_size, core, settings, sources, job["tuning_file"], world, host_of)
