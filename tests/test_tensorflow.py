@@ -51,6 +51,10 @@ def test_collectives_eager_and_tf_function(checks):
     assert_check(checks, "collectives")
 
 
+def test_gradients_as_horovod_registers_them(checks):
+    assert_check(checks, "gradients")
+
+
 def test_graph_mode_collectives_run_in_program_order(checks):
     assert_check(checks, "graph_order")
 

@@ -163,6 +163,56 @@ def collectives(hvd, tf, np):
     return not bad, "; ".join(bad[:4])
 
 
+@check
+def gradients(hvd, tf, np):
+    """Gradients of every collective as Horovod 0.28.1 registers them (mpi_ops.py), eagerly
+    and in tf.function: loss = sum(W_r * y) on rank r, the gradient wrt this rank's input
+    against the formula computed here from every rank's W."""
+    rank, size = hvd.rank(), hvd.size()
+    w = [np.arange(8, dtype=np.float32) * (r + 1) + 1 for r in range(size)]     # rank r's weights
+    x = tf.constant(np.arange(4, dtype=np.float32) + rank)
+    rows = sum(q + 1 for q in range(size))
+    gather_w = [np.arange(rows * 2, dtype=np.float32).reshape(rows, 2) * (r + 1) for r in range(size)]
+    start = sum(q + 1 for q in range(rank))
+    mean_g = sum(gather_w) / size
+    cases = {  # name: (f(x) -> list of outputs, the weights of each output on rank r, the expected gradient)
+        "allreduce Sum": (lambda t: [hvd.allreduce(t, op=hvd.Sum)], lambda r: [w[r][:4]], sum(v[:4] for v in w)),
+        "allreduce Average": (lambda t: [hvd.allreduce(t)], lambda r: [w[r][:4]], sum(v[:4] for v in w) / size),
+        "allreduce scaled": (lambda t: [hvd.allreduce(t, op=hvd.Sum, prescale_factor=2.0, postscale_factor=0.5)],
+                             lambda r: [w[r][:4]], sum(v[:4] for v in w)),
+        "grouped_allreduce": (lambda t: hvd.grouped_allreduce([t, 2 * t], op=hvd.Sum),
+                              lambda r: [w[r][:4], w[r][4:]], sum(v[:4] + 2 * v[4:] for v in w)),
+        "allgather": (lambda t: [hvd.allgather(tf.reshape(tf.tile(t[:1], [2 * (rank + 1)]), [rank + 1, 2]))],
+                      lambda r: [gather_w[r]], np.array([mean_g[start:start + rank + 1].sum()] + [0] * 3, np.float32)),
+        "broadcast": (lambda t: [hvd.broadcast(t, size - 1)], lambda r: [w[r][:4]],
+                      sum(v[:4] for v in w) / size * (rank == size - 1)),
+        "alltoall splits": (lambda t: [hvd.alltoall(t[:size], splits=[1] * size)[0]], lambda r: [w[r][:size]],
+                            np.array([w[q][rank] for q in range(size)] + [0] * (4 - size), np.float32)),
+        "alltoall even": (lambda t: [hvd.alltoall(t[:size])], lambda r: [w[r][:size]],
+                          np.array([w[q][rank] for q in range(size)] + [0] * (4 - size), np.float32)),
+        "reducescatter Sum": (lambda t: [hvd.reducescatter(tf.reshape(tf.tile(t[:2], [size]), [size, 2]), op=hvd.Sum)],
+                              lambda r: [w[r][:2].reshape(1, 2)], np.array(list(size * sum(v[:2] for v in w)) + [0, 0],
+                                                                            np.float32)),
+        "reducescatter Average": (lambda t: [hvd.reducescatter(tf.reshape(tf.tile(t[:2], [size]), [size, 2]))],
+                                  lambda r: [w[r][:2].reshape(1, 2)], np.array(list(sum(v[:2] for v in w)) + [0, 0],
+                                                                                np.float32)),
+    }
+    bad = []
+    if isinstance(hvd.alltoall(tf.zeros([size, 3])), tuple):
+        bad.append("alltoall without splits returned a tuple (Horovod returns the tensor)")
+    for name, (f, weights, want) in cases.items():
+        def grad_of(t, f=f, weights=weights):
+            with tf.GradientTape() as tape:
+                tape.watch(t)
+                loss = tf.add_n([tf.reduce_sum(tf.constant(wt) * y) for wt, y in zip(weights(rank), f(t))])
+            return tape.gradient(loss, t)
+        for mode, fn in (("eager", grad_of), ("tf.function", tf.function(grad_of))):
+            got = fn(x)
+            if got is None or not np.allclose(got.numpy(), want, rtol=1e-6, atol=1e-6):
+                bad.append(f"{mode} {name}: got {None if got is None else got.numpy().tolist()} want {want.tolist()}")
+    return not bad, "; ".join(bad[:4])
+
+
 def ancestors(op):
     """Every op that op waits for (through data and control inputs)."""
     seen, todo = set(), [op]

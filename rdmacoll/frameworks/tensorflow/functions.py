@@ -2,16 +2,13 @@
 inside tf.function (see _graph.py for how graph mode keeps every rank's order)."""
 from __future__ import annotations
 
-import numpy as np
 import tensorflow as tf
 
 import rdmacoll as rc
 
 from .._common import fusion_threshold
-from . import _arrays, _graph
+from . import _arrays, _graph, gradients
 from .compression import Compression
-
-_UNBOUNDED = 1 << 62  # a "threshold" that puts every tensor of a dtype into one bucket
 
 
 def _resolve_op(average, op):
@@ -29,14 +26,13 @@ def _name(name, default):
 
 def fused_allreduce(tensors, op=rc.Average, threshold=None, name=None):
     """Reduce a list of dense tensors in as few collectives as the fusion threshold
-    allows (default: RDMACOLL_FUSION_THRESHOLD); returns the reduced tensors."""
+    allows (default: RDMACOLL_FUSION_THRESHOLD); returns the reduced tensors (not
+    differentiable: the optimizers' gradient path)."""
     tensors = [tf.convert_to_tensor(t) for t in tensors]
     if not tensors:
         return []
     threshold = fusion_threshold() if threshold is None else threshold
-    name = _name(name, "allreduce")
-    return _graph.run(lambda *arrays: _arrays.allreduce_arrays(arrays, op, threshold, name),
-                      tensors, [t.dtype for t in tensors], [t.shape for t in tensors])
+    return gradients.fused(tensors, op, threshold, _name(name, "allreduce"))
 
 
 def _scale(t, factor):
@@ -56,7 +52,7 @@ def allreduce(tensor, average=None, device_dense="", device_sparse="", compressi
         post = postscale_factor / (rc.size() if op == rc.Average else 1)
         return tf.IndexedSlices(_scale(values, post), indices, dense_shape=tensor.dense_shape)
     compressed, ctx = compression.compress(_scale(tf.convert_to_tensor(tensor), prescale_factor))
-    (reduced,) = fused_allreduce([compressed], op, _UNBOUNDED, _name(name, "allreduce"))
+    reduced = gradients.allreduce(compressed, op, _name(name, "allreduce"))
     return _scale(compression.decompress(reduced, ctx), postscale_factor)
 
 
@@ -65,50 +61,33 @@ def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="", 
     """allreduce of a list of tensors as one collective per dtype; returns a list."""
     op = _resolve_op(average, op)
     pairs = [compression.compress(_scale(tf.convert_to_tensor(t), prescale_factor)) for t in tensors]
-    reduced = fused_allreduce([p[0] for p in pairs], op, _UNBOUNDED, _name(name, "grouped_allreduce"))
+    reduced = gradients.grouped_allreduce([p[0] for p in pairs], op, _name(name, "grouped_allreduce"))
     return [_scale(compression.decompress(r, ctx), postscale_factor) for r, (_, ctx) in zip(reduced, pairs)]
 
 
 def allgather(tensor, name=None):
     """Every rank's tensor concatenated along the first dimension (which may differ)."""
-    t = tf.convert_to_tensor(tensor)
-    name = _name(name, "allgather")
-    (out,) = _graph.run(lambda a: [rc.allgather(a, name=name)], [t], [t.dtype], [[None] + t.shape[1:]])
-    return out
+    return gradients.allgather(tensor, _name(name, "allgather"))
 
 
 def broadcast(tensor, root_rank, name=None):
     """root_rank's tensor on every rank."""
-    t = tf.convert_to_tensor(tensor)
-    name = _name(name, "broadcast")
-    (out,) = _graph.run(lambda a: [rc.broadcast(a, root_rank, name=name)], [t], [t.dtype], [t.shape])
-    return out
+    return gradients.broadcast(tensor, root_rank, _name(name, "broadcast"))
 
 
-def reducescatter(tensor, op=rc.Average, name=None):
+def reducescatter(tensor, op=rc.Average, name=None, prescale_factor=1.0, postscale_factor=1.0):
     """The reduction of tensor across ranks, split along the first dimension: this rank's
     share (the first rows % size ranks get one row more)."""
-    t = tf.convert_to_tensor(tensor)
-    name = _name(name, "reducescatter")
-    (out,) = _graph.run(lambda a: [rc.reducescatter(a, op=op, name=name)], [t], [t.dtype],
-                        [[None] + t.shape[1:]])
-    return out
+    t = _scale(tf.convert_to_tensor(tensor), prescale_factor)
+    return _scale(gradients.reducescatter(t, op, _name(name, "reducescatter")), postscale_factor)
 
 
 def alltoall(tensor, splits=None, name=None):
-    """Send splits[j] rows of tensor to rank j (splits=None: even split); returns
-    (what every rank sent here in rank order, the rows received from each rank)."""
-    t = tf.convert_to_tensor(tensor)
-    name = _name(name, "alltoall")
-    inputs = [t] if splits is None else [t, tf.cast(tf.convert_to_tensor(splits), tf.int64)]
-
-    def fn(a, s=None):
-        out, received = rc.alltoall(a, None if s is None else s.tolist(), name=name,
-                                    return_received_splits=True)
-        return [out, np.asarray(received, np.int32)]
-
-    out, received = _graph.run(fn, inputs, [t.dtype, tf.int32], [[None] + t.shape[1:], [None]])
-    return out, received
+    """Send splits[j] rows of tensor to rank j (splits=None: even split). Returns, as
+    Horovod does, what every rank sent here in rank order, and with splits given also
+    the rows received from each rank: (output, received_splits)."""
+    out, received = gradients.alltoall(tensor, splits, _name(name, "alltoall"))
+    return out if splits is None else (out, received)
 
 
 def _value(variable):
