@@ -15,6 +15,7 @@ from ._core import Average, Handle, Max, Min, Product, RdmacollError, Sum
 
 __all__ = [
     "init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size",
+    "cross_rank", "cross_size", "is_homogeneous",
     "allreduce", "grouped_allreduce", "allgather", "broadcast", "reducescatter", "alltoall",
     "barrier", "empty", "algorithms", "broadcast_object", "allgather_object",
     "allreduce_async", "grouped_allreduce_async", "allgather_async", "broadcast_async",
@@ -105,6 +106,36 @@ def local_rank() -> int:
 
 def local_size() -> int:
     return _w().local_size
+
+
+def _same_local_rank() -> list[int]:
+    """The ranks with this rank's local rank (one per host that has that many), in order:
+    Horovod's cross communicator."""
+    host_of, seen = _w().host_of, {}
+    local = []
+    for h in host_of:
+        local.append(seen.get(h, 0))
+        seen[h] = local[-1] + 1
+    me = _w().rank
+    return [r for r in range(len(host_of)) if local[r] == local[me]]
+
+
+def cross_rank() -> int:
+    """This rank's index among the ranks with its local rank (its host's index when every
+    host has as many ranks), as Horovod's cross_rank()."""
+    return _same_local_rank().index(_w().rank)
+
+
+def cross_size() -> int:
+    """How many ranks share this rank's local rank (the number of hosts when every host
+    has as many ranks), as Horovod's cross_size()."""
+    return len(_same_local_rank())
+
+
+def is_homogeneous() -> bool:
+    """True when every host runs the same number of ranks."""
+    host_of = _w().host_of
+    return len({host_of.count(h) for h in set(host_of)}) == 1
 
 
 def allreduce(x, op=Average, name=None, out=None):

@@ -55,6 +55,7 @@ def test_ranks_on_several_hosts(nhosts, per_host):
         res.check(w["host"] == f"rchost{host}" and w["local_size"] == per_host and w["local_rank"] == r % per_host,
                   f"rank {r}: {w}")
         res.check(w["transport"] == "shm+tcp", f"rank {r} runs on {w['transport']}")
+        res.check(w["cross"] == [host, nhosts, True], f"rank {r}: cross_rank, cross_size, is_homogeneous {w['cross']}")
         for q, how in enumerate(w["peers"]):
             want = "" if q == r else ("shm" if q // per_host == host else "tcp")
             res.check(how.split(" ")[0] == want, f"rank {r} reaches rank {q} by {how!r}, expected {want!r}")

@@ -55,6 +55,10 @@ def test_gradients_as_horovod_registers_them(checks):
     assert_check(checks, "gradients")
 
 
+def test_layout_ops_broadcast_in_place_and_grouped_collectives(checks):
+    assert_check(checks, "layout_ops_and_the_rest")
+
+
 def test_graph_mode_collectives_run_in_program_order(checks):
     assert_check(checks, "graph_order")
 

@@ -29,7 +29,8 @@ def body():
         set_rank(r)
         if first:
             emit("where", host=socket.gethostname(), local_rank=rc.local_rank(), local_size=rc.local_size(),
-                 transport=rc._comm.transport, peers=rc._comm.peer_transports())
+                 transport=rc._comm.transport, peers=rc._comm.peer_transports(),
+                 cross=[rc.cross_rank(), rc.cross_size(), rc.is_homogeneous()])
             first = False
         for n in SIZES:
             for dtype, op in ((np.float32, rc.Sum), (np.int64, rc.Sum), (np.float64, rc.Average)):

@@ -213,6 +213,45 @@ def gradients(hvd, tf, np):
     return not bad, "; ".join(bad[:4])
 
 
+@check
+def layout_ops_and_the_rest(hvd, tf, np):
+    """rank_op & co. eagerly and in a graph, cross_rank/size, broadcast_, grouped
+    allgather/reducescatter, against what they must be."""
+    import rdmacoll.frameworks.tensorflow as hvd   # (the layout ops are horovod.tensorflow's, not keras')
+
+    rank, size = hvd.rank(), hvd.size()
+    bad = []
+
+    def ops():
+        return [hvd.rank_op(), hvd.size_op(), hvd.local_rank_op(), hvd.local_size_op(), hvd.process_set_included_op()]
+    for mode, fn in (("eager", ops), ("tf.function", tf.function(ops))):
+        got = [int(t.numpy()) for t in fn()]
+        if got != [rank, size, hvd.local_rank(), hvd.local_size(), 1]:
+            bad.append(f"{mode} layout ops {got}")
+    if (hvd.cross_rank(), hvd.cross_size(), hvd.is_homogeneous()) != (0, 1, True):
+        bad.append(f"one host: cross {hvd.cross_rank(), hvd.cross_size(), hvd.is_homogeneous()}")
+    try:
+        hvd.size_op(process_set_id=7)
+        bad.append("size_op of a process set that does not exist did not raise")
+    except ValueError:
+        pass
+    v = tf.Variable(np.full(3, rank, np.float32))
+    new = hvd.broadcast_([v], root_rank=size - 1)
+    if not (np.array_equal(v.numpy(), np.full(3, size - 1)) and np.array_equal(new[0].numpy(), v.numpy())):
+        bad.append(f"broadcast_ left {v.numpy().tolist()}")
+    g = hvd.grouped_allgather([tf.fill([rank + 1], float(rank)), tf.constant([rank], tf.int64)])
+    if not (np.array_equal(g[0].numpy(), np.concatenate([np.full(r + 1, r, np.float32) for r in range(size)]))
+            and np.array_equal(g[1].numpy(), np.arange(size))):
+        bad.append(f"grouped_allgather {[t.numpy().tolist() for t in g]}")
+    x = tf.reshape(tf.range(size * 2, dtype=tf.float32), [size, 2]) * (rank + 1)
+    rs = hvd.grouped_reducescatter([x, 2 * x], op=hvd.Sum)
+    total = sum(r + 1 for r in range(size))
+    want = np.arange(size * 2, dtype=np.float32).reshape(size, 2)[rank:rank + 1] * total
+    if not (np.array_equal(rs[0].numpy(), want) and np.array_equal(rs[1].numpy(), 2 * want)):
+        bad.append(f"grouped_reducescatter {[t.numpy().tolist() for t in rs]}")
+    return not bad, "; ".join(bad[:4])
+
+
 def ancestors(op):
     """Every op that op waits for (through data and control inputs)."""
     seen, todo = set(), [op]

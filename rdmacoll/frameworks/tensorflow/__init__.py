@@ -10,14 +10,17 @@ same order). See docs/tensorflow.md.
 """
 from __future__ import annotations
 
-from rdmacoll import (Average, Max, Min, Product, RdmacollError, Sum, is_initialized,  # noqa: F401
-                      local_rank, local_size, rank, shutdown, size)
+from rdmacoll import (Average, Max, Min, Product, RdmacollError, Sum, cross_rank, cross_size,  # noqa: F401
+                      is_homogeneous, is_initialized, local_rank, local_size, rank, shutdown, size)
 import rdmacoll as _rc
 
 from . import callbacks  # noqa: F401
 from .compression import Compression  # noqa: F401
 from .functions import (allgather, allgather_object, allreduce, alltoall, broadcast,  # noqa: F401
-                        broadcast_object, broadcast_variables, grouped_allreduce, reducescatter)
+                        broadcast_, broadcast_object, broadcast_variables, grouped_allgather,
+                        grouped_allreduce, grouped_reducescatter, reducescatter)
+from .runtime_ops import (local_rank_op, local_size_op, process_set_included_op, rank_op,  # noqa: F401
+                          size_op)
 from .gradient_tape import DistributedGradientTape  # noqa: F401
 from .optimizer import DistributedOptimizer  # noqa: F401
 

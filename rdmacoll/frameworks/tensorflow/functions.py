@@ -90,6 +90,19 @@ def alltoall(tensor, splits=None, name=None):
     return out if splits is None else (out, received)
 
 
+def grouped_allgather(tensors, name=None):
+    """allgather of each tensor of a list (each differentiable); returns a list."""
+    name = _name(name, "grouped_allgather")
+    return [allgather(t, name=f"{name}.{i}") for i, t in enumerate(tensors)]
+
+
+def grouped_reducescatter(tensors, op=rc.Average, name=None, prescale_factor=1.0, postscale_factor=1.0):
+    """reducescatter of each tensor of a list; returns a list."""
+    name = _name(name, "grouped_reducescatter")
+    return [reducescatter(t, op=op, name=f"{name}.{i}", prescale_factor=prescale_factor,
+                          postscale_factor=postscale_factor) for i, t in enumerate(tensors)]
+
+
 def _value(variable):
     """A tensor holding the current value of a tf.Variable or a Keras 3 Variable."""
     if isinstance(variable, tf.Variable):
@@ -109,6 +122,14 @@ def broadcast_variables(variables, root_rank=0, name=None):
                      values, [v.dtype for v in values], [v.shape for v in values])
     assigns = [v.assign(n) for v, n in zip(variables, new)]
     return None if tf.executing_eagerly() else tf.group(*assigns)
+
+
+def broadcast_(variables, root_rank, name=None):
+    """Horovod's in-place broadcast: root_rank's values assigned to `variables` on every
+    rank; returns their new values (a list of tensors)."""
+    variables = list(variables)
+    broadcast_variables(variables, root_rank, name=_name(name, "broadcast_"))
+    return [_value(v) for v in variables]
 
 
 def broadcast_object(obj, root_rank=0, name=None):

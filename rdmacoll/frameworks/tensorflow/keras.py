@@ -12,8 +12,9 @@ import keras as _keras
 
 from . import (Average, Compression, DistributedGradientTape, DistributedOptimizer, Max, Min, Product,  # noqa: F401
                RdmacollError, Sum, allgather, allgather_object, allreduce, alltoall, broadcast,
-               broadcast_object, broadcast_variables, callbacks, grouped_allreduce, init, is_initialized,
-               local_rank, local_size, rank, reducescatter, shutdown, size)
+               broadcast_object, broadcast_variables, callbacks, cross_rank, cross_size, grouped_allreduce,
+               init, is_homogeneous, is_initialized, local_rank, local_size, rank, reducescatter, shutdown,
+               size)
 
 
 def load_model(filepath, custom_optimizers=None, custom_objects=None, compression=Compression.none):
