@@ -424,7 +424,25 @@ def broadcast_callback(hvd, tf, np):
     emit("broadcast", initial=initial, at_start=seen["weights"], first_batch=seen["first_batch"],
          optimizer=seen["optimizer"], final=weights_digest(model.get_weights()))
     ok = seen["weights"] == root_initial == seen["first_batch"] and (rank == 0 or initial != root_initial)
-    return ok, f"initial {initial} root {root_initial} at start {seen['weights']}"
+    detail = f"initial {initial} root {root_initial} at start {seen['weights']}"
+
+    # local_variables: the first layer's kernel keeps each rank's own value
+    model = make_model(200 + rank)
+    local = model.weights[0]
+    mine, others = local.numpy().copy(), [w.numpy().copy() for w in model.weights[1:]]
+    model.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.SGD(0.0)), loss="mse")
+    model.fit(x, y, batch_size=BATCH, epochs=1, shuffle=False, verbose=0,
+              callbacks=[hvd.callbacks.BroadcastGlobalVariablesCallback(0, local_variables=[local])])
+    root_others = hvd.broadcast_object([w.tolist() for w in others], root_rank=0)
+    kept = np.array_equal(local.numpy(), mine)
+    synced = all(np.array_equal(w.numpy(), np.array(r, np.float32)) for w, r in zip(model.weights[1:], root_others))
+    try:
+        hvd.callbacks.BroadcastGlobalVariablesCallback(0, local_variables=[np.zeros(2)])
+        refused = False
+    except ValueError:
+        refused = True
+    ok = ok and kept and synced and refused
+    return ok, f"{detail}; local kept {kept}, others synced {synced}, a non-variable refused {refused}"
 
 
 @check

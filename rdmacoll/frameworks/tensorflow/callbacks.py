@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import keras
 import numpy as np
+import tensorflow as tf
 
 import rdmacoll as rc
 
@@ -13,15 +14,28 @@ class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
     """At the start of the first fit(), root_rank's model weights and optimizer state on
     every rank (ranks may start from different random weights)."""
 
-    def __init__(self, root_rank=0, device=""):
+    def __init__(self, root_rank=0, device="", local_variables=None):
+        """local_variables: variables (tf.Variable or Keras 3 Variable) each rank keeps
+        its own value of: not broadcast."""
         super().__init__()
         self.root_rank = root_rank
         self.broadcast_done = False
+        if local_variables is None:
+            local_variables = []
+        elif isinstance(local_variables, (tf.Variable, keras.Variable)):
+            local_variables = [local_variables]
+        elif not all(isinstance(v, (tf.Variable, keras.Variable)) for v in local_variables):
+            raise ValueError("All local variables must be of tf.Variable type.")  # (Horovod's words)
+        self._local = {id(v) for v in local_variables}
+
+    def register_local_var(self, var):
+        """Horovod's: var is not broadcast."""
+        self._local.add(id(var))
 
     def on_train_begin(self, logs=None):
         if self.broadcast_done:
             return
-        variables = list(self.model.weights)
+        variables = [v for v in self.model.weights if id(v) not in self._local]
         opt = getattr(self.model, "optimizer", None)
         if opt is not None:
             if not opt.built:
