@@ -156,6 +156,18 @@ def collectives(hvd, tf, np):
                                             dense_shape=tf.constant([size, 2])), op=hvd.Sum)
     same("IndexedSlices", tf.convert_to_tensor(sparse),
          np.array([[r + 1.0, 2.0 * (r + 1)] for r in range(size)], np.float32))
+    slices = tf.IndexedSlices(tf.constant([[1.0, 2.0]]) * (rank + 1), tf.constant([rank]), dense_shape=tf.constant([size, 2]))
+    avg = hvd.allreduce(slices)
+    same("IndexedSlices Average", tf.convert_to_tensor(avg),
+         np.array([[(r + 1.0) / size, 2.0 * (r + 1) / size] for r in range(size)], np.float32))
+    for kwargs, words in (({"op": hvd.Max}, "Only Sum and Average ops are supported with tf.IndexedSlices"),
+                          ({"prescale_factor": 2.0}, "Pre/postscale_factor are not supported with tf.IndexedSlices")):
+        try:
+            hvd.allreduce(slices, **kwargs)
+            bad.append(f"IndexedSlices {kwargs}: no error")
+        except NotImplementedError as e:   # Horovod's exception type and words
+            if str(e) != words:
+                bad.append(f"IndexedSlices {kwargs}: {e}")
     if hvd.broadcast_object({"from": rank}, root_rank=size - 1) != {"from": size - 1}:
         bad.append("broadcast_object")
     if hvd.allgather_object(rank * 10) != [r * 10 for r in range(size)]:

@@ -45,12 +45,17 @@ def allreduce(tensor, average=None, device_dense="", device_sparse="", compressi
     Product). tf.IndexedSlices are allgathered (values and indices), as Horovod does."""
     op = _resolve_op(average, op)
     if isinstance(tensor, tf.IndexedSlices):
+        # Horovod's rules and exception types (horovod/tensorflow/__init__.py), checked
+        # before anything is sent: two allgathers, values divided by the size for Average
         if op not in (rc.Average, rc.Sum):
-            raise ValueError("allreduce of tf.IndexedSlices supports only Sum and Average")
-        values = allgather(_scale(tensor.values, prescale_factor), name=_name(name, "allreduce") + ".values")
+            raise NotImplementedError("Only Sum and Average ops are supported with tf.IndexedSlices")
+        if prescale_factor != 1.0 or postscale_factor != 1.0:
+            raise NotImplementedError("Pre/postscale_factor are not supported with tf.IndexedSlices")
+        values = allgather(tensor.values, name=_name(name, "allreduce") + ".values")
         indices = allgather(tensor.indices, name=_name(name, "allreduce") + ".indices")
-        post = postscale_factor / (rc.size() if op == rc.Average else 1)
-        return tf.IndexedSlices(_scale(values, post), indices, dense_shape=tensor.dense_shape)
+        if op == rc.Average:
+            values = values / tf.cast(rc.size(), values.dtype)
+        return tf.IndexedSlices(values, indices, dense_shape=tensor.dense_shape)
     compressed, ctx = compression.compress(_scale(tf.convert_to_tensor(tensor), prescale_factor))
     reduced = gradients.allreduce(compressed, op, _name(name, "allreduce"))
     return _scale(compression.decompress(reduced, ctx), postscale_factor)
