@@ -59,6 +59,10 @@ def test_layout_ops_broadcast_in_place_and_grouped_collectives(checks):
     assert_check(checks, "layout_ops_and_the_rest")
 
 
+def test_partial_distributed_tape_and_optimizer_keep_local_gradients(checks):
+    assert_check(checks, "partial_distributed")
+
+
 def test_graph_mode_collectives_run_in_program_order(checks):
     assert_check(checks, "graph_order")
 

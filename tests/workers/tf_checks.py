@@ -264,6 +264,64 @@ def layout_ops_and_the_rest(hvd, tf, np):
     return not bad, "; ".join(bad[:4])
 
 
+@check
+def partial_distributed(hvd, tf, np):
+    """PartialDistributedGradientTape / PartialDistributedOptimizer: the local layer's
+    gradients stay this rank's (divided by the size unless scale_local_gradients=False),
+    the others are averaged; checked against every rank's plain gradients."""
+    import keras
+
+    import rdmacoll.frameworks.tensorflow as hvdtf
+
+    rank, size = hvd.rank(), hvd.size()
+    x = tf.constant(np.random.default_rng(rank).normal(size=(4, FEATURES)).astype(np.float32))
+    model = make_model(1)
+    local = model.layers[0]
+    n_local = len(local.trainable_weights)
+
+    def loss():
+        return tf.reduce_sum(model(x) ** 2)
+
+    with tf.GradientTape() as tape:
+        value = loss()
+    plain = [g.numpy() for g in tape.gradient(value, model.trainable_variables)]
+    every = hvd.allgather_object([g.tolist() for g in plain])
+    mean = [sum(np.array(every[q][i], np.float32) for q in range(size)) / size for i in range(len(plain))]
+    bad = []
+
+    def expect(scale):
+        return [plain[i] / (size if scale else 1) if i < n_local else mean[i] for i in range(len(plain))]
+
+    def compare(what, got, want):
+        for i, (g, w) in enumerate(zip(got, want)):
+            if not np.allclose(g, w, rtol=1e-5, atol=1e-6):
+                bad.append(f"{what} variable {i}")
+
+    def tape_grads(scale):
+        with tf.GradientTape() as t:
+            v = loss()
+        t = hvdtf.PartialDistributedGradientTape(t, local_layers=[local], scale_local_gradients=scale)
+        return t.gradient(v, model.trainable_variables)
+
+    for scale in (True, False):
+        compare(f"tape scale={scale} eager", [g.numpy() for g in tape_grads(scale)], expect(scale))
+        compare(f"tape scale={scale} tf.function", [g.numpy() for g in tf.function(lambda: tape_grads(scale))()],
+                expect(scale))
+    before = [v.numpy().copy() for v in model.trainable_variables]
+    opt = hvd.PartialDistributedOptimizer(keras.optimizers.SGD(1.0), local_layers=local)
+    with tf.GradientTape() as t:
+        v = loss()
+    opt.apply_gradients(zip(t.gradient(v, model.trainable_variables), model.trainable_variables))
+    compare("optimizer", [b - v.numpy() for b, v in zip(before, model.trainable_variables)], expect(True))
+    try:
+        hvd.PartialDistributedOptimizer(keras.optimizers.SGD(1.0), local_layers=[model.trainable_variables[0]])
+        bad.append("a variable as a local layer was accepted")
+    except ValueError as e:
+        if str(e) != "All local layers must be of tf.keras.layers.Layer type.":
+            bad.append(f"error text: {e}")
+    return not bad, "; ".join(bad[:4])
+
+
 def ancestors(op):
     """Every op that op waits for (through data and control inputs)."""
     seen, todo = set(), [op]

@@ -21,8 +21,8 @@ from .functions import (allgather, allgather_object, allreduce, alltoall, broadc
                         grouped_allreduce, grouped_reducescatter, reducescatter)
 from .runtime_ops import (local_rank_op, local_size_op, process_set_included_op, rank_op,  # noqa: F401
                           size_op)
-from .gradient_tape import DistributedGradientTape  # noqa: F401
-from .optimizer import DistributedOptimizer  # noqa: F401
+from .gradient_tape import DistributedGradientTape, PartialDistributedGradientTape  # noqa: F401
+from .optimizer import DistributedOptimizer, PartialDistributedOptimizer  # noqa: F401
 
 
 def init(comm=None, process_sets=None):

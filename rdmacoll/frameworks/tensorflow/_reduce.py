@@ -13,10 +13,14 @@ from .functions import fused_allreduce
 class GradientReducer:
     """Reduces one step's gradients: compress, (pre-divide), one fused collective per
     bucket of RDMACOLL_FUSION_THRESHOLD bytes, (post-scale), decompress. None gradients
-    stay None; tf.IndexedSlices (embeddings) are reduced as dense tensors."""
+    stay None; tf.IndexedSlices (embeddings) are reduced as dense tensors.
+
+    Local variables (Horovod's PartialDistributed*: register_local()): their gradients are
+    not reduced; with scale_local_gradients they are divided by the size instead, as
+    Horovod does (its pull 3695), so that they weigh as a reduced Average would."""
 
     def __init__(self, op=rc.Average, compression=Compression.none, gradient_predivide_factor=1.0,
-                 name="gradients"):
+                 name="gradients", scale_local_gradients=True):
         if gradient_predivide_factor != 1.0 and op != rc.Average:
             raise ValueError("gradient_predivide_factor needs op=Average")
         if op not in (rc.Average, rc.Sum, rc.Min, rc.Max, rc.Product):
@@ -26,9 +30,33 @@ class GradientReducer:
         self.predivide = float(gradient_predivide_factor)
         self.threshold = fusion_threshold()
         self.name = name
+        self.scale_local = bool(scale_local_gradients)
+        self.local = set()   # id() of local variables
 
-    def reduce(self, grads):
+    def register_local(self, variable):
+        self.local.add(id(variable))
+
+    def reduce(self, grads, variables=None):
+        """grads reduced across ranks; `variables` (same order) name the local ones."""
         grads = list(grads)
+        if self.local and variables is not None:
+            return self._reduce_partial(grads, list(variables))
+        return self._reduce(grads)
+
+    def _reduce_partial(self, grads, variables):
+        shared = [i for i, v in enumerate(variables) if id(v) not in self.local]
+        for i, g in zip(shared, self._reduce([grads[i] for i in shared])):
+            grads[i] = g
+        if self.scale_local:
+            size = rc.size()
+            for i, v in enumerate(variables):
+                g = grads[i]
+                if id(v) in self.local and g is not None:
+                    grads[i] = (tf.IndexedSlices(g.values / size, g.indices, g.dense_shape)
+                                if isinstance(g, tf.IndexedSlices) else g / size)
+        return grads
+
+    def _reduce(self, grads):
         present = [i for i, g in enumerate(grads) if g is not None]
         if not present:
             return grads

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import keras as _keras
 
-from . import (Average, Compression, DistributedGradientTape, DistributedOptimizer, Max, Min, Product,  # noqa: F401
+from . import (Average, Compression, DistributedGradientTape, DistributedOptimizer, Max, Min,  # noqa: F401
+               PartialDistributedOptimizer, Product,
                RdmacollError, Sum, allgather, allgather_object, allreduce, alltoall, broadcast,
                broadcast_object, broadcast_variables, callbacks, cross_rank, cross_size, grouped_allreduce,
                init, is_homogeneous, is_initialized, local_rank, local_size, rank, reducescatter, shutdown,

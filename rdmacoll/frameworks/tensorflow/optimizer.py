@@ -24,9 +24,14 @@ class _DistributedOptimizer:
                     tf.Variable(tf.zeros(v.shape, v.dtype), trainable=False) for v in variables]
                 self._rdmacoll_passes = tf.Variable(tf.zeros((), tf.int64), trainable=False)
 
+    def register_local_var(self, var):
+        """Horovod's: var's gradient is not reduced (it stays this rank's)."""
+        self._rdmacoll_reducer.register_local(var)
+
     def apply(self, grads, trainable_variables=None):
         if self._rdmacoll_passes_per_step == 1:
-            return super().apply(self._rdmacoll_reducer.reduce(grads), trainable_variables)
+            variables = self._trainable_variables if trainable_variables is None else trainable_variables
+            return super().apply(self._rdmacoll_reducer.reduce(grads, variables), trainable_variables)
         return self._rdmacoll_accumulate(list(grads), trainable_variables)
 
     def _rdmacoll_accumulate(self, grads, trainable_variables):
@@ -47,7 +52,7 @@ class _DistributedOptimizer:
                       for acc, g in zip(accumulators, grads)]
             if self._rdmacoll_average_aggregated:
                 summed = [None if s is None else s / tf.cast(n, s.dtype) for s in summed]
-            super(_DistributedOptimizer, self).apply(self._rdmacoll_reducer.reduce(summed), variables)
+            super(_DistributedOptimizer, self).apply(self._rdmacoll_reducer.reduce(summed, variables), variables)
             for acc in accumulators:
                 acc.assign(tf.zeros(acc.shape, acc.dtype))
             return tf.constant(True)
@@ -64,7 +69,7 @@ class _DistributedOptimizer:
 def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse="", compression=Compression.none,
                          sparse_as_dense=False, gradient_predivide_factor=1.0, op=rc.Average,
                          backward_passes_per_step=1, average_aggregated_gradients=False,
-                         num_groups=0, groups=None):
+                         num_groups=0, groups=None, scale_local_gradients=True):
     """A copy of the Keras 3 `optimizer` (same class and config, so still an instance of
     it) that averages gradients across ranks before applying them:
 
@@ -95,7 +100,27 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
         config["name"] = name
     dist = cls.from_config(config)
     dist._rdmacoll_reducer = GradientReducer(op, compression, gradient_predivide_factor,
-                                             name=f"DistributedOptimizer.{dist.name}")
+                                             name=f"DistributedOptimizer.{dist.name}",
+                                             scale_local_gradients=scale_local_gradients)
     dist._rdmacoll_passes_per_step = int(backward_passes_per_step)
     dist._rdmacoll_average_aggregated = bool(average_aggregated_gradients)
+    return dist
+
+
+def PartialDistributedOptimizer(optimizer, name=None, device_dense="", device_sparse="",
+                                compression=Compression.none, sparse_as_dense=False, gradient_predivide_factor=1.0,
+                                op=rc.Average, groups=None, local_layers=None, scale_local_gradients=True):
+    """DistributedOptimizer that leaves the gradients of local_layers' variables unreduced
+    (divided by the size when scale_local_gradients), as Horovod's horovod.keras one."""
+    from .gradient_tape import local_layer_variables
+
+    if op not in (rc.Average, rc.Sum):
+        raise ValueError("op currently only supports Average and Sum")
+    local = local_layer_variables(local_layers)
+    dist = DistributedOptimizer(optimizer, name=name, device_dense=device_dense, device_sparse=device_sparse,
+                                compression=compression, sparse_as_dense=sparse_as_dense,
+                                gradient_predivide_factor=gradient_predivide_factor, op=op, groups=groups,
+                                scale_local_gradients=scale_local_gradients)
+    for v in local:
+        dist.register_local_var(v)
     return dist
