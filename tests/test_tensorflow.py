@@ -63,6 +63,10 @@ def test_partial_distributed_tape_and_optimizer_keep_local_gradients(checks):
     assert_check(checks, "partial_distributed")
 
 
+def test_sync_batch_normalization_equals_the_union_batch(checks):
+    assert_check(checks, "sync_batch_norm")
+
+
 def test_graph_mode_collectives_run_in_program_order(checks):
     assert_check(checks, "graph_order")
 

@@ -322,6 +322,50 @@ def partial_distributed(hvd, tf, np):
     return not bad, "; ".join(bad[:4])
 
 
+@check
+def sync_batch_norm(hvd, tf, np):
+    """SyncBatchNormalization in training: each rank's output, moving statistics and input
+    gradient equal those of BatchNormalization over the union of the ranks' batches."""
+    import keras
+
+    import rdmacoll.frameworks.tensorflow as hvdtf
+
+    rank, size = hvd.rank(), hvd.size()
+    rng = np.random.default_rng(7)
+    xs = [rng.normal(r, 1 + r, size=(6, 3)).astype(np.float32) for r in range(size)]
+    ws = [rng.normal(size=(6, 3)).astype(np.float32) for _ in range(size)]
+    sync, plain = hvdtf.SyncBatchNormalization(momentum=0.5), keras.layers.BatchNormalization(momentum=0.5)
+    x = tf.constant(xs[rank])
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        y = sync(x, training=True)
+        loss = tf.reduce_sum(tf.constant(ws[rank]) * y)
+    dx = tape.gradient(loss, x)
+    ux = tf.constant(np.concatenate(xs))
+    with tf.GradientTape() as tape:
+        tape.watch(ux)
+        uy = plain(ux, training=True)
+        uloss = tf.reduce_sum(tf.constant(np.concatenate(ws)) * uy)
+    udx = tape.gradient(uloss, ux)
+    mine = slice(6 * rank, 6 * rank + 6)
+    bad = []
+    if not np.allclose(y.numpy(), uy.numpy()[mine], atol=1e-4):
+        bad.append("output")
+    if not np.allclose(dx.numpy(), udx.numpy()[mine], atol=1e-4):
+        bad.append(f"input gradient {np.abs(dx.numpy() - udx.numpy()[mine]).max():.3g}")
+    for a, b, what in ((sync.moving_mean, plain.moving_mean, "moving mean"),
+                       (sync.moving_variance, plain.moving_variance, "moving variance")):
+        # (BatchNormalization's moving variance uses the biased variance, as the sync one)
+        if not np.allclose(np.asarray(a), np.asarray(b), atol=1e-4):
+            bad.append(what)
+    try:
+        hvdtf.SyncBatchNormalization(fused=True)
+        bad.append("fused=True accepted")
+    except ValueError:
+        pass
+    return not bad, "; ".join(bad)
+
+
 def ancestors(op):
     """Every op that op waits for (through data and control inputs)."""
     seen, todo = set(), [op]

@@ -19,6 +19,7 @@ from .compression import Compression  # noqa: F401
 from .functions import (allgather, allgather_object, allreduce, alltoall, broadcast,  # noqa: F401
                         broadcast_, broadcast_object, broadcast_variables, grouped_allgather,
                         grouped_allreduce, grouped_reducescatter, reducescatter)
+from .sync_batch_norm import SyncBatchNormalization  # noqa: F401
 from .runtime_ops import (local_rank_op, local_size_op, process_set_included_op, rank_op,  # noqa: F401
                           size_op)
 from .gradient_tape import DistributedGradientTape, PartialDistributedGradientTape  # noqa: F401
