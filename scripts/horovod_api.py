@@ -108,12 +108,11 @@ ABSENT_REASONS = {
     ("horovod.torch", "HorovodInternalError"):
         "issue 14, item 5 (errors as Horovod raises them); today rdmacoll raises `RdmacollError`",
     ("horovod.tensorflow", "SyncBatchNormalization"): _TF_SURFACE,
-    ("horovod.tensorflow.keras", "PartialDistributedOptimizer"): _TF_SURFACE,
     ("*", "rank_op"): _TF_SURFACE, ("*", "size_op"): _TF_SURFACE, ("*", "local_rank_op"): _TF_SURFACE,
     ("*", "local_size_op"): _TF_SURFACE, ("*", "broadcast_global_variables"): _TF_SURFACE,
     ("*", "cross_rank"): "issue 14, item 8 will add it", ("*", "cross_size"): "issue 14, item 8 will add it",
     ("*", "is_homogeneous"): "issue 14, item 8 will add it",
-    ("horovod.tensorflow", "join"): _TF_SURFACE, ("horovod.tensorflow", "barrier"): _TF_SURFACE,
+    ("horovod.tensorflow", "join"): _TF_SURFACE,
     ("horovod.tensorflow", "grouped_reducescatter"): "issue 14, item 2 will add it",
     ("horovod.tensorflow", "broadcast_"): "in-place broadcast of a variable: issue 14, item 8 (TF surface)",
     ("horovod.tensorflow", "BroadcastGlobalVariablesHook"):
@@ -571,7 +570,10 @@ def render(results: dict[str, list[Row]]) -> str:
         "",
         "Names Horovod's modules import from elsewhere (`os`, `tf`, `torch`, packaging's `version`) are "
         "not its API and are left out; submodules appear when Horovod imports them by name "
-        "(`from horovod.torch import elastic`).",
+        "(`from horovod.torch import elastic`), not its implementation modules (`hvd.mpi_ops`, reachable only "
+        "because importing a submodule sets the attribute). No name of these modules is GPU-only: GPU "
+        "support shows in parameters (`device_dense`, `device`) and in the `cuda_built`/`nccl_built`-style "
+        "probes (rdmacoll answers False: its adapters take CPU tensors).",
         "",
         "Horovod's `horovod.keras` is its API for standalone multi-backend Keras 2; rdmacoll has one Keras "
         "API, `rdmacoll.frameworks.tensorflow.keras` (Keras 3 over TensorFlow), which stands in for both "
