@@ -438,7 +438,7 @@ def compare_params(hvd: list[Param], ours: list[Param]) -> list[str]:
         mine = our_pos[i] if i < len(our_pos) else None
         if p.kind == "pos" and p.name not in our_kw and not any_kw:
             if mine is not None and mine.name not in hvd_names:
-                renamed.append(f"`{p.name}` is `{mine.name}` here")
+                renamed.append((p.name, mine.name))
             else:
                 missing.append(p.name)
         elif mine is None:
@@ -453,14 +453,13 @@ def compare_params(hvd: list[Param], ours: list[Param]) -> list[str]:
             missing.append("*" + p.name)
         elif p.kind == "varkw" and not any_kw:
             missing.append("**" + p.name)
-    renamed_to = {r.split("`")[3] for r in renamed}
+    renamed_to = {mine for _, mine in renamed}
     hvd_varargs = any(p.kind == "varargs" for p in hvd)
     required = [p.name for p in ours if not p.default and p.kind in ("posonly", "pos", "kwonly")
                 and p.name not in hvd_names and p.name not in renamed_to
                 and not (hvd_varargs and p.kind != "kwonly")]
     out = []
-    if renamed:
-        out.append("renamed: " + ", ".join(renamed))
+    out += [f"no `{theirs}` (by position: `{mine}` here)" for theirs, mine in renamed]
     if missing:
         out.append("no " + ", ".join(f"`{m}`" for m in missing))
     if order:

@@ -163,7 +163,7 @@ def test_parameter_comparison():
                                   P("extra", "kwonly", True)]) == []
     assert h.compare_params(hvd, [P("tensor", "pos", False), P("op", "kwonly", True)]) == ["no `name`"]
     assert h.compare_params(hvd, [P("tensor", "pos", False), P("nom", "pos", True), P("op", "kwonly", True)]) == [
-        "renamed: `name` is `nom` here"]
+        "no `name` (by position: `nom` here)"]
     assert h.compare_params(hvd, [P("tensor", "pos", False), P("op", "pos", True), P("name", "pos", True)]) == [
         "parameter 2 by position is `op` here, `name` in Horovod"]
     assert h.compare_params(hvd, [P("tensor", "pos", False), P("op", "kwonly", True), P("name", "kwonly", True)]) == [
