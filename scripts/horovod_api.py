@@ -73,7 +73,14 @@ KNOWN_DIFFERENCES = {
     ("horovod.torch", "join"):
         "joined ranks serve only DistributedOptimizer steps, not every collective (docs/torch.md)",
     ("horovod.torch", "Adasum"): _ADASUM,
-    ("horovod.tensorflow", "allreduce"): "not differentiable (no registered gradient); IndexedSlices reduced as dense",
+    ("horovod.tensorflow", "rank_op"): "only the global process set (id 0) in the TensorFlow adapter so far",
+    ("horovod.tensorflow", "size_op"): "only the global process set (id 0) in the TensorFlow adapter so far",
+    ("horovod.tensorflow", "process_set_included_op"):
+        "only the global process set (id 0) in the TensorFlow adapter so far",
+    ("horovod.tensorflow", "grouped_allgather"): "one collective per tensor (Horovod: one op for the group)",
+    ("horovod.tensorflow", "grouped_reducescatter"): "one collective per tensor (Horovod: one op for the group)",
+    ("horovod.tensorflow", "SyncBatchNormalization"):
+        "a Keras 3 layer (keras.layers.BatchNormalization); `fused` must be False, as in Horovod",
     ("horovod.tensorflow", "DistributedOptimizer"):
         "Keras 3 optimizers; sparse gradients reduced as dense, `device_*`, `num_groups`, `groups` ignored "
         "(docs/tensorflow.md)",
