@@ -73,6 +73,8 @@ KNOWN_DIFFERENCES = {
     ("horovod.torch", "join"):
         "joined ranks serve only DistributedOptimizer steps, not every collective (docs/torch.md)",
     ("horovod.torch", "Adasum"): _ADASUM,
+    ("horovod.torch", "SyncBatchNorm"):
+        "runs on CPU tensors (Horovod's needs a GPU); two allreduces per training call (docs/torch.md)",
     ("horovod.tensorflow", "rank_op"): "only the global process set (id 0) in the TensorFlow adapter so far",
     ("horovod.tensorflow", "size_op"): "only the global process set (id 0) in the TensorFlow adapter so far",
     ("horovod.tensorflow", "process_set_included_op"):
@@ -111,7 +113,6 @@ ABSENT_REASONS = {
     ("*", "rocm_built"): _PROBE,
     ("*", "start_timeline"): "issue 14, item 7 will add it (today: RDMACOLL_TIMELINE / HOROVOD_TIMELINE)",
     ("*", "stop_timeline"): "issue 14, item 7 will add it",
-    ("horovod.torch", "SyncBatchNorm"): "issue 14, item 7 will add it (CPU)",
     ("horovod.torch", "HorovodInternalError"):
         "issue 14, item 5 (errors as Horovod raises them); today rdmacoll raises `RdmacollError`",
     ("horovod.tensorflow", "SyncBatchNormalization"): _TF_SURFACE,

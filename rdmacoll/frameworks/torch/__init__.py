@@ -29,6 +29,7 @@ from .ops import (Adasum, Average, Max, Min, Product, Sum, allgather, allgather_
                   grouped_allreduce_async_, join, poll, reducescatter, reducescatter_async,
                   synchronize)
 from .optimizer import DistributedOptimizer  # noqa: E402
+from .sync_batch_norm import SyncBatchNorm  # noqa: E402
 
 
 def mpi_threads_supported() -> bool:
@@ -78,5 +79,5 @@ __all__ = [
     "alltoall", "alltoall_async", "reducescatter", "reducescatter_async", "barrier", "join",
     "poll", "synchronize", "Average", "Sum", "Min", "Max", "Product", "Adasum", "Compression",
     "broadcast_parameters", "broadcast_optimizer_state", "broadcast_object", "allgather_object",
-    "DistributedOptimizer", "global_process_set", "RdmacollError",
+    "DistributedOptimizer", "global_process_set", "RdmacollError", "SyncBatchNorm",
 ]
