@@ -147,6 +147,28 @@ def run():
     (hvd.broadcast(w, p - 1) * (r + 1)).sum().backward()            # root: mean of (q+1)
     want = np.full(4, (p + 1) / 2 if r == p - 1 else 0.0)
     expect("broadcast gradient", close(w.grad, want))
+    ws = [data(r, (3,)).requires_grad_(), data(r, (2, 2)).requires_grad_()]
+    outs = hvd.grouped_allreduce(ws, op=hvd.Sum)
+    (outs[0] * (r + 1)).sum().backward()                               # d/dw0 = sum_q (q+1)
+    (outs[1] * 2 * (r + 1)).sum().backward()                           # d/dw1 = 2 sum_q (q+1)
+    expect("grouped_allreduce gradient", all(o.grad_fn is not None for o in outs)
+           and close(ws[0].grad, np.full(3, p * (p + 1) / 2)) and close(ws[1].grad, np.full((2, 2), p * (p + 1))))
+    w = torch.arange(2.0 * p).requires_grad_()                          # 2 elements to every rank
+    out, received = hvd.alltoall(w, splits=[2] * p)
+    (out * torch.arange(2.0 * p) * (r + 1)).sum().backward()           # what rank q got from me, weighted by q
+    want = np.array([(q + 1) * (2 * r + k) for q in range(p) for k in range(2)], np.float32)
+    expect("alltoall gradient", out.grad_fn is not None and received.tolist() == [2] * p and close(w.grad, want))
+    w = torch.arange(2.0 * p).requires_grad_()
+    out = hvd.alltoall(w)                                                # even splits: a tensor, as Horovod
+    (out * (r + 1)).sum().backward()
+    expect("alltoall even gradient", isinstance(out, torch.Tensor) and
+           close(w.grad, np.repeat([q + 1.0 for q in range(p)], 2)))
+    for op, scale in ((hvd.Sum, p), (hvd.Average, 1)):                  # Horovod: Sum's gradient times size
+        w = data(r, (p, 2)).requires_grad_()
+        out = hvd.reducescatter(w, op=op, prescale_factor=2.0)
+        (out * (r + 1)).sum().backward()
+        want = np.repeat(np.array([[q + 1.0] for q in range(p)]), 2, axis=1) * scale * 2.0
+        expect(f"reducescatter {op} gradient", out.grad_fn is not None and close(w.grad, want))
 
     # errors: clear RdmacollError, same on every rank, communicator still usable after
     meta = torch.empty(3, device="meta")

@@ -202,6 +202,13 @@ def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_
 
 def grouped_allreduce(tensors, average=None, name=None, compression=Compression.none, op=None,
                       prescale_factor=1.0, postscale_factor=1.0, process_set=None):
+    from . import autograd
+
+    tensors = list(tensors)
+    if any(autograd.wanted(t) for t in tensors):
+        _check_process_set(process_set)
+        return list(autograd.GroupedAllreduce.apply(resolve_op(average, op), name, compression, prescale_factor,
+                                                    postscale_factor, *tensors))
     return grouped_allreduce_async(tensors, average, name, op, prescale_factor, postscale_factor,
                                    process_set, compression).wait()
 
@@ -296,6 +303,12 @@ def alltoall_async(tensor, splits=None, name=None, process_set=None):
 def alltoall(tensor, splits=None, name=None, process_set=None):
     """splits[j] rows of tensor to rank j; returns the rows every rank sent here (and, when
     splits is given, a tensor of how many came from each rank), as Horovod does."""
+    from . import autograd
+
+    if autograd.wanted(tensor):
+        _check_process_set(process_set)
+        out, received = autograd.Alltoall.apply(tensor, splits, name)
+        return out if splits is None else (out, received)
     return alltoall_async(tensor, splits, name, process_set).wait()
 
 
@@ -315,6 +328,11 @@ def reducescatter(tensor, name=None, op=Average, process_set=None, prescale_fact
                   postscale_factor=1.0):
     """The reduction of tensor across ranks, split along the first dimension (the first
     rows % size ranks get one row more)."""
+    from . import autograd
+
+    if autograd.wanted(tensor):
+        _check_process_set(process_set)
+        return autograd.Reducescatter.apply(tensor, name, resolve_op(None, op), prescale_factor, postscale_factor)
     return reducescatter_async(tensor, name, op, process_set, prescale_factor,
                                postscale_factor).wait()
 
