@@ -9,7 +9,7 @@ Average: int
 Min: int
 Max: int
 Product: int
-DTYPES: dict[str, int]  # float16 bfloat16 float32 float64 int32 int64 uint8 int8 -> the core's DataType
+DTYPES: dict[str, int]  # float16 bfloat16 float32 float64 int32 int64 uint8 int8 int16 bool -> the core's DataType
 OPS: dict[str, int]
 # The settings table (csrc/common/settings.cc): one dict per setting, with keys
 # name, env, alias, kind ("bytes", "count", "seconds", "text"), scope ("job", "rank"),
@@ -21,6 +21,7 @@ TRANSPORTS: tuple[str, ...]
 PACKED_MEMORY_BYTES: int
 
 class RdmacollError(RuntimeError): ...
+class RdmacollValueError(RdmacollError, ValueError): ...  # argument errors found before communicating
 
 def parse_setting(name: str, text: str) -> Union[int, float, str]: ...
 def parse_size(text: str, allow_inf: bool = False) -> Union[int, float]: ...
