@@ -16,7 +16,7 @@ import torch as _torch
 if not hasattr(_torch.Tensor, "register_post_accumulate_grad_hook"):
     raise ImportError(f"rdmacoll.frameworks.torch needs PyTorch >= 2.1 (found {_torch.__version__})")
 
-from rdmacoll import (RdmacollError, init, is_initialized, local_rank, local_size, rank,  # noqa: E402
+from rdmacoll import (RdmacollError, RdmacollValueError, init, is_initialized, local_rank, local_size, rank,  # noqa: E402
                       shutdown, size)
 
 from .compression import Compression  # noqa: E402
@@ -29,10 +29,6 @@ from .ops import (Adasum, Average, Max, Min, Product, Sum, allgather, allgather_
                   grouped_allreduce_async_, join, poll, reducescatter, reducescatter_async,
                   synchronize)
 from .optimizer import DistributedOptimizer  # noqa: E402
-
-
-def mpi_threads_supported() -> bool:
-    return True
 
 
 def cross_rank() -> int:
@@ -48,35 +44,66 @@ def is_homogeneous() -> bool:
     return True
 
 
-def nccl_built() -> bool:
+# Capability probes (Horovod's names; reasoning in docs/torch.md, "Capabilities"): what
+# rdmacoll is built with and uses, not what Horovod would be. rdmacoll links no MPI, Gloo,
+# NCCL, oneCCL, DDL, CUDA or ROCm; MPI (through mpi4py) only starts the job. The
+# verbose argument of horovod.common.util's probes is accepted and ignored.
+
+
+def mpi_built(verbose=False) -> bool:
     return False
 
 
-def mpi_built() -> bool:
+def gloo_built(verbose=False) -> bool:
+    return False
+
+
+def nccl_built(verbose=False) -> int:
+    return 0    # Horovod returns NCCL_VERSION_CODE, or 0 without NCCL
+
+
+def ccl_built(verbose=False) -> bool:
+    return False
+
+
+def ddl_built(verbose=False) -> bool:
+    return False
+
+
+def cuda_built(verbose=False) -> bool:
+    return False
+
+
+def rocm_built(verbose=False) -> bool:
+    return False
+
+
+def mpi_enabled() -> bool:
+    return False    # no collective, and no control message, goes through MPI
+
+
+def gloo_enabled() -> bool:
+    return False
+
+
+def mpi_threads_supported() -> bool:
+    """Whether MPI (e.g. mpi4py) may be used next to rdmacoll: yes, from any thread, since
+    rdmacoll makes no MPI call after init(). Raises ValueError before init(), as Horovod."""
+    if not is_initialized():
+        raise RdmacollValueError("rdmacoll has not been initialized; use hvd.init().")
     return True
-
-
-def gloo_built() -> bool:
-    return False
-
-
-def cuda_built() -> bool:
-    return False
-
-
-def rocm_built() -> bool:
-    return False
 
 
 __all__ = [
     "init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size",
     "cross_rank", "cross_size", "is_homogeneous", "mpi_threads_supported", "mpi_built",
-    "nccl_built", "gloo_built", "cuda_built", "rocm_built",
+    "nccl_built", "gloo_built", "cuda_built", "rocm_built", "ccl_built", "ddl_built", "mpi_enabled",
+    "gloo_enabled",
     "allreduce", "allreduce_", "allreduce_async", "allreduce_async_", "grouped_allreduce",
     "grouped_allreduce_", "grouped_allreduce_async", "grouped_allreduce_async_", "allgather",
     "allgather_async", "broadcast", "broadcast_", "broadcast_async", "broadcast_async_",
     "alltoall", "alltoall_async", "reducescatter", "reducescatter_async", "barrier", "join",
     "poll", "synchronize", "Average", "Sum", "Min", "Max", "Product", "Adasum", "Compression",
     "broadcast_parameters", "broadcast_optimizer_state", "broadcast_object", "allgather_object",
-    "DistributedOptimizer", "global_process_set", "RdmacollError",
+    "DistributedOptimizer", "global_process_set", "RdmacollError", "RdmacollValueError",
 ]
