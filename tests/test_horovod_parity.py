@@ -139,6 +139,16 @@ def test_rdmacoll_follows_horovods_rules(nranks, tmp_path):
     assert not problems, f"{len(problems)} differ from Horovod's rules, first: " + "; ".join(problems[:5])
 
 
+def test_timeline_starts_and_stops_at_run_time(tmp_path):
+    res = run_mpi(2, "horovod_parity.py", env={"RC_TEST_HVD": RC, "RC_TEST_PARITY_DIR": tmp_path,
+                                               "RC_TEST_PARITY_MODE": "timeline"}, timeout=120)
+    rank_records(res, 2, "done")
+    for r in range(2):
+        files = json.loads((tmp_path / f"rank{r}.json").read_text())["cases"]
+        res.check(files == {"t": ["during", "during.async"], "u": ["second"]}, f"rank {r}: {files}")
+    res.check(res.returncode == 0, "the launch failed")
+
+
 # --------------------------------------------------------------------------- side by side
 
 # Relative tolerances against Horovod's float results. float16: rdmacoll adds the ranks'

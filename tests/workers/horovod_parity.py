@@ -158,13 +158,38 @@ def optimizer_cases():
     }
 
 
+def timeline(r, out_dir):
+    """start_timeline / stop_timeline at run time (Horovod needs HOROVOD_TIMELINE set at
+    init for them; rdmacoll does not): which named operations each file holds."""
+    hvd.allreduce(torch.ones(3), name="before")
+    hvd.start_timeline(os.path.join(out_dir, "t.json"))
+    hvd.allreduce(torch.ones(3), name="during")
+    h = hvd.allreduce_async(torch.ones(1000), name="during.async")
+    hvd.start_timeline(os.path.join(out_dir, "u.json"), mark_cycles=True)   # waits for h to run
+    hvd.allgather(torch.ones(2), name="second")
+    hvd.synchronize(h)
+    hvd.stop_timeline()
+    hvd.stop_timeline()   # a second stop does nothing
+    hvd.allreduce(torch.ones(3), name="after")
+    files = {}
+    for f in ("t", "u"):
+        with open(os.path.join(out_dir, f"{f}.rank{r}.json")) as fh:
+            trace = json.load(fh)
+        events = trace["traceEvents"] if isinstance(trace, dict) else trace
+        files[f] = sorted({e["args"]["name"] for e in events if e.get("cat") == "op" and "name" in e.get("args", {})})
+    return files
+
+
 def main():
     """Outcomes go to RC_TEST_PARITY_DIR/rank<r>.json (one file per rank: Open MPI may
     merge lines of two ranks on stdout); "done" goes to stdout."""
     hvd.init()
     r, n = hvd.rank(), hvd.size()
     set_rank(r)
-    results = {name: outcome(fn) for name, fn in cases(r, n).items()}
+    if os.environ.get("RC_TEST_PARITY_MODE") == "timeline":
+        results = timeline(r, os.environ["RC_TEST_PARITY_DIR"])
+    else:
+        results = {name: outcome(fn) for name, fn in cases(r, n).items()}
     with open(os.path.join(os.environ["RC_TEST_PARITY_DIR"], f"rank{r}.json"), "w") as f:
         json.dump({"module": hvd.__name__, "size": n, "cases": results}, f)
     emit("done", module=hvd.__name__, cases=len(results))

@@ -86,6 +86,27 @@ def gloo_enabled() -> bool:
     return False
 
 
+def _world_core():
+    if not is_initialized():
+        raise RdmacollValueError("rdmacoll has not been initialized; use hvd.init().")
+    import rdmacoll
+
+    return rdmacoll._w().core
+
+
+def start_timeline(file_path, mark_cycles=False):
+    """Horovod's: from now on, write this rank's Chrome trace of every operation to
+    file_path, with ".rank<r>" before its extension (every rank writes its own file:
+    docs/torch.md). Another call closes the previous file first. mark_cycles is accepted:
+    rdmacoll has no negotiation cycles to mark. No HOROVOD_TIMELINE=DYNAMIC is needed."""
+    _world_core().restart_timeline(str(file_path))
+
+
+def stop_timeline():
+    """Close this rank's timeline file (complete JSON); nothing when none is open."""
+    _world_core().restart_timeline("")
+
+
 def mpi_threads_supported() -> bool:
     """Whether MPI (e.g. mpi4py) may be used next to rdmacoll: yes, from any thread, since
     rdmacoll makes no MPI call after init(). Raises ValueError before init(), as Horovod."""
@@ -98,7 +119,7 @@ __all__ = [
     "init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size",
     "cross_rank", "cross_size", "is_homogeneous", "mpi_threads_supported", "mpi_built",
     "nccl_built", "gloo_built", "cuda_built", "rocm_built", "ccl_built", "ddl_built", "mpi_enabled",
-    "gloo_enabled",
+    "gloo_enabled", "start_timeline", "stop_timeline",
     "allreduce", "allreduce_", "allreduce_async", "allreduce_async_", "grouped_allreduce",
     "grouped_allreduce_", "grouped_allreduce_async", "grouped_allreduce_async_", "allgather",
     "allgather_async", "broadcast", "broadcast_", "broadcast_async", "broadcast_async_",
