@@ -96,11 +96,7 @@ class _NamesInFlight:
         h = self._handles.get(name)
         if h is None:
             return
-        try:
-            done = h.poll()
-        except Exception:   # it failed: it is over, its error belongs to its own waiter
-            done = True
-        if not done:
+        if not self._done(h):
             raise RdmacollValueError(
                 "Requested to allreduce, allgather, or broadcast a tensor with the same name as "
                 f"another tensor that is currently being processed ({name!r}). If you want to "
@@ -109,8 +105,17 @@ class _NamesInFlight:
 
     def started(self, name, handle):
         if name is not None:
+            if len(self._handles) >= 256:   # names used once (f"loss.{step}"): forget finished ones
+                self._handles = {n: h for n, h in self._handles.items() if not self._done(h)}
             self._handles[name] = handle
         return handle
+
+    @staticmethod
+    def _done(handle):
+        try:
+            return handle.poll()
+        except Exception:   # it failed: it is over, its error belongs to its own waiter
+            return True
 
 
 _in_flight = _NamesInFlight()   # process-wide, as Horovod's tensor table
