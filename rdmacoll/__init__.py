@@ -11,7 +11,7 @@ from __future__ import annotations
 import atexit as _atexit
 
 from . import _core
-from ._core import Average, Handle, Max, Min, Product, RdmacollError, Sum
+from ._core import Average, Handle, Max, Min, Product, RdmacollError, RdmacollValueError, Sum
 
 __all__ = [
     "init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size",
@@ -20,7 +20,7 @@ __all__ = [
     "barrier", "empty", "algorithms", "broadcast_object", "allgather_object",
     "allreduce_async", "grouped_allreduce_async", "allgather_async", "broadcast_async",
     "reducescatter_async", "alltoall_async", "poll", "synchronize", "Handle",
-    "Sum", "Average", "Min", "Max", "Product", "RdmacollError",
+    "Sum", "Average", "Min", "Max", "Product", "RdmacollError", "RdmacollValueError",
 ]
 
 

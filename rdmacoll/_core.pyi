@@ -9,7 +9,7 @@ Average: int
 Min: int
 Max: int
 Product: int
-DTYPES: dict[str, int]  # float16 bfloat16 float32 float64 int32 int64 uint8 int8 -> the core's DataType
+DTYPES: dict[str, int]  # float16 bfloat16 float32 float64 int32 int64 uint8 int8 int16 bool -> the core's DataType
 OPS: dict[str, int]
 # The settings table (csrc/common/settings.cc): one dict per setting, with keys
 # name, env, alias, kind ("bytes", "count", "seconds", "text"), scope ("job", "rank"),
@@ -21,6 +21,7 @@ TRANSPORTS: tuple[str, ...]
 PACKED_MEMORY_BYTES: int
 
 class RdmacollError(RuntimeError): ...
+class RdmacollValueError(RdmacollError, ValueError): ...  # argument errors found before communicating
 
 def parse_setting(name: str, text: str) -> Union[int, float, str]: ...
 def parse_size(text: str, allow_inf: bool = False) -> Union[int, float]: ...
@@ -82,6 +83,7 @@ class Communicator:
         """Where the network transport listens: 'eth0 10.0.0.2:41321', 'eth0 [fd00::2]:41321'; '' without one."""
         ...
     def peer_transports(self) -> list[str]: ...
+    def restart_timeline(self, path: str) -> None: ...  # close this rank's timeline, open path ("": stop)
     @property
     def rank(self) -> int: ...
     @property

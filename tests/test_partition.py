@@ -114,7 +114,10 @@ def _expected(dtype, op, xs, scale):
     in float32/float64 and rounded once; scale multiplied in float32 (float64 for float64)."""
     dt = np_dtype(dtype)
     if dtype not in FLOATS:
-        return fold(xs, op, dt)
+        acc = fold(xs, op, dt)
+        if scale != 1.0:   # Horovod's ScaleBuffer: in float64, truncated toward zero
+            acc = np.trunc(acc.astype(np.float64) * scale).astype(np.int64).astype(dt)
+        return acc
     acc_t = np.float64 if dtype == "float64" else np.float32
     with np.errstate(all="ignore"):
         acc = fold([x.astype(acc_t) for x in xs], op, acc_t)
@@ -137,12 +140,7 @@ KERNEL_COUNTS = [0, 1, 7, 33, 4097, 10007]
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_reduce_local(dtype, op):
     code, opcode = _core.DTYPES[dtype], _core.OPS[op]
-    if op == "Average" and dtype not in FLOATS:
-        x = _inputs(dtype, 1, 8, 0)[0]
-        with pytest.raises(_core.RdmacollError):
-            _core.reduce_local(code, opcode, np.empty_like(x), [x, x], 0.5)
-        return
-    scales = [1.0] if dtype not in FLOATS else ([0.25, 1 / 3] if op == "Average" else [1.0, 1 / 3])
+    scales = [0.25, 1 / 3] if op == "Average" else [1.0, 1 / 3]
     for count, nin, scale in itertools.product(KERNEL_COUNTS, [1, 2, 3, 4], scales):
         xs = _inputs(dtype, nin, count, 1)
         want = _expected(dtype, op, xs, scale)
@@ -156,11 +154,19 @@ def test_reduce_local(dtype, op):
             assert _same(ys[alias], want), f"{dtype} {op} count={count} inputs={nin} in place on input {alias}"
 
 
-@pytest.mark.parametrize("dtype", ["int32", "int64", "uint8"])
-def test_scale_refused_for_integers(dtype):
-    x = _inputs(dtype, 1, 8, 0)[0]
-    with pytest.raises(_core.RdmacollError):
-        _core.reduce_local(_core.DTYPES[dtype], _core.OPS["Sum"], np.empty_like(x), [x, x], 0.5)
+def test_integer_scale_truncates_toward_zero_like_horovod():
+    # Horovod's ScaleBuffer: T(scale * v) in float64: -7 * 0.5 = -3.5 -> -3, not floor's -4
+    for dtype in ("int8", "int16", "int32", "int64"):
+        x = np.array([-7, 7, -1, 5], np_dtype(dtype))
+        out = np.empty_like(x)
+        _core.reduce_local(_core.DTYPES[dtype], _core.OPS["Average"], out, [x], 0.5)
+        assert out.tolist() == [-3, 3, 0, 2], (dtype, out)
+
+
+def test_bool_is_not_reduced():
+    x = np.array([True, False])
+    with pytest.raises(_core.RdmacollError, match="cannot be reduced"):
+        _core.reduce_local(_core.DTYPES["bool"], _core.OPS["Sum"], np.empty_like(x), [x, x], 1.0)
 
 
 @pytest.mark.parametrize("dtype", sorted(FLOATS))

@@ -104,6 +104,7 @@ class Communicator {
   const Descriptor& currentCall() const { return current_; }
   // The Chrome-trace timeline (RDMACOLL_TIMELINE), or nullptr when off.
   Timeline* timeline() const { return links_->timeline(); }
+  void restartTimeline(const std::string& path) { links_->restartTimeline(path); }
   // Where the core's messages go (common/log.h); a sub-communicator shares its world's,
   // so its lines carry the world rank.
   const Log& log() const { return *log_; }

@@ -8,7 +8,13 @@ Links::Links(std::unique_ptr<transport::Device> device, int worldRank, int world
              const std::string& timelinePath)
     : device_(std::move(device)), pool_(std::make_shared<MemoryPool>(device_.get())), worldRank_(worldRank),
       links_(static_cast<size_t>(worldSize)) {
-  if (!timelinePath.empty()) timeline_ = Timeline::open(timelinePath, worldRank);
+  // (HOROVOD_TIMELINE=DYNAMIC: no file at init; start_timeline() opens one later)
+  if (!timelinePath.empty() && timelinePath != "DYNAMIC") timeline_ = Timeline::open(timelinePath, worldRank);
+}
+
+void Links::restartTimeline(const std::string& path) {
+  timeline_.reset();  // completes the JSON of the previous file
+  if (!path.empty()) timeline_ = Timeline::open(path, worldRank_);
 }
 
 Links::~Links() {

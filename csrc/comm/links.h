@@ -38,6 +38,9 @@ class Links {
   transport::Device& device() const { return *device_; }
   const std::shared_ptr<MemoryPool>& pool() const { return pool_; }
   Timeline* timeline() const { return timeline_.get(); }
+  // Closes the timeline (if any), then opens `path` ("": none), while no operation runs
+  // (Group::restartTimeline). Horovod's start_timeline/stop_timeline.
+  void restartTimeline(const std::string& path);
   int worldRank() const { return worldRank_; }
   int worldSize() const { return static_cast<int>(links_.size()); }
 

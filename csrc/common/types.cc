@@ -15,15 +15,18 @@ size_t dtypeSize(DataType t) {
     case DataType::kInt32: return 4;
     case DataType::kFloat64:
     case DataType::kInt64: return 8;
+    case DataType::kInt16: return 2;
     case DataType::kUInt8:
-    case DataType::kInt8: return 1;
+    case DataType::kInt8:
+    case DataType::kBool: return 1;
   }
   return 0;
 }
 
 const char* dtypeName(DataType t) {
   static const char* names[] = {"float16", "bfloat16", "float32", "float64",
-                                "int32",   "int64",    "uint8",   "int8"};
+                                "int32",   "int64",    "uint8",   "int8",
+                                "int16",   "bool"};
   int i = static_cast<int>(t);
   return i < kNumDataTypes ? names[i] : "invalid";
 }
@@ -62,6 +65,8 @@ bool isFloating(DataType t) {
   return t == DataType::kFloat16 || t == DataType::kBFloat16 || t == DataType::kFloat32 ||
          t == DataType::kFloat64;
 }
+
+bool isReducible(DataType t) { return t != DataType::kBool; }
 
 std::string sysError(const std::string& what, int err) {
   return what + ": " + std::strerror(err);

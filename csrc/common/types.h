@@ -16,12 +16,14 @@ enum class DataType : uint8_t {
   kInt64 = 5,
   kUInt8 = 6,
   kInt8 = 7,
+  kInt16 = 8,
+  kBool = 9,  // one byte, 0 or 1; moved (allgather, broadcast, alltoall), never reduced
 };
-constexpr int kNumDataTypes = 8;
+constexpr int kNumDataTypes = 10;
 
 enum class ReduceOp : uint8_t {
   kSum = 0,
-  kAverage = 1,  // Sum, then scaled by 1/size in the last reduction step (floats only)
+  kAverage = 1,  // Sum, then scaled by 1/size in the last reduction step (integers: truncated)
   kMin = 2,
   kMax = 3,
   kProduct = 4,
@@ -47,5 +49,7 @@ size_t dtypeSize(DataType t);
 const char* dtypeName(DataType t);
 const char* opName(ReduceOp op);
 bool isFloating(DataType t);
+// Whether reductions (allreduce, reducescatter) are defined for t: every dtype but bool.
+bool isReducible(DataType t);
 
 }  // namespace rdmacoll

@@ -255,6 +255,10 @@ class PyGroup {
   bool oversubscribed() const { return g().comm().oversubscribed(); }
   double ranksPerCpu() const { return g().comm().ranksPerCpu(); }
   size_t outstanding() const { return g().engine()->outstanding(); }
+  void restartTimeline(const std::string& path) {
+    py::gil_scoped_release r;  // (it waits for this rank's operations in flight)
+    g().restartTimeline(path);
+  }
   std::string selected(size_t bytes, const std::string& collective) const {
     return g().selected(collectiveNamed(collective), bytes).name;
   }
@@ -347,6 +351,8 @@ void bindGroup(py::module_& m) {
                              "Where the network transport listens: 'eth0 10.0.0.2:41321' (IPv6: "
                              "'eth0 [fd00::2]:41321'); '' when no network transport is open.")
       .def("peer_transports", &P::peerTransports)
+      .def("restart_timeline", &P::restartTimeline, py::arg("path"),
+           "Close this rank's timeline file and open path's (\"\": stop): Horovod's start_timeline")
       .def_property_readonly("rank", &P::rank)
       .def_property_readonly("world_ranks", &P::worldRanks, "The world rank of each rank of this communicator")
       .def_property_readonly("size", &P::size)

@@ -26,6 +26,13 @@ PYBIND11_MODULE(_core, m) {
       PyErr_SetString(exc.ptr(), e.what());
     }
   });
+  // An argument error found before communicating: both RdmacollError and ValueError, so
+  // that Horovod users' `except ValueError` keeps working (raised by the adapters).
+  py::object bases = py::make_tuple(exc, py::handle(PyExc_ValueError));
+  m.attr("RdmacollValueError") = py::reinterpret_steal<py::object>(PyErr_NewExceptionWithDoc(
+      "rdmacoll._core.RdmacollValueError",
+      "An invalid argument, found before communicating (an RdmacollError and a ValueError).",
+      bases.ptr(), nullptr));
 
   m.attr("Sum") = static_cast<int>(ReduceOp::kSum);
   m.attr("Average") = static_cast<int>(ReduceOp::kAverage);

@@ -9,8 +9,9 @@
 //   NumPy's float32 -> float16 cast. The scale multiply is done in float32 for
 //   float32/float16/bfloat16 and in float64 for float64.
 // - Integers wrap like NumPy (computed in the unsigned type, so no signed-overflow UB);
-//   Product wraps too. Average and scale != 1 are errors for integers (reduce.h: the
-//   caller rejects them first; we throw rather than compute something wrong).
+//   Product wraps too. scale != 1 (Average) on integers is Horovod's ScaleBuffer: the
+//   wrapped result times scale in float64, truncated toward zero (a second pass over
+//   out, integer kernels only). bool is never reduced (selectKernel throws).
 // - Min/Max propagate NaN and otherwise follow numpy.minimum/maximum's vector loops:
 //   min(a, b) = (a < b || a is NaN) ? a : b (for a == b, e.g. +0/-0, b is returned).
 // - out may alias any input exactly (never partially). nin >= 1; nin == 1 copies and
@@ -446,6 +447,25 @@ template <> struct Storage<DataType::kInt32> { using type = int32_t; };
 template <> struct Storage<DataType::kInt64> { using type = int64_t; };
 template <> struct Storage<DataType::kUInt8> { using type = uint8_t; };
 template <> struct Storage<DataType::kInt8> { using type = int8_t; };
+template <> struct Storage<DataType::kInt16> { using type = int16_t; };
+template <> struct Storage<DataType::kBool> { using type = uint8_t; };  // (rejected before use)
+
+// Horovod's ScaleBuffer for integers: T(scale * v) computed in float64, truncated toward
+// zero. Out-of-range products saturate to int64 and then wrap to T (defined behaviour,
+// where a plain cast would be undefined); NaN gives 0.
+template <class T>
+RC_INLINE T scaleInteger(T v, double s) {
+  const double p = double(v) * s;
+  int64_t i = 0;
+  if (p >= 9223372036854775808.0) {
+    i = INT64_MAX;
+  } else if (p <= -9223372036854775808.0) {
+    i = INT64_MIN;
+  } else if (p == p) {
+    i = int64_t(p);
+  }
+  return T(std::make_unsigned_t<T>(uint64_t(i)));
+}
 
 // One body for both ISAs; kAvx2 picks the intrinsic float16/bfloat16 kernels.
 template <DataType D, class Op, bool kScale, bool kAvx2>
@@ -465,6 +485,11 @@ RC_INLINE void kernelBody(void* out, const void* const* in, int nin, size_t coun
     {
       codecReduce<Soft, Op, kScale>(o, i, nin, count, float(scale));
     }
+  } else if constexpr (std::is_integral<T>::value) {
+    codecReduce<NativeCodec<T>, Op, false>(o, i, nin, count, T(1));
+    if constexpr (kScale) {
+      for (size_t j = 0; j < count; ++j) o[j] = scaleInteger(o[j], scale);
+    }
   } else {
     codecReduce<NativeCodec<T>, Op, kScale>(o, i, nin, count, T(scale));
   }
@@ -473,16 +498,14 @@ RC_INLINE void kernelBody(void* out, const void* const* in, int nin, size_t coun
 using KernelFn = void (*)(void* out, const void* const* in, int nin, size_t count,
                           double scale);
 
-// scale != 1 only reaches floating dtypes (selectKernel rejects it for integers), so
-// integer entries instantiate no scaled kernels.
+// bool entries exist only to fill the table (selectKernel rejects bool): no scaled copy.
 template <DataType D>
-constexpr bool kFloating = D == DataType::kFloat16 || D == DataType::kBFloat16 ||
-                           D == DataType::kFloat32 || D == DataType::kFloat64;
+constexpr bool kScalable = D != DataType::kBool;
 
 template <DataType D, class Op>
 __attribute__((noinline)) void entryBaseline(void* out, const void* const* in, int nin,
                                              size_t count, double scale) {
-  if constexpr (kFloating<D>) {
+  if constexpr (kScalable<D>) {
     if (scale != 1.0) return kernelBody<D, Op, true, false>(out, in, nin, count, scale);
   }
   kernelBody<D, Op, false, false>(out, in, nin, count, scale);
@@ -492,7 +515,7 @@ __attribute__((noinline)) void entryBaseline(void* out, const void* const* in, i
 template <DataType D, class Op>
 RC_TARGET_AVX2 __attribute__((noinline)) void entryAvx2(void* out, const void* const* in,
                                                         int nin, size_t count, double scale) {
-  if constexpr (kFloating<D>) {
+  if constexpr (kScalable<D>) {
     if (scale != 1.0) return kernelBody<D, Op, true, true>(out, in, nin, count, scale);
   }
   kernelBody<D, Op, false, true>(out, in, nin, count, scale);
@@ -508,7 +531,8 @@ RC_TARGET_AVX2 __attribute__((noinline)) void entryAvx2(void* out, const void* c
     RC_ROW(ENTRY, DataType::kFloat16), RC_ROW(ENTRY, DataType::kBFloat16),                  \
         RC_ROW(ENTRY, DataType::kFloat32), RC_ROW(ENTRY, DataType::kFloat64),               \
         RC_ROW(ENTRY, DataType::kInt32), RC_ROW(ENTRY, DataType::kInt64),                   \
-        RC_ROW(ENTRY, DataType::kUInt8), RC_ROW(ENTRY, DataType::kInt8)                     \
+        RC_ROW(ENTRY, DataType::kUInt8), RC_ROW(ENTRY, DataType::kInt8),                    \
+        RC_ROW(ENTRY, DataType::kInt16), RC_ROW(ENTRY, DataType::kBool)                     \
   }
 
 const KernelFn kBaselineTable[kNumDataTypes][kNumReduceOps] = RC_TABLE(entryBaseline);
@@ -537,12 +561,7 @@ KernelFn selectKernel(DataType dtype, ReduceOp op, double scale) {
   const int o = static_cast<int>(op);
   RC_CHECK(d >= 0 && d < kNumDataTypes, "reduce: invalid dtype " + std::to_string(d));
   RC_CHECK(o >= 0 && o < kNumReduceOps, "reduce: invalid op " + std::to_string(o));
-  if (!isFloating(dtype)) {
-    RC_CHECK(op != ReduceOp::kAverage, std::string("reduce: Average is not defined for ") +
-                                           dtypeName(dtype) + "; use Sum");
-    RC_CHECK(scale == 1.0, std::string("reduce: scale applies to floating dtypes only, got ") +
-                               dtypeName(dtype));
-  }
+  RC_CHECK(isReducible(dtype), std::string("reduce: ") + dtypeName(dtype) + " cannot be reduced");
 #if RC_HAVE_AVX2_PATH
   if (gUseAvx2) return kAvx2Table[d][o];
 #endif

@@ -5,10 +5,11 @@
 //   every rank that reduces the same inputs gets bit-identical results.
 // - Each step computes in at least float32: float16 and bfloat16 inputs are widened to
 //   float32, combined, and rounded (to nearest even) once when stored.
-// - Integers wrap like NumPy (two's complement for int8/int32/int64, modulo 256 for uint8).
+// - Integers wrap like NumPy (two's complement for int8/int16/int32/int64, modulo 256 for
+//   uint8). bool is not reducible (an error).
 // - Min/Max propagate NaN: if any input element is NaN the result element is NaN.
-// - `scale` != 1 multiplies the final result before it is stored (used for Average,
-//   floating types only; the caller rejects Average on integers).
+// - `scale` != 1 multiplies the final result before it is stored (Average passes 1/size).
+//   Integers: as Horovod's ScaleBuffer, the product in float64 truncated toward zero.
 // - out may alias any input (in-place); inputs may not partially overlap out.
 // - count == 0 is a no-op. No allocation, no locks; safe to call from any thread.
 // - The loops are written so that the compiler vectorises them (see

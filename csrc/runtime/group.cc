@@ -17,9 +17,11 @@ namespace {
 
 void checkReduceOp(DataType dtype, ReduceOp op) {
   if (static_cast<int>(op) >= kNumReduceOps) throw Error("unsupported reduction op");
-  if (op == ReduceOp::kAverage && !isFloating(dtype)) {
-    throw Error(std::string("Average is not defined for integer dtype ") + dtypeName(dtype) +
-                ": use op=Sum (and divide by size() yourself if you need a mean)");
+  // (Average on integers is Horovod's: the sum times 1/size in float64, truncated.)
+  if (!isReducible(dtype)) {
+    throw Error(std::string(dtypeName(dtype)) +
+                " cannot be reduced (allreduce, reducescatter); it travels by allgather, "
+                "broadcast and alltoall");
   }
 }
 

@@ -55,6 +55,11 @@ class Group {
   // What selection picks for (collective, bytes) here, without running anything.
   const algorithms::Algorithm& selected(Collective collective, size_t bytes) const;
   Communicator& comm() { return *comm_; }
+  // Closes the job's timeline on this rank and opens `path` ("": stop), between
+  // operations (the executor's turn: every group of the process shares the timeline).
+  void restartTimeline(const std::string& path) {
+    engine_->runInline([&] { comm_->restartTimeline(path); });
+  }
   const Communicator& comm() const { return *comm_; }
 
  private:

@@ -109,7 +109,7 @@ def run():
     expect("alltoall even", close(hvd.alltoall(x), want.numpy()))
     splits = [q + 1 for q in range(p)]                     # rank q gets q+1 rows from everyone
     x = torch.full((sum(splits), 2), float(r))
-    out, received = hvd.alltoall(x, splits=torch.tensor(splits))
+    out, received = hvd.alltoall(x, splits=torch.tensor(splits, dtype=torch.int32))  # Horovod takes int32 only
     expect("alltoall splits", out.shape == (p * (r + 1), 2) and received.tolist() == [r + 1] * p
            and close(out, torch.cat([torch.full((r + 1, 2), float(q)) for q in range(p)]).numpy()))
     # reducescatter

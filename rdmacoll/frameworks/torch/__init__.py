@@ -16,7 +16,7 @@ import torch as _torch
 if not hasattr(_torch.Tensor, "register_post_accumulate_grad_hook"):
     raise ImportError(f"rdmacoll.frameworks.torch needs PyTorch >= 2.1 (found {_torch.__version__})")
 
-from rdmacoll import (RdmacollError, init, is_initialized, local_rank, local_size, rank,  # noqa: E402
+from rdmacoll import (RdmacollError, RdmacollValueError, init, is_initialized, local_rank, local_size, rank,  # noqa: E402
                       shutdown, size)
 
 from .compression import Compression  # noqa: E402
@@ -32,10 +32,6 @@ from .optimizer import DistributedOptimizer  # noqa: E402
 from .sync_batch_norm import SyncBatchNorm  # noqa: E402
 
 
-def mpi_threads_supported() -> bool:
-    return True
-
-
 def cross_rank() -> int:
     """Index of this rank's host (ranks are grouped by host in rank order)."""
     return rank() // local_size()
@@ -49,35 +45,87 @@ def is_homogeneous() -> bool:
     return True
 
 
-def nccl_built() -> bool:
+# Capability probes (Horovod's names; reasoning in docs/torch.md, "Capabilities"): what
+# rdmacoll is built with and uses, not what Horovod would be. rdmacoll links no MPI, Gloo,
+# NCCL, oneCCL, DDL, CUDA or ROCm; MPI (through mpi4py) only starts the job. The
+# verbose argument of horovod.common.util's probes is accepted and ignored.
+
+
+def mpi_built(verbose=False) -> bool:
     return False
 
 
-def mpi_built() -> bool:
+def gloo_built(verbose=False) -> bool:
+    return False
+
+
+def nccl_built(verbose=False) -> int:
+    return 0    # Horovod returns NCCL_VERSION_CODE, or 0 without NCCL
+
+
+def ccl_built(verbose=False) -> bool:
+    return False
+
+
+def ddl_built(verbose=False) -> bool:
+    return False
+
+
+def cuda_built(verbose=False) -> bool:
+    return False
+
+
+def rocm_built(verbose=False) -> bool:
+    return False
+
+
+def mpi_enabled() -> bool:
+    return False    # no collective, and no control message, goes through MPI
+
+
+def gloo_enabled() -> bool:
+    return False
+
+
+def _world_core():
+    if not is_initialized():
+        raise RdmacollValueError("rdmacoll has not been initialized; use hvd.init().")
+    import rdmacoll
+
+    return rdmacoll._w().core
+
+
+def start_timeline(file_path, mark_cycles=False):
+    """Horovod's: from now on, write this rank's Chrome trace of every operation to
+    file_path, with ".rank<r>" before its extension (every rank writes its own file:
+    docs/torch.md). Another call closes the previous file first. mark_cycles is accepted:
+    rdmacoll has no negotiation cycles to mark. No HOROVOD_TIMELINE=DYNAMIC is needed."""
+    _world_core().restart_timeline(str(file_path))
+
+
+def stop_timeline():
+    """Close this rank's timeline file (complete JSON); nothing when none is open."""
+    _world_core().restart_timeline("")
+
+
+def mpi_threads_supported() -> bool:
+    """Whether MPI (e.g. mpi4py) may be used next to rdmacoll: yes, from any thread, since
+    rdmacoll makes no MPI call after init(). Raises ValueError before init(), as Horovod."""
+    if not is_initialized():
+        raise RdmacollValueError("rdmacoll has not been initialized; use hvd.init().")
     return True
-
-
-def gloo_built() -> bool:
-    return False
-
-
-def cuda_built() -> bool:
-    return False
-
-
-def rocm_built() -> bool:
-    return False
 
 
 __all__ = [
     "init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size",
     "cross_rank", "cross_size", "is_homogeneous", "mpi_threads_supported", "mpi_built",
-    "nccl_built", "gloo_built", "cuda_built", "rocm_built",
+    "nccl_built", "gloo_built", "cuda_built", "rocm_built", "ccl_built", "ddl_built", "mpi_enabled",
+    "gloo_enabled", "start_timeline", "stop_timeline",
     "allreduce", "allreduce_", "allreduce_async", "allreduce_async_", "grouped_allreduce",
     "grouped_allreduce_", "grouped_allreduce_async", "grouped_allreduce_async_", "allgather",
     "allgather_async", "broadcast", "broadcast_", "broadcast_async", "broadcast_async_",
     "alltoall", "alltoall_async", "reducescatter", "reducescatter_async", "barrier", "join",
     "poll", "synchronize", "Average", "Sum", "Min", "Max", "Product", "Adasum", "Compression",
     "broadcast_parameters", "broadcast_optimizer_state", "broadcast_object", "allgather_object",
-    "DistributedOptimizer", "global_process_set", "RdmacollError", "SyncBatchNorm",
+    "DistributedOptimizer", "global_process_set", "RdmacollError", "RdmacollValueError", "SyncBatchNorm",
 ]

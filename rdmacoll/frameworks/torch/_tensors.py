@@ -8,19 +8,23 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from rdmacoll import RdmacollError, _core
+from rdmacoll import RdmacollError, RdmacollValueError, _core
 
 _NP_OF_TORCH = {
     torch.float16: np.float16, torch.float32: np.float32, torch.float64: np.float64,
-    torch.int32: np.int32, torch.int64: np.int64, torch.uint8: np.uint8,
+    torch.uint8: np.uint8, torch.int8: np.int8, torch.int16: np.int16, torch.int32: np.int32,
+    torch.int64: np.int64, torch.bool: np.bool_,
 }
+_SUPPORTED = ("uint8, int8, int16, int32, int64, float16, bfloat16, float32, float64, "
+              "bool (bool: allgather, broadcast, alltoall)")
 
 
 def _bfloat16():
     try:
         import ml_dtypes
     except ImportError:
-        raise RdmacollError("bfloat16 tensors need the ml_dtypes package (pip install ml_dtypes)") from None
+        # (ValueError as Horovod's refusal of a dtype: `except ValueError` keeps working)
+        raise RdmacollValueError("bfloat16 tensors need the ml_dtypes package (pip install ml_dtypes)") from None
     return ml_dtypes.bfloat16
 
 
@@ -36,8 +40,33 @@ def check_tensor(t, what="tensor"):
         raise RdmacollError(f"{what} has layout {t.layout}: only dense tensors travel directly "
                             "(use allreduce, which densifies sparse tensors, or tensor.to_dense())")
     if t.dtype != torch.bfloat16 and t.dtype not in _NP_OF_TORCH:
-        raise RdmacollError(f"{what} has dtype {t.dtype}; supported: float16, bfloat16, float32, "
-                            "float64, int32, int64, uint8")
+        raise RdmacollValueError(f"{what} has dtype {t.dtype}; supported: {_SUPPORTED}")
+
+
+def check_reducible(t, what="tensor"):
+    """check_tensor, and refuse bool for reductions as Horovod does (ValueError), before
+    communicating."""
+    check_tensor(t, what)
+    if t.dtype == torch.bool:
+        raise RdmacollValueError(f"{what} has dtype torch.bool, which cannot be reduced (allreduce, "
+                                 "reducescatter); bool tensors travel by allgather, broadcast, alltoall")
+
+
+def scale_(t, factor):
+    """t *= factor in place, as Horovod's ScaleBuffer computes it (pre/postscale_factor):
+    float32, float16 and bfloat16 multiply by float32(factor) in float32, rounding once;
+    float64 in float64; integers in float64, truncated toward zero (out-of-range products
+    saturate to int64, then wrap to the dtype). Returns t."""
+    if factor == 1.0:
+        return t
+    if t.dtype == torch.float64:
+        return t.mul_(factor)
+    if t.dtype.is_floating_point:
+        f = torch.tensor(factor, dtype=torch.float32)
+        return t.copy_(t.float() * f) if t.dtype != torch.float32 else t.mul_(f)
+    p = t.double() * factor
+    p = p.nan_to_num(0.0).clamp_(-2.0 ** 63, 2.0 ** 63 - 1024).trunc_()
+    return t.copy_(p.to(torch.int64).to(t.dtype))
 
 
 def as_numpy(t):

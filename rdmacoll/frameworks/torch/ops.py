@@ -6,12 +6,14 @@ synchronize(); an adapter's result is Handle(core_handle, then=finish).
 """
 from __future__ import annotations
 
+import warnings
+
 import torch
 
 import rdmacoll as rc
-from rdmacoll import Handle, RdmacollError
+from rdmacoll import Handle, RdmacollError, RdmacollValueError
 
-from ._tensors import as_numpy, as_torch, check_tensor, contiguous, flat
+from ._tensors import as_numpy, as_torch, check_reducible, check_tensor, contiguous, flat, scale_
 from .compression import Compression
 from .join import join as _join_protocol
 
@@ -48,7 +50,10 @@ def _check_process_set(process_set):
 def resolve_op(average=None, op=None):
     """Horovod's rules: op wins; average=True/False means Average/Sum; default Average."""
     if op is not None and average is not None:
-        raise RdmacollError("pass either op or the deprecated average, not both")
+        raise RdmacollValueError("The op parameter supersedes average. Please provide only one of them.")
+    if op is None and average is not None:
+        warnings.warn("Parameter `average` has been replaced with `op` and will be removed in v1.0",
+                      DeprecationWarning)
     if op is None:
         op = Sum if average is False else Average
     if op not in _OPS:
@@ -67,12 +72,53 @@ def synchronize(handle):
     return handle.wait()
 
 
-def _scale(t, factor):
-    if factor == 1.0:
-        return t
-    if t.dtype.is_floating_point:
-        return t.mul_(factor)
-    return t.copy_(torch.floor(t * factor).to(t.dtype)) if factor < 1 else t.mul_(int(factor))
+_scale = scale_   # Horovod's ScaleBuffer (see _tensors.scale_)
+
+
+def _fold_average(op, postscale_factor, size):
+    """Horovod's rule (common/operations.cc): Average with a postscale factor is Sum, then
+    one multiply by postscale_factor / size (not a division then a multiply)."""
+    if op == Average and postscale_factor != 1.0:
+        return Sum, postscale_factor / size
+    return op, postscale_factor
+
+
+class _NamesInFlight:
+    """Horovod's tensor table, as far as names go: a name may not be reused while the
+    operation that carries it is in flight (ValueError, before communicating)."""
+
+    def __init__(self):
+        self._handles = {}
+
+    def check(self, name):
+        if name is None:
+            return
+        h = self._handles.get(name)
+        if h is None:
+            return
+        if not self._done(h):
+            raise RdmacollValueError(
+                "Requested to allreduce, allgather, or broadcast a tensor with the same name as "
+                f"another tensor that is currently being processed ({name!r}). If you want to "
+                "request another tensor, use a different tensor name.")
+        del self._handles[name]
+
+    def started(self, name, handle):
+        if name is not None:
+            if len(self._handles) >= 256:   # names used once (f"loss.{step}"): forget finished ones
+                self._handles = {n: h for n, h in self._handles.items() if not self._done(h)}
+            self._handles[name] = handle
+        return handle
+
+    @staticmethod
+    def _done(handle):
+        try:
+            return handle.poll()
+        except Exception:   # it failed: it is over, its error belongs to its own waiter
+            return True
+
+
+_in_flight = _NamesInFlight()   # process-wide, as Horovod's tensor table
 
 
 def _private(x, source):
@@ -118,16 +164,18 @@ def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.
         check_tensor(tensor._values(), "allreduce input")
         result = _sparse_allreduce(tensor, op, name)
         return Handle(None, lambda _: result)
-    check_tensor(tensor, "allreduce input")
+    check_reducible(tensor, "allreduce input")
+    _in_flight.check(name)
+    op, postscale_factor = _fold_average(op, postscale_factor, rc.size())
     x, ctx = compression.compress(tensor.detach())
     x = contiguous(x)
     if prescale_factor != 1.0:
         x = _scale(_private(x, tensor), prescale_factor)
     out = torch.empty_like(x, memory_format=torch.contiguous_format)
-    h = rc.allreduce_async(flat(x), op=op, name=name, out=flat(out))
+    h = _in_flight.started(name, rc.allreduce_async(flat(x), op=op, name=name, out=flat(out)))
 
     def finish(_):
-        return _scale(compression.decompress(out, ctx), postscale_factor)
+        return compression.decompress(_scale(out, postscale_factor), ctx)
 
     return Handle(h, finish)
 
@@ -151,11 +199,13 @@ def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1
     """Start reducing tensor in place; synchronize(handle) returns tensor."""
     _check_process_set(process_set)
     op = resolve_op(average, op)
-    check_tensor(tensor, "allreduce_ input")
+    check_reducible(tensor, "allreduce_ input")
+    _in_flight.check(name)
+    op, postscale_factor = _fold_average(op, postscale_factor, rc.size())
     work, copy_back = _in_place(tensor)
     _scale(work, prescale_factor)
     a = flat(work)
-    h = rc.allreduce_async(a, op=op, name=name, out=a)
+    h = _in_flight.started(name, rc.allreduce_async(a, op=op, name=name, out=a))
     return Handle(h, lambda _: copy_back(_scale(work, postscale_factor)))
 
 
@@ -168,7 +218,9 @@ def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
 
 def _grouped(tensors, op, name, prescale_factor, postscale_factor, compression, inplace):
     for i, t in enumerate(tensors):
-        check_tensor(t, f"grouped_allreduce input {i}")
+        check_reducible(t, f"grouped_allreduce input {i}")
+    _in_flight.check(name)
+    op, postscale_factor = _fold_average(op, postscale_factor, rc.size())
     packed = []
     for t in tensors:
         x, ctx = compression.compress(t.detach())
@@ -176,12 +228,13 @@ def _grouped(tensors, op, name, prescale_factor, postscale_factor, compression, 
         if prescale_factor != 1.0:
             x = _scale(_private(x, t), prescale_factor)
         packed.append((x, ctx))
-    h = rc.grouped_allreduce_async([as_numpy(x) for x, _ in packed], op=op, name=name)
+    h = _in_flight.started(name, rc.grouped_allreduce_async([as_numpy(x) for x, _ in packed], op=op,
+                                                            name=name))
 
     def finish(results):
         out = []
         for t, (x, ctx), r in zip(tensors, packed, results):
-            r = _scale(compression.decompress(as_torch(r).view(x.shape), ctx), postscale_factor)
+            r = compression.decompress(_scale(as_torch(r).view(x.shape), postscale_factor), ctx)
             if inplace:
                 t.detach().copy_(r)
                 r = t
@@ -233,8 +286,9 @@ def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_facto
 def allgather_async(tensor, name=None, process_set=None):
     _check_process_set(process_set)
     check_tensor(tensor, "allgather input")
+    _in_flight.check(name)
     x = contiguous(tensor.detach())
-    return Handle(rc.allgather_async(as_numpy(x), name=name), as_torch)
+    return Handle(_in_flight.started(name, rc.allgather_async(as_numpy(x), name=name)), as_torch)
 
 
 def allgather(tensor, name=None, process_set=None):
@@ -251,9 +305,11 @@ def allgather(tensor, name=None, process_set=None):
 def broadcast_async_(tensor, root_rank, name=None, process_set=None):
     _check_process_set(process_set)
     check_tensor(tensor, "broadcast_ input")
+    _in_flight.check(name)
     work, copy_back = _in_place(tensor)
     a = flat(work)
-    return Handle(rc.broadcast_async(a, root_rank, name=name, out=a), lambda _: copy_back(work))
+    return Handle(_in_flight.started(name, rc.broadcast_async(a, root_rank, name=name, out=a)),
+                  lambda _: copy_back(work))
 
 
 def broadcast_(tensor, root_rank, name=None, process_set=None):
@@ -278,19 +334,44 @@ def broadcast(tensor, root_rank, name=None, process_set=None):
     return broadcast_async(tensor, root_rank, name, process_set).wait()
 
 
-def _splits_list(splits):
+def _splits_list(splits, rows, size):
+    """Horovod's checks of alltoall's splits (common/operations.cc), before communicating:
+    a list, or a 1-D int32 tensor, of size() entries whose sum is at most rows (the rows
+    past the sum are not sent); without splits, rows must divide evenly."""
     if splits is None:
+        if rows % size:
+            raise RdmacollValueError("splits not provided, but first dimension of tensor is not an "
+                                     "even multiple of the number of workers.")
         return None
-    if isinstance(splits, torch.Tensor):
-        return [int(s) for s in splits.tolist()]
-    return [int(s) for s in splits]
+    if not isinstance(splits, torch.Tensor):
+        splits = torch.tensor(splits, dtype=torch.int32)   # (what Horovod does with a list)
+    if splits.dim() > 1:
+        raise RdmacollValueError("alltoall expects a 1D splits tensor")
+    if splits.dtype != torch.int32:
+        raise RdmacollValueError("alltoall expects splits to contain 32-bit integer elements.")
+    if splits.numel() == 0:
+        return _splits_list(None, rows, size)
+    if splits.numel() != size:
+        raise RdmacollValueError("Number of entries in splits does not equal number of workers.")
+    out = [int(s) for s in splits.tolist()]
+    if any(s < 0 for s in out):
+        raise RdmacollValueError(f"alltoall: splits must not be negative, got {out}")
+    if sum(out) > rows:
+        raise RdmacollValueError("Sum of splits entries is greater than the first dimension of tensor.")
+    return out
 
 
 def alltoall_async(tensor, splits=None, name=None, process_set=None):
     _check_process_set(process_set)
     check_tensor(tensor, "alltoall input")
+    rows = tensor.shape[0] if tensor.dim() else 1
+    send = _splits_list(splits, rows, rc.size())
+    _in_flight.check(name)
     x = contiguous(tensor.detach())
-    h = rc.alltoall_async(as_numpy(x), _splits_list(splits), name=name, return_received_splits=True)
+    if send is not None and sum(send) < rows:
+        x = x[:sum(send)]   # Horovod sends only the rows the splits cover
+    h = _in_flight.started(name, rc.alltoall_async(as_numpy(x), send, name=name,
+                                                   return_received_splits=True))
 
     def finish(result):
         data, received = result
@@ -316,11 +397,13 @@ def reducescatter_async(tensor, name=None, op=Average, process_set=None, prescal
                         postscale_factor=1.0):
     _check_process_set(process_set)
     op = resolve_op(None, op)
-    check_tensor(tensor, "reducescatter input")
+    check_reducible(tensor, "reducescatter input")
+    _in_flight.check(name)
+    op, postscale_factor = _fold_average(op, postscale_factor, rc.size())
     x = contiguous(tensor.detach())
     if prescale_factor != 1.0:
         x = _scale(_private(x, tensor), prescale_factor)
-    h = rc.reducescatter_async(as_numpy(x), op=op, name=name)
+    h = _in_flight.started(name, rc.reducescatter_async(as_numpy(x), op=op, name=name))
     return Handle(h, lambda r: _scale(as_torch(r), postscale_factor))
 
 

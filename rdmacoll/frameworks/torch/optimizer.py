@@ -24,11 +24,12 @@ from __future__ import annotations
 
 import contextlib
 import time
+import warnings
 
 import torch
 
 import rdmacoll as rc
-from rdmacoll import RdmacollError
+from rdmacoll import RdmacollError, RdmacollValueError
 
 from .._common import first_difference, fusion_threshold, signature_digest
 from ._tensors import contiguous, copy_into, flat
@@ -36,6 +37,12 @@ from .buckets import Layout
 from .compression import Compression
 from .join import STATE as JOIN_STATE
 from .join import training_contribution
+
+# Horovod's text (UserWarning), for step() after synchronize() outside skip_synchronize()
+_STEP_AFTER_SYNCHRONIZE = (
+    "optimizer.step() called without optimizer.skip_synchronize() context after "
+    "optimizer.synchronize(). This can cause training slowdown. You may want to consider "
+    "using optimizer.skip_synchronize() context if you use optimizer.synchronize() in your code.")
 
 # Collective names reach error messages cut to 15 characters: keep them short.
 NO_BACKWARD = "no backward()"
@@ -102,19 +109,27 @@ class _DistributedOptimizer:
     def _rc_name_params(named_parameters, params):
         if named_parameters is None:
             return {id(p): f"allreduce.noname.{i}" for i, p in enumerate(params)}
+        # Horovod's checks and errors (ValueError), in Horovod's order
+        named_parameters = list(named_parameters)
+        if not all(isinstance(item, tuple) and len(item) == 2 for item in named_parameters):
+            raise RdmacollValueError("named_parameters should be a sequence of tuples (name, parameter), "
+                                     "usually produced by model.named_parameters().")
+        seen, dups = set(), []
+        for n, _ in named_parameters:
+            if n in seen and n not in dups:
+                dups.append(n)
+            seen.add(n)
+        if dups:
+            raise RdmacollValueError("Parameter names in named_parameters must be unique. "
+                                     f"Found duplicates: {', '.join(map(str, dups))}")
         names = {}
-        for item in named_parameters:
-            if not (isinstance(item, tuple) and len(item) == 2):
-                raise RdmacollError("named_parameters must be a sequence of (name, parameter) "
-                                    "tuples, e.g. model.named_parameters()")
-            n, p = item
-            if n in names.values() and names.get(id(p)) != n:
-                raise RdmacollError(f"named_parameters: the name {n!r} is used twice")
+        for n, p in named_parameters:
             names.setdefault(id(p), n)
         missing = [i for i, p in enumerate(params) if id(p) not in names]
         if missing:
-            raise RdmacollError(f"named_parameters was given, but {len(missing)} of the optimizer's "
-                                f"parameters are not named (positions {missing[:5]} in param_groups)")
+            raise RdmacollValueError("named_parameters was specified, but one or more model parameters "
+                                     f"were not named: {len(missing)} of the optimizer's parameters "
+                                     f"(positions {missing[:5]} in param_groups)")
         return names    # also names of parameters a later add_param_group may bring
 
     def _rc_signature(self):
@@ -337,6 +352,8 @@ class _DistributedOptimizer:
 
     def step(self, closure=None):
         if not getattr(self, "_rc_skip", False):
+            if self._rc_synchronized:
+                warnings.warn(_STEP_AFTER_SYNCHRONIZE)
             self.synchronize()
         self.stats["steps"] += 1
         self._rc_synchronized = False
