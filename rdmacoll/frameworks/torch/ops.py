@@ -32,12 +32,6 @@ class _Unsupported:
 Adasum = _Unsupported("Adasum")   # Horovod's op exists by name; passing it raises RdmacollError
 
 
-def _member(process_set, op):
-    """ValueError before any work where this rank is outside a (non-global) process_set."""
-    if process_set is not None and process_set is not global_process_set:
-        comm_of(process_set, op)
-
-
 def _set_size(process_set):
     return rc.size() if process_set is None or process_set is global_process_set else process_set.size()
 
@@ -118,7 +112,8 @@ def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.
                     postscale_factor=1.0, process_set=global_process_set, compression=Compression.none):
     """Start reducing tensor across ranks (of process_set); synchronize(handle) returns a
     new tensor."""
-    _member(process_set, "Allreduce")
+    if process_set is not global_process_set and process_set is not None:   # (the fast path: two identity tests)
+        comm_of(process_set, "Allreduce")
     op = resolve_op(average, op)
     if isinstance(tensor, torch.Tensor) and tensor.layout == torch.sparse_coo:
         check_tensor(tensor._values(), "allreduce input")
@@ -155,7 +150,8 @@ def allreduce(tensor, average=None, name=None, compression=Compression.none, op=
 def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                      postscale_factor=1.0, process_set=global_process_set):
     """Start reducing tensor in place; synchronize(handle) returns tensor."""
-    _member(process_set, "Allreduce")
+    if process_set is not global_process_set and process_set is not None:
+        comm_of(process_set, "Allreduce")
     op = resolve_op(average, op)
     check_tensor(tensor, "allreduce_ input")
     work, copy_back = _in_place(tensor)
@@ -173,7 +169,8 @@ def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
 
 
 def _grouped(tensors, op, name, prescale_factor, postscale_factor, compression, inplace, process_set):
-    _member(process_set, "Allreduce")
+    if process_set is not global_process_set and process_set is not None:
+        comm_of(process_set, "Allreduce")
     for i, t in enumerate(tensors):
         check_tensor(t, f"grouped_allreduce input {i}")
     packed = []
@@ -231,7 +228,8 @@ def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_facto
 
 
 def allgather_async(tensor, name=None, process_set=global_process_set):
-    _member(process_set, "Allgather")
+    if process_set is not global_process_set and process_set is not None:
+        comm_of(process_set, "Allgather")
     check_tensor(tensor, "allgather input")
     x = contiguous(tensor.detach())
     return Handle(rc.allgather_async(as_numpy(x), name=name, process_set=process_set), as_torch)
@@ -287,7 +285,8 @@ def _splits_list(splits):
 
 
 def alltoall_async(tensor, splits=None, name=None, process_set=global_process_set):
-    _member(process_set, "Alltoall")
+    if process_set is not global_process_set and process_set is not None:
+        comm_of(process_set, "Alltoall")
     check_tensor(tensor, "alltoall input")
     x = contiguous(tensor.detach())
     h = rc.alltoall_async(as_numpy(x), _splits_list(splits), name=name, return_received_splits=True,
@@ -309,7 +308,8 @@ def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
 
 def reducescatter_async(tensor, name=None, op=Average, process_set=global_process_set,
                         prescale_factor=1.0, postscale_factor=1.0):
-    _member(process_set, "Reducescatter")
+    if process_set is not global_process_set and process_set is not None:
+        comm_of(process_set, "Reducescatter")
     op = resolve_op(None, op)
     check_tensor(tensor, "reducescatter input")
     x = contiguous(tensor.detach())

@@ -39,7 +39,7 @@ from .buckets import Layout
 from .compression import Compression
 from .join import STATE as JOIN_STATE
 from .join import training_contribution
-from .ops import _member, global_process_set
+from .ops import comm_of, global_process_set
 
 # Collective names reach error messages cut to 15 characters: keep them short.
 NO_BACKWARD = "no backward()"
@@ -396,7 +396,7 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     if process_set is None:
         process_set = global_process_set
     elif process_set is not global_process_set and process_set.included():
-        _member(process_set, "Allreduce")   # a set that is not registered raises here
+        comm_of(process_set, "Allreduce")   # a set that is not registered raises here
     if not isinstance(optimizer, torch.optim.Optimizer):
         raise RdmacollError(f"DistributedOptimizer needs a torch.optim.Optimizer, got "
                             f"{type(optimizer).__name__}")
