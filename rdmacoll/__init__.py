@@ -22,7 +22,7 @@ __all__ = [
     "allreduce", "grouped_allreduce", "allgather", "broadcast", "reducescatter", "alltoall",
     "barrier", "empty", "algorithms", "broadcast_object", "allgather_object",
     "allreduce_async", "grouped_allreduce_async", "allgather_async", "broadcast_async",
-    "reducescatter_async", "alltoall_async", "poll", "synchronize", "Handle",
+    "reducescatter_async", "alltoall_async", "barrier_async", "poll", "synchronize", "Handle",
     "Sum", "Average", "Min", "Max", "Product", "RdmacollError",
     "ProcessSet", "global_process_set", "add_process_set", "remove_process_set",
 ]
@@ -182,6 +182,12 @@ def barrier(process_set=None):
     """Return once every rank (of process_set) has called barrier()."""
     c = _comm if process_set is None or process_set is global_process_set else _comm_of(process_set, "Barrier")
     c.barrier()
+
+
+def barrier_async(process_set=None):
+    """barrier queued to run in the background; returns a Handle."""
+    c = _comm if process_set is None or process_set is global_process_set else _comm_of(process_set, "Barrier")
+    return c.barrier_async()
 
 
 def broadcast_object(obj, root_rank=0, name=None, process_set=None):

@@ -176,6 +176,7 @@ class PlainCalls:
 
     def barrier(self, ps):
         self.rc.barrier(process_set=ps)
+        self.rc.synchronize(self.rc.barrier_async(process_set=ps))
 
     def broadcast_object(self, obj, root, ps):
         return self.rc.broadcast_object(obj, root, process_set=ps)
