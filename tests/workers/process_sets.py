@@ -282,6 +282,31 @@ def optimizer_case(ck, ps):
         ck.check(f"optimizer {ps.ranks} param {k}", p.detach().numpy(), start[k] - 0.01 * avg[k])
 
 
+def broadcast_state_case(ck, ps):
+    """broadcast_parameters / broadcast_optimizer_state / allgather_object with process_set=
+    (rdmacoll's; Horovod 0.28.1's take none): every member ends with the root's."""
+    root = ps.ranks[-1]
+    torch.manual_seed(100 + ck.rank)
+    net = torch.nn.Linear(4, 3)
+    opt = torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9)
+    net(t(data(ck.rank, 8).reshape(2, 4))).sum().backward()
+    opt.step()
+    if not ps.included():
+        ck.outcome(f"broadcast_parameters {ps.ranks} outside",
+                   lambda: hvd.broadcast_parameters(net.state_dict(), root, process_set=ps))
+        return
+    hvd.broadcast_parameters(net.state_dict(), root_rank=root, process_set=ps)
+    hvd.broadcast_optimizer_state(opt, root_rank=root, process_set=ps)
+    mine = [p.detach().numpy().copy() for p in net.parameters()]
+    mine += [opt.state[p]["momentum_buffer"].numpy().copy() for p in net.parameters()]
+    every = hvd.allgather_object(mine, process_set=ps)
+    ck.check(f"allgather_object {ps.ranks} length", len(every), len(ps.ranks))
+    want = every[ps.ranks.index(root)]   # (the ranks started from different seeds and data)
+    for q, theirs in zip(ps.ranks, every):
+        for k, (a, b) in enumerate(zip(theirs, want)):
+            ck.check(f"broadcast state {ps.ranks} rank {q} tensor {k}", a, b)
+
+
 def static(ck, size):
     shapes = set_shapes(size)
     sets = [hvd.ProcessSet(s) for s in shapes]
@@ -312,6 +337,8 @@ def static(ck, size):
             ck.check(f"{calls.label} {ps.ranks} in flight", calls.wait(h), sum(data(q, 4000, 50 + k) for q in ps.ranks))
     for ps in sets[:2]:
         optimizer_case(ck, ps)
+        if not UNDER_HOROVOD:
+            broadcast_state_case(ck, ps)
     ck.outcome("static add refused", lambda: hvd.add_process_set([0]))
     ck.outcome("static remove refused", lambda: hvd.remove_process_set(sets[-1]))
     record("outcome", name="static remove invalidates", value=sets[-1].process_set_id)
