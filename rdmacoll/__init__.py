@@ -12,6 +12,10 @@ import atexit as _atexit
 
 from . import _core
 from ._core import Average, Handle, Max, Min, Product, RdmacollError, RdmacollValueError, Sum
+from .process_sets import TABLE as _SETS
+from .process_sets import ProcessSet, add_process_set, global_process_set, remove_process_set
+from .process_sets import broadcast_comm as _broadcast_comm
+from .process_sets import comm_of as _comm_of
 
 __all__ = [
     "init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size",
@@ -19,8 +23,9 @@ __all__ = [
     "allreduce", "grouped_allreduce", "allgather", "broadcast", "reducescatter", "alltoall",
     "barrier", "empty", "algorithms", "broadcast_object", "allgather_object",
     "allreduce_async", "grouped_allreduce_async", "allgather_async", "broadcast_async",
-    "reducescatter_async", "alltoall_async", "poll", "synchronize", "Handle",
+    "reducescatter_async", "alltoall_async", "barrier_async", "poll", "synchronize", "Handle",
     "Sum", "Average", "Min", "Max", "Product", "RdmacollError", "RdmacollValueError",
+    "ProcessSet", "global_process_set", "add_process_set", "remove_process_set",
 ]
 
 
@@ -46,19 +51,29 @@ _world = None
 _comm = _Uninitialized()
 
 
-def init(config=None) -> None:
+def init(config=None, process_sets=None) -> None:
     """Join the job: bootstrap over MPI, connect to every peer. Idempotent.
 
     config: settings that override the environment, keyed by setting name or variable,
     e.g. {"algo": "ring", "eager_bytes": "64K"} (rdmacoll._settings.TABLE lists them;
-    values in the variables' grammar). Job-wide ones must be the same on every rank."""
+    values in the variables' grammar). Job-wide ones must be the same on every rank.
+    process_sets: ProcessSet objects to register (every rank the same list, in the same
+    order), or "dynamic" to allow add_process_set / remove_process_set later (as the
+    dynamic_process_sets setting does), as Horovod's init takes them."""
     global _world, _comm
     if _world is not None:
         return
     from .bootstrap import bootstrap
 
+    dynamic = isinstance(process_sets, str) and process_sets.lower() == "dynamic"
+    if isinstance(process_sets, str) and not dynamic:
+        raise ValueError(f"init(process_sets=...) takes a list of ProcessSet objects or \"dynamic\", "
+                         f"got {process_sets!r}")
     _world = bootstrap(config)
     _comm = _world.core
+    _SETS.start(_comm, _world.rank, _world.size,
+                dynamic or _world.settings.get("dynamic_process_sets", 0),
+                [] if process_sets is None or dynamic else list(process_sets))
 
 
 def shutdown() -> None:
@@ -75,6 +90,7 @@ def shutdown() -> None:
         _world.core.barrier()
     except (RdmacollError, KeyboardInterrupt):
         pass
+    _SETS.stop()
     _world.core.close()
     _world, _comm = None, _Uninitialized()
 
@@ -138,56 +154,74 @@ def is_homogeneous() -> bool:
     return len({host_of.count(h) for h in set(host_of)}) == 1
 
 
-def allreduce(x, op=Average, name=None, out=None):
+def allreduce(x, op=Average, name=None, out=None, process_set=None):
     """Reduce x across ranks; returns the result.
 
     out=None returns a new array (from the library's memory pool); out=x reduces in
     place; any other array of the same shape and dtype receives the result. x may be a
     NumPy array, anything with the buffer protocol, or a DLPack producer (CPU tensors).
     Every rank must call it in the same order with the same shape, dtype, op and name.
+    process_set: a registered ProcessSet: only its ranks take part (Average divides by
+    its size); a rank outside it gets ValueError. None means every rank.
     """
-    return _comm.allreduce(x, out, op, name)
+    c = _comm if process_set is None or process_set is global_process_set else _comm_of(process_set, "Allreduce")
+    return c.allreduce(x, out, op, name)
 
 
-def grouped_allreduce(xs, op=Average, name=None, out=None):
+def grouped_allreduce(xs, op=Average, name=None, out=None, process_set=None):
     """Reduce a list of arrays as one fused operation per dtype; returns a list.
 
     Arrays of one dtype are packed into one buffer of library memory (one copy in),
     reduced by a single collective, and returned as views of that buffer (out=None) or
     copied into `out` (a list of arrays; out=xs reduces in place)."""
-    return grouped_allreduce_async(xs, op, name, out).wait()
+    return grouped_allreduce_async(xs, op, name, out, process_set).wait()
 
 
-def allgather(x, name=None):
+def allgather(x, name=None, process_set=None):
     """Concatenate every rank's x along the first dimension (which may differ per rank)."""
-    return _comm.allgather(x, name)
+    c = _comm if process_set is None or process_set is global_process_set else _comm_of(process_set, "Allgather")
+    return c.allgather(x, name)
 
 
-def broadcast(x, root_rank, name=None, out=None):
-    """root_rank's x on every rank; out=x writes it in place."""
-    return _comm.broadcast(x, root_rank, out, name)
+def broadcast(x, root_rank, name=None, out=None, process_set=None):
+    """root_rank's x on every rank; out=x writes it in place. root_rank is a global rank,
+    also with a process_set (it must be in the set)."""
+    if process_set is None or process_set is global_process_set:
+        return _comm.broadcast(x, root_rank, out, name)
+    c, root = _broadcast_comm(process_set, root_rank)
+    return c.broadcast(x, root, out, name)
 
 
-def reducescatter(x, op=Average, name=None):
+def reducescatter(x, op=Average, name=None, process_set=None):
     """Reduce x across ranks and give each rank its share of the first dimension (the
     first `rows % size` ranks get one row more)."""
-    return _comm.reducescatter(x, op, name)
+    c = _comm if process_set is None or process_set is global_process_set else _comm_of(process_set, "Reducescatter")
+    return c.reducescatter(x, op, name)
 
 
-def alltoall(x, splits=None, name=None, return_received_splits=False):
+def alltoall(x, splits=None, name=None, return_received_splits=False, process_set=None):
     """Send splits[j] rows of x (first dimension) to rank j; returns what every rank sent
     here, concatenated in rank order (and the rows received from each rank if asked).
-    splits=None splits the first dimension evenly."""
-    result, received = _comm.alltoall(x, splits, name)
+    splits=None splits the first dimension evenly. With a process_set, j counts the set's
+    ranks in order."""
+    c = _comm if process_set is None or process_set is global_process_set else _comm_of(process_set, "Alltoall")
+    result, received = c.alltoall(x, splits, name)
     return (result, received) if return_received_splits else result
 
 
-def barrier():
-    """Return once every rank has called barrier()."""
-    _comm.barrier()
+def barrier(process_set=None):
+    """Return once every rank (of process_set) has called barrier()."""
+    c = _comm if process_set is None or process_set is global_process_set else _comm_of(process_set, "Barrier")
+    c.barrier()
 
 
-def broadcast_object(obj, root_rank=0, name=None):
+def barrier_async(process_set=None):
+    """barrier queued to run in the background; returns a Handle."""
+    c = _comm if process_set is None or process_set is global_process_set else _comm_of(process_set, "Barrier")
+    return c.barrier_async()
+
+
+def broadcast_object(obj, root_rank=0, name=None, process_set=None):
     """root_rank's picklable obj on every rank (pickled there, unpickled everywhere)."""
     import pickle
 
@@ -196,23 +230,24 @@ def broadcast_object(obj, root_rank=0, name=None):
     me = rank() == root_rank
     payload = np.frombuffer(pickle.dumps(obj), np.uint8) if me else None
     length = np.array([payload.size if me else 0], np.int64)
-    broadcast(length, root_rank, name=None if name is None else name + ".len", out=length)
+    broadcast(length, root_rank, name=None if name is None else name + ".len", out=length,
+              process_set=process_set)
     if not me:
         payload = np.empty(int(length[0]), np.uint8)
-    data = broadcast(payload, root_rank, name=name, out=None if me else payload)
+    data = broadcast(payload, root_rank, name=name, out=None if me else payload, process_set=process_set)
     return obj if me else pickle.loads(memoryview(data))
 
 
-def allgather_object(obj, name=None):
-    """Every rank's picklable obj, as a list in rank order."""
+def allgather_object(obj, name=None, process_set=None):
+    """Every rank's picklable obj, as a list in rank order (of process_set's ranks)."""
     import pickle
 
     import numpy as np
 
     payload = np.frombuffer(pickle.dumps(obj), np.uint8)
     lengths = allgather(np.array([payload.size], np.int64),
-                        name=None if name is None else name + ".len")
-    data = memoryview(allgather(payload, name=name))
+                        name=None if name is None else name + ".len", process_set=process_set)
+    data = memoryview(allgather(payload, name=name, process_set=process_set))
     offsets = np.concatenate(([0], np.cumsum(lengths)))
     return [pickle.loads(data[offsets[r]:offsets[r + 1]]) for r in range(len(lengths))]
 
@@ -228,16 +263,18 @@ def synchronize(handle):
     return handle.wait()
 
 
-def allreduce_async(x, op=Average, name=None, out=None):
+def allreduce_async(x, op=Average, name=None, out=None, process_set=None):
     """allreduce queued to run in the background; returns a Handle. x (and out) must
     not be modified until synchronize(handle)."""
-    return _comm.allreduce_async(x, out, op, name)
+    c = _comm if process_set is None or process_set is global_process_set else _comm_of(process_set, "Allreduce")
+    return c.allreduce_async(x, out, op, name)
 
 
-def grouped_allreduce_async(xs, op=Average, name=None, out=None):
+def grouped_allreduce_async(xs, op=Average, name=None, out=None, process_set=None):
     """grouped_allreduce queued to run in the background; returns a Handle."""
     import numpy as np
 
+    c = _comm if process_set is None or process_set is global_process_set else _comm_of(process_set, "Allreduce")
     views = [_core._view(x) for x in xs]
     if out is not None and len(out) != len(views):
         raise RdmacollError(f"grouped_allreduce: {len(views)} inputs but {len(out)} outputs")
@@ -246,13 +283,13 @@ def grouped_allreduce_async(xs, op=Average, name=None, out=None):
         groups.setdefault(v.dtype, []).append(i)
     plans, parts = [], []
     for g, (dtype, idx) in enumerate(groups.items()):
-        fused = _comm.empty(sum(views[i].size for i in idx), dtype)
+        fused = c.empty(sum(views[i].size for i in idx), dtype)
         offsets, o = [], 0
         for i in idx:
             fused[o:o + views[i].size] = views[i].reshape(-1)
             offsets.append(o)
             o += views[i].size
-        parts.append(_comm.allreduce_async(fused, fused, op, None if name is None else f"{name}.{g}"))
+        parts.append(c.allreduce_async(fused, fused, op, None if name is None else f"{name}.{g}"))
         plans.append((fused, idx, offsets))
 
     def finish(_):
@@ -270,20 +307,26 @@ def grouped_allreduce_async(xs, op=Average, name=None, out=None):
     return Handle(parts, finish)
 
 
-def allgather_async(x, name=None):
-    return _comm.allgather_async(x, name)
+def allgather_async(x, name=None, process_set=None):
+    c = _comm if process_set is None or process_set is global_process_set else _comm_of(process_set, "Allgather")
+    return c.allgather_async(x, name)
 
 
-def broadcast_async(x, root_rank, name=None, out=None):
-    return _comm.broadcast_async(x, root_rank, out, name)
+def broadcast_async(x, root_rank, name=None, out=None, process_set=None):
+    if process_set is None or process_set is global_process_set:
+        return _comm.broadcast_async(x, root_rank, out, name)
+    c, root = _broadcast_comm(process_set, root_rank)
+    return c.broadcast_async(x, root, out, name)
 
 
-def reducescatter_async(x, op=Average, name=None):
-    return _comm.reducescatter_async(x, op, name)
+def reducescatter_async(x, op=Average, name=None, process_set=None):
+    c = _comm if process_set is None or process_set is global_process_set else _comm_of(process_set, "Reducescatter")
+    return c.reducescatter_async(x, op, name)
 
 
-def alltoall_async(x, splits=None, name=None, return_received_splits=False):
-    h = _comm.alltoall_async(x, splits, name)
+def alltoall_async(x, splits=None, name=None, return_received_splits=False, process_set=None):
+    c = _comm if process_set is None or process_set is global_process_set else _comm_of(process_set, "Alltoall")
+    h = c.alltoall_async(x, splits, name)
     return h if return_received_splits else Handle(h, lambda r: r[0])
 
 

@@ -47,6 +47,10 @@ const std::vector<Setting> kTable = {
      Check::kLogLevel,
      "messages shown: `error`, `warning`, `info` (at init(): transports, interface, settings and their sources) or "
      "`debug` (also each algorithm chosen); any case. Unset: the `rdmacoll` logger's own level (Python logging)"},
+    {"dynamic_process_sets", "RDMACOLL_DYNAMIC_PROCESS_SETS", "HOROVOD_DYNAMIC_PROCESS_SETS", Kind::kCount, Scope::kJob,
+     "0", 0, 1, 1, nullptr, Check::kNone,
+     "1: process sets may be added and removed after init() (`add_process_set`, `remove_process_set`); 0: only "
+     "those given to `init(process_sets=[...])` (`process_sets=\"dynamic\"` also turns it on)"},
     {"bootstrap", "RDMACOLL_BOOTSTRAP", nullptr, Kind::kText, Scope::kRank, "auto", 0, kNone, 1, "auto|mpi|torch",
      Check::kNone,
      "who tells rdmacoll the ranks and peers: `mpi` (mpiexec, mpirun, srun through the MPI), `torch` (torchrun's "

@@ -28,6 +28,7 @@ from .ops import (Adasum, Average, Max, Min, Product, Sum, allgather, allgather_
                   grouped_allreduce, grouped_allreduce_, grouped_allreduce_async,
                   grouped_allreduce_async_, join, poll, reducescatter, reducescatter_async,
                   synchronize)
+from .ops import ProcessSet, add_process_set, remove_process_set  # noqa: E402
 from .optimizer import DistributedOptimizer  # noqa: E402
 from .sync_batch_norm import SyncBatchNorm  # noqa: E402
 
@@ -127,5 +128,6 @@ __all__ = [
     "alltoall", "alltoall_async", "reducescatter", "reducescatter_async", "barrier", "join",
     "poll", "synchronize", "Average", "Sum", "Min", "Max", "Product", "Adasum", "Compression",
     "broadcast_parameters", "broadcast_optimizer_state", "broadcast_object", "allgather_object",
-    "DistributedOptimizer", "global_process_set", "RdmacollError", "RdmacollValueError", "SyncBatchNorm",
+    "DistributedOptimizer", "global_process_set", "ProcessSet", "add_process_set",
+    "remove_process_set", "RdmacollError", "RdmacollValueError", "SyncBatchNorm",
 ]

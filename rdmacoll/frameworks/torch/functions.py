@@ -9,17 +9,17 @@ import torch
 import rdmacoll as rc
 from rdmacoll import RdmacollError
 
-from .ops import broadcast_async_
+from .ops import broadcast_async_, global_process_set
 
 
-def broadcast_object(obj, root_rank=0, name=None, process_set=None):
-    """root_rank's picklable obj on every rank."""
-    return rc.broadcast_object(obj, root_rank, name)
+def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set):
+    """root_rank's picklable obj on every rank (of process_set; root_rank is a global rank)."""
+    return rc.broadcast_object(obj, root_rank, name, process_set)
 
 
-def allgather_object(obj, name=None, process_set=None):
-    """Every rank's picklable obj, as a list in rank order."""
-    return rc.allgather_object(obj, name)
+def allgather_object(obj, name=None, process_set=global_process_set):
+    """Every rank's picklable obj, as a list in rank order (of process_set's ranks)."""
+    return rc.allgather_object(obj, name, process_set)
 
 
 def _named_tensors(params):
@@ -38,11 +38,12 @@ def _named_tensors(params):
     return items
 
 
-def broadcast_parameters(params, root_rank=0, process_set=None):
+def broadcast_parameters(params, root_rank=0, process_set=global_process_set):
     """Overwrite every rank's parameters (a state_dict or model.named_parameters()) with
     root_rank's, in place. Every rank must pass the same names, shapes and dtypes (a
-    difference raises RdmacollError naming it)."""
-    handles = [broadcast_async_(t, root_rank, name=f"broadcast.{n}")
+    difference raises RdmacollError naming it). With a process_set, only its ranks take
+    part (root_rank is a global rank in it); Horovod 0.28.1 has no process_set here."""
+    handles = [broadcast_async_(t, root_rank, name=f"broadcast.{n}", process_set=process_set)
                for n, t in _named_tensors(params)]
     for h in handles:
         h.wait()
@@ -82,22 +83,25 @@ def _fill(obj, tensors):
     return obj
 
 
-def broadcast_optimizer_state(optimizer, root_rank=0, process_set=None):
+def broadcast_optimizer_state(optimizer, root_rank=0, process_set=global_process_set):
     """Give every rank root_rank's optimizer state (momentum buffers, Adam moments, step
     counts) and hyperparameters (learning rate...), e.g. after restoring a checkpoint on
     rank 0 or to repair a rank that diverged. The structure travels pickled once; every
-    tensor travels by broadcast into a tensor of its own."""
+    tensor travels by broadcast into a tensor of its own. process_set: as for
+    broadcast_parameters."""
     if isinstance(optimizer, torch.optim.LBFGS):
         raise RdmacollError("broadcast_optimizer_state: LBFGS is not supported")
     tensors = []
     if rc.rank() == root_rank:
         skeleton = _skeleton(optimizer.state_dict(), tensors)
-        rc.broadcast_object(skeleton, root_rank, name="broadcast_optimizer_state")
+        rc.broadcast_object(skeleton, root_rank, name="broadcast_optimizer_state", process_set=process_set)
     else:
-        skeleton = rc.broadcast_object(None, root_rank, name="broadcast_optimizer_state")
+        skeleton = rc.broadcast_object(None, root_rank, name="broadcast_optimizer_state",
+                                       process_set=process_set)
         state = _fill(skeleton, tensors)
     handles = [broadcast_async_(t.contiguous() if not t.is_contiguous() else t, root_rank,
-                                name=f"optimizer_state.{i}") for i, t in enumerate(tensors)]
+                                name=f"optimizer_state.{i}", process_set=process_set)
+               for i, t in enumerate(tensors)]
     for h in handles:
         h.wait()
     if rc.rank() != root_rank:

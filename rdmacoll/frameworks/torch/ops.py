@@ -11,7 +11,9 @@ import warnings
 import torch
 
 import rdmacoll as rc
-from rdmacoll import Handle, RdmacollError, RdmacollValueError
+from rdmacoll import (Handle, ProcessSet, RdmacollError, RdmacollValueError, add_process_set,  # noqa: F401
+                      global_process_set, remove_process_set)
+from rdmacoll.process_sets import comm_of
 
 from ._tensors import as_numpy, as_torch, check_reducible, check_tensor, contiguous, flat, scale_
 from .compression import Compression
@@ -32,19 +34,14 @@ class _Unsupported:
 Adasum = _Unsupported("Adasum")   # Horovod's op exists by name; passing it raises RdmacollError
 
 
-class ProcessSet:
-    """Only the global process set exists (every rank)."""
-
-    def __repr__(self):
-        return "global_process_set"
+def _set_size(process_set):
+    return rc.size() if process_set is None or process_set is global_process_set else process_set.size()
 
 
-global_process_set = ProcessSet()
-
-
-def _check_process_set(process_set):
+def _no_grad_on_sets(process_set):
     if process_set is not None and process_set is not global_process_set:
-        raise RdmacollError("process sets other than global_process_set are not supported")
+        raise RdmacollError("gradients through collectives on a process set other than the global one "
+                            "are not supported yet (detach the tensor, or use the global set)")
 
 
 def resolve_op(average=None, op=None):
@@ -144,35 +141,39 @@ def _in_place(tensor):
 # --------------------------------------------------------------------------- allreduce
 
 
-def _sparse_allreduce(tensor, op, name):
+def _sparse_allreduce(tensor, op, name, process_set):
     """Sparse tensors: allgather indices and values, let coalesce() sum duplicates."""
     if op not in (Sum, Average):
         raise RdmacollError("sparse tensors support only Sum and Average")
     t = tensor.coalesce()
-    idx = allgather(t.indices().t().contiguous(), name=None if name is None else name + ".idx")
-    val = allgather(t.values().contiguous(), name=None if name is None else name + ".val")
+    idx = allgather(t.indices().t().contiguous(), name=None if name is None else name + ".idx",
+                    process_set=process_set)
+    val = allgather(t.values().contiguous(), name=None if name is None else name + ".val",
+                    process_set=process_set)
     out = torch.sparse_coo_tensor(idx.t(), val, t.shape).coalesce()
-    return out / rc.size() if op == Average else out
+    return out / _set_size(process_set) if op == Average else out
 
 
 def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0,
-                    postscale_factor=1.0, process_set=None, compression=Compression.none):
-    """Start reducing tensor across ranks; synchronize(handle) returns a new tensor."""
-    _check_process_set(process_set)
+                    postscale_factor=1.0, process_set=global_process_set, compression=Compression.none):
+    """Start reducing tensor across ranks (of process_set); synchronize(handle) returns a
+    new tensor."""
+    if process_set is not global_process_set and process_set is not None:   # (the fast path: two identity tests)
+        comm_of(process_set, "Allreduce")
     op = resolve_op(average, op)
     if isinstance(tensor, torch.Tensor) and tensor.layout == torch.sparse_coo:
         check_tensor(tensor._values(), "allreduce input")
-        result = _sparse_allreduce(tensor, op, name)
+        result = _sparse_allreduce(tensor, op, name, process_set)
         return Handle(None, lambda _: result)
     check_reducible(tensor, "allreduce input")
     _in_flight.check(name)
-    op, postscale_factor = _fold_average(op, postscale_factor, rc.size())
+    op, postscale_factor = _fold_average(op, postscale_factor, _set_size(process_set))
     x, ctx = compression.compress(tensor.detach())
     x = contiguous(x)
     if prescale_factor != 1.0:
         x = _scale(_private(x, tensor), prescale_factor)
     out = torch.empty_like(x, memory_format=torch.contiguous_format)
-    h = _in_flight.started(name, rc.allreduce_async(flat(x), op=op, name=name, out=flat(out)))
+    h = _in_flight.started(name, rc.allreduce_async(flat(x), op=op, name=name, out=flat(out), process_set=process_set))
 
     def finish(_):
         return compression.decompress(_scale(out, postscale_factor), ctx)
@@ -181,13 +182,13 @@ def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.
 
 
 def allreduce(tensor, average=None, name=None, compression=Compression.none, op=None,
-              prescale_factor=1.0, postscale_factor=1.0, process_set=None):
+              prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set):
     """tensor reduced across ranks (Average by default), as a new tensor (differentiable
     when tensor requires grad)."""
     from . import autograd
 
     if autograd.wanted(tensor):
-        _check_process_set(process_set)
+        _no_grad_on_sets(process_set)
         return autograd.Allreduce.apply(tensor, resolve_op(average, op), name, compression,
                                         prescale_factor, postscale_factor)
     return allreduce_async(tensor, average, name, op, prescale_factor, postscale_factor,
@@ -195,32 +196,35 @@ def allreduce(tensor, average=None, name=None, compression=Compression.none, op=
 
 
 def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
-                     postscale_factor=1.0, process_set=None):
+                     postscale_factor=1.0, process_set=global_process_set):
     """Start reducing tensor in place; synchronize(handle) returns tensor."""
-    _check_process_set(process_set)
+    if process_set is not global_process_set and process_set is not None:
+        comm_of(process_set, "Allreduce")
     op = resolve_op(average, op)
     check_reducible(tensor, "allreduce_ input")
     _in_flight.check(name)
-    op, postscale_factor = _fold_average(op, postscale_factor, rc.size())
+    op, postscale_factor = _fold_average(op, postscale_factor, _set_size(process_set))
     work, copy_back = _in_place(tensor)
     _scale(work, prescale_factor)
     a = flat(work)
-    h = _in_flight.started(name, rc.allreduce_async(a, op=op, name=name, out=a))
+    h = _in_flight.started(name, rc.allreduce_async(a, op=op, name=name, out=a, process_set=process_set))
     return Handle(h, lambda _: copy_back(_scale(work, postscale_factor)))
 
 
 def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
-               postscale_factor=1.0, process_set=None):
+               postscale_factor=1.0, process_set=global_process_set):
     """Reduce tensor in place; returns tensor."""
     return allreduce_async_(tensor, average, name, op, prescale_factor, postscale_factor,
                             process_set).wait()
 
 
-def _grouped(tensors, op, name, prescale_factor, postscale_factor, compression, inplace):
+def _grouped(tensors, op, name, prescale_factor, postscale_factor, compression, inplace, process_set):
+    if process_set is not global_process_set and process_set is not None:
+        comm_of(process_set, "Allreduce")
     for i, t in enumerate(tensors):
         check_reducible(t, f"grouped_allreduce input {i}")
     _in_flight.check(name)
-    op, postscale_factor = _fold_average(op, postscale_factor, rc.size())
+    op, postscale_factor = _fold_average(op, postscale_factor, _set_size(process_set))
     packed = []
     for t in tensors:
         x, ctx = compression.compress(t.detach())
@@ -229,7 +233,7 @@ def _grouped(tensors, op, name, prescale_factor, postscale_factor, compression, 
             x = _scale(_private(x, t), prescale_factor)
         packed.append((x, ctx))
     h = _in_flight.started(name, rc.grouped_allreduce_async([as_numpy(x) for x, _ in packed], op=op,
-                                                            name=name))
+                                                            name=name, process_set=process_set))
 
     def finish(results):
         out = []
@@ -245,21 +249,21 @@ def _grouped(tensors, op, name, prescale_factor, postscale_factor, compression, 
 
 
 def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0,
-                            postscale_factor=1.0, process_set=None, compression=Compression.none):
+                            postscale_factor=1.0, process_set=global_process_set,
+                            compression=Compression.none):
     """Reduce a list of tensors as one fused operation per dtype; returns a handle whose
     result is a list of new tensors."""
-    _check_process_set(process_set)
     return _grouped(list(tensors), resolve_op(average, op), name, prescale_factor,
-                    postscale_factor, compression, inplace=False)
+                    postscale_factor, compression, False, process_set)
 
 
 def grouped_allreduce(tensors, average=None, name=None, compression=Compression.none, op=None,
-                      prescale_factor=1.0, postscale_factor=1.0, process_set=None):
+                      prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set):
     from . import autograd
 
     tensors = list(tensors)
     if any(autograd.wanted(t) for t in tensors):
-        _check_process_set(process_set)
+        _no_grad_on_sets(process_set)
         return list(autograd.GroupedAllreduce.apply(resolve_op(average, op), name, compression, prescale_factor,
                                                     postscale_factor, *tensors))
     return grouped_allreduce_async(tensors, average, name, op, prescale_factor, postscale_factor,
@@ -267,15 +271,14 @@ def grouped_allreduce(tensors, average=None, name=None, compression=Compression.
 
 
 def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
-                             postscale_factor=1.0, process_set=None):
+                             postscale_factor=1.0, process_set=global_process_set):
     """In-place form of grouped_allreduce_async; the result is the list of inputs."""
-    _check_process_set(process_set)
     return _grouped(list(tensors), resolve_op(average, op), name, prescale_factor,
-                    postscale_factor, Compression.none, inplace=True)
+                    postscale_factor, Compression.none, True, process_set)
 
 
 def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
-                       postscale_factor=1.0, process_set=None):
+                       postscale_factor=1.0, process_set=global_process_set):
     return grouped_allreduce_async_(tensors, average, name, op, prescale_factor,
                                     postscale_factor, process_set).wait()
 
@@ -283,53 +286,54 @@ def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_facto
 # --------------------------------------------------------------------------- the others
 
 
-def allgather_async(tensor, name=None, process_set=None):
-    _check_process_set(process_set)
+def allgather_async(tensor, name=None, process_set=global_process_set):
+    if process_set is not global_process_set and process_set is not None:
+        comm_of(process_set, "Allgather")
     check_tensor(tensor, "allgather input")
     _in_flight.check(name)
     x = contiguous(tensor.detach())
-    return Handle(_in_flight.started(name, rc.allgather_async(as_numpy(x), name=name)), as_torch)
+    return Handle(_in_flight.started(name, rc.allgather_async(as_numpy(x), name=name, process_set=process_set)),
+                  as_torch)
 
 
-def allgather(tensor, name=None, process_set=None):
+def allgather(tensor, name=None, process_set=global_process_set):
     """Every rank's tensor concatenated along the first dimension (sizes may differ);
     differentiable when tensor requires grad."""
     from . import autograd
 
     if autograd.wanted(tensor):
-        _check_process_set(process_set)
+        _no_grad_on_sets(process_set)
         return autograd.Allgather.apply(tensor, name)
     return allgather_async(tensor, name, process_set).wait()
 
 
-def broadcast_async_(tensor, root_rank, name=None, process_set=None):
-    _check_process_set(process_set)
+def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_set):
     check_tensor(tensor, "broadcast_ input")
     _in_flight.check(name)
     work, copy_back = _in_place(tensor)
     a = flat(work)
-    return Handle(_in_flight.started(name, rc.broadcast_async(a, root_rank, name=name, out=a)),
+    return Handle(_in_flight.started(name, rc.broadcast_async(a, root_rank, name=name, out=a, process_set=process_set)),
                   lambda _: copy_back(work))
 
 
-def broadcast_(tensor, root_rank, name=None, process_set=None):
+def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):
     """Overwrite tensor with root_rank's, in place; returns tensor."""
     return broadcast_async_(tensor, root_rank, name, process_set).wait()
 
 
-def broadcast_async(tensor, root_rank, name=None, process_set=None):
+def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set):
     check_tensor(tensor, "broadcast input")
     return broadcast_async_(tensor.detach().clone(memory_format=torch.contiguous_format),
                             root_rank, name, process_set)
 
 
-def broadcast(tensor, root_rank, name=None, process_set=None):
+def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
     """root_rank's tensor, as a new tensor on every rank (differentiable when tensor
     requires grad)."""
     from . import autograd
 
     if autograd.wanted(tensor):
-        _check_process_set(process_set)
+        _no_grad_on_sets(process_set)
         return autograd.Broadcast.apply(tensor, root_rank, name)
     return broadcast_async(tensor, root_rank, name, process_set).wait()
 
@@ -361,17 +365,18 @@ def _splits_list(splits, rows, size):
     return out
 
 
-def alltoall_async(tensor, splits=None, name=None, process_set=None):
-    _check_process_set(process_set)
+def alltoall_async(tensor, splits=None, name=None, process_set=global_process_set):
+    if process_set is not global_process_set and process_set is not None:
+        comm_of(process_set, "Alltoall")
     check_tensor(tensor, "alltoall input")
     rows = tensor.shape[0] if tensor.dim() else 1
-    send = _splits_list(splits, rows, rc.size())
+    send = _splits_list(splits, rows, _set_size(process_set))
     _in_flight.check(name)
     x = contiguous(tensor.detach())
     if send is not None and sum(send) < rows:
         x = x[:sum(send)]   # Horovod sends only the rows the splits cover
-    h = _in_flight.started(name, rc.alltoall_async(as_numpy(x), send, name=name,
-                                                   return_received_splits=True))
+    h = _in_flight.started(name, rc.alltoall_async(as_numpy(x), send, name=name, return_received_splits=True,
+                                                   process_set=process_set))
 
     def finish(result):
         data, received = result
@@ -381,48 +386,48 @@ def alltoall_async(tensor, splits=None, name=None, process_set=None):
     return Handle(h, finish)
 
 
-def alltoall(tensor, splits=None, name=None, process_set=None):
+def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
     """splits[j] rows of tensor to rank j; returns the rows every rank sent here (and, when
     splits is given, a tensor of how many came from each rank), as Horovod does."""
     from . import autograd
 
     if autograd.wanted(tensor):
-        _check_process_set(process_set)
+        _no_grad_on_sets(process_set)
         out, received = autograd.Alltoall.apply(tensor, splits, name)
         return out if splits is None else (out, received)
     return alltoall_async(tensor, splits, name, process_set).wait()
 
 
-def reducescatter_async(tensor, name=None, op=Average, process_set=None, prescale_factor=1.0,
-                        postscale_factor=1.0):
-    _check_process_set(process_set)
+def reducescatter_async(tensor, name=None, op=Average, process_set=global_process_set,
+                        prescale_factor=1.0, postscale_factor=1.0):
+    if process_set is not global_process_set and process_set is not None:
+        comm_of(process_set, "Reducescatter")
     op = resolve_op(None, op)
     check_reducible(tensor, "reducescatter input")
     _in_flight.check(name)
-    op, postscale_factor = _fold_average(op, postscale_factor, rc.size())
+    op, postscale_factor = _fold_average(op, postscale_factor, _set_size(process_set))
     x = contiguous(tensor.detach())
     if prescale_factor != 1.0:
         x = _scale(_private(x, tensor), prescale_factor)
-    h = _in_flight.started(name, rc.reducescatter_async(as_numpy(x), op=op, name=name))
+    h = _in_flight.started(name, rc.reducescatter_async(as_numpy(x), op=op, name=name, process_set=process_set))
     return Handle(h, lambda r: _scale(as_torch(r), postscale_factor))
 
 
-def reducescatter(tensor, name=None, op=Average, process_set=None, prescale_factor=1.0,
-                  postscale_factor=1.0):
+def reducescatter(tensor, name=None, op=Average, process_set=global_process_set,
+                  prescale_factor=1.0, postscale_factor=1.0):
     """The reduction of tensor across ranks, split along the first dimension (the first
     rows % size ranks get one row more)."""
     from . import autograd
 
     if autograd.wanted(tensor):
-        _check_process_set(process_set)
+        _no_grad_on_sets(process_set)
         return autograd.Reducescatter.apply(tensor, name, resolve_op(None, op), prescale_factor, postscale_factor)
     return reducescatter_async(tensor, name, op, process_set, prescale_factor,
                                postscale_factor).wait()
 
 
-def barrier(process_set=None):
-    _check_process_set(process_set)
-    rc.barrier()
+def barrier(process_set=global_process_set):
+    rc.barrier(process_set)
 
 
 def join(device=-1):

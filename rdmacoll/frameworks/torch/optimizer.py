@@ -16,6 +16,9 @@ still runs.
   requires_grad changes or add_param_group brings parameters, the buckets are rebuilt at
   the next backward (same on every rank), so unfrozen and added parameters are reduced too
   (Horovod 0.28.1 leaves both unreduced: its ranks drift apart; docs/torch.md).
+- process_set: buckets are reduced over the set's ranks (Average divides by its size);
+  on ranks outside it, as in Horovod, nothing is reduced: step() applies the local
+  gradients. hvd.join() serves only optimizers of the global set.
 - A rank that calls step() without backward, or a hook that fires more often than
   backward_passes_per_step allows (reentrant checkpointing), raises RdmacollError; the
   first case is made visible to the other ranks through a collective whose name says it.
@@ -37,6 +40,7 @@ from .buckets import Layout
 from .compression import Compression
 from .join import STATE as JOIN_STATE
 from .join import training_contribution
+from .ops import comm_of, global_process_set
 
 # Horovod's text (UserWarning), for step() after synchronize() outside skip_synchronize()
 _STEP_AFTER_SYNCHRONIZE = (
@@ -53,7 +57,7 @@ class _DistributedOptimizer:
 
     # ------------------------------------------------------------------ set-up
     def _rc_setup(self, named_parameters, compression, backward_passes_per_step, op,
-                  gradient_predivide_factor):
+                  gradient_predivide_factor, process_set):
         if backward_passes_per_step < 1:
             raise RdmacollError("backward_passes_per_step must be at least 1")
         if op not in (rc.Average, rc.Sum):
@@ -64,6 +68,9 @@ class _DistributedOptimizer:
         self._rc_passes = backward_passes_per_step
         self._rc_op = op
         self._rc_predivide = float(gradient_predivide_factor)
+        self._rc_set = None if process_set is global_process_set else process_set
+        self._rc_excluded = self._rc_set is not None and not process_set.included()
+        self._rc_size = rc.size() if self._rc_set is None else process_set.size()
         # rank 0's setting (broadcast at init): ranks with different bucket plans could
         # not reduce together
         self._rc_threshold = fusion_threshold()
@@ -73,8 +80,14 @@ class _DistributedOptimizer:
         self._rc_control = None  # this step's join control round, in flight
         self.stats = {"copies": 0, "steps": 0, "launched_in_backward": 0, "launched_in_step": 0,
                       "wait_s": 0.0, "rebuilds": 0, "join_steps": 0}
+        self._rc_join_index = None
+        if self._rc_excluded:   # outside the set: no hooks, no buckets, step() is the optimizer's
+            self._rc_layout = Layout([], self._rc_threshold)
+            self._rc_reset()
+            return
         self._rc_build(check_ranks=True)
-        self._rc_join_index = JOIN_STATE.register(self)
+        # join() serves the global set's optimizers (its control round is over every rank)
+        self._rc_join_index = JOIN_STATE.register(self) if self._rc_set is None else None
 
     def _rc_collect_params(self):
         """Every parameter of every group, once, in group order."""
@@ -97,8 +110,8 @@ class _DistributedOptimizer:
         """torch.optim's, then the new parameters join the reduction (the buckets are
         rebuilt at the next backward, on every rank alike)."""
         super().add_param_group(param_group)
-        if "_rc_params" not in self.__dict__:
-            return      # called by the optimizer's own __init__
+        if "_rc_params" not in self.__dict__ or self._rc_excluded:
+            return      # called by the optimizer's own __init__, or outside the process set
         self._rc_params = self._rc_collect_params()
         group = len(self.param_groups) - 1
         for i, p in enumerate(self.param_groups[-1]["params"]):
@@ -140,10 +153,11 @@ class _DistributedOptimizer:
         return [(id(p), p.dtype, p.shape, p.stride(), p.requires_grad) for p in self._rc_params]
 
     def _rc_check_ranks(self, rows):
-        digests = rc.allgather_object(signature_digest(rows), name="DistributedOptimizer.check")
+        digests = rc.allgather_object(signature_digest(rows), name="DistributedOptimizer.check",
+                                      process_set=self._rc_set)
         if len(set(digests)) == 1:
             return
-        lists = rc.allgather_object(rows, name="DistributedOptimizer.params")
+        lists = rc.allgather_object(rows, name="DistributedOptimizer.params", process_set=self._rc_set)
         diff = first_difference(lists)
         i, per_rank = diff
         desc = "; ".join(f"rank {r}: {v if v is not None else 'no such parameter'}"
@@ -178,7 +192,8 @@ class _DistributedOptimizer:
 
     def _rc_begin_step(self):
         # hvd.join(): tell joined ranks this optimizer steps (one 8-byte allreduce, queued)
-        self._rc_control = JOIN_STATE.training_control(self._rc_join_index)
+        if self._rc_join_index is not None:
+            self._rc_control = JOIN_STATE.training_control(self._rc_join_index)
         if self._rc_layout_key() != self._rc_key:   # model.half(), requires_grad changed
             self.stats["rebuilds"] += 1
             self._rc_build(check_ranks=True)
@@ -258,15 +273,15 @@ class _DistributedOptimizer:
         op, post = self._rc_op, 1.0
         if self._rc_predivide != 1.0:
             t.mul_(1.0 / self._rc_predivide)
-            op, post = rc.Sum, self._rc_predivide / rc.size()
+            op, post = rc.Sum, self._rc_predivide / self._rc_size
         name = f"grad.bucket.{bucket.index}"
         if self._rc_compression is Compression.none:
-            h = rc.allreduce_async(flat(t), op=op, name=name, out=flat(t))
+            h = rc.allreduce_async(flat(t), op=op, name=name, out=flat(t), process_set=self._rc_set)
             bucket.handle = (h, None, None, post)
         else:   # the packing path: the compressed copy is reduced, then unpacked
             c, ctx = self._rc_compression.compress(t)
             c = contiguous(c)
-            h = rc.allreduce_async(flat(c), op=op, name=name, out=flat(c))
+            h = rc.allreduce_async(flat(c), op=op, name=name, out=flat(c), process_set=self._rc_set)
             bucket.handle = (h, c, ctx, post)
 
     def _rc_wait_control(self):
@@ -299,8 +314,10 @@ class _DistributedOptimizer:
         fails naming it), then raise here."""
         first = self._rc_layout.buckets[0]
         with contextlib.suppress(RdmacollError):
-            JOIN_STATE.control(training_contribution(self._rc_join_index))
-            rc.allreduce(flat(first.flat), op=self._rc_op, name=NO_BACKWARD, out=flat(first.flat))
+            if self._rc_join_index is not None:
+                JOIN_STATE.control(training_contribution(self._rc_join_index))
+            rc.allreduce(flat(first.flat), op=self._rc_op, name=NO_BACKWARD, out=flat(first.flat),
+                         process_set=self._rc_set)
         raise RdmacollError("DistributedOptimizer: step() (or synchronize()) was called on this "
                             "rank without a backward pass since the last step; every rank must "
                             "run loss.backward() before step() (gradients set by hand, without "
@@ -309,7 +326,7 @@ class _DistributedOptimizer:
     def synchronize(self):
         """Wait until every gradient is reduced (for clipping or unscaling before step();
         then call step() inside `with optimizer.skip_synchronize():`)."""
-        if self._rc_synchronized:
+        if self._rc_synchronized or self._rc_excluded:
             return
         if not self._rc_started and self._rc_layout_key() != self._rc_key:
             self._rc_begin_step()   # no hooked gradient ran: parameters unfrozen since
@@ -384,17 +401,19 @@ class _DistributedOptimizer:
 
 def DistributedOptimizer(optimizer, named_parameters=None, compression=Compression.none,
                          backward_passes_per_step=1, op=rc.Average, gradient_predivide_factor=1.0,
-                         num_groups=0, groups=None, sparse_as_dense=False, process_set=None):
+                         num_groups=0, groups=None, sparse_as_dense=False, process_set=global_process_set):
     """Wrap a torch.optim optimizer so that step() applies gradients averaged over ranks.
 
     Horovod's signature; num_groups/groups/sparse_as_dense are accepted and have no effect
     (buckets replace groups; sparse gradients are always densified into their bucket).
     The result is an instance of a subclass of optimizer's class sharing its state.
+    process_set: gradients are reduced over its ranks only (on the others step() applies
+    the local gradients, as in Horovod).
     """
-    if process_set is not None:
-        from .ops import _check_process_set
-
-        _check_process_set(process_set)
+    if process_set is None:
+        process_set = global_process_set
+    elif process_set is not global_process_set and process_set.included():
+        comm_of(process_set, "Allreduce")   # a set that is not registered raises here
     if not isinstance(optimizer, torch.optim.Optimizer):
         raise RdmacollError(f"DistributedOptimizer needs a torch.optim.Optimizer, got "
                             f"{type(optimizer).__name__}")
@@ -404,5 +423,5 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     dist = cls.__new__(cls)
     dist.__dict__.update(optimizer.__dict__)
     dist._rc_setup(named_parameters, compression, backward_passes_per_step, op,
-                   gradient_predivide_factor)
+                   gradient_predivide_factor, process_set)
     return dist
