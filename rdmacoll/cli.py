@@ -10,11 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-
-def _version() -> str:
-    import rdmacoll
-
-    return rdmacoll.__version__
+from . import _settings
 
 
 def _doctor(args) -> int:
@@ -40,7 +36,7 @@ def parser() -> argparse.ArgumentParser:
                                  "data-parallel deep learning. Subcommands:",
                                  epilog="Settings: RDMACOLL_* variables (README, 'Settings'); "
                                  "RDMACOLL_LOG_LEVEL=info|debug explains what init() chose.")
-    ap.add_argument("--version", action="version", version=f"rdmacoll {_version()}")
+    ap.add_argument("--version", action="version", version=f"rdmacoll {_settings.rdmacoll_version()}")
     sub = ap.add_subparsers(dest="command", metavar="COMMAND", required=True)
     d = sub.add_parser("doctor", help="what this host (under a launcher: the job) offers rdmacoll, what to fix",
                        description="What this host offers rdmacoll and what to fix; under mpiexec -n N or "

@@ -201,7 +201,7 @@ def _frameworks(out) -> None:
 def host_report(out=print) -> int:
     """This host's report; the exit status (1: rdmacoll cannot run here)."""
     fixes: list[str] = []
-    out(f"rdmacoll {_version()} on {socket.gethostname()} (python {sys.version.split()[0]}, {os.cpu_count()} CPUs)")
+    out(f"rdmacoll {_settings.rdmacoll_version()} on {socket.gethostname()} (python {sys.version.split()[0]}, {os.cpu_count()} CPUs)")
     usable = _transports(out, fixes)
     _pyverbs(out)
     _limits(out, fixes, usable)
@@ -339,12 +339,6 @@ def doctor(out=print) -> int:
     if exchange.size == 1:
         return host_report(out)
     return job_report(exchange, out if exchange.rank == 0 else (lambda *_: None))
-
-
-def _version() -> str:
-    import rdmacoll
-
-    return rdmacoll.__version__
 
 
 def main(argv=None) -> int:

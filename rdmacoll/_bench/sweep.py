@@ -74,17 +74,11 @@ def _peers(names: list[str], say) -> tuple[list, list[str]]:
 
 def _job(args, lead: bool) -> dict:
     """What every JSON row carries about the run, and the ranks' lines of the preamble."""
-    import importlib.metadata
     import os
     import socket
 
     where = rc.allgather_object((os.getpid(), socket.gethostname()))
-    version = getattr(rc, "__version__", None)
-    if version is None:
-        try:
-            version = importlib.metadata.version("rdmacoll")
-        except importlib.metadata.PackageNotFoundError:
-            version = "unknown"
+    version = rc.__version__
     how = "back to back" if args.back_to_back else "per call"
     job = dict(ranks=rc.size(), hosts=len({h for _, h in where}), version=version,
                timing=f"{how}, -a {args.average}")
