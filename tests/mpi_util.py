@@ -112,6 +112,9 @@ def _launch_env(env) -> dict:
     # A tuning file in the user's cache would change which algorithms the tests see;
     # tests that want one set RDMACOLL_TUNING_FILE themselves.
     base["RDMACOLL_TUNING_FILE"] = "none"
+    # One process per core: NumPy's OpenBLAS pool of one thread per core in every rank only
+    # costs start-up (0.7 s per process in the emulated RDMA guest) and nothing here uses BLAS.
+    base.setdefault("OPENBLAS_NUM_THREADS", "1")
     if find_mpiexec() is not None and launcher_kind() == "openmpi":
         base["OMPI_ALLOW_RUN_AS_ROOT"] = "1"
         base["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] = "1"
@@ -426,9 +429,7 @@ def run_python(script_path, args=(), env=None, timeout=120) -> Result:
         script = WORKERS_DIR / script
     cwd = tempfile.mkdtemp(prefix="rdmacoll-test-")
     cmd = [sys.executable, str(script)] + [str(a) for a in args]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RDMACOLL_")} | {
-        "PYTHONUNBUFFERED": "1", "PYTHONDONTWRITEBYTECODE": "1", "RDMACOLL_TUNING_FILE": "none"} | {
-        k: str(v) for k, v in (env or {}).items()}
+    env = _launch_env(env)
     proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, errors="replace", start_new_session=True)
     try:

@@ -50,36 +50,37 @@ class Inputs:
 
     def __init__(self, nranks: int, count: int):
         self.nranks, self.count = nranks, count
-        self._normal, self._bits = [], []
-        for r in range(nranks):
-            rng = np.random.default_rng([20240611, r, count])
-            self._normal.append(rng.standard_normal(count))
-            self._bits.append(rng.integers(np.iinfo(np.int64).min, np.iinfo(np.int64).max,
-                                           size=count, dtype=np.int64, endpoint=True))
-        self._index = np.arange(count)
+        self._bases = {}                      # rank -> (normal, bits), drawn on first use
+        i = np.arange(count)
+        self._mod7, self._mod11, self._even = i % 7, i % 11, i % 2 == 0
+
+    def _base(self, rank: int):
+        if rank not in self._bases:
+            rng = np.random.default_rng([20240611, rank, self.count])
+            self._bases[rank] = (rng.standard_normal(self.count),
+                                 rng.integers(np.iinfo(np.int64).min, np.iinfo(np.int64).max,
+                                              size=self.count, dtype=np.int64, endpoint=True))
+        return self._bases[rank]
 
     def get(self, rank: int, dtype: str, op: str) -> np.ndarray:
         dt = np_dtype(dtype)
-        i = self._index
+        normal, bits = self._base(rank)
         if dtype in FLOATS:
-            g = self._normal[rank]
             if op == "Product":  # stay near 1: no overflow, no underflow after p factors
-                return (1.0 + np.clip(g, -2.0, 2.0) / 32.0).astype(dt)
-            x = (g * 8.0).astype(dt)
+                return (1.0 + np.clip(normal, -2.0, 2.0) / 32.0).astype(dt)
+            x = (normal * 8.0).astype(dt)
             if op in ("Min", "Max") and self.count:
                 # NaN from every rank at its own positions, one position where all ranks
                 # have NaN, and infinities: propagation must not depend on who has it.
-                x = x.copy()
-                x[i % 7 == rank + 1] = np.nan
-                x[i % 11 == rank + 2] = np.inf if rank % 2 else -np.inf
+                x[self._mod7 == rank + 1] = np.nan
+                x[self._mod11 == rank + 2] = np.inf if rank % 2 else -np.inf
                 x[0] = np.nan if self.count > 1 else x[0]
             return x
         # Integers: half small values (negative ones for signed types), half the full
         # range, so that sums and products wrap.
-        bits = self._bits[rank]
         small = (bits % 21 - 10) if dt.kind == "i" else (bits % 256)
         full = bits.astype(dt)  # keeps the low bits: any value of the type
-        return np.where(i % 2 == 0, small.astype(dt), full)
+        return np.where(self._even, small.astype(dt), full)
 
     def all(self, dtype: str, op: str) -> list:
         return [self.get(r, dtype, op) for r in range(self.nranks)]

@@ -36,6 +36,9 @@ pytestmark = pytest.mark.skipif(WHY_NOT is not None, reason=f"no Soft-RoCE guest
 
 BIN = Path(sys.executable).parent
 MATRIX = os.environ.get("RDMACOLL_RDMA_MATRIX", "ci")
+# NumPy's OpenBLAS starts a thread per vCPU in every process: 0.7 s of each import of numpy
+# under emulation, for nothing (one rank per vCPU, no BLAS); mpi_util sets it for launches too.
+NO_BLAS_POOL = {"OPENBLAS_NUM_THREADS": "1"}
 
 
 def _summary(output: str) -> dict[str, int]:
@@ -52,7 +55,7 @@ def test_ibverbs_suite_in_guest():
     cmd = f"{shlex.quote(str(BIN / 'pytest'))} -q -rs --durations=12 -p no:cacheprovider {' '.join(files)}"
     t0 = time.monotonic()
     rc, out = GUEST.run(cmd, timeout=1800 if MATRIX == "full" else 600, cwd=str(TESTS),
-                        env={"RDMACOLL_RDMA_MATRIX": MATRIX}, echo=False)
+                        env={"RDMACOLL_RDMA_MATRIX": MATRIX} | NO_BLAS_POOL, echo=False)
     counts = _summary(out)
     print(f"in the guest ({time.monotonic() - t0:.0f} s, matrix {MATRIX}): {counts}")
     print("\n".join(ln for ln in out.splitlines() if re.match(r"\s*[\d.]+s (call|setup|teardown) ", ln)))
@@ -73,7 +76,7 @@ def test_two_hosts_shm_inside_verbs_across():
     launch = (f"{shlex.quote(str(BIN / 'torchrun'))} --nnodes 2 --node-rank $HOST_INDEX --nproc-per-node 2 "
               f"--master-addr 10.9.0.1 --master-port 29517 --no-python {shlex.quote(sys.executable)} "
               f"{shlex.quote(str(TESTS / 'workers' / 'hosts.py'))} {shlex.quote(','.join(algos))}")
-    env = {"RDMACOLL_TRANSPORT": "auto", "RDMACOLL_TUNING_FILE": "none", "PYTHONUNBUFFERED": "1"}
+    env = {"RDMACOLL_TRANSPORT": "auto", "RDMACOLL_TUNING_FILE": "none", "PYTHONUNBUFFERED": "1"} | NO_BLAS_POOL
     results = GUEST.run_hosts([launch, launch], timeout=400, env=env, echo=False)
     now = time.time()
     res = Result(["torchrun on rchost0 and rchost1:", launch], max(rc for rc, _ in results),

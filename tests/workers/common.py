@@ -44,10 +44,11 @@ def emit(kind: str, **fields) -> None:
 
 
 def digest(a) -> str:
-    """Hash of an array's bytes (any dtype, ml_dtypes included)."""
+    """Hash of an array's bytes (any dtype, ml_dtypes included). SHA-1: twice blake2b's
+    speed here, and the matrices hash every input and result."""
     import numpy as np
 
-    return hashlib.blake2b(np.ascontiguousarray(a).view(np.uint8).data, digest_size=16).hexdigest()
+    return hashlib.sha1(np.ascontiguousarray(a).view(np.uint8).data).hexdigest()
 
 
 def init(config=None):
