@@ -38,6 +38,7 @@ def _check_bad_input(res, nranks):
     res.check(len(checks) > 0, "no checks ran")
     for c in checks:
         res.check(c["error"] is not None, f"rank {c['rank']}: {c['name']}: no RdmacollError raised")
+        res.check(c["value_error"], f"rank {c['rank']}: {c['name']}: {c['error']!r} is not a ValueError")
         missing = [w for w in c["words"] if w not in c["error"]]
         res.check(not missing, f"rank {c['rank']}: {c['name']}: message {c['error']!r} lacks {missing}")
     for a in rank_records(res, nranks, "after").values():

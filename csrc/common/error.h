@@ -1,4 +1,6 @@
-// The single error type of the core. The Python binding maps it to rdmacoll.RdmacollError.
+// The core's error type. The Python binding maps it to rdmacoll.RdmacollError, and
+// ArgumentError (an invalid argument, found before communicating) to RdmacollValueError,
+// which is also a ValueError (what Horovod raises for bad arguments).
 #pragma once
 #include <stdexcept>
 #include <string>
@@ -8,6 +10,11 @@ namespace rdmacoll {
 class Error : public std::runtime_error {
  public:
   explicit Error(const std::string& what) : std::runtime_error(what) {}
+};
+
+class ArgumentError : public Error {
+ public:
+  explicit ArgumentError(const std::string& what) : Error(what) {}
 };
 
 // Raised by a wait that noticed a pending Python signal (Ctrl-C): the binding turns it

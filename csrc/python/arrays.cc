@@ -10,7 +10,7 @@ namespace rdmacoll {
 
 DataType dtypeOf(const py::dtype& dt) {
   if (dt.byteorder() == '>') {  // (NumPy writes '<' or '=' for native on little-endian hosts)
-    throw Error("dtype " + py::str(dt).cast<std::string>() +
+    throw ArgumentError("dtype " + py::str(dt).cast<std::string>() +
                 " has non-native byte order; convert with x.astype(x.dtype.newbyteorder('='))");
   }
   const char kind = dt.kind();
@@ -31,7 +31,7 @@ DataType dtypeOf(const py::dtype& dt) {
   } else if (size == 2 && py::str(dt.attr("name")).cast<std::string>() == "bfloat16") {
     return DataType::kBFloat16;
   }
-  throw Error("unsupported dtype " + py::str(dt).cast<std::string>() +
+  throw ArgumentError("unsupported dtype " + py::str(dt).cast<std::string>() +
               "; supported: float16, bfloat16, float32, float64, int32, int64, uint8, int8, int16, bool");
 }
 
@@ -48,32 +48,32 @@ py::array asArray(py::handle x, const char* what) {
         if (py::hasattr(x, "__dlpack_device__")) onCpu = x.attr("__dlpack_device__")().cast<py::tuple>()[0].cast<int>() == 1;
       } catch (py::error_already_set&) {
       }
-      throw Error(std::string(what) + ": cannot view this object without a copy (" + e.what() + ")" +
+      throw ArgumentError(std::string(what) + ": cannot view this object without a copy (" + e.what() + ")" +
                   (onCpu ? std::string() : "; GPU tensors are not supported yet, pass CPU memory"));
     }
   }
   if (PyObject_CheckBuffer(x.ptr())) return py::module_::import("numpy").attr("asarray")(x);
-  throw Error(std::string(what) + " must be a NumPy array or expose the buffer protocol or DLPack, got " +
+  throw ArgumentError(std::string(what) + " must be a NumPy array or expose the buffer protocol or DLPack, got " +
               py::str(py::type::of(x)).cast<std::string>());
 }
 
 py::array contiguousInput(py::handle x, const char* what) {
   py::array a = asArray(x, what);
   if (!(a.flags() & py::array::c_style)) {
-    throw Error(std::string(what) + " is not C-contiguous; pass numpy.ascontiguousarray(x)");
+    throw ArgumentError(std::string(what) + " is not C-contiguous; pass numpy.ascontiguousarray(x)");
   }
   return a;
 }
 
 void checkOut(const py::array& in, const py::array& out) {
-  if (!(out.flags() & py::array::c_style)) throw Error("out is not C-contiguous; pass numpy.ascontiguousarray(x)");
-  if (!out.writeable()) throw Error("out is read-only");
+  if (!(out.flags() & py::array::c_style)) throw ArgumentError("out is not C-contiguous; pass numpy.ascontiguousarray(x)");
+  if (!out.writeable()) throw ArgumentError("out is read-only");
   if (!out.dtype().is(in.dtype()) && dtypeOf(out.dtype()) != dtypeOf(in.dtype())) {
-    throw Error("out has dtype " + py::str(out.dtype()).cast<std::string>() + ", input has " +
+    throw ArgumentError("out has dtype " + py::str(out.dtype()).cast<std::string>() + ", input has " +
                 py::str(in.dtype()).cast<std::string>());
   }
   if (out.ndim() != in.ndim() || !std::equal(in.shape(), in.shape() + in.ndim(), out.shape())) {
-    throw Error("out has shape " + py::str(py::tuple(out.attr("shape"))).cast<std::string>() +
+    throw ArgumentError("out has shape " + py::str(py::tuple(out.attr("shape"))).cast<std::string>() +
                 ", input has " + py::str(py::tuple(in.attr("shape"))).cast<std::string>());
   }
 }

@@ -49,7 +49,7 @@ class PyHooks : public WaitHooks {
 // A name borrowed from a Python str for the duration of a call.
 void setName(Request& r, py::handle name) {
   if (name.is_none()) return;
-  if (!PyUnicode_Check(name.ptr())) throw Error("name must be a str");
+  if (!PyUnicode_Check(name.ptr())) throw ArgumentError("name must be a str");
   Py_ssize_t n = 0;
   r.name = PyUnicode_AsUTF8AndSize(name.ptr(), &n);
   if (r.name == nullptr) throw py::error_already_set();
@@ -58,7 +58,7 @@ void setName(Request& r, py::handle name) {
 
 ReduceOp opOf(int op) {
   if (op < 0 || op >= kNumReduceOps) {
-    throw Error("unknown op " + std::to_string(op) + "; use rdmacoll.Sum, Average, Min, Max or Product");
+    throw ArgumentError("unknown op " + std::to_string(op) + "; use rdmacoll.Sum, Average, Min, Max or Product");
   }
   return static_cast<ReduceOp>(op);
 }
@@ -150,7 +150,7 @@ class PyGroup {
     o.received.resize(size);
     if (splitsObj.is_none()) {
       if (p.req.rows % size != 0) {
-        throw Error("alltoall: the first dimension (" + std::to_string(p.req.rows) + ") is not divisible by size() (" +
+        throw ArgumentError("alltoall: the first dimension (" + std::to_string(p.req.rows) + ") is not divisible by size() (" +
                     std::to_string(size) + "); pass splits");
       }
       std::fill(o.splits.begin(), o.splits.end(), p.req.rows / size);
@@ -158,11 +158,11 @@ class PyGroup {
       // Any sequence of integers (list, NumPy array, tensor): small, converted once.
       py::list l = py::module_::import("numpy").attr("asarray")(splitsObj).attr("tolist")();
       if (static_cast<int>(l.size()) != size) {
-        throw Error("alltoall: splits has " + std::to_string(l.size()) + " entries, size() is " + std::to_string(size));
+        throw ArgumentError("alltoall: splits has " + std::to_string(l.size()) + " entries, size() is " + std::to_string(size));
       }
       for (int q = 0; q < size; ++q) {
         const long long v = l[q].cast<long long>();
-        if (v < 0) throw Error("alltoall: negative split");
+        if (v < 0) throw ArgumentError("alltoall: negative split");
         o.splits[q] = static_cast<uint64_t>(v);
       }
     }
@@ -226,7 +226,7 @@ class PyGroup {
     }
     size_t n = 1;
     for (auto d : dims) {
-      if (d < 0) throw Error("negative dimension in rdmacoll.empty");
+      if (d < 0) throw ArgumentError("negative dimension in rdmacoll.empty");
       n *= static_cast<size_t>(d);
     }
     return poolArray(dt, dims, n * dt.itemsize());
@@ -267,7 +267,7 @@ class PyGroup {
   bool usable(const std::string& name, size_t bytes, const std::string& collective) const {
     const Collective coll = collectiveNamed(collective);
     const algorithms::Algorithm* a = algorithms::find(coll, name);
-    if (!a) throw Error("unknown " + collective + " algorithm '" + name + "'; known: " + algorithms::names(coll));
+    if (!a) throw ArgumentError("unknown " + collective + " algorithm '" + name + "'; known: " + algorithms::names(coll));
     return a->usable(algorithms::Situation::of(g().comm(), coll, bytes));
   }
   void close() {

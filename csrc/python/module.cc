@@ -19,20 +19,25 @@ PYBIND11_MODULE(_core, m) {
   m.doc() = "rdmacoll core (C++): communicator, transports, algorithms";
 
   static py::exception<Error> exc(m, "RdmacollError", PyExc_RuntimeError);
+  // An argument error found before communicating: both RdmacollError and ValueError, so
+  // that Horovod users' `except ValueError` keeps working.
+  // (A plain pointer, never released: a static py::object would be released after the
+  // interpreter is gone.)
+  static PyObject* valueExc = PyErr_NewExceptionWithDoc(
+      "rdmacoll._core.RdmacollValueError",
+      "An invalid argument, found before communicating (an RdmacollError and a ValueError).",
+      py::make_tuple(exc, py::handle(PyExc_ValueError)).ptr(), nullptr);
+  if (!valueExc) throw py::error_already_set();
+  m.attr("RdmacollValueError") = py::handle(valueExc);
   py::register_exception_translator([](std::exception_ptr p) {
     try {
       if (p) std::rethrow_exception(p);
+    } catch (const ArgumentError& e) {
+      PyErr_SetString(valueExc, e.what());
     } catch (const Error& e) {
       PyErr_SetString(exc.ptr(), e.what());
     }
   });
-  // An argument error found before communicating: both RdmacollError and ValueError, so
-  // that Horovod users' `except ValueError` keeps working (raised by the adapters).
-  py::object bases = py::make_tuple(exc, py::handle(PyExc_ValueError));
-  m.attr("RdmacollValueError") = py::reinterpret_steal<py::object>(PyErr_NewExceptionWithDoc(
-      "rdmacoll._core.RdmacollValueError",
-      "An invalid argument, found before communicating (an RdmacollError and a ValueError).",
-      bases.ptr(), nullptr));
 
   m.attr("Sum") = static_cast<int>(ReduceOp::kSum);
   m.attr("Average") = static_cast<int>(ReduceOp::kAverage);

@@ -29,7 +29,7 @@ Handle Handle::combine(py::object parts, py::object then, py::object value) {
     h.single_ = true;
   } else {
     for (py::handle p : parts) {
-      if (!py::isinstance<Handle>(p)) throw Error("Handle parts must be Handles");
+      if (!py::isinstance<Handle>(p)) throw ArgumentError("Handle parts must be Handles");
       h.parts_.push_back(py::reinterpret_borrow<py::object>(p));
     }
   }

@@ -16,10 +16,10 @@ namespace rdmacoll {
 namespace {
 
 void checkReduceOp(DataType dtype, ReduceOp op) {
-  if (static_cast<int>(op) >= kNumReduceOps) throw Error("unsupported reduction op");
+  if (static_cast<int>(op) >= kNumReduceOps) throw ArgumentError("unsupported reduction op");
   // (Average on integers is Horovod's: the sum times 1/size in float64, truncated.)
   if (!isReducible(dtype)) {
-    throw Error(std::string(dtypeName(dtype)) +
+    throw ArgumentError(std::string(dtypeName(dtype)) +
                 " cannot be reduced (allreduce, reducescatter); it travels by allgather, "
                 "broadcast and alltoall");
   }
@@ -136,21 +136,21 @@ size_t runLocal(Communicator& c, const Request& r) {
 }  // namespace
 
 void validate(const Request& r, int size) {
-  if (static_cast<int>(r.dtype) >= kNumDataTypes) throw Error("unsupported dtype");
+  if (static_cast<int>(r.dtype) >= kNumDataTypes) throw ArgumentError("unsupported dtype");
   switch (r.collective) {
     case Collective::kAllreduce: {
       checkReduceOp(r.dtype, r.op);
       const size_t bytes = r.count * dtypeSize(r.dtype);
       const char *a = static_cast<const char*>(r.in), *b = static_cast<const char*>(r.out);
       if (a != b && bytes > 0 && a < b + bytes && b < a + bytes) {
-        throw Error("allreduce: out partially overlaps the input; pass out=x for in place, or a separate array");
+        throw ArgumentError("allreduce: out partially overlaps the input; pass out=x for in place, or a separate array");
       }
       break;
     }
     case Collective::kReducescatter: checkReduceOp(r.dtype, r.op); break;
     case Collective::kBroadcast:
       if (r.root < 0 || r.root >= size) {
-        throw Error("broadcast: root_rank " + std::to_string(r.root) + " is not a rank of this job (size " +
+        throw ArgumentError("broadcast: root_rank " + std::to_string(r.root) + " is not a rank of this job (size " +
                     std::to_string(size) + ")");
       }
       break;
@@ -158,7 +158,7 @@ void validate(const Request& r, int size) {
       uint64_t total = 0;
       for (int q = 0; q < size; ++q) total += r.splits[q];
       if (total != r.rows) {
-        throw Error("alltoall: splits sum to " + std::to_string(total) + " but the first dimension is " +
+        throw ArgumentError("alltoall: splits sum to " + std::to_string(total) + " but the first dimension is " +
                     std::to_string(r.rows));
       }
       break;

@@ -1,4 +1,5 @@
-"""Bad input gets an RdmacollError, never a crash, a hang or a silently wrong result.
+"""Bad input gets an RdmacollError that is also a ValueError (RdmacollValueError, what
+Horovod raises for bad arguments), never a crash, a hang or a silently wrong result.
 
 Every check is local (validation happens before any message), so ranks stay in step; the
 communicator must still work afterwards. Records: one "check" per bad call (its error
@@ -11,7 +12,7 @@ import numpy as np
 from common import emit, init, main, raises
 
 
-def bad_calls(rc):
+def bad_calls(rc, p):
     x = np.arange(64, dtype=np.float32)
     ints = np.arange(64, dtype=np.int32)
     base = np.zeros(100, dtype=np.float32)
@@ -32,14 +33,25 @@ def bad_calls(rc):
         "input not an array": (lambda: rc.allreduce([1.0, 2.0]), ["array"]),
         "empty unsupported dtype": (lambda: rc.empty(8, "complex64"), ["unsupported dtype"]),
         "empty negative dimension": (lambda: rc.empty((-1, 4), "float32"), ["negative"]),
+        "broadcast root out of range": (lambda: rc.broadcast(x, p + 2), ["root_rank", "not a rank"]),
+        "alltoall splits sum": (lambda: rc.alltoall(x, splits=[65] + [0] * (p - 1)), ["splits sum to 65"]),
+        "alltoall splits length": (lambda: rc.alltoall(x, splits=[64] * (p + 1)), ["entries"]),
+        "alltoall negative split": (lambda: rc.alltoall(x, splits=[-1] + [65] + [0] * (p - 2)
+                                                        if p > 1 else [-1]), ["negative split"]),
+        "name not a str": (lambda: rc.allreduce(x, name=5), ["name"]),
     }
 
 
 def body():
     rc = init()
     p = rc.size()
-    for name, (call, words) in bad_calls(rc).items():
-        emit("check", name=name, error=raises(call), words=words)
+    for name, (call, words) in bad_calls(rc, p).items():
+        try:
+            call()
+            error, value_error = None, None
+        except rc.RdmacollError as e:
+            error, value_error = str(e), isinstance(e, ValueError)
+        emit("check", name=name, error=error, words=words, value_error=value_error)
 
     # Non-native byte order: refused, or reduced correctly; never reduced as native bytes.
     swapped = np.arange(1, 65, dtype=">f4")
