@@ -53,6 +53,10 @@ NO_MODULE_REASON = {
 _HANDLES = "returns a handle object, not an int (docs/torch.md)"
 _TAKES_HANDLES = "takes rdmacoll's handle objects (Horovod's are ints), waited in any order (docs/torch.md)"
 _ADASUM = "present by name, but passing `op=Adasum` raises `RdmacollError` (not implemented; docs/torch.md)"
+_TF_GRAPH_ERRORS = ("a mismatch between ranks raises FailedPreconditionError eagerly but UnknownError inside a "
+                    "graph (TensorFlow keeps only ValueError's type for Python ops: docs/tensorflow.md, Errors)")
+_TF1_ORDER = ("TF1 sessions: collectives fetched together are ordered at run time and need an inter-op thread "
+              "each (docs/tensorflow.md, TF1 sessions)")
 # Behaviour that differs although the parameters match: (horovod module, name) -> one-line reason.
 # Prune an entry when the difference is fixed.
 KNOWN_DIFFERENCES = {
@@ -75,17 +79,23 @@ KNOWN_DIFFERENCES = {
     ("horovod.torch", "Adasum"): _ADASUM,
     ("horovod.torch", "SyncBatchNorm"):
         "runs on CPU tensors (Horovod's needs a GPU); two allreduces per training call (docs/torch.md)",
-    ("horovod.tensorflow", "rank_op"): "only the global process set (id 0) in the TensorFlow adapter so far",
-    ("horovod.tensorflow", "size_op"): "only the global process set (id 0) in the TensorFlow adapter so far",
-    ("horovod.tensorflow", "process_set_included_op"):
-        "only the global process set (id 0) in the TensorFlow adapter so far",
+    ("horovod.tensorflow", "init"): "`comm=` (an mpi4py communicator) raises ValueError; `process_sets=` as Horovod",
+    ("horovod.tensorflow", "DistributedOptimizer"):
+        "tf.compat.v1.train optimizers: `backward_passes_per_step` must be 1; Keras 3 optimizers: as "
+        "horovod.tensorflow.keras; sparse gradients reduced as dense, `device_*`, `num_groups`, `groups` "
+        "ignored (docs/tensorflow.md)",
+    ("horovod.tensorflow", "allreduce"): _TF_GRAPH_ERRORS,
+    ("horovod.tensorflow", "allgather"): _TF_GRAPH_ERRORS,
+    ("horovod.tensorflow", "broadcast"): _TF_GRAPH_ERRORS,
+    ("horovod.tensorflow", "alltoall"): _TF_GRAPH_ERRORS,
+    ("horovod.tensorflow", "reducescatter"): _TF_GRAPH_ERRORS,
+    ("horovod.tensorflow", "grouped_allreduce"): _TF_GRAPH_ERRORS,
+    ("horovod.tensorflow", "BroadcastGlobalVariablesHook"): _TF1_ORDER,
+    ("horovod.tensorflow", "broadcast_global_variables"): _TF1_ORDER,
     ("horovod.tensorflow", "grouped_allgather"): "one collective per tensor (Horovod: one op for the group)",
     ("horovod.tensorflow", "grouped_reducescatter"): "one collective per tensor (Horovod: one op for the group)",
     ("horovod.tensorflow", "SyncBatchNormalization"):
         "a Keras 3 layer (keras.layers.BatchNormalization); `fused` must be False, as in Horovod",
-    ("horovod.tensorflow", "DistributedOptimizer"):
-        "Keras 3 optimizers; sparse gradients reduced as dense, `device_*`, `num_groups`, `groups` ignored "
-        "(docs/tensorflow.md)",
     ("horovod.tensorflow.keras", "DistributedOptimizer"):
         "Keras 3 optimizers; sparse gradients reduced as dense, `device_*`, `num_groups`, `groups` ignored "
         "(docs/tensorflow.md)",
@@ -123,9 +133,6 @@ ABSENT_REASONS = {
     ("horovod.tensorflow", "join"): _TF_SURFACE,
     ("horovod.tensorflow", "grouped_reducescatter"): "issue 14, item 2 will add it",
     ("horovod.tensorflow", "broadcast_"): "in-place broadcast of a variable: issue 14, item 8 (TF surface)",
-    ("horovod.tensorflow", "BroadcastGlobalVariablesHook"):
-        "TF1 `tf.train.SessionRunHook`: TF1 sessions are issue 14, item 4/8; use "
-        "`broadcast_variables` or the Keras callback",
     ("horovod.tensorflow", "broadcast_object_fn"): _TF_SURFACE,
     ("*", "check_extension"): _INTERNAL, ("*", "gpu_available"): _INTERNAL, ("*", "split_list"): _INTERNAL,
     ("*", "is_version_greater_equal_than"): _INTERNAL,

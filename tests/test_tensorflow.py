@@ -1,7 +1,9 @@
 """rdmacoll.frameworks.tensorflow (Horovod's TensorFlow / Keras 3 API) under the real
-mpiexec, 2 ranks. TensorFlow imports slowly, so one launch runs every check of
-workers/tf_checks.py (each test below reads its part) and a second runs the Keras
-example, a Horovod script whose only change is its import line."""
+mpiexec. TensorFlow imports slowly, so one 2-rank launch runs every check of
+workers/tf_checks.py (each test below reads its part), one launch each at 3 and 4 ranks
+runs the checks whose results depend on the number of ranks (process sets, errors, TF1
+sessions), and a last one runs the Keras example, a Horovod script whose only change is
+its import line."""
 import importlib.util
 from pathlib import Path
 
@@ -17,19 +19,24 @@ TF_ENV = {"TF_CPP_MIN_LOG_LEVEL": "2", "CUDA_VISIBLE_DEVICES": ""}
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "keras_mnist.py"
 
 
-@pytest.fixture(scope="module")
-def checks():
-    res = run_mpi(NRANKS, "tf_checks.py", env=TF_ENV, timeout=280)
+def launch_checks(nranks, names=(), timeout=280):
+    """workers/tf_checks.py at nranks ranks (only the checks named, if any), every rank done."""
+    res = run_mpi(nranks, "tf_checks.py", list(names), env=TF_ENV, timeout=timeout)
     crashes = res.select(kind="crash")
     res.check(not crashes, "a rank crashed: " + "; ".join(c["error"] for c in crashes[:2]))
-    rank_records(res, NRANKS, "done")
+    rank_records(res, nranks, "done")
     res.check(res.returncode == 0, "the launch failed")
     return res
 
 
-def assert_check(res, name):
+@pytest.fixture(scope="module")
+def checks():
+    return launch_checks(NRANKS)
+
+
+def assert_check(res, name, nranks=NRANKS):
     recs = res.select(kind="check", name=name)
-    res.check(len(recs) == NRANKS, f"{len(recs)} ranks reported check {name}")
+    res.check(len(recs) == nranks, f"{len(recs)} ranks reported check {name}")
     for r in recs:
         res.check(r["ok"], f"rank {r['rank']}: {name} failed: {r['detail']}")
 
@@ -105,6 +112,30 @@ def test_metric_average_and_lr_warmup_callbacks(checks):
 
 def test_mixed_precision_ranks_stay_identical(checks):
     assert_check(checks, "mixed_precision")
+
+
+RANK_DEPENDENT = ("process_sets", "error_types", "session_graphs")
+
+
+@pytest.fixture(scope="module", params=[3, 4])
+def more_ranks(request):
+    """The RANK_DEPENDENT checks at 3 and 4 ranks: (result, number of ranks)."""
+    return launch_checks(request.param, RANK_DEPENDENT, timeout=240), request.param
+
+
+@pytest.mark.parametrize("name", RANK_DEPENDENT)
+def test_rank_dependent_checks_at_2_ranks(checks, name):
+    """process_sets: every collective, gradients, tapes and the layout ops on process sets.
+    error_types: Horovod's tf.errors types. session_graphs: TF1 tf.compat.v1.Session graphs
+    (one and several collectives per run, a DistributedOptimizer train op with the
+    start-up broadcast and with BroadcastGlobalVariablesHook, tf.gradients, a process set)."""
+    assert_check(checks, name)
+
+
+@pytest.mark.parametrize("name", RANK_DEPENDENT)
+def test_rank_dependent_checks_at_3_and_4_ranks(more_ranks, name):
+    res, n = more_ranks
+    assert_check(res, name, n)
 
 
 def test_mismatched_models_raise_on_every_rank(checks):

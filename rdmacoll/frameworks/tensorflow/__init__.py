@@ -4,9 +4,11 @@
     import rdmacoll.frameworks.tensorflow.keras as hvd    # was: horovod.tensorflow.keras
 
 Pure Python over rdmacoll's core: nothing is compiled against TensorFlow. Collectives
-take and return tensors, eagerly and inside tf.function (where they run as
-tf.numpy_function ops chained in program order, so that every rank issues them in the
-same order). See docs/tensorflow.md.
+take and return tensors, eagerly, inside tf.function and in TF1 graphs run by
+tf.compat.v1.Session (as tf.numpy_function ops, ordered alike on every rank: _graph.py).
+Errors are the tf.errors types Horovod's ops raise (errors.py). Process sets are
+rdmacoll's (rdmacoll.ProcessSet: the same objects as the plain and torch APIs). See
+docs/tensorflow.md.
 """
 from __future__ import annotations
 
@@ -23,13 +25,17 @@ from .sync_batch_norm import SyncBatchNormalization  # noqa: F401
 from .runtime_ops import (local_rank_op, local_size_op, process_set_included_op, rank_op,  # noqa: F401
                           size_op)
 from .gradient_tape import DistributedGradientTape, PartialDistributedGradientTape  # noqa: F401
-from .optimizer import DistributedOptimizer, PartialDistributedOptimizer  # noqa: F401
+from .optimizer import PartialDistributedOptimizer  # noqa: F401
+from .legacy_optimizer import DistributedOptimizer  # noqa: F401
+from .global_variables import BroadcastGlobalVariablesHook, broadcast_global_variables  # noqa: F401
+from rdmacoll import ProcessSet, add_process_set, global_process_set, remove_process_set  # noqa: F401
 
 
 def init(comm=None, process_sets=None):
-    """Join the job (under mpiexec). comm and process_sets: Horovod's arguments for
-    sub-communicators; only the whole job (None) is supported."""
-    if comm is not None or process_sets is not None:
-        raise ValueError("rdmacoll.frameworks.tensorflow.init: only the whole job is supported "
-                         "(comm=None, process_sets=None)")
-    _rc.init()
+    """Join the job (under mpiexec). process_sets: ProcessSet objects to register (every
+    rank the same list), or "dynamic" to allow add_process_set / remove_process_set later,
+    as Horovod's. comm (an mpi4py communicator to run on) is not supported: ValueError."""
+    if comm is not None:
+        raise ValueError("rdmacoll.frameworks.tensorflow.init: comm= is not supported (the job is every "
+                         "rank mpiexec started; use process_sets for collectives on a subset)")
+    _rc.init(process_sets=process_sets)

@@ -12,13 +12,15 @@ import rdmacoll as rc
 from .._common import plan_buckets
 
 
-def allreduce_arrays(arrays, op, threshold, name):
-    """Reduce a list of arrays across ranks in buckets of at most `threshold` bytes (one
-    dtype each): one collective per bucket, all submitted before any is waited on.
-    Returns the reduced arrays (views of fresh library memory), in input order."""
+def allreduce_arrays(arrays, op, threshold, name, process_set=None):
+    """Reduce a list of arrays across ranks (of process_set; None: all) in buckets of at
+    most `threshold` bytes (one dtype each): one collective per bucket, all submitted
+    before any is waited on. Returns the reduced arrays (views of fresh library memory),
+    in input order."""
     arrays = [np.asarray(a) for a in arrays]
     buckets = plan_buckets([(a.dtype, a.nbytes) for a in arrays], threshold)
-    handles = [rc.grouped_allreduce_async([arrays[i] for i in bucket], op=op, name=f"{name}.{k}")
+    handles = [rc.grouped_allreduce_async([arrays[i] for i in bucket], op=op, name=f"{name}.{k}",
+                                          process_set=process_set)
                for k, bucket in enumerate(buckets)]
     out = [None] * len(arrays)
     for bucket, handle in zip(buckets, handles):
@@ -27,9 +29,10 @@ def allreduce_arrays(arrays, op, threshold, name):
     return out
 
 
-def broadcast_arrays(arrays, root_rank, name):
-    """root_rank's arrays on every rank, as one broadcast of their bytes (any dtype:
-    bool, uint32 seeds and int64 counters travel with the floats). Returns new arrays."""
+def broadcast_arrays(arrays, root_rank, name, process_set=None):
+    """root_rank's arrays on every rank (of process_set; root_rank is a global rank), as
+    one broadcast of their bytes (any dtype: bool, uint32 seeds and int64 counters travel
+    with the floats). Returns new arrays."""
     arrays = [np.asarray(a) for a in arrays]   # (ascontiguousarray would make 0-d arrays 1-d)
     sizes = [a.nbytes for a in arrays]
     buf = rc.empty((sum(sizes),), np.uint8)
@@ -37,6 +40,6 @@ def broadcast_arrays(arrays, root_rank, name):
     if rc.rank() == root_rank:
         for a, o, n in zip(arrays, offsets, sizes):
             buf[o:o + n] = np.ascontiguousarray(a).reshape(-1).view(np.uint8)
-    rc.broadcast(buf, root_rank, name=name, out=buf)
+    rc.broadcast(buf, root_rank, name=name, out=buf, process_set=process_set)
     return [buf[o:o + n].copy().view(a.dtype).reshape(a.shape)
             for a, o, n in zip(arrays, offsets, sizes)]

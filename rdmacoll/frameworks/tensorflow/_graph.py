@@ -1,18 +1,49 @@
-"""Run a NumPy function over tensors eagerly, or as one op of a graph (tf.function).
+"""Run a NumPy function over tensors eagerly, or as one op of a graph: a tf.function, or
+a TF1 graph run by tf.compat.v1.Session.
 
 Graph mode has no custom op to call: the collective runs inside tf.numpy_function.
 TensorFlow may run independent ops in any order, and every rank must issue collectives
-in the same order. So each collective op is bracketed by two writes to one "sequencer"
+in the same order. Horovod gets there by negotiation: each op is keyed by its name, and a
+background thread starts an op once every rank has submitted that name. rdmacoll's core
+has no negotiation (a collective starts when called, its order is the order of calls), so
+the order must be fixed before the ops reach it:
+
+tf.function (TF2). Each collective op is bracketed by two writes to one "sequencer"
 resource variable: it takes the first as an input and the second waits for it.
 TensorFlow's automatic control dependencies run all writes to a resource in program
-order, also across nested graphs (a tf.cond branch, a called tf.function), so every
-rank runs its collectives in program order.
+order, also across nested graphs (a tf.cond branch, a called tf.function), so every rank
+runs its collectives in program order. A tf.function runs all its stateful ops, so the
+chain never makes an op run that would not have run anyway.
+
+TF1 graphs (tf.compat.v1.Session; also a tf.function called inside one). No automatic
+control dependencies exist there, and a chain of explicit ones would be wrong: Session.run
+runs only what its fetches need, and a dependency of op k on op k-1 would make fetching
+the train op also run the broadcast built before it (or feed-less placeholders), every
+step. So TF1 collectives are ordered when they run (_session_order.py): each op gets a key
+at construction (0, 1, 2... per graph), and the first rank of the op's process set (the
+leader) announces, with one 8-byte broadcast, which key every rank runs next: the
+smallest key among the collectives it has reached. The others run that op as soon as
+TensorFlow reaches it there too (other collective ops of the same run wait meanwhile).
+One collective per Session.run, a train op and its broadcast in separate runs, and
+several independent collectives fetched together all run in one order on every rank.
+Limits, each ending in an error after RDMACOLL_TIMEOUT rather than a hang: the ranks must
+fetch the same collectives in a run, and each collective waiting for its turn blocks one
+of the session's inter-op threads (TensorFlow runs Python ops synchronously), so a run
+that fetches more independent collectives than the session has inter-op threads can
+stall; chain such collectives with tf.control_dependencies. Ops of one process set are
+ordered among themselves; a rank in two sets that overlap, fetching collectives of both
+in one run, may wait on one set while a peer waits on the other (same error).
+
+Errors: errors.py (the tf.errors types Horovod raises, as far as a Python op can).
 """
 from __future__ import annotations
 
 import tensorflow as tf
 
 import rdmacoll as rc
+
+from . import errors
+from ._session_order import SessionOrder
 
 try:   # TensorFlow's own test for "this graph will be compiled by XLA" (2.16-2.20 at least)
     from tensorflow.python.ops.control_flow_util import GraphOrParentsInXlaContext as _in_xla
@@ -29,7 +60,7 @@ class XlaError(rc.RdmacollError):
 
 
 class _Sequencer:
-    """The resource variable that orders collective ops; made on first use."""
+    """The resource variable that orders collective ops of tf.functions; made on first use."""
 
     variable = None
 
@@ -41,24 +72,47 @@ class _Sequencer:
         return cls.variable
 
 
-def run(fn, tensors, out_dtypes, out_shapes):
+def _outermost(graph):
+    """The graph that holds `graph` (a tf.function's graph inside a TF1 graph), or itself."""
+    while getattr(graph, "outer_graph", None) is not None:
+        graph = graph.outer_graph
+    return graph
+
+
+def run(fn, tensors, out_dtypes, out_shapes, process_set=None):
     """fn(*arrays) -> list of arrays, over `tensors`; returns a list of tensors of
-    out_dtypes / out_shapes (None entries in a shape: unknown until run)."""
+    out_dtypes / out_shapes (None entries in a shape: unknown until run). process_set: the
+    set fn communicates in (orders TF1 graphs; None: the global set)."""
+    fn = errors.converted(fn)
     if tf.executing_eagerly():
         outs = fn(*[t.numpy() for t in tensors])
         return [tf.convert_to_tensor(o, dtype=d) for o, d in zip(outs, out_dtypes)]
-    if _in_xla(tf.compat.v1.get_default_graph()):
+    graph = tf.compat.v1.get_default_graph()
+    if _in_xla(graph):
         raise XlaError(
             "rdmacoll collectives cannot run inside XLA-compiled code (tf.function(jit_compile=True)): "
             "compile the model with model.compile(..., jit_compile=False) (Keras 3's 'auto' picks XLA "
             "on GPU machines) or drop jit_compile from the tf.function")
+    if not tf.compat.v1.executing_eagerly_outside_functions():
+        return _run_in_session(fn, tensors, out_dtypes, out_shapes, process_set, graph)
     sequencer = _Sequencer.get()
     ticket = sequencer.assign_add(1)   # after every earlier collective of this rank's program
-    outs = tf.numpy_function(lambda _, *a: list(fn(*a)), [ticket] + list(tensors), list(out_dtypes),
-                             stateful=True)
+    outs = _numpy_op(lambda _, *a: fn(*a), [ticket] + list(tensors), out_dtypes, out_shapes)
+    with tf.control_dependencies([outs[0].op]):
+        sequencer.assign_add(1, read_value=False)   # before every later one
+    return outs
+
+
+def _run_in_session(fn, tensors, out_dtypes, out_shapes, process_set, graph):
+    order = SessionOrder.of(_outermost(graph))
+    key = order.next_key()
+    run_in_order = errors.converted(lambda *a: order.run(key, process_set, fn, a))
+    return _numpy_op(run_in_order, list(tensors), out_dtypes, out_shapes)
+
+
+def _numpy_op(fn, inputs, out_dtypes, out_shapes):
+    outs = tf.numpy_function(lambda *a: list(fn(*a)), inputs, list(out_dtypes), stateful=True)
     outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
     for o, shape in zip(outs, out_shapes):
         o.set_shape(shape)
-    with tf.control_dependencies([outs[0].op]):
-        sequencer.assign_add(1, read_value=False)   # before every later one
     return outs

@@ -7,6 +7,7 @@ import rdmacoll as rc
 
 from .._common import fusion_threshold
 from .compression import Compression
+from .errors import InvalidArgumentError
 from .functions import fused_allreduce
 
 
@@ -17,10 +18,14 @@ class GradientReducer:
 
     Local variables (Horovod's PartialDistributed*: register_local()): their gradients are
     not reduced; with scale_local_gradients they are divided by the size instead, as
-    Horovod does (its pull 3695), so that they weigh as a reduced Average would."""
+    Horovod does (its pull 3695), so that they weigh as a reduced Average would.
+
+    process_set: gradients are reduced over its ranks (sizes are its size); on a rank
+    outside it, or when it has one rank, they stay as they are (Horovod's
+    _allreduce_cond)."""
 
     def __init__(self, op=rc.Average, compression=Compression.none, gradient_predivide_factor=1.0,
-                 name="gradients", scale_local_gradients=True):
+                 name="gradients", scale_local_gradients=True, process_set=rc.global_process_set):
         if gradient_predivide_factor != 1.0 and op != rc.Average:
             raise ValueError("gradient_predivide_factor needs op=Average")
         if op not in (rc.Average, rc.Sum, rc.Min, rc.Max, rc.Product):
@@ -32,6 +37,7 @@ class GradientReducer:
         self.name = name
         self.scale_local = bool(scale_local_gradients)
         self.local = set()   # id() of local variables
+        self.process_set = process_set
 
     def register_local(self, variable):
         self.local.add(id(variable))
@@ -48,7 +54,7 @@ class GradientReducer:
         for i, g in zip(shared, self._reduce([grads[i] for i in shared])):
             grads[i] = g
         if self.scale_local:
-            size = rc.size()
+            size = self.process_set.size()
             for i, v in enumerate(variables):
                 g = grads[i]
                 if id(v) in self.local and g is not None:
@@ -58,16 +64,19 @@ class GradientReducer:
 
     def _reduce(self, grads):
         present = [i for i, g in enumerate(grads) if g is not None]
-        if not present:
+        ps = self.process_set
+        if ps.size() is None:
+            raise InvalidArgumentError("Process set does not exist or has not been registered.")
+        if not present or not ps.included() or ps.size() <= 1:
             return grads
         op, pre, post = self.op, 1.0, 1.0
         if self.predivide != 1.0:   # Horovod: sum of g / f, then times f / size
-            op, pre, post = rc.Sum, 1.0 / self.predivide, self.predivide / rc.size()
+            op, pre, post = rc.Sum, 1.0 / self.predivide, self.predivide / ps.size()
         pairs = []
         for i in present:
             t = tf.convert_to_tensor(grads[i])
             pairs.append(self.compression.compress(t if pre == 1.0 else t * tf.cast(pre, t.dtype)))
-        reduced = fused_allreduce([p[0] for p in pairs], op, self.threshold, self.name)
+        reduced = fused_allreduce([p[0] for p in pairs], op, self.threshold, self.name, ps)
         for i, r, (_, ctx) in zip(present, reduced, pairs):
             r = self.compression.decompress(r, ctx)
             grads[i] = r if post == 1.0 else r * tf.cast(post, r.dtype)

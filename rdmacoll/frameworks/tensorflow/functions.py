@@ -1,13 +1,19 @@
 """Horovod's tensor collectives for TensorFlow: tensors in, tensors out, eagerly or
-inside tf.function (see _graph.py for how graph mode keeps every rank's order)."""
+inside a graph (see _graph.py for how graph mode keeps every rank's order).
+
+process_set: Horovod's argument, a registered rdmacoll.ProcessSet (default the global
+set): only its ranks take part, Average divides by its size, root_rank stays a global
+rank, a rank outside the set gets InvalidArgumentError (errors.py). ignore_name_scope and
+device_* are accepted for Horovod compatibility (names and devices of ops: no effect)."""
 from __future__ import annotations
 
 import tensorflow as tf
 
 import rdmacoll as rc
+from rdmacoll import global_process_set
 
 from .._common import fusion_threshold
-from . import _arrays, _graph, gradients
+from . import _arrays, _checks, _graph, errors, gradients
 from .compression import Compression
 
 
@@ -24,7 +30,16 @@ def _name(name, default):
     return default if name is None else str(name)
 
 
-def fused_allreduce(tensors, op=rc.Average, threshold=None, name=None):
+def _set_size(process_set):
+    """The number of ranks of process_set (InvalidArgumentError, in Horovod's words, when
+    it is not registered)."""
+    size = process_set.size()
+    if size is None:
+        raise errors.InvalidArgumentError("Process set does not exist or has not been registered.")
+    return size
+
+
+def fused_allreduce(tensors, op=rc.Average, threshold=None, name=None, process_set=global_process_set):
     """Reduce a list of dense tensors in as few collectives as the fusion threshold
     allows (default: RDMACOLL_FUSION_THRESHOLD); returns the reduced tensors (not
     differentiable: the optimizers' gradient path)."""
@@ -32,7 +47,7 @@ def fused_allreduce(tensors, op=rc.Average, threshold=None, name=None):
     if not tensors:
         return []
     threshold = fusion_threshold() if threshold is None else threshold
-    return gradients.fused(tensors, op, threshold, _name(name, "allreduce"))
+    return gradients.fused(tensors, op, threshold, _name(name, "allreduce"), process_set)
 
 
 def _scale(t, factor):
@@ -40,7 +55,8 @@ def _scale(t, factor):
 
 
 def allreduce(tensor, average=None, device_dense="", device_sparse="", compression=Compression.none,
-              op=None, prescale_factor=1.0, postscale_factor=1.0, name=None):
+              op=None, prescale_factor=1.0, postscale_factor=1.0, name=None, process_set=global_process_set,
+              ignore_name_scope=False):
     """The reduction of tensor across ranks (op: Average by default, Sum, Min, Max,
     Product). tf.IndexedSlices are allgathered (values and indices), as Horovod does."""
     op = _resolve_op(average, op)
@@ -51,61 +67,69 @@ def allreduce(tensor, average=None, device_dense="", device_sparse="", compressi
             raise NotImplementedError("Only Sum and Average ops are supported with tf.IndexedSlices")
         if prescale_factor != 1.0 or postscale_factor != 1.0:
             raise NotImplementedError("Pre/postscale_factor are not supported with tf.IndexedSlices")
-        values = allgather(tensor.values, name=_name(name, "allreduce") + ".values")
-        indices = allgather(tensor.indices, name=_name(name, "allreduce") + ".indices")
+        values = allgather(tensor.values, name=_name(name, "allreduce") + ".values", process_set=process_set)
+        indices = allgather(tensor.indices, name=_name(name, "allreduce") + ".indices", process_set=process_set)
         if op == rc.Average:
-            values = values / tf.cast(rc.size(), values.dtype)
+            values = values / tf.cast(_set_size(process_set), values.dtype)
         return tf.IndexedSlices(values, indices, dense_shape=tensor.dense_shape)
     compressed, ctx = compression.compress(_scale(tf.convert_to_tensor(tensor), prescale_factor))
-    reduced = gradients.allreduce(compressed, op, _name(name, "allreduce"))
+    reduced = gradients.allreduce(compressed, op, _name(name, "allreduce"), process_set)
     return _scale(compression.decompress(reduced, ctx), postscale_factor)
 
 
 def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="", compression=Compression.none,
-                      op=None, prescale_factor=1.0, postscale_factor=1.0, name=None):
+                      op=None, prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set,
+                      ignore_name_scope=False, name=None):
     """allreduce of a list of tensors as one collective per dtype; returns a list."""
+    if not tensors:
+        return tensors
     op = _resolve_op(average, op)
     pairs = [compression.compress(_scale(tf.convert_to_tensor(t), prescale_factor)) for t in tensors]
-    reduced = gradients.grouped_allreduce([p[0] for p in pairs], op, _name(name, "grouped_allreduce"))
+    reduced = gradients.grouped_allreduce([p[0] for p in pairs], op, _name(name, "grouped_allreduce"), process_set)
     return [_scale(compression.decompress(r, ctx), postscale_factor) for r, (_, ctx) in zip(reduced, pairs)]
 
 
-def allgather(tensor, name=None):
+def allgather(tensor, name=None, ignore_name_scope=False, process_set=global_process_set):
     """Every rank's tensor concatenated along the first dimension (which may differ)."""
-    return gradients.allgather(tensor, _name(name, "allgather"))
+    return gradients.allgather(tensor, _name(name, "allgather"), process_set)
 
 
-def broadcast(tensor, root_rank, name=None):
-    """root_rank's tensor on every rank."""
-    return gradients.broadcast(tensor, root_rank, _name(name, "broadcast"))
+def broadcast(tensor, root_rank, name=None, ignore_name_scope=False, process_set=global_process_set):
+    """root_rank's tensor on every rank (of process_set; root_rank is a global rank)."""
+    return gradients.broadcast(tensor, root_rank, _name(name, "broadcast"), process_set)
 
 
-def reducescatter(tensor, op=rc.Average, name=None, prescale_factor=1.0, postscale_factor=1.0):
+def reducescatter(tensor, device_dense="", compression=Compression.none, op=rc.Average, name=None,
+                  process_set=global_process_set, ignore_name_scope=False, prescale_factor=1.0,
+                  postscale_factor=1.0):
     """The reduction of tensor across ranks, split along the first dimension: this rank's
     share (the first rows % size ranks get one row more)."""
-    t = _scale(tf.convert_to_tensor(tensor), prescale_factor)
-    return _scale(gradients.reducescatter(t, op, _name(name, "reducescatter")), postscale_factor)
+    compressed, ctx = compression.compress(_scale(tf.convert_to_tensor(tensor), prescale_factor))
+    reduced = gradients.reducescatter(compressed, op, _name(name, "reducescatter"), process_set)
+    return _scale(compression.decompress(reduced, ctx), postscale_factor)
 
 
-def alltoall(tensor, splits=None, name=None):
-    """Send splits[j] rows of tensor to rank j (splits=None: even split). Returns, as
-    Horovod does, what every rank sent here in rank order, and with splits given also
-    the rows received from each rank: (output, received_splits)."""
-    out, received = gradients.alltoall(tensor, splits, _name(name, "alltoall"))
+def alltoall(tensor, splits=None, name=None, ignore_name_scope=False, process_set=global_process_set):
+    """Send splits[j] rows of tensor to rank j (j: the position in process_set; splits=None:
+    even split). Returns, as Horovod does, what every rank sent here in rank order, and
+    with splits given also the rows received from each rank: (output, received_splits)."""
+    out, received = gradients.alltoall(tensor, splits, _name(name, "alltoall"), process_set)
     return out if splits is None else (out, received)
 
 
-def grouped_allgather(tensors, name=None):
+def grouped_allgather(tensors, name=None, ignore_name_scope=False, process_set=global_process_set):
     """allgather of each tensor of a list (each differentiable); returns a list."""
     name = _name(name, "grouped_allgather")
-    return [allgather(t, name=f"{name}.{i}") for i, t in enumerate(tensors)]
+    return [allgather(t, name=f"{name}.{i}", process_set=process_set) for i, t in enumerate(tensors)]
 
 
-def grouped_reducescatter(tensors, op=rc.Average, name=None, prescale_factor=1.0, postscale_factor=1.0):
+def grouped_reducescatter(tensors, device_dense="", compression=Compression.none, op=rc.Average,
+                          process_set=global_process_set, prescale_factor=1.0, postscale_factor=1.0, name=None):
     """reducescatter of each tensor of a list; returns a list."""
     name = _name(name, "grouped_reducescatter")
-    return [reducescatter(t, op=op, name=f"{name}.{i}", prescale_factor=prescale_factor,
-                          postscale_factor=postscale_factor) for i, t in enumerate(tensors)]
+    return [reducescatter(t, compression=compression, op=op, name=f"{name}.{i}", process_set=process_set,
+                          prescale_factor=prescale_factor, postscale_factor=postscale_factor)
+            for i, t in enumerate(tensors)]
 
 
 def _value(variable):
@@ -115,33 +139,42 @@ def _value(variable):
     return tf.convert_to_tensor(variable.value)
 
 
-def broadcast_variables(variables, root_rank=0, name=None):
+def broadcast_variables(variables, root_rank=0, process_set=global_process_set, inplace=False, name=None):
     """Assign root_rank's values to `variables` (tf.Variable or Keras 3 Variable) on
-    every rank, all through one broadcast. Returns the grouped assign op in graph mode."""
+    every rank (of process_set), all through one broadcast. Returns the grouped assign
+    op in graph mode. inplace is accepted for Horovod compatibility (one staging buffer
+    either way)."""
     variables = list(variables)
     if not variables:
-        return None
+        return None if tf.executing_eagerly() else tf.no_op()
     values = [_value(v) for v in variables]
     name = _name(name, "broadcast_variables")
-    new = _graph.run(lambda *arrays: _arrays.broadcast_arrays(arrays, root_rank, name),
-                     values, [v.dtype for v in values], [v.shape for v in values])
+    def fn(*arrays):
+        _checks.root_rank(root_rank, process_set)
+        return _arrays.broadcast_arrays(arrays, root_rank, name, process_set)
+
+    new = _graph.run(fn, values, [v.dtype for v in values], [v.shape for v in values], process_set)
     assigns = [v.assign(n) for v, n in zip(variables, new)]
     return None if tf.executing_eagerly() else tf.group(*assigns)
 
 
-def broadcast_(variables, root_rank, name=None):
+def broadcast_(variables, root_rank, name=None, process_set=global_process_set):
     """Horovod's in-place broadcast: root_rank's values assigned to `variables` on every
     rank; returns their new values (a list of tensors)."""
     variables = list(variables)
-    broadcast_variables(variables, root_rank, name=_name(name, "broadcast_"))
-    return [_value(v) for v in variables]
+    assign = broadcast_variables(variables, root_rank, process_set, name=_name(name, "broadcast_"))
+    if tf.executing_eagerly():
+        return [_value(v) for v in variables]
+    with tf.control_dependencies([assign]):
+        return [_value(v) for v in variables]
 
 
-def broadcast_object(obj, root_rank=0, name=None):
-    """root_rank's picklable obj on every rank (eager: a Python object)."""
-    return rc.broadcast_object(obj, root_rank, name=name)
+def broadcast_object(obj, root_rank=0, session=None, name=None, process_set=global_process_set):
+    """root_rank's picklable obj on every rank (of process_set), as a Python object, in
+    any mode (session: Horovod's TF1 argument; not needed, the object travels directly)."""
+    return errors.converted(rc.broadcast_object)(obj, root_rank, name, process_set)
 
 
-def allgather_object(obj, name=None):
-    """Every rank's picklable obj, as a list in rank order."""
-    return rc.allgather_object(obj, name=name)
+def allgather_object(obj, session=None, name=None, process_set=global_process_set):
+    """Every rank's picklable obj, as a list in rank order (of process_set's ranks)."""
+    return errors.converted(rc.allgather_object)(obj, name, process_set)

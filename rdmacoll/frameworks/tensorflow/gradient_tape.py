@@ -40,7 +40,8 @@ class _DistributedGradientTape:
 
 def DistributedGradientTape(gradtape, device_dense="", device_sparse="", compression=Compression.none,
                             sparse_as_dense=False, op=rc.Average, gradient_predivide_factor=1.0,
-                            num_groups=0, groups=None, scale_local_gradients=True):
+                            num_groups=0, groups=None, process_set=rc.global_process_set,
+                            scale_local_gradients=True):
     """A tape whose gradient() averages (op) the gradients across ranks, fused into as few
     collectives as RDMACOLL_FUSION_THRESHOLD allows; works eagerly and in tf.function.
 
@@ -51,11 +52,13 @@ def DistributedGradientTape(gradtape, device_dense="", device_sparse="", compres
 
     device_*, sparse_as_dense, num_groups and groups are accepted for Horovod
     compatibility: sparse gradients are always reduced as dense tensors and buckets
-    follow the fusion threshold.
+    follow the fusion threshold. process_set: gradients are averaged over its ranks; a
+    rank outside it keeps its own (as in Horovod).
     """
     return _DistributedGradientTape(gradtape, GradientReducer(op, compression, gradient_predivide_factor,
                                                               name="DistributedGradientTape",
-                                                              scale_local_gradients=scale_local_gradients))
+                                                              scale_local_gradients=scale_local_gradients,
+                                                              process_set=process_set))
 
 
 def local_layer_variables(local_layers) -> list:
@@ -72,11 +75,12 @@ def local_layer_variables(local_layers) -> list:
 
 def PartialDistributedGradientTape(gradtape, device_dense="", device_sparse="", compression=Compression.none,
                                    sparse_as_dense=False, op=rc.Average, gradient_predivide_factor=1.0,
-                                   num_groups=0, groups=None, local_layers=None, scale_local_gradients=True):
+                                   num_groups=0, groups=None, process_set=rc.global_process_set, local_layers=None,
+                                   scale_local_gradients=True):
     """DistributedGradientTape that leaves the gradients of local_layers' variables
     unreduced (divided by the size when scale_local_gradients), as Horovod's."""
     tape = DistributedGradientTape(gradtape, device_dense, device_sparse, compression, sparse_as_dense, op,
-                                   gradient_predivide_factor, num_groups, groups,
+                                   gradient_predivide_factor, num_groups, groups, process_set,
                                    scale_local_gradients=scale_local_gradients)
     for v in local_layer_variables(local_layers):
         tape.register_local_source(v)

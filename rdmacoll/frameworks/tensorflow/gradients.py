@@ -3,8 +3,10 @@ registers for its ops (horovod/tensorflow/mpi_ops.py), in eager mode and in tf.f
 
 Each function here is the collective alone (no compression, no scale factors: the
 callers apply those with TensorFlow ops, whose gradients TensorFlow knows), wrapped in
-tf.custom_gradient; the backward pass is itself a collective, so every rank must take
-gradients of the same collectives in the same order, as with Horovod.
+tf.custom_gradient; the backward pass is itself a collective on the same process set
+(Horovod: the op's process_set_id attribute), so every rank of the set must take
+gradients of the same collectives in the same order, as with Horovod. Sizes and ranks
+below are the set's (ps.size(), ps.rank()); broadcast's root_rank is a global rank.
 
     allreduce(op)        dx = allreduce(dy, op)
     grouped_allreduce    dx_i = grouped allreduce of the dy_i, same op
@@ -13,6 +15,8 @@ gradients of the same collectives in the same order, as with Horovod.
     broadcast(root)      dx = allreduce(dy, Average) on the root, zeros elsewhere
     alltoall(splits)     dx = alltoall(dy, splits = the rows received from each rank)
     reducescatter(op)    dx = allgather(dy * size if op is Sum else dy)
+
+Every function takes process_set (None: the global set).
 """
 from __future__ import annotations
 
@@ -21,98 +25,111 @@ import tensorflow as tf
 
 import rdmacoll as rc
 
-from . import _arrays, _graph
+from . import _arrays, _checks, _graph
 
 _UNBOUNDED = 1 << 62  # a fusion "threshold" that puts every tensor of a dtype into one bucket
 
 
-def fused(tensors, op, threshold, name):
+def _set(process_set):
+    return rc.global_process_set if process_set is None else process_set
+
+
+def fused(tensors, op, threshold, name, process_set=None):
     """The raw (not differentiable) reduction of a list of tensors in as few collectives
     as `threshold` bytes per bucket allow."""
-    return _graph.run(lambda *arrays: _arrays.allreduce_arrays(arrays, op, threshold, name),
-                      tensors, [t.dtype for t in tensors], [t.shape for t in tensors])
+    return _graph.run(lambda *arrays: _arrays.allreduce_arrays(arrays, op, threshold, name, process_set),
+                      tensors, [t.dtype for t in tensors], [t.shape for t in tensors], process_set)
 
 
-def _allgather_raw(t, name):
-    (out,) = _graph.run(lambda a: [rc.allgather(a, name=name)], [t], [t.dtype], [[None] + t.shape[1:]])
+def _allgather_raw(t, name, process_set):
+    (out,) = _graph.run(lambda a: [rc.allgather(a, name=name, process_set=process_set)], [t], [t.dtype],
+                        [[None] + t.shape[1:]], process_set)
     return out
 
 
-def _alltoall_raw(t, splits, name):
+def _alltoall_raw(t, splits, name, process_set):
     inputs = [t] if splits is None else [t, tf.cast(tf.convert_to_tensor(splits), tf.int64)]
 
     def fn(a, s=None):
-        out, received = rc.alltoall(a, None if s is None else s.tolist(), name=name, return_received_splits=True)
+        _checks.splits(a.shape[0] if a.ndim else 1, None if s is None else s.tolist(), process_set)
+        out, received = rc.alltoall(a, None if s is None else s.tolist(), name=name, return_received_splits=True,
+                                    process_set=process_set)
         return [out, np.asarray(received, np.int32)]
 
-    return _graph.run(fn, inputs, [t.dtype, tf.int32], [[None] + t.shape[1:], [None]])
+    return _graph.run(fn, inputs, [t.dtype, tf.int32], [[None] + t.shape[1:], [None]], process_set)
 
 
-def grouped_allreduce(tensors, op, name):
+def grouped_allreduce(tensors, op, name, process_set=None):
     one = len(tensors) == 1  # (custom_gradient: a lone tensor in and out, not a list of one)
 
     @tf.custom_gradient
     def forward(*xs):
         def backward(*dys):
-            grads = fused(list(dys), op, _UNBOUNDED, name + ".grad")
+            grads = fused(list(dys), op, _UNBOUNDED, name + ".grad", process_set)
             return grads[0] if one else grads
-        ys = fused(list(xs), op, _UNBOUNDED, name)
+        ys = fused(list(xs), op, _UNBOUNDED, name, process_set)
         return (ys[0] if one else ys), backward
     ys = forward(*tensors)
     return [ys] if one else list(ys)
 
 
-def allreduce(tensor, op, name):
-    return grouped_allreduce([tensor], op, name)[0]
+def allreduce(tensor, op, name, process_set=None):
+    return grouped_allreduce([tensor], op, name, process_set)[0]
 
 
-def allgather(tensor, name):
+def allgather(tensor, name, process_set=None):
     @tf.custom_gradient
     def forward(x):
         def backward(dy):
-            (reduced,) = fused([dy], rc.Average, _UNBOUNDED, name + ".grad")
-            rows = _allgather_raw(tf.shape(x, out_type=tf.int64)[:1], name + ".grad.rows")
-            return tf.split(reduced, rows, num=rc.size(), axis=0)[rc.rank()]
-        return _allgather_raw(x, name), backward
+            (reduced,) = fused([dy], rc.Average, _UNBOUNDED, name + ".grad", process_set)
+            rows = _allgather_raw(tf.shape(x, out_type=tf.int64)[:1], name + ".grad.rows", process_set)
+            ps = _set(process_set)
+            return tf.split(reduced, rows, num=ps.size(), axis=0)[ps.rank()]
+        return _allgather_raw(x, name, process_set), backward
     return forward(tf.convert_to_tensor(tensor))
 
 
-def broadcast(tensor, root_rank, name):
+def broadcast(tensor, root_rank, name, process_set=None):
     def raw(t, n):
-        (out,) = _graph.run(lambda a: [rc.broadcast(a, root_rank, name=n)], [t], [t.dtype], [t.shape])
+        def fn(a):
+            _checks.root_rank(root_rank, process_set)
+            return [rc.broadcast(a, root_rank, name=n, process_set=process_set)]
+        (out,) = _graph.run(fn, [t], [t.dtype], [t.shape], process_set)
         return out
 
     @tf.custom_gradient
     def forward(x):
         def backward(dy):
-            (reduced,) = fused([dy], rc.Average, _UNBOUNDED, name + ".grad")
+            (reduced,) = fused([dy], rc.Average, _UNBOUNDED, name + ".grad", process_set)
             return reduced if rc.rank() == root_rank else reduced * 0
         return raw(x, name), backward
     return forward(tf.convert_to_tensor(tensor))
 
 
-def alltoall(tensor, splits, name):
+def alltoall(tensor, splits, name, process_set=None):
     """(output, rows received from each rank)."""
     @tf.custom_gradient
     def forward(x):
-        out, received = _alltoall_raw(x, splits, name)
+        out, received = _alltoall_raw(x, splits, name, process_set)
 
         def backward(dy, _d_received=None):
-            back, _ = _alltoall_raw(dy, received, name + ".grad")
+            back, _ = _alltoall_raw(dy, received, name + ".grad", process_set)
             return back
         return (out, received), backward
     out, received = forward(tf.convert_to_tensor(tensor))
     return out, received
 
 
-def reducescatter(tensor, op, name):
+def reducescatter(tensor, op, name, process_set=None):
     def raw(t, n):
-        (out,) = _graph.run(lambda a: [rc.reducescatter(a, op=op, name=n)], [t], [t.dtype], [[None] + t.shape[1:]])
+        (out,) = _graph.run(lambda a: [rc.reducescatter(a, op=op, name=n, process_set=process_set)], [t],
+                            [t.dtype], [[None] + t.shape[1:]], process_set)
         return out
 
     @tf.custom_gradient
     def forward(x):
         def backward(dy):
-            return _allgather_raw(dy * rc.size() if op == rc.Sum else dy, name + ".grad")
+            size = _set(process_set).size()
+            return _allgather_raw(dy * size if op == rc.Sum else dy, name + ".grad", process_set)
         return raw(x, name), backward
     return forward(tf.convert_to_tensor(tensor))

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import keras as _keras
 
-from . import (Average, Compression, DistributedGradientTape, DistributedOptimizer, Max, Min,  # noqa: F401
-               PartialDistributedOptimizer, Product,
+from . import (Average, Compression, DistributedGradientTape, Max, Min,  # noqa: F401
+               PartialDistributedOptimizer, Product, ProcessSet, add_process_set, global_process_set,
+               remove_process_set, broadcast_global_variables,
                RdmacollError, Sum, allgather, allgather_object, allreduce, alltoall, broadcast,
                broadcast_object, broadcast_variables, callbacks, cross_rank, cross_size, grouped_allreduce,
                init, is_homogeneous, is_initialized, local_rank, local_size, rank, reducescatter, shutdown,
                size)
+from .optimizer import DistributedOptimizer  # noqa: F401  (horovod.tensorflow.keras's signature)
 
 
 def load_model(filepath, custom_optimizers=None, custom_objects=None, compression=Compression.none):

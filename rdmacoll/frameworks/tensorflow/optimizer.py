@@ -69,7 +69,7 @@ class _DistributedOptimizer:
 def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse="", compression=Compression.none,
                          sparse_as_dense=False, gradient_predivide_factor=1.0, op=rc.Average,
                          backward_passes_per_step=1, average_aggregated_gradients=False,
-                         num_groups=0, groups=None, scale_local_gradients=True):
+                         num_groups=0, groups=None, process_set=rc.global_process_set, scale_local_gradients=True):
     """A copy of the Keras 3 `optimizer` (same class and config, so still an instance of
     it) that averages gradients across ranks before applying them:
 
@@ -84,6 +84,7 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
     wrapped in a LossScaleOptimizer (as model.compile would), so that loss scaling sees
     the reduced gradients and every rank skips the same steps. The wrapped optimizer's variables are not copied:
     wrap before training (or use BroadcastGlobalVariablesCallback / load_model).
+    process_set: gradients are averaged over its ranks; a rank outside it applies its own.
     """
     if backward_passes_per_step < 1:
         raise ValueError("backward_passes_per_step must be >= 1")
@@ -101,7 +102,8 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
     dist = cls.from_config(config)
     dist._rdmacoll_reducer = GradientReducer(op, compression, gradient_predivide_factor,
                                              name=f"DistributedOptimizer.{dist.name}",
-                                             scale_local_gradients=scale_local_gradients)
+                                             scale_local_gradients=scale_local_gradients,
+                                             process_set=process_set)
     dist._rdmacoll_passes_per_step = int(backward_passes_per_step)
     dist._rdmacoll_average_aggregated = bool(average_aggregated_gradients)
     return dist
@@ -109,7 +111,8 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
 
 def PartialDistributedOptimizer(optimizer, name=None, device_dense="", device_sparse="",
                                 compression=Compression.none, sparse_as_dense=False, gradient_predivide_factor=1.0,
-                                op=rc.Average, groups=None, local_layers=None, scale_local_gradients=True):
+                                op=rc.Average, groups=None, process_set=rc.global_process_set, local_layers=None,
+                                scale_local_gradients=True):
     """DistributedOptimizer that leaves the gradients of local_layers' variables unreduced
     (divided by the size when scale_local_gradients), as Horovod's horovod.keras one."""
     from .gradient_tape import local_layer_variables
@@ -120,7 +123,7 @@ def PartialDistributedOptimizer(optimizer, name=None, device_dense="", device_sp
     dist = DistributedOptimizer(optimizer, name=name, device_dense=device_dense, device_sparse=device_sparse,
                                 compression=compression, sparse_as_dense=sparse_as_dense,
                                 gradient_predivide_factor=gradient_predivide_factor, op=op, groups=groups,
-                                scale_local_gradients=scale_local_gradients)
+                                process_set=process_set, scale_local_gradients=scale_local_gradients)
     for v in local:
         dist.register_local_var(v)
     return dist

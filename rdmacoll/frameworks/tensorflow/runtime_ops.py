@@ -1,15 +1,24 @@
 """Horovod's ops that return the job's layout as int32 tensors: rank_op, size_op,
 local_rank_op, local_size_op, process_set_included_op. As in Horovod, a graph evaluates
-them when it runs, not when it is built (eagerly: at once)."""
+them when it runs, not when it is built (eagerly: at once); before init() they raise
+FailedPreconditionError (errors.py), and for a process set id that is not registered
+size_op and process_set_included_op return Horovod's code for it,
+HOROVOD_PROCESS_SET_ERROR_UNKNOWN_SET (-3)."""
 from __future__ import annotations
 
 import numpy as np
 import tensorflow as tf
 
 import rdmacoll as rc
+from rdmacoll.process_sets import TABLE
+
+from . import errors
+
+HOROVOD_PROCESS_SET_ERROR_UNKNOWN_SET = -3   # horovod/common/operations.cc
 
 
 def _at_run_time(fn, name):
+    fn = errors.converted(fn)
     if tf.executing_eagerly():
         return tf.constant(fn(), tf.int32)
     out = tf.numpy_function(lambda: np.int32(fn()), [], tf.int32, stateful=True, name=name)
@@ -17,9 +26,20 @@ def _at_run_time(fn, name):
     return out
 
 
-def _global_set_only(process_set_id):
-    if process_set_id != 0:
-        raise ValueError(f"process set {process_set_id} does not exist here (only the global set, id 0)")
+def _registered(process_set_id):
+    """The registered set with that id, or None."""
+    rc.size()   # (RdmacollError before init(): FailedPreconditionError, as Horovod's)
+    return TABLE.sets.get(process_set_id)
+
+
+def _set_size(process_set_id):
+    ps = _registered(process_set_id)
+    return HOROVOD_PROCESS_SET_ERROR_UNKNOWN_SET if ps is None else len(ps.ranks)
+
+
+def _set_included(process_set_id):
+    ps = _registered(process_set_id)
+    return HOROVOD_PROCESS_SET_ERROR_UNKNOWN_SET if ps is None else int(rc.rank() in ps.ranks)
 
 
 def rank_op(name=None):
@@ -33,8 +53,7 @@ def local_rank_op(name=None):
 
 def size_op(process_set_id=0, name=None):
     """The number of processes (of the process set), determined when the graph runs."""
-    _global_set_only(process_set_id)
-    return _at_run_time(rc.size, name)
+    return _at_run_time(lambda: _set_size(process_set_id), name)
 
 
 def local_size_op(name=None):
@@ -43,5 +62,4 @@ def local_size_op(name=None):
 
 def process_set_included_op(process_set_id=0, name=None):
     """1 when this process is in the process set, else 0 (int32)."""
-    _global_set_only(process_set_id)
-    return _at_run_time(lambda: 1, name)
+    return _at_run_time(lambda: _set_included(process_set_id), name)

@@ -1,0 +1,86 @@
+"""Errors of the TensorFlow collectives as Horovod's TensorFlow ops raise them.
+
+Horovod's ops turn its statuses into TensorFlow's (horovod/tensorflow/mpi_ops.cc,
+ConvertStatus): an argument its enqueue rejects (bad splits, a root or a rank outside the
+process set, a name in flight) is INVALID_ARGUMENT, a mismatch between ranks found in
+negotiation (ErrorOp) and "not initialized" are PRECONDITION_ERROR, a shut-down job (a
+rank died or left) is UNKNOWN. Here:
+
+    argument errors found before communicating  -> InvalidArgumentError (also ValueError)
+    a mismatch between ranks, not initialised   -> FailedPreconditionError
+    anything else from the core (a dead peer,
+    a timeout, an aborted job)                  -> UnknownError
+
+Each class here is both the tf.errors type and rdmacoll's (RdmacollError, or
+RdmacollValueError for argument errors), so `except tf.errors.FailedPreconditionError`
+(Horovod code), `except ValueError` and `except RdmacollError` all catch it. The message is
+rdmacoll's text, unchanged.
+
+Eagerly these classes are raised as they are. Inside a graph (tf.function, a
+tf.compat.v1.Session) the collective runs in a Python op, and TensorFlow maps a Python
+op's exception by its Python type only: ValueError becomes InvalidArgumentError, anything
+else UnknownError (tensorflow/python/lib/core/py_func.cc). So in a graph argument errors
+and dead peers keep Horovod's types, and a mismatch between ranks surfaces as UnknownError
+with the same text (docs/tensorflow.md, "Errors").
+"""
+from __future__ import annotations
+
+import tensorflow as tf
+
+from rdmacoll import RdmacollError, RdmacollValueError
+
+
+class InvalidArgumentError(tf.errors.InvalidArgumentError, RdmacollValueError):
+    """An invalid argument, found before communicating (Horovod: INVALID_ARGUMENT)."""
+
+    def __init__(self, message):
+        tf.errors.InvalidArgumentError.__init__(self, None, None, message)
+
+
+class FailedPreconditionError(tf.errors.FailedPreconditionError, RdmacollError):
+    """Ranks called different collectives, or rdmacoll is not initialised (Horovod:
+    PRECONDITION_ERROR)."""
+
+    def __init__(self, message):
+        tf.errors.FailedPreconditionError.__init__(self, None, None, message)
+
+
+class UnknownError(tf.errors.UnknownError, RdmacollError):
+    """The job failed while communicating: a peer died, a wait timed out, the job was
+    aborted (Horovod: its shut-down error, UNKNOWN)."""
+
+    def __init__(self, message):
+        tf.errors.UnknownError.__init__(self, None, None, message)
+
+
+# Beginnings of the core's messages for a mismatch between ranks (comm/communicator.cc,
+# comm/primitives.cc) and for a communicator used outside init() .. shutdown().
+_PRECONDITION = ("collective mismatch", "protocol mismatch", "rdmacoll is not initialised",
+                 "rdmacoll is shut down")
+
+
+def as_tf_error(error: BaseException) -> BaseException:
+    """The exception to raise for `error` from a collective: one of the classes above for
+    rdmacoll's errors and ValueError (already converted ones pass through), `error`
+    itself for anything else (KeyboardInterrupt, TypeError, NotImplementedError...)."""
+    if isinstance(error, tf.errors.OpError):
+        return error
+    if isinstance(error, ValueError):
+        return InvalidArgumentError(str(error))
+    if isinstance(error, RdmacollError):
+        text = str(error)
+        return (FailedPreconditionError(text) if text.startswith(_PRECONDITION) else UnknownError(text))
+    return error
+
+
+def converted(fn):
+    """fn(*args), its rdmacoll and argument errors raised as as_tf_error() gives them."""
+    def call(*args):
+        try:
+            return fn(*args)
+        except (RdmacollError, ValueError) as e:
+            mapped = as_tf_error(e)
+            if mapped is e:
+                raise
+            raise mapped from e
+    return call
