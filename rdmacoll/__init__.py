@@ -12,6 +12,8 @@ import atexit as _atexit
 
 from . import _core
 from ._core import Average, Handle, Max, Min, Product, RdmacollError, RdmacollValueError, Sum
+from . import adasum as _adasum
+from .adasum import ADASUM as Adasum
 from .process_sets import TABLE as _SETS
 from .process_sets import ProcessSet, add_process_set, global_process_set, remove_process_set
 from .process_sets import broadcast_comm as _broadcast_comm
@@ -24,7 +26,7 @@ __all__ = [
     "barrier", "empty", "algorithms", "broadcast_object", "allgather_object",
     "allreduce_async", "grouped_allreduce_async", "allgather_async", "broadcast_async",
     "reducescatter_async", "alltoall_async", "barrier_async", "poll", "synchronize", "Handle",
-    "Sum", "Average", "Min", "Max", "Product", "RdmacollError", "RdmacollValueError",
+    "Sum", "Average", "Min", "Max", "Product", "Adasum", "RdmacollError", "RdmacollValueError",
     "ProcessSet", "global_process_set", "add_process_set", "remove_process_set",
 ]
 
@@ -163,8 +165,11 @@ def allreduce(x, op=Average, name=None, out=None, process_set=None):
     Every rank must call it in the same order with the same shape, dtype, op and name.
     process_set: a registered ProcessSet: only its ranks take part (Average divides by
     its size); a rank outside it gets ValueError. None means every rank.
+    op=Adasum: Horovod's Adasum (float16/32/64, a power-of-two number of ranks; adasum.py).
     """
     c = _comm if process_set is None or process_set is global_process_set else _comm_of(process_set, "Allreduce")
+    if op == Adasum:
+        return _adasum.allreduce_async(c, x, out, name).wait()
     return c.allreduce(x, out, op, name)
 
 
@@ -265,8 +270,11 @@ def synchronize(handle):
 
 def allreduce_async(x, op=Average, name=None, out=None, process_set=None):
     """allreduce queued to run in the background; returns a Handle. x (and out) must
-    not be modified until synchronize(handle)."""
+    not be modified until synchronize(handle). op=Adasum runs in the call (its steps
+    depend on each other) and returns a finished Handle."""
     c = _comm if process_set is None or process_set is global_process_set else _comm_of(process_set, "Allreduce")
+    if op == Adasum:
+        return _adasum.allreduce_async(c, x, out, name)
     return c.allreduce_async(x, out, op, name)
 
 
@@ -275,6 +283,8 @@ def grouped_allreduce_async(xs, op=Average, name=None, out=None, process_set=Non
     import numpy as np
 
     c = _comm if process_set is None or process_set is global_process_set else _comm_of(process_set, "Allreduce")
+    if op == Adasum:   # each array its own coefficients (adasum.py); a finished Handle
+        return _adasum.grouped_allreduce_async(c, xs, out, name)
     views = [_core._view(x) for x in xs]
     if out is not None and len(out) != len(views):
         raise RdmacollError(f"grouped_allreduce: {len(views)} inputs but {len(out)} outputs")

@@ -52,7 +52,6 @@ NO_MODULE_REASON = {
 
 _HANDLES = "returns a handle object, not an int (docs/torch.md)"
 _TAKES_HANDLES = "takes rdmacoll's handle objects (Horovod's are ints), waited in any order (docs/torch.md)"
-_ADASUM = "present by name, but passing `op=Adasum` raises `RdmacollError` (not implemented; docs/torch.md)"
 _TF_GRAPH_ERRORS = ("a mismatch between ranks raises FailedPreconditionError eagerly but UnknownError inside a "
                     "graph (TensorFlow keeps only ValueError's type for Python ops: docs/tensorflow.md, Errors)")
 _TF1_ORDER = ("TF1 sessions: collectives fetched together are ordered at run time and need an inter-op thread "
@@ -73,10 +72,15 @@ KNOWN_DIFFERENCES = {
     ("horovod.torch", "synchronize"): _TAKES_HANDLES,
     ("horovod.torch", "DistributedOptimizer"):
         "frozen/unfrozen parameters and `add_param_group` groups are reduced from the step they change "
-        "(Horovod never reduces them, and moves parameters frozen after wrapping): docs/torch.md",
+        "(Horovod never reduces them, and moves parameters frozen after wrapping); `op=Adasum` steps and "
+        "reduces at `step()`, not in backward hooks (same parameters): docs/torch.md",
     ("horovod.torch", "join"):
         "joined ranks serve only DistributedOptimizer steps, not every collective (docs/torch.md)",
-    ("horovod.torch", "Adasum"): _ADASUM,
+    ("horovod.torch", "Adasum"):
+        "reduces in the call: `allreduce_async(op=Adasum)` returns a finished handle (docs/torch.md, Adasum)",
+    ("horovod.torch", "sparse_allreduce_async"):
+        "the handle is a handle object that can also be called (Horovod's is a function); ops other than "
+        "Sum and Average raise `ValueError` (Horovod sums): docs/torch.md",
     ("horovod.torch", "SyncBatchNorm"):
         "runs on CPU tensors (Horovod's needs a GPU); two allreduces per training call (docs/torch.md)",
     ("horovod.tensorflow", "init"): "`comm=` (an mpi4py communicator) raises ValueError; `process_sets=` as Horovod",
@@ -116,7 +120,6 @@ ABSENT_REASONS = {
     ("*", "grouped_allgather_async"): "issue 14, item 2 will add it",
     ("*", "grouped_reducescatter"): "issue 14, item 2 will add it",
     ("*", "grouped_reducescatter_async"): "issue 14, item 2 will add it",
-    ("*", "sparse_allreduce_async"): "issue 14, item 2 will add it",
     ("*", "ccl_built"): _PROBE, ("*", "ddl_built"): _PROBE, ("*", "mpi_enabled"): _PROBE,
     ("*", "gloo_enabled"): _PROBE, ("*", "mpi_threads_supported"): _PROBE, ("*", "mpi_built"): _PROBE,
     ("*", "nccl_built"): _PROBE, ("*", "gloo_built"): _PROBE, ("*", "cuda_built"): _PROBE,
@@ -140,8 +143,8 @@ ABSENT_REASONS = {
     ("horovod.tensorflow", "check_num_rank_power_of_2"): _INTERNAL,
     ("horovod.tensorflow", "vars_to_refs"): _INTERNAL, ("horovod.tensorflow", "refs_to_vars"): _INTERNAL,
     ("horovod.tensorflow", "LocalGradientAggregationHelper"): _INTERNAL,
-    ("horovod.tensorflow", "Adasum"): "not provided by the TensorFlow adapter (docs/tensorflow.md); issue 14, item 2 "
-                                      "defines Adasum for CPU tensors",
+    ("horovod.tensorflow", "Adasum"): "not provided by the TensorFlow adapter (docs/tensorflow.md); the plain API "
+                                      "(`rdmacoll.Adasum`) and the torch adapter have it",
     ("horovod.tensorflow", "PartialDistributedGradientTape"):
         "not provided yet, and not in issue 14's list (which names PartialDistributedOptimizer)",
 }

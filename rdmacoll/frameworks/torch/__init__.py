@@ -30,6 +30,7 @@ from .ops import (Adasum, Average, Max, Min, Product, Sum, allgather, allgather_
                   synchronize)
 from .ops import ProcessSet, add_process_set, remove_process_set  # noqa: E402
 from .optimizer import DistributedOptimizer  # noqa: E402
+from .sparse import sparse_allreduce_async  # noqa: E402
 from .sync_batch_norm import SyncBatchNorm  # noqa: E402
 
 
@@ -130,4 +131,5 @@ __all__ = [
     "broadcast_parameters", "broadcast_optimizer_state", "broadcast_object", "allgather_object",
     "DistributedOptimizer", "global_process_set", "ProcessSet", "add_process_set",
     "remove_process_set", "RdmacollError", "RdmacollValueError", "SyncBatchNorm",
+    "sparse_allreduce_async",
 ]

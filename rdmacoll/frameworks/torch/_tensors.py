@@ -36,9 +36,10 @@ def check_tensor(t, what="tensor"):
         raise RdmacollError(f"{what} is on {t.device}: {t.device.type.upper()} tensors are not yet "
                             "supported by rdmacoll.frameworks.torch (GPU support has not landed); "
                             "move it to the CPU (tensor.cpu())")
-    if t.layout != torch.strided:
-        raise RdmacollError(f"{what} has layout {t.layout}: only dense tensors travel directly "
-                            "(use allreduce, which densifies sparse tensors, or tensor.to_dense())")
+    if t.layout != torch.strided:   # Horovod's ValueError and words (every collective)
+        raise RdmacollValueError(f"Tensor type {t.type()} is not supported. ({what} has layout {t.layout}: "
+                                 "collectives take dense tensors; a sparse COO tensor is reduced by "
+                                 "sparse_allreduce_async, or use tensor.to_dense())")
     if t.dtype != torch.bfloat16 and t.dtype not in _NP_OF_TORCH:
         raise RdmacollValueError(f"{what} has dtype {t.dtype}; supported: {_SUPPORTED}")
 

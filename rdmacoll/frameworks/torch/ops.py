@@ -13,25 +13,15 @@ import torch
 import rdmacoll as rc
 from rdmacoll import (Handle, ProcessSet, RdmacollError, RdmacollValueError, add_process_set,  # noqa: F401
                       global_process_set, remove_process_set)
+from rdmacoll.adasum import check_size
 from rdmacoll.process_sets import comm_of
 
 from ._tensors import as_numpy, as_torch, check_reducible, check_tensor, contiguous, flat, scale_
 from .compression import Compression
 from .join import join as _join_protocol
 
-Average, Sum, Min, Max, Product = rc.Average, rc.Sum, rc.Min, rc.Max, rc.Product
-_OPS = {Average, Sum, Min, Max, Product}
-
-
-class _Unsupported:
-    def __init__(self, name):
-        self.name = name
-
-    def __repr__(self):
-        return self.name
-
-
-Adasum = _Unsupported("Adasum")   # Horovod's op exists by name; passing it raises RdmacollError
+Average, Sum, Min, Max, Product, Adasum = rc.Average, rc.Sum, rc.Min, rc.Max, rc.Product, rc.Adasum
+_OPS = {Average, Sum, Min, Max, Product, Adasum}
 
 
 def _set_size(process_set):
@@ -54,8 +44,7 @@ def resolve_op(average=None, op=None):
     if op is None:
         op = Sum if average is False else Average
     if op not in _OPS:
-        raise RdmacollError(f"unsupported reduction op {op!r} (Adasum is not supported); "
-                            "use Average, Sum, Min, Max or Product")
+        raise RdmacollError(f"unsupported reduction op {op!r}; use Average, Sum, Min, Max, Product or Adasum")
     return op
 
 
@@ -70,6 +59,14 @@ def synchronize(handle):
 
 
 _scale = scale_   # Horovod's ScaleBuffer (see _tensors.scale_)
+
+
+def _adasum_rules(process_set):
+    """Horovod's refusals of op=Adasum, in its order, before communicating (the reduction
+    itself is the plain API's, rdmacoll/adasum.py: float16/32/64 only, run in the call)."""
+    if process_set is not None and process_set is not global_process_set:
+        raise NotImplementedError("Adasum does not support non-global process sets yet.")
+    check_size(rc.size())
 
 
 def _fold_average(op, postscale_factor, size):
@@ -141,19 +138,6 @@ def _in_place(tensor):
 # --------------------------------------------------------------------------- allreduce
 
 
-def _sparse_allreduce(tensor, op, name, process_set):
-    """Sparse tensors: allgather indices and values, let coalesce() sum duplicates."""
-    if op not in (Sum, Average):
-        raise RdmacollError("sparse tensors support only Sum and Average")
-    t = tensor.coalesce()
-    idx = allgather(t.indices().t().contiguous(), name=None if name is None else name + ".idx",
-                    process_set=process_set)
-    val = allgather(t.values().contiguous(), name=None if name is None else name + ".val",
-                    process_set=process_set)
-    out = torch.sparse_coo_tensor(idx.t(), val, t.shape).coalesce()
-    return out / _set_size(process_set) if op == Average else out
-
-
 def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                     postscale_factor=1.0, process_set=global_process_set, compression=Compression.none):
     """Start reducing tensor across ranks (of process_set); synchronize(handle) returns a
@@ -161,11 +145,9 @@ def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.
     if process_set is not global_process_set and process_set is not None:   # (the fast path: two identity tests)
         comm_of(process_set, "Allreduce")
     op = resolve_op(average, op)
-    if isinstance(tensor, torch.Tensor) and tensor.layout == torch.sparse_coo:
-        check_tensor(tensor._values(), "allreduce input")
-        result = _sparse_allreduce(tensor, op, name, process_set)
-        return Handle(None, lambda _: result)
-    check_reducible(tensor, "allreduce input")
+    check_reducible(tensor, "allreduce input")   # sparse tensors: ValueError (sparse_allreduce_async)
+    if op == Adasum:
+        _adasum_rules(process_set)
     _in_flight.check(name)
     op, postscale_factor = _fold_average(op, postscale_factor, _set_size(process_set))
     x, ctx = compression.compress(tensor.detach())
@@ -202,6 +184,8 @@ def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1
         comm_of(process_set, "Allreduce")
     op = resolve_op(average, op)
     check_reducible(tensor, "allreduce_ input")
+    if op == Adasum:
+        _adasum_rules(process_set)
     _in_flight.check(name)
     op, postscale_factor = _fold_average(op, postscale_factor, _set_size(process_set))
     work, copy_back = _in_place(tensor)
@@ -223,6 +207,8 @@ def _grouped(tensors, op, name, prescale_factor, postscale_factor, compression, 
         comm_of(process_set, "Allreduce")
     for i, t in enumerate(tensors):
         check_reducible(t, f"grouped_allreduce input {i}")
+    if op == Adasum:
+        _adasum_rules(process_set)
     _in_flight.check(name)
     op, postscale_factor = _fold_average(op, postscale_factor, _set_size(process_set))
     packed = []

@@ -16,6 +16,14 @@ still runs.
   requires_grad changes or add_param_group brings parameters, the buckets are rebuilt at
   the next backward (same on every rank), so unfrozen and added parameters are reduced too
   (Horovod 0.28.1 leaves both unreduced: its ranks drift apart; docs/torch.md).
+- Sparse gradients (Embedding(sparse=True)), as Horovod reduces them: by default each is
+  allgathered (sparse.py: indices and values of every rank; the parameter's .grad becomes
+  that sparse sum, divided by the size for Average), launched after the buckets in
+  parameter order once backward ends; a parameter is known sparse from its first sparse
+  gradient and leaves the buckets at the next step (until then its bucket slot carries
+  zeros). A rank without its gradient in a step sends an empty one. sparse_as_dense=True
+  densifies them into their bucket instead, and .grad is the reduced gradient made sparse
+  again (Tensor.to_sparse(), as Horovod), so SparseAdam works with either.
 - process_set: buckets are reduced over the set's ranks (Average divides by its size);
   on ranks outside it, as in Horovod, nothing is reduced: step() applies the local
   gradients. hvd.join() serves only optimizers of the global set.
@@ -41,6 +49,7 @@ from .compression import Compression
 from .join import STATE as JOIN_STATE
 from .join import training_contribution
 from .ops import comm_of, global_process_set
+from .sparse import sparse_allreduce_async
 
 # Horovod's text (UserWarning), for step() after synchronize() outside skip_synchronize()
 _STEP_AFTER_SYNCHRONIZE = (
@@ -57,7 +66,7 @@ class _DistributedOptimizer:
 
     # ------------------------------------------------------------------ set-up
     def _rc_setup(self, named_parameters, compression, backward_passes_per_step, op,
-                  gradient_predivide_factor, process_set):
+                  gradient_predivide_factor, process_set, sparse_as_dense=False):
         if backward_passes_per_step < 1:
             raise RdmacollError("backward_passes_per_step must be at least 1")
         if op not in (rc.Average, rc.Sum):
@@ -68,6 +77,8 @@ class _DistributedOptimizer:
         self._rc_passes = backward_passes_per_step
         self._rc_op = op
         self._rc_predivide = float(gradient_predivide_factor)
+        self._rc_sparse_as_dense = bool(sparse_as_dense)
+        self._rc_sparse = {}    # id(param) -> sparse_dim, for parameters whose gradient came sparse
         self._rc_set = None if process_set is global_process_set else process_set
         self._rc_excluded = self._rc_set is not None and not process_set.included()
         self._rc_size = rc.size() if self._rc_set is None else process_set.size()
@@ -145,12 +156,17 @@ class _DistributedOptimizer:
                                      f"(positions {missing[:5]} in param_groups)")
         return names    # also names of parameters a later add_param_group may bring
 
+    def _rc_gathered(self, p):
+        """Whether p's gradient is reduced by allgather (sparse, sparse_as_dense=False)."""
+        return not self._rc_sparse_as_dense and id(p) in self._rc_sparse
+
     def _rc_signature(self):
         return [(self._rc_names[id(p)], tuple(p.shape), str(p.dtype).replace("torch.", ""),
-                 bool(p.requires_grad)) for p in self._rc_params]
+                 bool(p.requires_grad), self._rc_gathered(p)) for p in self._rc_params]
 
     def _rc_layout_key(self):
-        return [(id(p), p.dtype, p.shape, p.stride(), p.requires_grad) for p in self._rc_params]
+        return [(id(p), p.dtype, p.shape, p.stride(), p.requires_grad, self._rc_gathered(p))
+                for p in self._rc_params]
 
     def _rc_check_ranks(self, rows):
         digests = rc.allgather_object(signature_digest(rows), name="DistributedOptimizer.check",
@@ -163,7 +179,8 @@ class _DistributedOptimizer:
         desc = "; ".join(f"rank {r}: {v if v is not None else 'no such parameter'}"
                          for r, v in per_rank.items())
         raise RdmacollError(f"DistributedOptimizer: the model differs between ranks; first "
-                            f"difference at parameter #{i} (name, shape, dtype, requires_grad): {desc}")
+                            f"difference at parameter #{i} (name, shape, dtype, requires_grad, "
+                            f"sparse gradient): {desc}")
 
     def _rc_build(self, check_ranks):
         """(Re)build the buckets from the parameters as they are now; gradients move in."""
@@ -171,7 +188,7 @@ class _DistributedOptimizer:
             self._rc_check_ranks(self._rc_signature())
         self._rc_key = self._rc_layout_key()
         self._rc_hook_params()
-        self._rc_layout = Layout(self._rc_params, self._rc_threshold)
+        self._rc_layout = Layout([p for p in self._rc_params if not self._rc_gathered(p)], self._rc_threshold)
         for bucket in self._rc_layout.buckets:
             for p, view in zip(bucket.params, bucket.views):
                 g = p.grad
@@ -189,6 +206,7 @@ class _DistributedOptimizer:
         self._rc_cb_queued = False
         self._rc_started = False
         self._rc_synchronized = False
+        self._rc_sparse_handles = None   # this step's sparse reductions: [(param, handle)]
 
     def _rc_begin_step(self):
         # hvd.join(): tell joined ranks this optimizer steps (one 8-byte allreduce, queued)
@@ -208,10 +226,13 @@ class _DistributedOptimizer:
         if not self._rc_cb_queued:      # once per backward pass: know when it ends
             torch.autograd.Variable._execution_engine.queue_callback(self._rc_end_of_backward)
             self._rc_cb_queued = True
+        g = p.grad
+        if g is not None and g.is_sparse:
+            self._rc_sparse.setdefault(id(p), g.sparse_dim())
+        gathered = self._rc_gathered(p)
         where = self._rc_layout.where.get(id(p))
-        if where is None:
+        if where is None and not gathered:
             return                      # not reduced (requires_grad was off at build time)
-        bucket, j = where
         count = self._rc_counts.get(id(p), 0) + 1
         if count > self._rc_passes:
             raise RdmacollError(
@@ -220,16 +241,20 @@ class _DistributedOptimizer:
                 "Either more backward passes ran than backward_passes_per_step (raise it), or "
                 "its gradient hook fired twice in one pass (reentrant activation checkpointing: "
                 "use torch.utils.checkpoint with use_reentrant=False)")
-        if bucket.index < self._rc_next:
+        if where is not None and where[0].index < self._rc_next:
             raise RdmacollError(
                 f"DistributedOptimizer: the gradient of {self._rc_names[id(p)]!r} arrived after "
                 "its bucket was already being reduced (after the last of backward_passes_per_step "
                 "backward passes ended); with reentrant activation checkpointing use "
                 "torch.utils.checkpoint(..., use_reentrant=False)")
         self._rc_counts[id(p)] = count
+        if where is None:
+            return      # sent by _rc_launch_sparse once backward ends
+        bucket, j = where
         view = bucket.views[j]
-        g = p.grad
-        if g is not view:
+        if gathered:
+            view.zero_()    # (the step its gradient first came sparse: the bucket still has its slot)
+        elif g is not view:
             copy_into(view, g.to_dense() if g.is_sparse else g)
             p.grad = view
             self.stats["copies"] += 1
@@ -260,13 +285,52 @@ class _DistributedOptimizer:
             for p, view in zip(bucket.params, bucket.views):
                 if self._rc_counts.get(id(p), 0) == 0:
                     g = p.grad
-                    if g is None:
+                    if self._rc_gathered(p):
+                        view.zero_()    # its gradient goes by _rc_launch_sparse
+                    elif g is None:
                         view.zero_()
                     elif g is not view:
                         view.copy_(g.to_dense() if g.is_sparse else g)
                     p.grad = view
             bucket.ready = len(bucket.params)
         self._rc_launch_ready(in_backward)
+        self._rc_launch_sparse()
+
+    def _rc_launch_sparse(self, empty=False):
+        """Start the sparse reductions of the gathered parameters (once a step, after the
+        buckets, in parameter order: the same on every rank). A parameter without a
+        gradient sends an empty one (empty=True: every one, for a joined rank); a dense
+        gradient set by hand is made sparse."""
+        if self._rc_sparse_handles is not None:
+            return
+        self._rc_sparse_handles = []
+        for p in self._rc_params:
+            if not (p.requires_grad and self._rc_gathered(p)):
+                continue
+            dims = self._rc_sparse[id(p)]
+            g = None if empty else p.grad
+            if g is None:
+                g = torch.sparse_coo_tensor(torch.empty((dims, 0), dtype=torch.int64),
+                                            torch.empty((0,) + tuple(p.shape[dims:]), dtype=p.dtype),
+                                            p.shape, check_invariants=False)
+            elif not g.is_sparse:
+                g = g.to_sparse(dims)
+            h = sparse_allreduce_async(g, self._rc_names[id(p)], self._rc_op, self._rc_set)
+            self._rc_sparse_handles.append((p, h))
+
+    def _rc_finish_sparse(self):
+        """The sparse reductions' results become the gradients; with sparse_as_dense, the
+        reduced gradients of parameters known sparse are made sparse again (as Horovod)."""
+        for p, h in self._rc_sparse_handles or ():
+            try:
+                p.grad = h.wait()
+            except RdmacollError as e:
+                raise RdmacollError(f"DistributedOptimizer: reducing the sparse gradient of "
+                                    f"{self._rc_names[id(p)]!r} failed: {e}") from e
+        if self._rc_sparse_as_dense:
+            for p in self._rc_params:
+                if id(p) in self._rc_sparse and id(p) in self._rc_layout.where:
+                    p.grad = p.grad.to_sparse()
 
     def _rc_launch(self, bucket):
         t = bucket.flat
@@ -312,11 +376,11 @@ class _DistributedOptimizer:
     def _rc_no_backward(self):
         """Tell the other ranks (their bucket reduction meets a differently named one and
         fails naming it), then raise here."""
-        first = self._rc_layout.buckets[0]
+        first = self._rc_layout.buckets[0].flat if self._rc_layout.buckets else torch.zeros(1)
         with contextlib.suppress(RdmacollError):
             if self._rc_join_index is not None:
                 JOIN_STATE.control(training_contribution(self._rc_join_index))
-            rc.allreduce(flat(first.flat), op=self._rc_op, name=NO_BACKWARD, out=flat(first.flat),
+            rc.allreduce(flat(first), op=self._rc_op, name=NO_BACKWARD, out=flat(first),
                          process_set=self._rc_set)
         raise RdmacollError("DistributedOptimizer: step() (or synchronize()) was called on this "
                             "rank without a backward pass since the last step; every rank must "
@@ -330,7 +394,8 @@ class _DistributedOptimizer:
             return
         if not self._rc_started and self._rc_layout_key() != self._rc_key:
             self._rc_begin_step()   # no hooked gradient ran: parameters unfrozen since
-        if not self._rc_layout.buckets:
+        if not self._rc_layout.buckets and not any(p.requires_grad and self._rc_gathered(p)
+                                                   for p in self._rc_params):
             self._rc_wait_control()
             self._rc_synchronized = True
             return
@@ -341,20 +406,29 @@ class _DistributedOptimizer:
         self._rc_wait_control()
         for bucket in self._rc_layout.buckets:
             self._rc_finish(bucket)
+        self._rc_finish_sparse()
         self.stats["wait_s"] += time.perf_counter() - t0
         self._rc_reset()
         self._rc_synchronized = True
 
     def _rc_join_step(self):
         """On a rank inside hvd.join(): reduce zeros in place of every bucket, as the
-        training ranks' step does (same names, sizes and order); parameters stay as they are."""
+        training ranks' step does (same names, sizes and order); parameters stay as they are.
+        Buckets are rebuilt first where the training ranks' step rebuilds them too (a
+        parameter whose gradient came sparse leaves its bucket)."""
+        if self._rc_layout_key() != self._rc_key:
+            self.stats["rebuilds"] += 1
+            self._rc_build(check_ranks=True)
         self._rc_reset()
         for bucket in self._rc_layout.buckets:
             bucket.buffer.zero_()
             bucket.ready = len(bucket.params)
         self._rc_launch_ready(in_backward=False)
+        self._rc_launch_sparse(empty=True)
         for bucket in self._rc_layout.buckets:
             self._rc_finish(bucket)
+        for _, h in self._rc_sparse_handles:
+            h.wait()
         self._rc_reset()
         self.stats["join_steps"] += 1
 
@@ -404,12 +478,18 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
                          num_groups=0, groups=None, sparse_as_dense=False, process_set=global_process_set):
     """Wrap a torch.optim optimizer so that step() applies gradients averaged over ranks.
 
-    Horovod's signature; num_groups/groups/sparse_as_dense are accepted and have no effect
-    (buckets replace groups; sparse gradients are always densified into their bucket).
-    The result is an instance of a subclass of optimizer's class sharing its state.
-    process_set: gradients are reduced over its ranks only (on the others step() applies
-    the local gradients, as in Horovod).
+    Horovod's signature; num_groups/groups are accepted and have no effect (buckets
+    replace groups). Sparse gradients are allgathered, or with sparse_as_dense=True reduced
+    in their bucket (module docstring). The result is an instance of a subclass of
+    optimizer's class sharing its state. process_set: gradients are reduced over its ranks
+    only (on the others step() applies the local gradients, as in Horovod). op=Adasum (more
+    than one rank): Horovod's Adasum optimizer (adasum_optimizer.py).
     """
+    if op == rc.Adasum:
+        from .adasum_optimizer import adasum_optimizer
+
+        return adasum_optimizer(optimizer, named_parameters, compression, backward_passes_per_step,
+                                gradient_predivide_factor, process_set)
     if process_set is None:
         process_set = global_process_set
     elif process_set is not global_process_set and process_set.included():
@@ -423,5 +503,5 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     dist = cls.__new__(cls)
     dist.__dict__.update(optimizer.__dict__)
     dist._rc_setup(named_parameters, compression, backward_passes_per_step, op,
-                   gradient_predivide_factor, process_set)
+                   gradient_predivide_factor, process_set, sparse_as_dense)
     return dist
