@@ -87,7 +87,10 @@ size_t rowElemsOf(const py::array& a) {
 }
 
 std::vector<py::ssize_t> shapeWithRows(const py::array& a, size_t rows) {
-  std::vector<py::ssize_t> dims(a.shape(), a.shape() + std::max<py::ssize_t>(a.ndim(), 1));
+  // A 0-d array is one row of one element (rowsOf): the result is 1-D. (Its shape()
+  // has no entries to read.)
+  std::vector<py::ssize_t> dims(a.shape(), a.shape() + a.ndim());
+  if (dims.empty()) dims.push_back(0);
   dims[0] = static_cast<py::ssize_t>(rows);
   return dims;
 }

@@ -110,6 +110,14 @@ def check() -> None:
             failures.append("alltoall indivisible accepted")
         except rc.RdmacollError:
             pass
+    # 0-d arrays are one row of one element: allgather gives a vector (the core once
+    # read a shape entry they do not have and crashed), broadcast keeps the 0-d shape
+    scalar = np.array(r + 0.5, np.float32)
+    expect("allgather 0-d", rc.allgather(scalar), np.arange(p, dtype=np.float32) + 0.5)
+    expect("allgather_async 0-d", rc.synchronize(rc.allgather_async(scalar)), np.arange(p, dtype=np.float32) + 0.5)
+    expect("broadcast 0-d", rc.broadcast(scalar, p - 1), np.array(p - 0.5, np.float32))
+    expect("reducescatter 0-d", rc.reducescatter(scalar, op=rc.Sum),
+           np.array([p * p / 2], np.float32)[:1 if r == 0 else 0])
     # grouped_allreduce: mixed dtypes, out of place and in place
     xs = [data(r, 5, (), np.float32), data(r, 3, (2,), np.int64), data(r, 1, (), np.float32)]
     want = [sum(data(q, *a) for q in range(p)) for a in ((5, (), np.float32), (3, (2,), np.int64), (1, (), np.float32))]
