@@ -96,6 +96,10 @@ KNOWN_DIFFERENCES = {
     ("horovod.tensorflow", "grouped_allreduce"): _TF_GRAPH_ERRORS,
     ("horovod.tensorflow", "BroadcastGlobalVariablesHook"): _TF1_ORDER,
     ("horovod.tensorflow", "broadcast_global_variables"): _TF1_ORDER,
+    ("horovod.tensorflow", "Adasum"):
+        "CPU Adasum for allreduce, grouped_allreduce, DistributedGradientTape and Keras optimizers; integer "
+        "tensors raise InvalidArgumentError (Horovod: an internal error), a tf.compat.v1.train optimizer with "
+        "op=Adasum raises NotImplementedError (Horovod's delta optimizer): docs/tensorflow.md",
     ("horovod.tensorflow", "grouped_allgather"): "one collective per tensor (Horovod: one op for the group)",
     ("horovod.tensorflow", "grouped_reducescatter"): "one collective per tensor (Horovod: one op for the group)",
     ("horovod.tensorflow", "SyncBatchNormalization"):
@@ -143,8 +147,6 @@ ABSENT_REASONS = {
     ("horovod.tensorflow", "check_num_rank_power_of_2"): _INTERNAL,
     ("horovod.tensorflow", "vars_to_refs"): _INTERNAL, ("horovod.tensorflow", "refs_to_vars"): _INTERNAL,
     ("horovod.tensorflow", "LocalGradientAggregationHelper"): _INTERNAL,
-    ("horovod.tensorflow", "Adasum"): "not provided by the TensorFlow adapter (docs/tensorflow.md); the plain API "
-                                      "(`rdmacoll.Adasum`) and the torch adapter have it",
     ("horovod.tensorflow", "PartialDistributedGradientTape"):
         "not provided yet, and not in issue 14's list (which names PartialDistributedOptimizer)",
 }

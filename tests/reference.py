@@ -149,3 +149,27 @@ def compare(result: np.ndarray, expected: np.ndarray, tol) -> str | None:
     shown = ", ".join(f"[{i}] got {result.flat[i]!r} expected {expected.flat[i]!r}"
                       + (f" (tol {tol.flat[i]:.3g})" if tol is not None else "") for i in idx)
     return f"{nbad} of {result.size} elements differ: {shown}"
+
+
+# --------------------------------------------------------------------------- Adasum
+
+ADASUM_TINY = np.sqrt(np.finfo(np.float64).tiny)   # Horovod's sqrt(DBL_MIN)
+
+
+def adasum_pair(a, b, dtype):
+    """Horovod's adasum.h: a' = (1 - a.b/(2|a|^2)) a + (1 - a.b/(2|b|^2)) b, in float64,
+    rounded to dtype (a coefficient is 1 where its |.|^2 is below sqrt(DBL_MIN))."""
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    dot, na, nb = float(a @ b), float(a @ a), float(b @ b)
+    ca = 1.0 - dot / na * 0.5 if na >= ADASUM_TINY else 1.0
+    cb = 1.0 - dot / nb * 0.5 if nb >= ADASUM_TINY else 1.0
+    return (ca * a + cb * b).astype(dtype)
+
+
+def adasum_tree(vectors, dtype):
+    """Every rank's vector combined as Horovod's Adasum tree: level 1 combines ranks 2k and
+    2k+1, level 2 those results pairwise, and so on (a power-of-two number of vectors)."""
+    vs = [np.asarray(v, dtype).reshape(-1) for v in vectors]
+    while len(vs) > 1:
+        vs = [adasum_pair(vs[i], vs[i + 1], dtype) for i in range(0, len(vs), 2)]
+    return vs[0]

@@ -800,6 +800,61 @@ def error_types(hvd, tf, np):
 
 
 @check
+def adasum(hvd, tf, np):
+    """op=Adasum (horovod.tensorflow's, CPU): allreduce of float16/32/64 eagerly and
+    grouped in tf.function against the NumPy tree (tests/reference.py), a
+    DistributedGradientTape with op=Adasum, and Horovod's refusals before communicating:
+    a number of ranks that is not a power of two, a process set other than the global one,
+    sparse tensors (NotImplementedError), integer tensors (InvalidArgumentError)."""
+    import rdmacoll.frameworks.tensorflow as hvdtf
+    from reference import adasum_tree
+
+    n, r = hvdtf.size(), hvdtf.rank()
+    bad = []
+
+    def vec(q, count, seed, dt):
+        return np.random.default_rng([seed, q]).standard_normal(count).astype(dt)
+
+    def close(what, got, want, tol):
+        got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
+        if got.shape != want.shape or not np.all(np.abs(got - want) <= tol * (1 + np.abs(want))):
+            bad.append(f"{what}: got {got.ravel()[:4]} want {want.ravel()[:4]}")
+
+    x = tf.constant(vec(r, 5, 1, np.float32))
+    if n & (n - 1):
+        _expect_error(bad, "non-power-of-two size", lambda: hvdtf.allreduce(x, op=hvdtf.Adasum),
+                      (NotImplementedError,), "non-power of 2")
+        return not bad, "; ".join(bad[:4])
+    tol = {np.float16: 2e-3, np.float32: 2e-6, np.float64: 1e-12}
+    for dt in (np.float16, np.float32, np.float64):
+        for count in (1, 7, 1000):
+            got = hvdtf.allreduce(tf.constant(vec(r, count, count, dt)), op=hvdtf.Adasum)
+            close(f"allreduce {np.dtype(dt).name} {count}", got.numpy(),
+                  adasum_tree([vec(q, count, count, dt) for q in range(n)], dt), tol[dt])
+    grouped = tf.function(lambda a, b: hvdtf.grouped_allreduce([a, b], op=hvdtf.Adasum))(
+        tf.constant(vec(r, 11, 6, np.float32)), tf.constant(vec(r, 4, 7, np.float32)))
+    for i, (count, seed) in enumerate(((11, 6), (4, 7))):   # each tensor its own coefficients
+        close(f"grouped in tf.function {i}", grouped[i].numpy(),
+              adasum_tree([vec(q, count, seed, np.float32) for q in range(n)], np.float32), tol[np.float32])
+    w = tf.Variable(np.ones(6, np.float32))
+    with tf.GradientTape() as tape:   # d/dw of sum(w * v_r) is v_r
+        loss = tf.reduce_sum(w * tf.constant(vec(r, 6, 9, np.float32)))
+    (g,) = hvdtf.DistributedGradientTape(tape, op=hvdtf.Adasum).gradient(loss, [w])
+    close("DistributedGradientTape", g.numpy(), adasum_tree([vec(q, 6, 9, np.float32) for q in range(n)],
+                                                             np.float32), tol[np.float32])
+    _expect_error(bad, "process set", lambda: hvdtf.allreduce(x, op=hvdtf.Adasum, process_set=hvd.ProcessSet([0])),
+                  (NotImplementedError,), "non-global process sets")
+    sparse = tf.IndexedSlices(tf.constant([[1.0]]), tf.constant([0], tf.int64), tf.constant([2, 1], tf.int64))
+    _expect_error(bad, "sparse", lambda: hvdtf.allreduce(sparse, op=hvdtf.Adasum), (NotImplementedError,),
+                  "sparse_as_dense=True")
+    _expect_error(bad, "int32", lambda: hvdtf.allreduce(tf.constant([1, 2]), op=hvdtf.Adasum),
+                  (tf.errors.InvalidArgumentError, ValueError), "Adasum")
+    if float(hvdtf.allreduce(tf.constant([1.0]), op=hvd.Sum)[0]) != n:
+        bad.append("the job is not usable after the refused calls")
+    return not bad, "; ".join(bad[:4])
+
+
+@check
 def session_graphs(hvd, tf, np):
     """TF1 graphs run by tf.compat.v1.Session (_graph.py, _session_order.py): one collective
     per run, several independent collectives fetched together (run repeatedly), a

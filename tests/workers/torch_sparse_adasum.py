@@ -22,28 +22,11 @@ import torch.nn.functional as F
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import emit, set_rank  # noqa: E402
 from horovod_parity import hvd, outcome  # noqa: E402  (the module RC_TEST_HVD names)
+from reference import adasum_tree  # noqa: E402
 
-TINY = np.sqrt(np.finfo(np.float64).tiny)   # Horovod's sqrt(DBL_MIN)
 
 
 # --------------------------------------------------------------------------- references
-
-
-def adasum_pair(a, b, dtype):
-    """adasum.h: a' = (1 - a.b/(2|a|^2)) a + (1 - a.b/(2|b|^2)) b, float64, rounded to dtype."""
-    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
-    dot, na, nb = float(a @ b), float(a @ a), float(b @ b)
-    ca = 1.0 - dot / na * 0.5 if na >= TINY else 1.0
-    cb = 1.0 - dot / nb * 0.5 if nb >= TINY else 1.0
-    return (ca * a + cb * b).astype(dtype)
-
-
-def adasum_tree(vectors, dtype):
-    """Level 1 combines ranks 2k, 2k+1; level 2 those results pairwise; and so on."""
-    vs = [np.asarray(v, dtype).reshape(-1) for v in vectors]
-    while len(vs) > 1:
-        vs = [adasum_pair(vs[i], vs[i + 1], dtype) for i in range(0, len(vs), 2)]
-    return vs[0]
 
 
 def error(got, want):

@@ -12,7 +12,7 @@ docs/tensorflow.md.
 """
 from __future__ import annotations
 
-from rdmacoll import (Average, Max, Min, Product, RdmacollError, Sum, cross_rank, cross_size,  # noqa: F401
+from rdmacoll import (Adasum, Average, Max, Min, Product, RdmacollError, Sum, cross_rank, cross_size,  # noqa: F401
                       is_homogeneous, is_initialized, local_rank, local_size, rank, shutdown, size)
 import rdmacoll as _rc
 

@@ -8,7 +8,7 @@ import rdmacoll as rc
 from .._common import fusion_threshold
 from .compression import Compression
 from .errors import InvalidArgumentError
-from .functions import fused_allreduce
+from .functions import check_adasum, fused_allreduce
 
 
 class GradientReducer:
@@ -28,7 +28,7 @@ class GradientReducer:
                  name="gradients", scale_local_gradients=True, process_set=rc.global_process_set):
         if gradient_predivide_factor != 1.0 and op != rc.Average:
             raise ValueError("gradient_predivide_factor needs op=Average")
-        if op not in (rc.Average, rc.Sum, rc.Min, rc.Max, rc.Product):
+        if op not in (rc.Average, rc.Sum, rc.Min, rc.Max, rc.Product, rc.Adasum):
             raise ValueError(f"unsupported op for gradients: {op!r}")
         self.op = op
         self.compression = compression
@@ -69,6 +69,8 @@ class GradientReducer:
             raise InvalidArgumentError("Process set does not exist or has not been registered.")
         if not present or not ps.included() or ps.size() <= 1:
             return grads
+        if self.op == rc.Adasum:   # sparse gradients are reduced as dense here: no refusal for them
+            check_adasum(ps)
         op, pre, post = self.op, 1.0, 1.0
         if self.predivide != 1.0:   # Horovod: sum of g / f, then times f / size
             op, pre, post = rc.Sum, 1.0 / self.predivide, self.predivide / ps.size()

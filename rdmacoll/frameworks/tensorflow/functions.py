@@ -11,6 +11,7 @@ import tensorflow as tf
 
 import rdmacoll as rc
 from rdmacoll import global_process_set
+from rdmacoll.adasum import check_size
 
 from .._common import fusion_threshold
 from . import _arrays, _checks, _graph, errors, gradients
@@ -54,12 +55,28 @@ def _scale(t, factor):
     return t if factor == 1.0 else t * tf.cast(factor, t.dtype)
 
 
+def check_adasum(process_set, sparse=False):
+    """Horovod's refusals for op=Adasum on CPU tensors (horovod/tensorflow/__init__.py), in
+    its order, before anything is sent: sparse tensors, a process set other than the global
+    one, a number of ranks that is not a power of two (rdmacoll/adasum.py)."""
+    if sparse:
+        raise NotImplementedError("The Adasum reduction does not currently support sparse tensors. As a "
+                                  "workaround please pass sparse_as_dense=True to DistributedOptimizer")
+    if process_set is not None and process_set is not rc.global_process_set:
+        raise NotImplementedError("Adasum does not support non-global process sets yet.")
+    check_size(rc.size())
+
+
 def allreduce(tensor, average=None, device_dense="", device_sparse="", compression=Compression.none,
               op=None, prescale_factor=1.0, postscale_factor=1.0, name=None, process_set=global_process_set,
               ignore_name_scope=False):
     """The reduction of tensor across ranks (op: Average by default, Sum, Min, Max,
-    Product). tf.IndexedSlices are allgathered (values and indices), as Horovod does."""
+    Product, Adasum: float tensors, the global set, a power-of-two number of ranks, as
+    Horovod's CPU Adasum). tf.IndexedSlices are allgathered (values and indices), as
+    Horovod does."""
     op = _resolve_op(average, op)
+    if op == rc.Adasum:
+        check_adasum(process_set, sparse=isinstance(tensor, tf.IndexedSlices))
     if isinstance(tensor, tf.IndexedSlices):
         # Horovod's rules and exception types (horovod/tensorflow/__init__.py), checked
         # before anything is sent: two allgathers, values divided by the size for Average
@@ -84,6 +101,8 @@ def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="", 
     if not tensors:
         return tensors
     op = _resolve_op(average, op)
+    if op == rc.Adasum:
+        check_adasum(process_set, sparse=any(isinstance(t, tf.IndexedSlices) for t in tensors))
     pairs = [compression.compress(_scale(tf.convert_to_tensor(t), prescale_factor)) for t in tensors]
     reduced = gradients.grouped_allreduce([p[0] for p in pairs], op, _name(name, "grouped_allreduce"), process_set)
     return [_scale(compression.decompress(r, ctx), postscale_factor) for r, (_, ctx) in zip(reduced, pairs)]

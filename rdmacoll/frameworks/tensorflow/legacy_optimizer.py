@@ -70,6 +70,10 @@ def DistributedOptimizer(optimizer, name=None, use_locking=False, device_dense="
             backward_passes_per_step=backward_passes_per_step,
             average_aggregated_gradients=average_aggregated_gradients, num_groups=num_groups, groups=groups,
             process_set=process_set, scale_local_gradients=scale_local_gradients)
+    if op == rc.Adasum:
+        raise NotImplementedError("op=Adasum with a tf.compat.v1.train optimizer (Horovod's Adasum delta "
+                                  "optimizer) is not supported by rdmacoll; Keras 3 optimizers, "
+                                  "DistributedGradientTape and hvd.allreduce take op=Adasum")
     if backward_passes_per_step != 1:
         raise ValueError("backward_passes_per_step > 1 is not supported for tf.compat.v1.train optimizers "
                          "by rdmacoll (Keras 3 optimizers support it)")
