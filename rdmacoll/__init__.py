@@ -14,6 +14,8 @@ from . import _core
 from ._core import Average, Handle, Max, Min, Product, RdmacollError, RdmacollValueError, Sum
 from . import adasum as _adasum
 from .adasum import ADASUM as Adasum
+from .grouped import (grouped_allgather, grouped_allgather_async, grouped_reducescatter,
+                      grouped_reducescatter_async)
 from .process_sets import TABLE as _SETS
 from .process_sets import ProcessSet, add_process_set, global_process_set, remove_process_set
 from .process_sets import broadcast_comm as _broadcast_comm
@@ -22,9 +24,11 @@ from .process_sets import comm_of as _comm_of
 __all__ = [
     "init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size",
     "cross_rank", "cross_size", "is_homogeneous",
-    "allreduce", "grouped_allreduce", "allgather", "broadcast", "reducescatter", "alltoall",
+    "allreduce", "grouped_allreduce", "grouped_allgather", "grouped_reducescatter", "allgather", "broadcast",
+    "reducescatter", "alltoall",
     "barrier", "empty", "algorithms", "broadcast_object", "allgather_object",
-    "allreduce_async", "grouped_allreduce_async", "allgather_async", "broadcast_async",
+    "allreduce_async", "grouped_allreduce_async", "grouped_allgather_async",
+    "grouped_reducescatter_async", "allgather_async", "broadcast_async",
     "reducescatter_async", "alltoall_async", "barrier_async", "poll", "synchronize", "Handle",
     "Sum", "Average", "Min", "Max", "Product", "Adasum", "RdmacollError", "RdmacollValueError",
     "ProcessSet", "global_process_set", "add_process_set", "remove_process_set",
@@ -53,7 +57,7 @@ _world = None
 _comm = _Uninitialized()
 
 
-def init(config=None, process_sets=None) -> None:
+def init(config=None, process_sets=None, comm=None) -> None:
     """Join the job: bootstrap over MPI, connect to every peer. Idempotent.
 
     config: settings that override the environment, keyed by setting name or variable,
@@ -61,7 +65,11 @@ def init(config=None, process_sets=None) -> None:
     values in the variables' grammar). Job-wide ones must be the same on every rank.
     process_sets: ProcessSet objects to register (every rank the same list, in the same
     order), or "dynamic" to allow add_process_set / remove_process_set later (as the
-    dynamic_process_sets setting does), as Horovod's init takes them."""
+    dynamic_process_sets setting does), as Horovod's init takes them.
+    comm: the job, as Horovod's init(comm=...) takes it: an mpi4py communicator (the job
+    is its ranks), or a list of ranks of MPI_COMM_WORLD (the job is those ranks, in the
+    list's order; every listed rank calls init with the same list; a rank not in it gets
+    ValueError). None or [] : the whole launch."""
     global _world, _comm
     if _world is not None:
         return
@@ -71,7 +79,7 @@ def init(config=None, process_sets=None) -> None:
     if isinstance(process_sets, str) and not dynamic:
         raise ValueError(f"init(process_sets=...) takes a list of ProcessSet objects or \"dynamic\", "
                          f"got {process_sets!r}")
-    _world = bootstrap(config)
+    _world = bootstrap(config, comm=comm)
     _comm = _world.core
     _SETS.start(_comm, _world.rank, _world.size,
                 dynamic or _world.settings.get("dynamic_process_sets", 0),
@@ -108,6 +116,11 @@ def _w():
     if _world is None:
         raise RdmacollError("rdmacoll is not initialised: call rdmacoll.init() first")
     return _world
+
+
+def _comm_for(process_set, op):
+    """The communicator a collective `op` ('Allreduce'...) on process_set runs on."""
+    return _comm if process_set is None or process_set is global_process_set else _comm_of(process_set, op)
 
 
 def rank() -> int:

@@ -68,6 +68,14 @@ KNOWN_DIFFERENCES = {
     ("horovod.torch", "broadcast_async_"): _HANDLES,
     ("horovod.torch", "alltoall_async"): _HANDLES,
     ("horovod.torch", "reducescatter_async"): _HANDLES,
+    ("horovod.torch", "grouped_allgather_async"): _HANDLES,
+    ("horovod.torch", "grouped_reducescatter_async"): _HANDLES,
+    ("horovod.torch", "broadcast_optimizer_state"):
+        "also LBFGS (Horovod: ValueError) and with `process_set=`; the root's hyperparameters reach every rank "
+        "even for a stateless optimizer (Horovod broadcasts nothing then); a rank with empty state is stepped "
+        "with zero gradients only where the root's state was empty too (Horovod also does it where the root's "
+        "was not, moving that rank's parameters by weight decay and waiting forever when the root has no state "
+        "for a parameter that got no gradient)",
     ("horovod.torch", "poll"): _TAKES_HANDLES,
     ("horovod.torch", "synchronize"): _TAKES_HANDLES,
     ("horovod.torch", "DistributedOptimizer"):

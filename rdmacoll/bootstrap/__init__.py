@@ -39,12 +39,21 @@ class LocalExchange:
         pass
 
 
-def choose(config=None, env=None):
+def choose(config=None, env=None, comm=None):
     """The exchange of the launcher that started this process (the bootstrap setting:
-    auto, mpi or torch), checked against the size the launcher announced."""
+    auto, mpi or torch), checked against the size the launcher announced; with comm
+    (Horovod's init(comm=...): an mpi4py communicator or a list of ranks of
+    MPI_COMM_WORLD, see bootstrap/mpi.py), MPI over that job, whatever its size."""
     env = os.environ if env is None else env
     mine = _settings.resolve(env, config, scope="rank")[0]
     kind = mine["bootstrap"] if mine["bootstrap"] != "auto" else launcher.detect(env)
+    if comm is not None:
+        if kind == "torch":
+            raise _core.RdmacollValueError("rdmacoll.init(comm=...) names an MPI job, but this process was "
+                                           "started by torchrun (or RDMACOLL_BOOTSTRAP=torch): leave comm out")
+        from .mpi import exchange as mpi_exchange
+
+        return mpi_exchange(comm)
     if kind == "torch":
         from .store import torchrun_exchange
 
@@ -127,11 +136,11 @@ def _describe(rank, host_of, core, settings, sources):
         for name, source in changed) or "none"))
 
 
-def bootstrap(config=None, exchange=None) -> World:
+def bootstrap(config=None, exchange=None, comm=None) -> World:
     """Join the job: settings, hosts, addresses through `exchange` (default: the
-    launcher's, see choose()), then a connected core communicator."""
+    launcher's, or comm's, see choose()), then a connected core communicator."""
     if exchange is None:
-        exchange = choose(config)
+        exchange = choose(config, comm=comm)
     world = exchange
     rank, size = world.rank, world.size
 

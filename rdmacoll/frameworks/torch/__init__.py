@@ -16,7 +16,8 @@ import torch as _torch
 if not hasattr(_torch.Tensor, "register_post_accumulate_grad_hook"):
     raise ImportError(f"rdmacoll.frameworks.torch needs PyTorch >= 2.1 (found {_torch.__version__})")
 
-from rdmacoll import (RdmacollError, RdmacollValueError, init, is_initialized, local_rank, local_size, rank,  # noqa: E402
+import rdmacoll as _rc  # noqa: E402
+from rdmacoll import (RdmacollError, RdmacollValueError, is_initialized, local_rank, local_size, rank,  # noqa: E402
                       shutdown, size)
 
 from .compression import Compression  # noqa: E402
@@ -25,13 +26,23 @@ from .functions import (allgather_object, broadcast_object, broadcast_optimizer_
 from .ops import (Adasum, Average, Max, Min, Product, Sum, allgather, allgather_async, allreduce,  # noqa: E402
                   allreduce_, allreduce_async, allreduce_async_, alltoall, alltoall_async, barrier,
                   broadcast, broadcast_, broadcast_async, broadcast_async_, global_process_set,
-                  grouped_allreduce, grouped_allreduce_, grouped_allreduce_async,
-                  grouped_allreduce_async_, join, poll, reducescatter, reducescatter_async,
+                  grouped_allgather, grouped_allgather_async, grouped_allreduce, grouped_allreduce_,
+                  grouped_allreduce_async, grouped_allreduce_async_, grouped_reducescatter,
+                  grouped_reducescatter_async, join, poll, reducescatter, reducescatter_async,
                   synchronize)
 from .ops import ProcessSet, add_process_set, remove_process_set  # noqa: E402
 from .optimizer import DistributedOptimizer  # noqa: E402
 from .sparse import sparse_allreduce_async  # noqa: E402
 from .sync_batch_norm import SyncBatchNorm  # noqa: E402
+
+
+def init(comm=None, process_sets=None, config=None):
+    """Horovod's hvd.init(comm=None, process_sets=None). comm: None (the whole launch), an
+    mpi4py communicator (the job is its ranks) or a list of ranks of MPI_COMM_WORLD (the
+    job is those ranks, in the list's order; a rank not in it gets ValueError).
+    process_sets: ProcessSet objects or "dynamic". config: rdmacoll's settings
+    (rdmacoll.init). Idempotent."""
+    _rc.init(config, process_sets, comm=comm)
 
 
 def cross_rank() -> int:
@@ -124,7 +135,8 @@ __all__ = [
     "nccl_built", "gloo_built", "cuda_built", "rocm_built", "ccl_built", "ddl_built", "mpi_enabled",
     "gloo_enabled", "start_timeline", "stop_timeline",
     "allreduce", "allreduce_", "allreduce_async", "allreduce_async_", "grouped_allreduce",
-    "grouped_allreduce_", "grouped_allreduce_async", "grouped_allreduce_async_", "allgather",
+    "grouped_allreduce_", "grouped_allreduce_async", "grouped_allreduce_async_", "grouped_allgather",
+    "grouped_allgather_async", "grouped_reducescatter", "grouped_reducescatter_async", "allgather",
     "allgather_async", "broadcast", "broadcast_", "broadcast_async", "broadcast_async_",
     "alltoall", "alltoall_async", "reducescatter", "reducescatter_async", "barrier", "join",
     "poll", "synchronize", "Average", "Sum", "Min", "Max", "Product", "Adasum", "Compression",

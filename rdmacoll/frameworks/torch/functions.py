@@ -83,21 +83,61 @@ def _fill(obj, tensors):
     return obj
 
 
-def broadcast_optimizer_state(optimizer, root_rank=0, process_set=global_process_set):
-    """Give every rank root_rank's optimizer state (momentum buffers, Adam moments, step
-    counts) and hyperparameters (learning rate...), e.g. after restoring a checkpoint on
-    rank 0 or to repair a rank that diverged. The structure travels pickled once; every
-    tensor travels by broadcast into a tensor of its own. process_set: as for
-    broadcast_parameters."""
+def _initialize_state(optimizer, model):
+    """Horovod's start for an optimizer without state (no step taken yet): a zero gradient
+    for every parameter that requires one (sparse for SparseAdam, and for SGD on the
+    sparse Embedding parameters of model), then one step of the optimizer itself (a
+    DistributedOptimizer's own step would be a collective). LBFGS, whose step needs a
+    closure, stays empty."""
     if isinstance(optimizer, torch.optim.LBFGS):
-        raise RdmacollError("broadcast_optimizer_state: LBFGS is not supported")
+        return
+    sparse = set()
+    if model is not None:
+        for m in model.modules():
+            if isinstance(m, torch.nn.Embedding) and m.sparse:
+                sparse.update(id(p) for p in m.parameters())
+    for group in optimizer.param_groups:
+        for p in group["params"]:
+            if p.requires_grad:
+                p.grad = torch.zeros_like(p)
+                if isinstance(optimizer, torch.optim.SparseAdam) or (
+                        isinstance(optimizer, torch.optim.SGD) and id(p) in sparse):
+                    p.grad = p.grad.to_sparse()
+    from .optimizer import _DistributedOptimizer
+
+    if isinstance(optimizer, _DistributedOptimizer):
+        super(_DistributedOptimizer, optimizer).step()
+    else:
+        optimizer.step()
+
+
+def broadcast_optimizer_state(optimizer, root_rank=0, model=None, process_set=global_process_set):
+    """Give every rank root_rank's optimizer state (momentum buffers, Adam moments, step
+    counts, LBFGS's history) and hyperparameters (learning rate...), e.g. after restoring
+    a checkpoint on rank 0 or to repair a rank that diverged. Any torch.optim optimizer:
+    the state_dict's structure, Python numbers included, travels pickled once; every
+    tensor (whatever its shape: 0-d step counts too) travels by broadcast into a tensor of
+    its own; the others load it with load_state_dict.
+
+    An optimizer that took no step yet is first stepped with zero gradients, as Horovod
+    does (model names sparse Embedding parameters for SGD, as in Horovod): on the root
+    when its state is empty, and on a rank whose state is empty when the root's was too
+    (the ranks then change their parameters alike, e.g. by weight decay; a rank whose
+    state is empty while the root's is not just receives it). process_set: as for
+    broadcast_parameters."""
+    fresh = not optimizer.state_dict()["state"]
     tensors = []
     if rc.rank() == root_rank:
+        if fresh:
+            _initialize_state(optimizer, model)
         skeleton = _skeleton(optimizer.state_dict(), tensors)
-        rc.broadcast_object(skeleton, root_rank, name="broadcast_optimizer_state", process_set=process_set)
+        rc.broadcast_object((skeleton, fresh), root_rank, name="broadcast_optimizer_state",
+                            process_set=process_set)
     else:
-        skeleton = rc.broadcast_object(None, root_rank, name="broadcast_optimizer_state",
-                                       process_set=process_set)
+        skeleton, root_fresh = rc.broadcast_object(None, root_rank, name="broadcast_optimizer_state",
+                                                   process_set=process_set)
+        if fresh and root_fresh:
+            _initialize_state(optimizer, model)
         state = _fill(skeleton, tensors)
     handles = [broadcast_async_(t.contiguous() if not t.is_contiguous() else t, root_rank,
                                 name=f"optimizer_state.{i}", process_set=process_set)

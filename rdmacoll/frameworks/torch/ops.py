@@ -28,12 +28,6 @@ def _set_size(process_set):
     return rc.size() if process_set is None or process_set is global_process_set else process_set.size()
 
 
-def _no_grad_on_sets(process_set):
-    if process_set is not None and process_set is not global_process_set:
-        raise RdmacollError("gradients through collectives on a process set other than the global one "
-                            "are not supported yet (detach the tensor, or use the global set)")
-
-
 def resolve_op(average=None, op=None):
     """Horovod's rules: op wins; average=True/False means Average/Sum; default Average."""
     if op is not None and average is not None:
@@ -170,9 +164,8 @@ def allreduce(tensor, average=None, name=None, compression=Compression.none, op=
     from . import autograd
 
     if autograd.wanted(tensor):
-        _no_grad_on_sets(process_set)
         return autograd.Allreduce.apply(tensor, resolve_op(average, op), name, compression,
-                                        prescale_factor, postscale_factor)
+                                        prescale_factor, postscale_factor, process_set)
     return allreduce_async(tensor, average, name, op, prescale_factor, postscale_factor,
                            process_set, compression).wait()
 
@@ -249,9 +242,8 @@ def grouped_allreduce(tensors, average=None, name=None, compression=Compression.
 
     tensors = list(tensors)
     if any(autograd.wanted(t) for t in tensors):
-        _no_grad_on_sets(process_set)
         return list(autograd.GroupedAllreduce.apply(resolve_op(average, op), name, compression, prescale_factor,
-                                                    postscale_factor, *tensors))
+                                                    postscale_factor, process_set, *tensors))
     return grouped_allreduce_async(tensors, average, name, op, prescale_factor, postscale_factor,
                                    process_set, compression).wait()
 
@@ -276,6 +268,7 @@ def allgather_async(tensor, name=None, process_set=global_process_set):
     if process_set is not global_process_set and process_set is not None:
         comm_of(process_set, "Allgather")
     check_tensor(tensor, "allgather input")
+    _check_rows(tensor, "Allgather")
     _in_flight.check(name)
     x = contiguous(tensor.detach())
     return Handle(_in_flight.started(name, rc.allgather_async(as_numpy(x), name=name, process_set=process_set)),
@@ -288,8 +281,7 @@ def allgather(tensor, name=None, process_set=global_process_set):
     from . import autograd
 
     if autograd.wanted(tensor):
-        _no_grad_on_sets(process_set)
-        return autograd.Allgather.apply(tensor, name)
+        return autograd.Allgather.apply(tensor, name, process_set)
     return allgather_async(tensor, name, process_set).wait()
 
 
@@ -319,8 +311,7 @@ def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
     from . import autograd
 
     if autograd.wanted(tensor):
-        _no_grad_on_sets(process_set)
-        return autograd.Broadcast.apply(tensor, root_rank, name)
+        return autograd.Broadcast.apply(tensor, root_rank, name, process_set)
     return broadcast_async(tensor, root_rank, name, process_set).wait()
 
 
@@ -378,10 +369,16 @@ def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
     from . import autograd
 
     if autograd.wanted(tensor):
-        _no_grad_on_sets(process_set)
-        out, received = autograd.Alltoall.apply(tensor, splits, name)
+        out, received = autograd.Alltoall.apply(tensor, splits, name, process_set)
         return out if splits is None else (out, received)
     return alltoall_async(tensor, splits, name, process_set).wait()
+
+
+def _check_rows(tensor, what):
+    """Horovod's refusal of scalars (before communicating): these collectives split or
+    concatenate along the first dimension."""
+    if tensor.dim() == 0:
+        raise RdmacollValueError(f"{what} does not support scalar inputs")
 
 
 def reducescatter_async(tensor, name=None, op=Average, process_set=global_process_set,
@@ -390,6 +387,7 @@ def reducescatter_async(tensor, name=None, op=Average, process_set=global_proces
         comm_of(process_set, "Reducescatter")
     op = resolve_op(None, op)
     check_reducible(tensor, "reducescatter input")
+    _check_rows(tensor, "Reducescatter")
     _in_flight.check(name)
     op, postscale_factor = _fold_average(op, postscale_factor, _set_size(process_set))
     x = contiguous(tensor.detach())
@@ -399,17 +397,86 @@ def reducescatter_async(tensor, name=None, op=Average, process_set=global_proces
     return Handle(h, lambda r: _scale(as_torch(r), postscale_factor))
 
 
-def reducescatter(tensor, name=None, op=Average, process_set=global_process_set,
+def reducescatter(tensor, name=None, compression=Compression.none, op=Average, process_set=global_process_set,
                   prescale_factor=1.0, postscale_factor=1.0):
     """The reduction of tensor across ranks, split along the first dimension (the first
-    rows % size ranks get one row more)."""
+    rows % size ranks get one row more); differentiable when tensor requires grad."""
     from . import autograd
 
-    if autograd.wanted(tensor):
-        _no_grad_on_sets(process_set)
-        return autograd.Reducescatter.apply(tensor, name, resolve_op(None, op), prescale_factor, postscale_factor)
-    return reducescatter_async(tensor, name, op, process_set, prescale_factor,
-                               postscale_factor).wait()
+    x, ctx = compression.compress(tensor)
+    if autograd.wanted(x):
+        out = autograd.Reducescatter.apply(x, name, resolve_op(None, op), process_set, prescale_factor,
+                                           postscale_factor)
+    else:
+        out = reducescatter_async(x, name, op, process_set, prescale_factor, postscale_factor).wait()
+    return compression.decompress(out, ctx)
+
+
+# --------------------------------------------------------------------------- grouped allgather / reducescatter
+
+
+def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
+    """Start allgathering a list of tensors as one operation; synchronize(handle) returns
+    a tuple of new tensors (each concatenated along the first dimension)."""
+    if process_set is not global_process_set and process_set is not None:
+        comm_of(process_set, "Allgather")
+    tensors = list(tensors)
+    for i, t in enumerate(tensors):
+        check_tensor(t, f"grouped_allgather input {i}")
+        _check_rows(t, "Allgather")
+    _in_flight.check(name)
+    h = rc.grouped_allgather_async([as_numpy(contiguous(t.detach())) for t in tensors], name=name,
+                                   process_set=process_set)
+    return Handle(_in_flight.started(name, h), lambda results: tuple(as_torch(r) for r in results))
+
+
+def grouped_allgather(tensors, name=None, process_set=global_process_set):
+    """Each tensor concatenated with the same tensor of every rank along the first
+    dimension, as one operation; a tuple, differentiable where a tensor requires grad."""
+    from . import autograd
+
+    tensors = list(tensors)
+    if any(autograd.wanted(t) for t in tensors):
+        return autograd.GroupedAllgather.apply(name, process_set, *tensors)
+    return grouped_allgather_async(tensors, name, process_set).wait()
+
+
+def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=global_process_set,
+                                prescale_factor=1.0, postscale_factor=1.0):
+    """Start reducescattering a list of tensors as one operation per dtype;
+    synchronize(handle) returns a tuple of new tensors."""
+    if process_set is not global_process_set and process_set is not None:
+        comm_of(process_set, "Reducescatter")
+    op = resolve_op(None, op)
+    tensors = list(tensors)
+    for i, t in enumerate(tensors):
+        check_reducible(t, f"grouped_reducescatter input {i}")
+        _check_rows(t, "Reducescatter")
+    _in_flight.check(name)
+    op, postscale_factor = _fold_average(op, postscale_factor, _set_size(process_set))
+    xs = []
+    for t in tensors:
+        x = contiguous(t.detach())
+        xs.append(_scale(_private(x, t), prescale_factor) if prescale_factor != 1.0 else x)
+    h = rc.grouped_reducescatter_async([as_numpy(x) for x in xs], op=op, name=name, process_set=process_set)
+    return Handle(_in_flight.started(name, h),
+                  lambda results: tuple(_scale(as_torch(r), postscale_factor) for r in results))
+
+
+def grouped_reducescatter(tensors, name=None, compression=Compression.none, op=Average,
+                          process_set=global_process_set, prescale_factor=1.0, postscale_factor=1.0):
+    """Each tensor reduced across ranks and split along the first dimension, as one
+    operation per dtype; a list, differentiable where a tensor requires grad."""
+    from . import autograd
+
+    packed = [compression.compress(t) for t in tensors]
+    xs = [x for x, _ in packed]
+    if any(autograd.wanted(x) for x in xs):
+        out = autograd.GroupedReducescatter.apply(name, resolve_op(None, op), process_set, prescale_factor,
+                                                  postscale_factor, *xs)
+    else:
+        out = grouped_reducescatter_async(xs, name, op, process_set, prescale_factor, postscale_factor).wait()
+    return [compression.decompress(r, ctx) for r, (_, ctx) in zip(out, packed)]
 
 
 def barrier(process_set=global_process_set):
