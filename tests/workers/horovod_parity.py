@@ -180,6 +180,14 @@ def timeline(r, out_dir):
     return files
 
 
+def save_outcomes(results, directory):
+    """This rank's outcomes to directory/rank<r>.json (one file per rank: Open MPI may
+    merge lines of two ranks on stdout); "done" goes to stdout."""
+    with open(os.path.join(directory, f"rank{hvd.rank()}.json"), "w") as f:
+        json.dump({"module": hvd.__name__, "size": hvd.size(), "cases": results}, f)
+    emit("done", module=hvd.__name__, cases=len(results))
+
+
 def main():
     """Outcomes go to RC_TEST_PARITY_DIR/rank<r>.json (one file per rank: Open MPI may
     merge lines of two ranks on stdout); "done" goes to stdout."""
@@ -190,9 +198,7 @@ def main():
         results = timeline(r, os.environ["RC_TEST_PARITY_DIR"])
     else:
         results = {name: outcome(fn) for name, fn in cases(r, n).items()}
-    with open(os.path.join(os.environ["RC_TEST_PARITY_DIR"], f"rank{r}.json"), "w") as f:
-        json.dump({"module": hvd.__name__, "size": n, "cases": results}, f)
-    emit("done", module=hvd.__name__, cases=len(results))
+    save_outcomes(results, os.environ["RC_TEST_PARITY_DIR"])
     hvd.shutdown()
 
 
