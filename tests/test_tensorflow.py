@@ -107,6 +107,10 @@ def test_mixed_precision_ranks_stay_identical(checks):
     assert_check(checks, "mixed_precision")
 
 
+def test_join_serves_allreduce_and_refuses_allgather(checks):
+    assert_check(checks, "join_serves_allreduce")
+
+
 def test_mismatched_models_raise_on_every_rank(checks):
     assert_check(checks, "mismatch_raises")
 

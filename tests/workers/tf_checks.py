@@ -622,6 +622,48 @@ def mixed_precision(hvd, tf, np):
 
 
 @check
+def join_serves_allreduce(hvd, tf, np):
+    """hvd.join() (issue 14, item 6): the ranks but 0 join at once; rank 0 goes on with
+    allreduce (eagerly and in tf.function: the joined ranks add zeros and Average divides
+    by the size, as Horovod's do), grouped_allreduce, a DistributedGradientTape step and an
+    allgather, which raises Horovod's error; join() returns the last rank to join (0),
+    on every rank, and collectives work afterwards."""
+    import rdmacoll.frameworks.tensorflow as tf_hvd   # (join is not in Horovod's keras module)
+
+    rank, size = hvd.rank(), hvd.size()
+    got, want = {}, {}
+    if rank == 0:
+        x = tf.constant([1.0, -2.0, 3.5])
+        got["sum"] = hvd.allreduce(x, op=hvd.Sum).numpy().tolist()
+        want["sum"] = [1.0, -2.0, 3.5]
+        got["average"] = hvd.allreduce(x).numpy().tolist()
+        want["average"] = (np.array([1.0, -2.0, 3.5], np.float32) / size).tolist()
+        in_function = tf.function(lambda t: hvd.allreduce(t, op=hvd.Max, name="joined.max"))
+        got["in tf.function"] = in_function(x).numpy().tolist()
+        want["in tf.function"] = [1.0, 0.0, 3.5]   # the joined ranks' zeros take part
+        grouped = hvd.grouped_allreduce([x, tf.constant([4, 5], tf.int32)], op=hvd.Sum)
+        got["grouped"] = [g.numpy().tolist() for g in grouped]
+        want["grouped"] = [[1.0, -2.0, 3.5], [4, 5]]
+        v = tf.Variable([1.0, 3.0])
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(v * v)
+        got["tape"] = hvd.DistributedGradientTape(tape).gradient(loss, [v])[0].numpy().tolist()
+        want["tape"] = [2.0 / size, 6.0 / size]
+        try:
+            hvd.allgather(x)
+            got["allgather"] = "no error"
+        except RuntimeError as e:
+            got["allgather"] = str(e).split(" (")[0]
+        want["allgather"] = ("Allgather is not supported with Join at this time. Specify "
+                             "sparse_to_dense=True if using DistributedOptimizer")
+    got["join"] = int(tf_hvd.join())
+    want["join"] = 0
+    got["after"] = hvd.allreduce(tf.ones([2]), op=hvd.Sum).numpy().tolist()
+    want["after"] = [float(size)] * 2
+    return got == want, f"got {got}, want {want}"
+
+
+@check
 def mismatch_raises(hvd, tf, np):
     """Ranks whose models differ get an error naming the mismatch, not a hang, inside
     tf.function (TensorFlow raises it as the PyFunc op's error, with rdmacoll's text).

@@ -23,6 +23,7 @@ from .sync_batch_norm import SyncBatchNormalization  # noqa: F401
 from .runtime_ops import (local_rank_op, local_size_op, process_set_included_op, rank_op,  # noqa: F401
                           size_op)
 from .gradient_tape import DistributedGradientTape, PartialDistributedGradientTape  # noqa: F401
+from .join import join  # noqa: F401
 from .optimizer import DistributedOptimizer, PartialDistributedOptimizer  # noqa: F401
 
 

@@ -9,6 +9,7 @@ import numpy as np
 
 import rdmacoll as rc
 
+from .. import _join as joinable   # collectives announced to ranks inside join()
 from .._common import plan_buckets
 
 
@@ -18,7 +19,7 @@ def allreduce_arrays(arrays, op, threshold, name):
     Returns the reduced arrays (views of fresh library memory), in input order."""
     arrays = [np.asarray(a) for a in arrays]
     buckets = plan_buckets([(a.dtype, a.nbytes) for a in arrays], threshold)
-    handles = [rc.grouped_allreduce_async([arrays[i] for i in bucket], op=op, name=f"{name}.{k}")
+    handles = [joinable.grouped_allreduce_async([arrays[i] for i in bucket], op=op, name=f"{name}.{k}")
                for k, bucket in enumerate(buckets)]
     out = [None] * len(arrays)
     for bucket, handle in zip(buckets, handles):
@@ -37,6 +38,6 @@ def broadcast_arrays(arrays, root_rank, name):
     if rc.rank() == root_rank:
         for a, o, n in zip(arrays, offsets, sizes):
             buf[o:o + n] = np.ascontiguousarray(a).reshape(-1).view(np.uint8)
-    rc.broadcast(buf, root_rank, name=name, out=buf)
+    joinable.broadcast(buf, root_rank, name=name, out=buf)
     return [buf[o:o + n].copy().view(a.dtype).reshape(a.shape)
             for a, o, n in zip(arrays, offsets, sizes)]

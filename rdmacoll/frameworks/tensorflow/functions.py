@@ -6,6 +6,7 @@ import tensorflow as tf
 
 import rdmacoll as rc
 
+from .. import _join as joinable   # collectives announced to ranks inside join()
 from .._common import fusion_threshold
 from . import _arrays, _graph, gradients
 from .compression import Compression
@@ -139,9 +140,9 @@ def broadcast_(variables, root_rank, name=None):
 
 def broadcast_object(obj, root_rank=0, name=None):
     """root_rank's picklable obj on every rank (eager: a Python object)."""
-    return rc.broadcast_object(obj, root_rank, name=name)
+    return joinable.broadcast_object(obj, root_rank, name=name)
 
 
 def allgather_object(obj, name=None):
     """Every rank's picklable obj, as a list in rank order."""
-    return rc.allgather_object(obj, name=name)
+    return joinable.allgather_object(obj, name=name)

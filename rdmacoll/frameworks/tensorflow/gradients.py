@@ -21,6 +21,7 @@ import tensorflow as tf
 
 import rdmacoll as rc
 
+from .. import _join as joinable   # collectives announced to ranks inside join()
 from . import _arrays, _graph
 
 _UNBOUNDED = 1 << 62  # a fusion "threshold" that puts every tensor of a dtype into one bucket
@@ -34,7 +35,7 @@ def fused(tensors, op, threshold, name):
 
 
 def _allgather_raw(t, name):
-    (out,) = _graph.run(lambda a: [rc.allgather(a, name=name)], [t], [t.dtype], [[None] + t.shape[1:]])
+    (out,) = _graph.run(lambda a: [joinable.allgather(a, name=name)], [t], [t.dtype], [[None] + t.shape[1:]])
     return out
 
 
@@ -42,7 +43,7 @@ def _alltoall_raw(t, splits, name):
     inputs = [t] if splits is None else [t, tf.cast(tf.convert_to_tensor(splits), tf.int64)]
 
     def fn(a, s=None):
-        out, received = rc.alltoall(a, None if s is None else s.tolist(), name=name, return_received_splits=True)
+        out, received = joinable.alltoall(a, None if s is None else s.tolist(), name=name, return_received_splits=True)
         return [out, np.asarray(received, np.int32)]
 
     return _graph.run(fn, inputs, [t.dtype, tf.int32], [[None] + t.shape[1:], [None]])
@@ -79,7 +80,7 @@ def allgather(tensor, name):
 
 def broadcast(tensor, root_rank, name):
     def raw(t, n):
-        (out,) = _graph.run(lambda a: [rc.broadcast(a, root_rank, name=n)], [t], [t.dtype], [t.shape])
+        (out,) = _graph.run(lambda a: [joinable.broadcast(a, root_rank, name=n)], [t], [t.dtype], [t.shape])
         return out
 
     @tf.custom_gradient
@@ -107,7 +108,8 @@ def alltoall(tensor, splits, name):
 
 def reducescatter(tensor, op, name):
     def raw(t, n):
-        (out,) = _graph.run(lambda a: [rc.reducescatter(a, op=op, name=n)], [t], [t.dtype], [[None] + t.shape[1:]])
+        (out,) = _graph.run(lambda a: [joinable.reducescatter(a, op=op, name=n)], [t], [t.dtype],
+                            [[None] + t.shape[1:]])
         return out
 
     @tf.custom_gradient
