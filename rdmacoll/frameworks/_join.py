@@ -218,8 +218,8 @@ class JoinState:
         except RdmacollError as e:
             raise RdmacollError(
                 f"join(): while this rank was joined, another rank issued a collective that joined "
-                f"ranks are not told about (the plain rdmacoll API, a torch.distributed call, or a "
-                f"DistributedOptimizer's rebuilt buckets; the adapters' collectives are): {e}") from e
+                f"ranks are not told about (of the plain rdmacoll API or torch.distributed: the "
+                f"framework adapters' collectives are told): {e}") from e
         if total % count or np.any(words % count):
             self._fail(f"join(): the {count} training ranks announced different collectives "
                        f"(each rank must issue the same collectives in the same order)")
