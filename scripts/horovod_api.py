@@ -71,7 +71,12 @@ KNOWN_DIFFERENCES = {
         "frozen/unfrozen parameters and `add_param_group` groups are reduced from the step they change "
         "(Horovod never reduces them, and moves parameters frozen after wrapping): docs/torch.md",
     ("horovod.torch", "join"):
-        "joined ranks serve only DistributedOptimizer steps, not every collective (docs/torch.md)",
+        "serves `barrier()` and refuses an allgather of a name seen before like any other, where "
+        "Horovod 0.28.1 crashes the joined rank; refusals raise `RdmacollError` with Horovod's text "
+        "(docs/torch.md, join)",
+    ("horovod.tensorflow", "join"):
+        "refusals (allgather, broadcast, alltoall, reducescatter while a rank is joined) raise "
+        "`RdmacollError` with Horovod's text (docs/tensorflow.md)",
     ("horovod.torch", "Adasum"): _ADASUM,
     ("horovod.torch", "SyncBatchNorm"):
         "runs on CPU tensors (Horovod's needs a GPU); two allreduces per training call (docs/torch.md)",
@@ -120,7 +125,6 @@ ABSENT_REASONS = {
     ("*", "local_size_op"): _TF_SURFACE, ("*", "broadcast_global_variables"): _TF_SURFACE,
     ("*", "cross_rank"): "issue 14, item 8 will add it", ("*", "cross_size"): "issue 14, item 8 will add it",
     ("*", "is_homogeneous"): "issue 14, item 8 will add it",
-    ("horovod.tensorflow", "join"): _TF_SURFACE,
     ("horovod.tensorflow", "grouped_reducescatter"): "issue 14, item 2 will add it",
     ("horovod.tensorflow", "broadcast_"): "in-place broadcast of a variable: issue 14, item 8 (TF surface)",
     ("horovod.tensorflow", "BroadcastGlobalVariablesHook"):
