@@ -83,7 +83,12 @@ KNOWN_DIFFERENCES = {
         "(Horovod never reduces them, and moves parameters frozen after wrapping); `op=Adasum` steps and "
         "reduces at `step()`, not in backward hooks (same parameters): docs/torch.md",
     ("horovod.torch", "join"):
-        "joined ranks serve only DistributedOptimizer steps, not every collective (docs/torch.md)",
+        "serves `barrier()` and refuses an allgather of a name seen before like any other, where "
+        "Horovod 0.28.1 crashes the joined rank; refusals raise `RdmacollError` with Horovod's text "
+        "(docs/torch.md, join)",
+    ("horovod.tensorflow", "join"):
+        "refusals (allgather, broadcast, alltoall, reducescatter while a rank is joined) raise "
+        "`RdmacollError` with Horovod's text (docs/tensorflow.md)",
     ("horovod.torch", "Adasum"):
         "reduces in the call: `allreduce_async(op=Adasum)` returns a finished handle (docs/torch.md, Adasum)",
     ("horovod.torch", "sparse_allreduce_async"):
@@ -145,7 +150,6 @@ ABSENT_REASONS = {
     ("*", "local_size_op"): _TF_SURFACE, ("*", "broadcast_global_variables"): _TF_SURFACE,
     ("*", "cross_rank"): "issue 14, item 8 will add it", ("*", "cross_size"): "issue 14, item 8 will add it",
     ("*", "is_homogeneous"): "issue 14, item 8 will add it",
-    ("horovod.tensorflow", "join"): _TF_SURFACE,
     ("horovod.tensorflow", "grouped_reducescatter"): "issue 14, item 2 will add it",
     ("horovod.tensorflow", "broadcast_"): "in-place broadcast of a variable: issue 14, item 8 (TF surface)",
     ("horovod.tensorflow", "broadcast_object_fn"): _TF_SURFACE,

@@ -139,6 +139,10 @@ def test_rank_dependent_checks_at_3_and_4_ranks(more_ranks, name):
     assert_check(res, name, n)
 
 
+def test_join_serves_allreduce_and_refuses_allgather(checks):
+    assert_check(checks, "join_serves_allreduce")
+
+
 def test_mismatched_models_raise_on_every_rank(checks):
     assert_check(checks, "mismatch_raises")
 

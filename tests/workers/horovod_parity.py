@@ -486,6 +486,17 @@ def timeline(r, out_dir):
     return files
 
 
+def save_outcomes(results, directory, rank=None, size=None, **extra):
+    """This rank's outcomes to directory/rank<r>.json (one file per rank: Open MPI may
+    merge lines of two ranks on stdout); "done" goes to stdout. rank, size: the job's at
+    the start, where the worker may have shut it down since (default: hvd's now)."""
+    rank = hvd.rank() if rank is None else rank
+    size = hvd.size() if size is None else size
+    with open(os.path.join(directory, f"rank{rank}.json"), "w") as f:
+        json.dump({"module": hvd.__name__, "size": size, "cases": results, **extra}, f)
+    emit("done", module=hvd.__name__, cases=len(results))
+
+
 def main():
     """Outcomes go to RC_TEST_PARITY_DIR/rank<r>.json (one file per rank: Open MPI may
     merge lines of two ranks on stdout); "done" goes to stdout."""
@@ -503,9 +514,7 @@ def main():
         surface, refs = surface_cases(r, n, hvd.add_process_set(set_ranks(n)))
         todo = surface if mode == "surface" else cases(r, n, surface)
         results = {name: outcome(fn) for name, fn in todo.items()}
-    with open(os.path.join(os.environ["RC_TEST_PARITY_DIR"], f"rank{r}.json"), "w") as f:
-        json.dump({"module": hvd.__name__, "size": n, "cases": results, "refs": refs}, f)
-    emit("done", module=hvd.__name__, cases=len(results))
+    save_outcomes(results, os.environ["RC_TEST_PARITY_DIR"], r, n, refs=refs)
     hvd.shutdown()
 
 

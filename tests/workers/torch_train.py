@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 from common import digest, emit, main, set_rank
 
+import rdmacoll
 import rdmacoll.frameworks.torch as hvd
 
 B, DIN, DOUT = 4, 12, 5   # rows per rank and micro-batch, input and output width
@@ -284,11 +285,12 @@ def join_case(r, p):
 
 
 def join_misuse(r, p):
-    """A plain collective on a training rank while another rank is joined: both raise
-    (the joined rank serves only DistributedOptimizer steps). Leaves the job aborted."""
+    """A collective of the plain rdmacoll API (not announced to joined ranks, unlike the
+    adapter's) on a training rank while another rank is joined: both raise. Leaves the
+    job aborted."""
     try:
         if r == 0:
-            hvd.allreduce(torch.ones(3), name="metric")
+            rdmacoll.allreduce(np.ones(3, np.float32), name="metric")
         else:
             hvd.join()
         error = None

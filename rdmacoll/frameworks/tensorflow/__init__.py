@@ -25,6 +25,7 @@ from .sync_batch_norm import SyncBatchNormalization  # noqa: F401
 from .runtime_ops import (local_rank_op, local_size_op, process_set_included_op, rank_op,  # noqa: F401
                           size_op)
 from .gradient_tape import DistributedGradientTape, PartialDistributedGradientTape  # noqa: F401
+from .join import join  # noqa: F401
 from .optimizer import PartialDistributedOptimizer  # noqa: F401
 from .legacy_optimizer import DistributedOptimizer  # noqa: F401
 from .global_variables import BroadcastGlobalVariablesHook, broadcast_global_variables  # noqa: F401

@@ -9,6 +9,7 @@ import numpy as np
 
 import rdmacoll as rc
 
+from .. import _join as joinable   # collectives announced to ranks inside join()
 from .._common import plan_buckets
 
 
@@ -19,8 +20,8 @@ def allreduce_arrays(arrays, op, threshold, name, process_set=None):
     in input order."""
     arrays = [np.asarray(a) for a in arrays]
     buckets = plan_buckets([(a.dtype, a.nbytes) for a in arrays], threshold)
-    handles = [rc.grouped_allreduce_async([arrays[i] for i in bucket], op=op, name=f"{name}.{k}",
-                                          process_set=process_set)
+    handles = [joinable.grouped_allreduce_async([arrays[i] for i in bucket], op=op, name=f"{name}.{k}",
+                                                process_set=process_set)
                for k, bucket in enumerate(buckets)]
     out = [None] * len(arrays)
     for bucket, handle in zip(buckets, handles):
@@ -40,6 +41,6 @@ def broadcast_arrays(arrays, root_rank, name, process_set=None):
     if rc.rank() == root_rank:
         for a, o, n in zip(arrays, offsets, sizes):
             buf[o:o + n] = np.ascontiguousarray(a).reshape(-1).view(np.uint8)
-    rc.broadcast(buf, root_rank, name=name, out=buf, process_set=process_set)
+    joinable.broadcast(buf, root_rank, name=name, out=buf, process_set=process_set)
     return [buf[o:o + n].copy().view(a.dtype).reshape(a.shape)
             for a, o, n in zip(arrays, offsets, sizes)]

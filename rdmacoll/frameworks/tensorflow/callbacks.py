@@ -7,6 +7,7 @@ import tensorflow as tf
 
 import rdmacoll as rc
 
+from .. import _join as joinable   # collectives announced to ranks inside join()
 from .functions import broadcast_variables
 
 
@@ -57,7 +58,7 @@ class MetricAverageCallback(keras.callbacks.Callback):
             return
         keys = sorted(k for k, v in logs.items() if np.isscalar(v) or np.ndim(v) == 0)
         values = np.array([float(logs[k]) for k in keys], np.float64)
-        averaged = rc.allreduce(values, op=rc.Average, name="MetricAverageCallback")
+        averaged = joinable.allreduce(values, op=rc.Average, name="MetricAverageCallback")
         for k, v in zip(keys, averaged.tolist()):
             logs[k] = v
 

@@ -13,6 +13,7 @@ import rdmacoll as rc
 from rdmacoll import global_process_set
 from rdmacoll.adasum import check_size
 
+from .. import _join as joinable   # collectives announced to ranks inside join()
 from .._common import fusion_threshold
 from . import _arrays, _checks, _graph, errors, gradients
 from .compression import Compression
@@ -191,9 +192,9 @@ def broadcast_(variables, root_rank, name=None, process_set=global_process_set):
 def broadcast_object(obj, root_rank=0, session=None, name=None, process_set=global_process_set):
     """root_rank's picklable obj on every rank (of process_set), as a Python object, in
     any mode (session: Horovod's TF1 argument; not needed, the object travels directly)."""
-    return errors.converted(rc.broadcast_object)(obj, root_rank, name, process_set)
+    return errors.converted(joinable.broadcast_object)(obj, root_rank, name, process_set)
 
 
 def allgather_object(obj, session=None, name=None, process_set=global_process_set):
     """Every rank's picklable obj, as a list in rank order (of process_set's ranks)."""
-    return errors.converted(rc.allgather_object)(obj, name, process_set)
+    return errors.converted(joinable.allgather_object)(obj, name, process_set)

@@ -25,6 +25,7 @@ import tensorflow as tf
 
 import rdmacoll as rc
 
+from .. import _join as joinable   # collectives announced to ranks inside join()
 from . import _arrays, _checks, _graph
 
 _UNBOUNDED = 1 << 62  # a fusion "threshold" that puts every tensor of a dtype into one bucket
@@ -42,7 +43,7 @@ def fused(tensors, op, threshold, name, process_set=None):
 
 
 def _allgather_raw(t, name, process_set):
-    (out,) = _graph.run(lambda a: [rc.allgather(a, name=name, process_set=process_set)], [t], [t.dtype],
+    (out,) = _graph.run(lambda a: [joinable.allgather(a, name=name, process_set=process_set)], [t], [t.dtype],
                         [[None] + t.shape[1:]], process_set)
     return out
 
@@ -52,8 +53,8 @@ def _alltoall_raw(t, splits, name, process_set):
 
     def fn(a, s=None):
         _checks.splits(a.shape[0] if a.ndim else 1, None if s is None else s.tolist(), process_set)
-        out, received = rc.alltoall(a, None if s is None else s.tolist(), name=name, return_received_splits=True,
-                                    process_set=process_set)
+        out, received = joinable.alltoall(a, None if s is None else s.tolist(), name=name,
+                                          return_received_splits=True, process_set=process_set)
         return [out, np.asarray(received, np.int32)]
 
     return _graph.run(fn, inputs, [t.dtype, tf.int32], [[None] + t.shape[1:], [None]], process_set)
@@ -93,7 +94,7 @@ def broadcast(tensor, root_rank, name, process_set=None):
     def raw(t, n):
         def fn(a):
             _checks.root_rank(root_rank, process_set)
-            return [rc.broadcast(a, root_rank, name=n, process_set=process_set)]
+            return [joinable.broadcast(a, root_rank, name=n, process_set=process_set)]
         (out,) = _graph.run(fn, [t], [t.dtype], [t.shape], process_set)
         return out
 
@@ -122,7 +123,7 @@ def alltoall(tensor, splits, name, process_set=None):
 
 def reducescatter(tensor, op, name, process_set=None):
     def raw(t, n):
-        (out,) = _graph.run(lambda a: [rc.reducescatter(a, op=op, name=n, process_set=process_set)], [t],
+        (out,) = _graph.run(lambda a: [joinable.reducescatter(a, op=op, name=n, process_set=process_set)], [t],
                             [t.dtype], [[None] + t.shape[1:]], process_set)
         return out
 

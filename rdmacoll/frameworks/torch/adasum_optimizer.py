@@ -24,6 +24,7 @@ import rdmacoll as rc
 from rdmacoll import RdmacollError, RdmacollValueError
 from rdmacoll.adasum import check_size
 
+from .. import _join as joinable   # announced to ranks inside join()
 from ._tensors import as_numpy, as_torch, contiguous
 from .ops import global_process_set
 
@@ -61,7 +62,7 @@ class _DistributedAdasumOptimizer:
                 p.sub_(start)       # p holds this rank's delta
                 c, ctx = self._rc_compression.compress(p.detach())
                 packed.append((contiguous(c), ctx))
-            reduced = rc.grouped_allreduce([as_numpy(c) for c, _ in packed], op=rc.Adasum, name="adasum.step")
+            reduced = joinable.grouped_allreduce([as_numpy(c) for c, _ in packed], op=rc.Adasum, name="adasum.step")
             for p, start, (c, ctx), r in zip(params, starts, packed, reduced):
                 start.add_(self._rc_compression.decompress(as_torch(r).view(c.shape), ctx))
                 p.copy_(start)

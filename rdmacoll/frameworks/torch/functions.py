@@ -9,17 +9,18 @@ import torch
 import rdmacoll as rc
 from rdmacoll import RdmacollError
 
+from .. import _join as joinable   # announced to ranks inside join() (which refuse them, as Horovod)
 from .ops import broadcast_async_, global_process_set
 
 
 def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set):
     """root_rank's picklable obj on every rank (of process_set; root_rank is a global rank)."""
-    return rc.broadcast_object(obj, root_rank, name, process_set)
+    return joinable.broadcast_object(obj, root_rank, name, process_set)
 
 
 def allgather_object(obj, name=None, process_set=global_process_set):
     """Every rank's picklable obj, as a list in rank order (of process_set's ranks)."""
-    return rc.allgather_object(obj, name, process_set)
+    return joinable.allgather_object(obj, name, process_set)
 
 
 def _named_tensors(params):
@@ -131,11 +132,11 @@ def broadcast_optimizer_state(optimizer, root_rank=0, model=None, process_set=gl
         if fresh:
             _initialize_state(optimizer, model)
         skeleton = _skeleton(optimizer.state_dict(), tensors)
-        rc.broadcast_object((skeleton, fresh), root_rank, name="broadcast_optimizer_state",
-                            process_set=process_set)
+        joinable.broadcast_object((skeleton, fresh), root_rank, name="broadcast_optimizer_state",
+                                  process_set=process_set)
     else:
-        skeleton, root_fresh = rc.broadcast_object(None, root_rank, name="broadcast_optimizer_state",
-                                                   process_set=process_set)
+        skeleton, root_fresh = joinable.broadcast_object(None, root_rank, name="broadcast_optimizer_state",
+                                                         process_set=process_set)
         if fresh and root_fresh:
             _initialize_state(optimizer, model)
         state = _fill(skeleton, tensors)

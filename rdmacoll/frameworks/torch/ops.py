@@ -17,6 +17,7 @@ from rdmacoll.adasum import check_size
 from rdmacoll.process_sets import comm_of
 
 from ._tensors import as_numpy, as_torch, check_reducible, check_tensor, contiguous, flat, scale_
+from .. import _join as joinable   # the collectives, announced to ranks inside join()
 from .compression import Compression
 from .join import join as _join_protocol
 
@@ -149,7 +150,8 @@ def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.
     if prescale_factor != 1.0:
         x = _scale(_private(x, tensor), prescale_factor)
     out = torch.empty_like(x, memory_format=torch.contiguous_format)
-    h = _in_flight.started(name, rc.allreduce_async(flat(x), op=op, name=name, out=flat(out), process_set=process_set))
+    h = _in_flight.started(name, joinable.allreduce_async(flat(x), op=op, name=name, out=flat(out),
+                                                          process_set=process_set))
 
     def finish(_):
         return compression.decompress(_scale(out, postscale_factor), ctx)
@@ -184,7 +186,7 @@ def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1
     work, copy_back = _in_place(tensor)
     _scale(work, prescale_factor)
     a = flat(work)
-    h = _in_flight.started(name, rc.allreduce_async(a, op=op, name=name, out=a, process_set=process_set))
+    h = _in_flight.started(name, joinable.allreduce_async(a, op=op, name=name, out=a, process_set=process_set))
     return Handle(h, lambda _: copy_back(_scale(work, postscale_factor)))
 
 
@@ -211,8 +213,8 @@ def _grouped(tensors, op, name, prescale_factor, postscale_factor, compression, 
         if prescale_factor != 1.0:
             x = _scale(_private(x, t), prescale_factor)
         packed.append((x, ctx))
-    h = _in_flight.started(name, rc.grouped_allreduce_async([as_numpy(x) for x, _ in packed], op=op,
-                                                            name=name, process_set=process_set))
+    h = _in_flight.started(name, joinable.grouped_allreduce_async([as_numpy(x) for x, _ in packed], op=op,
+                                                                  name=name, process_set=process_set))
 
     def finish(results):
         out = []
@@ -271,7 +273,7 @@ def allgather_async(tensor, name=None, process_set=global_process_set):
     _check_rows(tensor, "Allgather")
     _in_flight.check(name)
     x = contiguous(tensor.detach())
-    return Handle(_in_flight.started(name, rc.allgather_async(as_numpy(x), name=name, process_set=process_set)),
+    return Handle(_in_flight.started(name, joinable.allgather_async(as_numpy(x), name=name, process_set=process_set)),
                   as_torch)
 
 
@@ -290,7 +292,8 @@ def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_se
     _in_flight.check(name)
     work, copy_back = _in_place(tensor)
     a = flat(work)
-    return Handle(_in_flight.started(name, rc.broadcast_async(a, root_rank, name=name, out=a, process_set=process_set)),
+    return Handle(_in_flight.started(name, joinable.broadcast_async(a, root_rank, name=name, out=a,
+                                                                     process_set=process_set)),
                   lambda _: copy_back(work))
 
 
@@ -352,8 +355,8 @@ def alltoall_async(tensor, splits=None, name=None, process_set=global_process_se
     x = contiguous(tensor.detach())
     if send is not None and sum(send) < rows:
         x = x[:sum(send)]   # Horovod sends only the rows the splits cover
-    h = _in_flight.started(name, rc.alltoall_async(as_numpy(x), send, name=name, return_received_splits=True,
-                                                   process_set=process_set))
+    h = _in_flight.started(name, joinable.alltoall_async(as_numpy(x), send, name=name, return_received_splits=True,
+                                                         process_set=process_set))
 
     def finish(result):
         data, received = result
@@ -393,7 +396,7 @@ def reducescatter_async(tensor, name=None, op=Average, process_set=global_proces
     x = contiguous(tensor.detach())
     if prescale_factor != 1.0:
         x = _scale(_private(x, tensor), prescale_factor)
-    h = _in_flight.started(name, rc.reducescatter_async(as_numpy(x), op=op, name=name, process_set=process_set))
+    h = _in_flight.started(name, joinable.reducescatter_async(as_numpy(x), op=op, name=name, process_set=process_set))
     return Handle(h, lambda r: _scale(as_torch(r), postscale_factor))
 
 
@@ -425,8 +428,8 @@ def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
         check_tensor(t, f"grouped_allgather input {i}")
         _check_rows(t, "Allgather")
     _in_flight.check(name)
-    h = rc.grouped_allgather_async([as_numpy(contiguous(t.detach())) for t in tensors], name=name,
-                                   process_set=process_set)
+    h = joinable.grouped_allgather_async([as_numpy(contiguous(t.detach())) for t in tensors], name=name,
+                                         process_set=process_set)
     return Handle(_in_flight.started(name, h), lambda results: tuple(as_torch(r) for r in results))
 
 
@@ -458,7 +461,8 @@ def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=glob
     for t in tensors:
         x = contiguous(t.detach())
         xs.append(_scale(_private(x, t), prescale_factor) if prescale_factor != 1.0 else x)
-    h = rc.grouped_reducescatter_async([as_numpy(x) for x in xs], op=op, name=name, process_set=process_set)
+    h = joinable.grouped_reducescatter_async([as_numpy(x) for x in xs], op=op, name=name,
+                                             process_set=process_set)
     return Handle(_in_flight.started(name, h),
                   lambda results: tuple(_scale(as_torch(r), postscale_factor) for r in results))
 
@@ -480,13 +484,14 @@ def grouped_reducescatter(tensors, name=None, compression=Compression.none, op=A
 
 
 def barrier(process_set=global_process_set):
-    rc.barrier(process_set)
+    joinable.barrier(process_set)
 
 
 def join(device=-1):
     """Called by a rank that ran out of data: until every rank has joined, it takes part
-    with zeros in the DistributedOptimizer steps the others still take (Average still
-    divides by size()). Returns the rank that joined last (ties: the higher rank).
-    Other collectives are not served: a training rank that issues one while some rank is
-    joined gets an RdmacollError (see join.py for the protocol)."""
+    with zeros in the allreduces, grouped allreduces, barriers and DistributedOptimizer
+    steps the others still issue (Average still divides by size(), as Horovod's).
+    Allgather, broadcast, alltoall and reducescatter raise Horovod's error on the training
+    ranks while a rank is joined. Returns the rank that joined last (ties: the higher
+    rank). See join.py."""
     return _join_protocol()

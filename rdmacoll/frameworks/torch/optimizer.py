@@ -27,6 +27,8 @@ still runs.
 - process_set: buckets are reduced over the set's ranks (Average divides by its size);
   on ranks outside it, as in Horovod, nothing is reduced: step() applies the local
   gradients. hvd.join() serves only optimizers of the global set.
+- hvd.join() (join.py): each step is announced to joined ranks once (STEP); while a rank
+  is joined, the buckets wait for the end of backward and are announced then (BUCKETS).
 - A rank that calls step() without backward, or a hook that fires more often than
   backward_passes_per_step allows (reentrant checkpointing), raises RdmacollError; the
   first case is made visible to the other ranks through a collective whose name says it.
@@ -46,8 +48,9 @@ from .._common import first_difference, fusion_threshold, signature_digest
 from ._tensors import contiguous, copy_into, flat
 from .buckets import Layout
 from .compression import Compression
+from .. import _join as joinable
+from .._join import BUCKETS, STEP
 from .join import STATE as JOIN_STATE
-from .join import training_contribution
 from .ops import comm_of, global_process_set
 from .sparse import sparse_allreduce_async
 
@@ -88,7 +91,9 @@ class _DistributedOptimizer:
         self._rc_params = self._rc_collect_params()
         self._rc_names = self._rc_name_params(named_parameters, self._rc_params)
         self._rc_hooks = {}     # id(param) -> hook handle: parameters that require gradients
-        self._rc_control = None  # this step's join control round, in flight
+        self._rc_control = None  # this step's join announcement (STEP), in flight
+        self._rc_buckets_control = None  # BUCKETS, when a rank is joined
+        self._rc_launch_mode = None      # this step: "eager" / "deferred" / "announced" (join.py)
         self.stats = {"copies": 0, "steps": 0, "launched_in_backward": 0, "launched_in_step": 0,
                       "wait_s": 0.0, "rebuilds": 0, "join_steps": 0}
         self._rc_join_index = None
@@ -168,12 +173,15 @@ class _DistributedOptimizer:
         return [(id(p), p.dtype, p.shape, p.stride(), p.requires_grad, self._rc_gathered(p))
                 for p in self._rc_params]
 
-    def _rc_check_ranks(self, rows):
-        digests = rc.allgather_object(signature_digest(rows), name="DistributedOptimizer.check",
-                                      process_set=self._rc_set)
+    def _rc_check_ranks(self, rows, announced=False):
+        """Every rank has the same parameters (else RdmacollError naming the first
+        difference). announced: a step's rebuild that joined ranks were told about (they
+        check too); otherwise, while a rank is joined, refused as Horovod's allgather."""
+        gather = rc.allgather_object if announced else joinable.allgather_object
+        digests = gather(signature_digest(rows), name="DistributedOptimizer.check", process_set=self._rc_set)
         if len(set(digests)) == 1:
             return
-        lists = rc.allgather_object(rows, name="DistributedOptimizer.params", process_set=self._rc_set)
+        lists = gather(rows, name="DistributedOptimizer.params", process_set=self._rc_set)
         diff = first_difference(lists)
         i, per_rank = diff
         desc = "; ".join(f"rank {r}: {v if v is not None else 'no such parameter'}"
@@ -182,10 +190,10 @@ class _DistributedOptimizer:
                             f"difference at parameter #{i} (name, shape, dtype, requires_grad, "
                             f"sparse gradient): {desc}")
 
-    def _rc_build(self, check_ranks):
+    def _rc_build(self, check_ranks, announced=False):
         """(Re)build the buckets from the parameters as they are now; gradients move in."""
         if check_ranks:
-            self._rc_check_ranks(self._rc_signature())
+            self._rc_check_ranks(self._rc_signature(), announced)
         self._rc_key = self._rc_layout_key()
         self._rc_hook_params()
         self._rc_layout = Layout([p for p in self._rc_params if not self._rc_gathered(p)], self._rc_threshold)
@@ -207,14 +215,18 @@ class _DistributedOptimizer:
         self._rc_started = False
         self._rc_synchronized = False
         self._rc_sparse_handles = None   # this step's sparse reductions: [(param, handle)]
+        self._rc_launch_mode = None
 
     def _rc_begin_step(self):
-        # hvd.join(): tell joined ranks this optimizer steps (one 8-byte allreduce, queued)
+        # hvd.join(): announce this step (one small allreduce, queued, read at the first launch)
+        # (a rebuild is announced with it: joined ranks rebuild and take part in the check)
+        rebuild = self._rc_layout_key() != self._rc_key   # model.half(), requires_grad changed
         if self._rc_join_index is not None:
-            self._rc_control = JOIN_STATE.training_control(self._rc_join_index)
-        if self._rc_layout_key() != self._rc_key:   # model.half(), requires_grad changed
+            self._rc_control = JOIN_STATE.announce((STEP, self._rc_join_index, rebuild),
+                                                   [STEP, self._rc_join_index, int(rebuild)], result=True)
+        if rebuild:
             self.stats["rebuilds"] += 1
-            self._rc_build(check_ranks=True)
+            self._rc_build(check_ranks=True, announced=self._rc_join_index is not None)
         self._rc_started = True
 
     # ------------------------------------------------------------------ backward
@@ -263,7 +275,25 @@ class _DistributedOptimizer:
             if bucket.ready == len(bucket.params) and bucket.index == self._rc_next:
                 self._rc_launch_ready(in_backward=True)
 
-    def _rc_launch_ready(self, in_backward):
+    def _rc_may_launch(self, final):
+        """Whether buckets may be launched now. The step's STEP round, read once (before the
+        first launch), says whether a rank is joined: if none is, buckets go as soon as they
+        are ready; if one is, they wait for the end of the last backward pass (final) and
+        are announced then (BUCKETS, queued ahead of them), after whatever collectives
+        backward issued, so that joined ranks see every collective in order."""
+        mode = self._rc_launch_mode
+        if mode is None:
+            training = rc.size() if self._rc_control is None else JOIN_STATE.training(self._rc_control)
+            mode = self._rc_launch_mode = "eager" if training == rc.size() else "deferred"
+        if mode == "deferred" and final:
+            self._rc_buckets_control = JOIN_STATE.announce((BUCKETS, self._rc_join_index),
+                                                           [BUCKETS, self._rc_join_index])
+            mode = self._rc_launch_mode = "announced"
+        return mode != "deferred"
+
+    def _rc_launch_ready(self, in_backward, final=False):
+        if not self._rc_may_launch(final):
+            return
         buckets = self._rc_layout.buckets
         while self._rc_next < len(buckets) and buckets[self._rc_next].ready == len(buckets[self._rc_next].params):
             self._rc_launch(buckets[self._rc_next])
@@ -293,7 +323,7 @@ class _DistributedOptimizer:
                         view.copy_(g.to_dense() if g.is_sparse else g)
                     p.grad = view
             bucket.ready = len(bucket.params)
-        self._rc_launch_ready(in_backward)
+        self._rc_launch_ready(in_backward, final=True)
         self._rc_launch_sparse()
 
     def _rc_launch_sparse(self, empty=False):
@@ -349,13 +379,14 @@ class _DistributedOptimizer:
             bucket.handle = (h, c, ctx, post)
 
     def _rc_wait_control(self):
-        h, self._rc_control = self._rc_control, None
-        if h is None:
-            return
-        try:
-            h.wait()
-        except RdmacollError as e:
-            raise RdmacollError(f"DistributedOptimizer: the step's join control round failed: {e}") from e
+        for h in (self._rc_control, self._rc_buckets_control):
+            if h is None:
+                continue
+            try:
+                h.wait()
+            except RdmacollError as e:
+                raise RdmacollError(f"DistributedOptimizer: the step's join announcement failed: {e}") from e
+        self._rc_control = self._rc_buckets_control = None
 
     def _rc_finish(self, bucket):
         h, c, ctx, post = bucket.handle
@@ -379,7 +410,7 @@ class _DistributedOptimizer:
         first = self._rc_layout.buckets[0].flat if self._rc_layout.buckets else torch.zeros(1)
         with contextlib.suppress(RdmacollError):
             if self._rc_join_index is not None:
-                JOIN_STATE.control(training_contribution(self._rc_join_index))
+                JOIN_STATE.announce((STEP, self._rc_join_index), [STEP, self._rc_join_index]).wait()
             rc.allreduce(flat(first), op=self._rc_op, name=NO_BACKWARD, out=flat(first),
                          process_set=self._rc_set)
         raise RdmacollError("DistributedOptimizer: step() (or synchronize()) was called on this "
@@ -411,15 +442,19 @@ class _DistributedOptimizer:
         self._rc_reset()
         self._rc_synchronized = True
 
+    def _rc_join_rebuild(self):
+        """On a rank inside hvd.join(): the training ranks rebuild their buckets this step
+        (announced with STEP): rebuild here too and take part in their check."""
+        self.stats["rebuilds"] += 1
+        self._rc_build(check_ranks=True, announced=True)
+
     def _rc_join_step(self):
         """On a rank inside hvd.join(): reduce zeros in place of every bucket, as the
-        training ranks' step does (same names, sizes and order); parameters stay as they are.
-        Buckets are rebuilt first where the training ranks' step rebuilds them too (a
-        parameter whose gradient came sparse leaves its bucket)."""
-        if self._rc_layout_key() != self._rc_key:
-            self.stats["rebuilds"] += 1
-            self._rc_build(check_ranks=True)
+        training ranks' step does (same names, sizes and order), and empty sparse gradients;
+        parameters stay as they are. (A rebuild of the buckets came before, announced with
+        the step: _rc_join_rebuild.)"""
         self._rc_reset()
+        self._rc_launch_mode = "eager"      # (a joined rank announces nothing)
         for bucket in self._rc_layout.buckets:
             bucket.buffer.zero_()
             bucket.ready = len(bucket.params)

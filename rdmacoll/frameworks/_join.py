@@ -1,0 +1,403 @@
+"""hvd.join() for both adapters: a rank that ran out of data keeps taking part in the
+collectives the other ranks still issue, as Horovod's joined ranks do.
+
+The core needs every rank to issue the same collectives in the same order, and a joined
+rank cannot see what the others issue. So, in the adapters only (the plain rdmacoll API
+stays as it is), every collective on the global process set is announced first by a
+CONTROL round: one Sum allreduce of CONTROL_LEN int64 values, queued asynchronously on
+training ranks (they never wait for it before their collective; it runs just ahead of it).
+
+    element 0      1 from each training rank, 0 from joined ranks: the sum counts the
+                   ranks still training (0: every rank is in join(), which then ends)
+    element 1      n, the number of descriptor words
+    elements 2..   the descriptor's first CONTROL_LEN - 2 words; the rest, if any, in a
+                   second round of n - (CONTROL_LEN - 2) values (CONTROL_MORE)
+
+Every word is below 2**32, so count * word never overflows; joined ranks contribute
+zeros and read the descriptor as sum / count (and check that it divides: training ranks
+that announced different collectives are an error). Descriptors (WORDS):
+
+    ALLREDUCE  op, dtype, elements (2 words), name     -> zeros, same op and name
+    GROUPED    op, groups, (dtype, elements) per dtype group, name
+                                                       -> one zero array per group
+    BARRIER                                            -> barrier
+    STEP       optimizer, rebuild                      -> nothing (the step's buckets
+                                                          follow as BUCKETS); rebuild: the
+                                                          optimizer's buckets are rebuilt and
+                                                          checked with every rank first
+    BUCKETS    optimizer                               -> the optimizer's join step
+    REFUSED    collective                              -> nothing: see below
+
+A name is its length + 1 (0: no name) and its UTF-8 bytes, 4 to a word. Descriptors
+are built once per distinct collective and kept (a cache of TEMPLATES).
+
+What a joined rank does is what Horovod 0.28.1's does (common/controller.cc,
+tensor_queue.cc): it reduces zeros in place of its tensor, with every op (Min, Max and
+Product see the zeros too), and Average divides by the whole size (postscale 1/size,
+operations.cc). Allgather, broadcast, alltoall and reducescatter are refused while a
+rank is joined (ConstructResponse: "X is not supported with Join at this time."): here
+the training ranks wait for that collective's CONTROL round, and when a rank is joined
+they raise Horovod's message (RdmacollError, a RuntimeError like HorovodInternalError;
+the asynchronous forms raise it from synchronize()) without sending anything, and the
+joined ranks go on. Barrier is served (Horovod 0.28.1 counts the joined ranks in and
+then crashes them: a segmentation fault).
+
+Process sets: as in Horovod, join() serves the global set only. Collectives on other
+sets are not announced; one that includes a joined rank waits for it, as Horovod's
+does (the stall warning names the rank; stall_shutdown turns it into an error on every
+rank).
+
+join() ends when a CONTROL round counts no training rank; then one Max allreduce of
+(rounds before joining) * size + rank names the last rank to join (ties: the higher
+rank), which every rank returns.
+"""
+from __future__ import annotations
+
+import weakref
+
+import numpy as np
+
+import rdmacoll as rc
+from rdmacoll import Handle, RdmacollError, global_process_set
+
+CONTROL = "join.control"      # (names reach error messages cut to 15 characters)
+CONTROL_MORE = "join.control+"
+LAST = "join.last"
+FAILED = "join.failed"
+CONTROL_LEN = 16              # int64 values: one cache line and a half; 14 descriptor words
+_INLINE = CONTROL_LEN - 2
+
+ALLREDUCE, GROUPED, BARRIER, STEP, BUCKETS, REFUSED = 1, 2, 3, 4, 5, 6
+DTYPES = ("float32", "float64", "float16", "bfloat16", "int8", "int16", "int32", "int64", "uint8", "bool")
+_DTYPE_CODE = {name: i for i, name in enumerate(DTYPES)}
+# Horovod's texts (controller.cc), by the collective a training rank issued
+REFUSED_TEXT = (
+    "Allgather is not supported with Join at this time. Specify sparse_to_dense=True if using "
+    "DistributedOptimizer",
+    "Broadcast is not supported with Join at this time.",
+    "Alltoall is not supported with Join at this time.",
+    "Reducescatter is not supported with Join at this time.",
+)
+ALLGATHER, BROADCAST, ALLTOALL, REDUCESCATTER = range(4)
+_TEMPLATES_MAX = 4096         # distinct collectives kept; then the cache starts again
+
+
+def _is_global(process_set):
+    return process_set is None or process_set is global_process_set
+
+
+def _name_words(name):
+    if name is None:
+        return [0]
+    raw = str(name).encode()
+    padded = raw + b"\0" * (-len(raw) % 4)
+    return [len(raw) + 1] + np.frombuffer(padded, "<u4").tolist()
+
+
+def _read_name(words, i):
+    """(name, next index) from words[i:]."""
+    n = words[i]
+    if n == 0:
+        return None, i + 1
+    k = (n - 1 + 3) // 4
+    raw = np.asarray(words[i + 1:i + 1 + k], "<u4").tobytes()[:n - 1]
+    return raw.decode(), i + 1 + k
+
+
+def _elements(n):
+    return [n & 0xFFFFFFFF, n >> 32]
+
+
+def _zeros(dtype_code, count):
+    name = DTYPES[dtype_code]
+    if name == "bfloat16":
+        import ml_dtypes  # noqa: F401 - registers NumPy's bfloat16 (a bfloat16 rank has it)
+    return np.zeros(count, np.dtype(name))
+
+
+class JoinState:
+    """One per process (STATE): the CONTROL rounds taken part in (the same sequence on
+    every rank), the descriptors built so far, and what serves BUCKETS (the adapters'
+    optimizers, by registration number, which construction makes the same on every rank)."""
+
+    def __init__(self):
+        self.rounds = 0
+        self.templates = {}         # key -> (input, output) arrays of the CONTROL round(s)
+        self.retired = []           # (templates, handle): cleared caches, until handle is done
+        self.last = None            # the latest CONTROL round's handle
+        self.scratch = np.zeros(CONTROL_LEN + 4096, np.int64)  # training ranks' results (unread)
+        self.steppers = []          # weak references, never removed: indices stay put
+
+    # ------------------------------------------------------------------ training ranks
+    def register(self, optimizer):
+        """optimizer: what serves, on a joined rank, the STEP and BUCKETS announcements that
+        carry the returned index: its _rc_join_rebuild() for a STEP whose training ranks
+        rebuild their buckets (they check the layout with every rank), its _rc_join_step()
+        for BUCKETS."""
+        self.steppers.append(weakref.ref(optimizer))
+        return len(self.steppers) - 1
+
+    def _stepper(self, index):
+        ref = self.steppers[index] if index < len(self.steppers) else None
+        opt = ref() if ref is not None else None
+        if opt is None:
+            self._fail(f"join(): the training ranks stepped DistributedOptimizer #{index}, which "
+                       "does not exist (any more) on this rank")
+        return opt
+
+    def template(self, key, words):
+        """The CONTROL round(s) of the descriptor `words`, kept under `key`: the input
+        arrays, and as outputs views of one scratch array (training ranks never read them;
+        the engine runs one operation at a time, so they may share it)."""
+        words = list(words)
+        head = np.zeros(CONTROL_LEN, np.int64)
+        head[0] = 1
+        head[1] = len(words)
+        head[2:2 + min(len(words), _INLINE)] = words[:_INLINE]
+        arrays = [head]
+        if len(words) > _INLINE:
+            arrays.append(np.asarray(words[_INLINE:], np.int64))
+        if len(self.templates) >= _TEMPLATES_MAX:
+            # the queued rounds still read the old inputs: keep them until the latest is done
+            self.retired = [(t, h) for t, h in self.retired if not h.poll()]
+            if self.last is not None:
+                self.retired.append((self.templates, self.last))
+            self.templates = {}
+        out = tuple((a, self.scratch[:a.size] if a.size <= self.scratch.size else np.empty_like(a))
+                    for a in arrays)
+        self.templates[key] = out
+        return out
+
+    def announce(self, key, words=None, result=False):
+        """Queue the CONTROL round(s) of the collective `key` (descriptor: `words`, needed
+        only the first time a key is seen). Nothing to wait for: the collective queued next
+        runs after it. result=True: returns the Handle of the round, whose result's element
+        0 is the number of ranks training."""
+        arrays = self.templates.get(key)
+        if arrays is None:
+            arrays = self.template(key, words)
+        self.rounds += 1
+        (head, out), *more = arrays
+        h = rc.allreduce_async(head, rc.Sum, CONTROL, None if result else out)
+        for a, o in more:
+            self.last = rc.allreduce_async(a, rc.Sum, CONTROL_MORE, o)
+        if not more:
+            self.last = h
+        return h
+
+    def training(self, handle):
+        """The number of ranks training, from a CONTROL round's handle (waits for it)."""
+        return int(handle.wait()[0])
+
+    def refuse_if_joined(self, which):
+        """A collective Horovod refuses while a rank is joined: its CONTROL round, waited
+        for; raises Horovod's error (on every training rank alike) when some rank is."""
+        training = self.training(self.announce((REFUSED, which), [REFUSED, which], result=True))
+        if training < rc.size():
+            raise RdmacollError(f"{REFUSED_TEXT[which]} ({rc.size() - training} of {rc.size()} "
+                                "ranks are in join())")
+
+    # ------------------------------------------------------------------ joined ranks
+    def join(self):
+        """Serve the training ranks' collectives until every rank has joined; returns the
+        rank that joined last."""
+        joined_at = self.rounds
+        while True:
+            words = self._receive()
+            if words is None:
+                break
+            self._serve(words)
+        size = rc.size()
+        last = np.array([joined_at * size + rc.rank()], np.int64)
+        rc.allreduce(last, op=rc.Max, name=LAST, out=last)
+        return int(last[0]) % size
+
+    def _receive(self):
+        """One CONTROL round with zeros: the descriptor words, or None when no rank trains."""
+        buf = np.zeros(CONTROL_LEN, np.int64)
+        try:
+            rc.allreduce(buf, op=rc.Sum, name=CONTROL, out=buf)
+            self.rounds += 1
+            count, total = int(buf[0]), int(buf[1])
+            if count == 0:
+                return None
+            n = total // count
+            words = buf[2:2 + min(n, _INLINE)]
+            if n > _INLINE:
+                more = np.zeros(n - _INLINE, np.int64)
+                rc.allreduce(more, op=rc.Sum, name=CONTROL_MORE, out=more)
+                words = np.concatenate((words, more))
+        except RdmacollError as e:
+            raise RdmacollError(
+                f"join(): while this rank was joined, another rank issued a collective that joined "
+                f"ranks are not told about (of the plain rdmacoll API or torch.distributed: the "
+                f"framework adapters' collectives are told): {e}") from e
+        if total % count or np.any(words % count):
+            self._fail(f"join(): the {count} training ranks announced different collectives "
+                       f"(each rank must issue the same collectives in the same order)")
+        return (words // count).tolist()
+
+    def _serve(self, words):
+        kind = words[0]
+        if kind == ALLREDUCE:
+            op, dtype, lo, hi = words[1:5]
+            name, _ = _read_name(words, 5)
+            z = _zeros(dtype, lo | hi << 32)
+            rc.allreduce(z, op=op, name=name, out=z)
+        elif kind == GROUPED:
+            op, groups = words[1:3]
+            parts = [words[3 + 3 * g:6 + 3 * g] for g in range(groups)]
+            name, _ = _read_name(words, 3 + 3 * groups)
+            zs = [_zeros(dtype, lo | hi << 32) for dtype, lo, hi in parts]
+            rc.grouped_allreduce(zs, op=op, name=name, out=zs)
+        elif kind == BARRIER:
+            rc.barrier()
+        elif kind == BUCKETS:
+            self._stepper(words[1])._rc_join_step()
+        elif kind == STEP and len(words) > 2 and words[2]:
+            self._stepper(words[1])._rc_join_rebuild()
+        elif kind not in (STEP, REFUSED):
+            self._fail(f"join(): unknown announcement {words[:4]} (ranks run different rdmacoll versions?)")
+
+    @staticmethod
+    def _fail(message):
+        """Raise here, after making the training ranks fail too: their next collective meets
+        one named FAILED, and the core's mismatch check stops every rank (never a hang)."""
+        try:
+            rc.allreduce(np.zeros(1), op=rc.Sum, name=FAILED)
+        except RdmacollError as e:
+            raise RdmacollError(f"{message}: {e}") from e
+        raise RdmacollError(message)
+
+
+STATE = JoinState()
+
+
+# --------------------------------------------------------------------------- announced
+# The adapters' collectives: rdmacoll's, announced first on the global set (same
+# arguments and results as the plain API's).
+
+
+def allreduce_async(x, op=rc.Average, name=None, out=None, process_set=None):
+    if not _is_global(process_set):
+        return rc.allreduce_async(x, op, name, out, process_set)
+    a = x if isinstance(x, np.ndarray) else rc._core._view(x)
+    key = (a.dtype.num, a.size, op, name)    # (dtype.name costs microseconds: only when new)
+    words = None
+    if key not in STATE.templates:
+        words = [ALLREDUCE, op, _DTYPE_CODE[a.dtype.name]] + _elements(a.size) + _name_words(name)
+    STATE.announce(key, words)
+    return rc.allreduce_async(x, op, name, out)
+
+
+def allreduce(x, op=rc.Average, name=None, out=None, process_set=None):
+    return allreduce_async(x, op, name, out, process_set).wait()
+
+
+def grouped_allreduce_async(xs, op=rc.Average, name=None, out=None, process_set=None):
+    if not _is_global(process_set):
+        return rc.grouped_allreduce_async(xs, op, name, out, process_set)
+    groups = {}   # the dtype groups rdmacoll.grouped_allreduce_async makes, in its order
+    for x in xs:
+        a = x if isinstance(x, np.ndarray) else rc._core._view(x)
+        groups[a.dtype] = groups.get(a.dtype, 0) + a.size
+    key = (GROUPED, tuple(groups.items()), op, name)
+    words = None
+    if key not in STATE.templates:
+        words = [GROUPED, op, len(groups)]
+        for dtype, n in groups.items():
+            words += [_DTYPE_CODE[dtype.name]] + _elements(n)
+        words += _name_words(name)
+    STATE.announce(key, words)
+    return rc.grouped_allreduce_async(xs, op, name, out)
+
+
+def grouped_allreduce(xs, op=rc.Average, name=None, out=None, process_set=None):
+    return grouped_allreduce_async(xs, op, name, out, process_set).wait()
+
+
+def barrier(process_set=None):
+    if _is_global(process_set):
+        STATE.announce((BARRIER,), [BARRIER])
+    rc.barrier(process_set)
+
+
+def _refused(which, call, process_set):
+    """call() when no rank is joined (or off the global set); else Horovod's error."""
+    if _is_global(process_set):
+        STATE.refuse_if_joined(which)
+    return call()
+
+
+def _refused_async(which, call, process_set):
+    """The asynchronous form: the error comes from synchronize(), as Horovod's."""
+    try:
+        if _is_global(process_set):
+            STATE.refuse_if_joined(which)
+    except RdmacollError as e:
+        error = e
+
+        def raise_it(_):
+            raise error
+        return Handle(None, raise_it)
+    return call()
+
+
+def allgather(x, name=None, process_set=None):
+    return _refused(ALLGATHER, lambda: rc.allgather(x, name, process_set), process_set)
+
+
+def allgather_async(x, name=None, process_set=None):
+    return _refused_async(ALLGATHER, lambda: rc.allgather_async(x, name, process_set), process_set)
+
+
+def grouped_allgather_async(xs, name=None, process_set=None):
+    return _refused_async(ALLGATHER, lambda: rc.grouped_allgather_async(xs, name, process_set), process_set)
+
+
+def broadcast(x, root_rank, name=None, out=None, process_set=None):
+    return _refused(BROADCAST, lambda: rc.broadcast(x, root_rank, name, out, process_set), process_set)
+
+
+def broadcast_async(x, root_rank, name=None, out=None, process_set=None):
+    return _refused_async(BROADCAST, lambda: rc.broadcast_async(x, root_rank, name, out, process_set),
+                          process_set)
+
+
+def reducescatter(x, op=rc.Average, name=None, process_set=None):
+    return _refused(REDUCESCATTER, lambda: rc.reducescatter(x, op, name, process_set), process_set)
+
+
+def reducescatter_async(x, op=rc.Average, name=None, process_set=None):
+    return _refused_async(REDUCESCATTER, lambda: rc.reducescatter_async(x, op, name, process_set), process_set)
+
+
+def grouped_reducescatter_async(xs, op=rc.Average, name=None, process_set=None):
+    return _refused_async(REDUCESCATTER, lambda: rc.grouped_reducescatter_async(xs, op, name, process_set),
+                          process_set)
+
+
+def alltoall(x, splits=None, name=None, return_received_splits=False, process_set=None):
+    return _refused(ALLTOALL, lambda: rc.alltoall(x, splits, name, return_received_splits, process_set),
+                    process_set)
+
+
+def alltoall_async(x, splits=None, name=None, return_received_splits=False, process_set=None):
+    return _refused_async(ALLTOALL, lambda: rc.alltoall_async(x, splits, name, return_received_splits,
+                                                              process_set), process_set)
+
+
+def broadcast_object(obj, root_rank=0, name=None, process_set=None):
+    """rdmacoll.broadcast_object (two broadcasts: Horovod's refuses the first)."""
+    return _refused(BROADCAST, lambda: rc.broadcast_object(obj, root_rank, name, process_set), process_set)
+
+
+def allgather_object(obj, name=None, process_set=None):
+    """rdmacoll.allgather_object (two allgathers: Horovod's refuses the first)."""
+    return _refused(ALLGATHER, lambda: rc.allgather_object(obj, name, process_set), process_set)
+
+
+def join():
+    """Take part with zeros in the training ranks' collectives until every rank has
+    joined; returns the rank that joined last (see the module docstring)."""
+    return STATE.join()
