@@ -547,3 +547,14 @@ def check_killed_peer(env: dict, sig: int, mib: int, label: str, bound_s: float 
     res.check(not dev_shm_entries(), f"rdmacoll files left in /dev/shm: {dev_shm_entries()}")
     print(f"{signal.Signals(sig).name} of rank {victim} of {nranks} under {label}: " + ", ".join(f"rank {r} raised after {(e['time'] - t_kill) * 1e3:.0f} ms: "
                                                      f"{e['message'][:160]}" for r, e in sorted(errors.items())))
+
+
+def require_real_horovod() -> None:
+    """Skip, saying why, where real Horovod does not import (side-by-side tests)."""
+    import importlib.util
+
+    import pytest
+
+    if importlib.util.find_spec("horovod") is None:
+        pytest.skip("real Horovod is not installed in this interpreter (build it with "
+                    "build-horovod.sh and run pytest from its venv)")

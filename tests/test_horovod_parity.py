@@ -13,13 +13,12 @@ must be one of the two kinds rdmacoll has on purpose:
 - the exception is Horovod's class and an RdmacollError too (RdmacollValueError is both
   a ValueError and a RuntimeError).
 """
-import importlib.util
 import json
 import math
 
 import pytest
 
-from mpi_util import rank_records, run_mpi
+from mpi_util import rank_records, run_mpi, require_real_horovod
 
 HVD, RC = "horovod.torch", "rdmacoll.frameworks.torch"
 INTS = ("int8", "int16", "int32", "int64")
@@ -217,9 +216,7 @@ def differences(hvd_cases, rc_cases):
 
 @pytest.mark.parametrize("nranks", [2, 3])
 def test_side_by_side_with_real_horovod(nranks, tmp_path):
-    if importlib.util.find_spec("horovod") is None:
-        pytest.skip("real Horovod is not installed in this interpreter (build it with "
-                    "build-horovod.sh and run pytest from its venv)")
+    require_real_horovod()
     hvd_cases = run_worker(HVD, nranks, tmp_path)
     rc_cases = run_worker(RC, nranks, tmp_path)
     diff = differences(hvd_cases, rc_cases)
@@ -342,9 +339,7 @@ def test_init_comm(nranks, tmp_path):
 
 
 def test_init_comm_side_by_side_with_real_horovod(tmp_path):
-    if importlib.util.find_spec("horovod") is None:
-        pytest.skip("real Horovod is not installed in this interpreter (build it with "
-                    "build-horovod.sh and run pytest from its venv)")
+    require_real_horovod()
     hvd_cases = run_worker(HVD, 3, tmp_path, mode="comm")
     rc_cases = run_worker(RC, 3, tmp_path, mode="comm")
     diff = differences(hvd_cases, rc_cases)

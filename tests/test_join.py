@@ -19,14 +19,13 @@ be the same. rdmacoll also serves barrier while a rank is joined and refuses an 
 whose name was used before (Horovod 0.28.1 crashes the joined rank on both: segmentation
 fault, unordered_map::at): RC_TEST_JOIN_EXTRAS, rdmacoll only.
 """
-import importlib.util
 import json
 import math
 
 import numpy as np
 import pytest
 
-from mpi_util import rank_records, run_mpi
+from mpi_util import rank_records, run_mpi, require_real_horovod
 
 HVD, RC = "horovod.torch", "rdmacoll.frameworks.torch"
 LAST_PHASE = {0: 2, 1: 3, 2: 0, 3: 1}   # as in workers/join_any.py
@@ -181,9 +180,7 @@ def differences(hvd_cases, rc_cases):
 
 @pytest.mark.parametrize("nranks", [2, 3, 4])
 def test_join_side_by_side_with_real_horovod(nranks, tmp_path):
-    if importlib.util.find_spec("horovod") is None:
-        pytest.skip("real Horovod is not installed in this interpreter (build it with "
-                    "build-horovod.sh and run pytest from its venv)")
+    require_real_horovod()
     hvd_cases = run_worker(HVD, nranks, tmp_path)
     rc_cases = run_worker(RC, nranks, tmp_path)
     diff = differences(hvd_cases, rc_cases)

@@ -5,11 +5,10 @@ through the torch adapter and the plain API, Horovod's ValueErrors for ranks out
 set; and the same worker side by side under real Horovod 0.28.1 where it imports."""
 from __future__ import annotations
 
-import importlib.util
 
 import pytest
 
-from mpi_util import run_mpi
+from mpi_util import run_mpi, require_real_horovod
 from rdmacoll import _settings
 
 MODES = ("static", "dynamic", "env")
@@ -95,9 +94,7 @@ def test_side_by_side_with_real_horovod(nranks, mode):
     """The same worker under horovod.torch: every outcome (result digest or exception
     type) equal to rdmacoll's, but for DIFFERS. Runs where horovod.torch imports (the
     Horovod venv, with this tree on PYTHONPATH)."""
-    if importlib.util.find_spec("horovod") is None:
-        pytest.skip("real Horovod is not installed in this interpreter (build it with "
-                    "build-horovod.sh and run pytest from its venv)")
+    require_real_horovod()
     hv = launch(nranks, mode, env={"RC_TEST_HVD": "horovod.torch",
                                    "HOROVOD_DYNAMIC_PROCESS_SETS": "1" if mode != "static" else "0"})
     rc = launch(nranks, mode)

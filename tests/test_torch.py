@@ -1,14 +1,13 @@
 """rdmacoll.frameworks.torch under mpiexec: the API against NumPy references, training
 that matches a single process on the union batch, misuse errors, and a Horovod script
 that runs with only its import line changed. Few launches, many checks each."""
-import importlib.util
 import io
 import tokenize
 from pathlib import Path
 
 import pytest
 
-from mpi_util import rank_records, run_mpi
+from mpi_util import rank_records, run_mpi, require_real_horovod
 
 pytest.importorskip("torch")
 
@@ -108,9 +107,7 @@ def test_frozen_parameters_side_by_side_with_real_horovod(nranks):
     and where (HOROVOD_FROZEN) it does not. Runs where horovod.torch is importable (a
     Horovod 0.28.1 build: ../shared/peers/build-horovod.sh, then rdmacoll and pytest
     installed into its venv)."""
-    if importlib.util.find_spec("horovod") is None:
-        pytest.skip("real Horovod is not installed in this interpreter (build it with "
-                    "build-horovod.sh and run pytest from its venv)")
+    require_real_horovod()
     res = run_mpi(nranks, "torch_frozen.py", env={"RC_TEST_HVD": "horovod.torch"}, timeout=300)
     want = {name: HOROVOD_FROZEN.get(name, "same") for name in FROZEN_CASES}
     res.check(frozen_outcomes(res, nranks) == want, f"Horovod: {frozen_outcomes(res, nranks)}, expected {want}")

@@ -12,13 +12,12 @@ venv, as tests/test_horovod_parity.py), the worker also runs under Horovod: the 
 references must hold for Horovod, and every outcome must equal rdmacoll's but for the
 differences listed in ON_PURPOSE.
 """
-import importlib.util
 import json
 import math
 
 import pytest
 
-from mpi_util import rank_records, run_mpi
+from mpi_util import rank_records, run_mpi, require_real_horovod
 
 pytest.importorskip("torch")
 
@@ -143,9 +142,7 @@ def differences(hvd_runs, rc_runs):
 
 @pytest.mark.parametrize("nranks", [2, 3, 4])
 def test_side_by_side_with_real_horovod(nranks, rdmacoll_runs, tmp_path):
-    if importlib.util.find_spec("horovod") is None:
-        pytest.skip("real Horovod is not installed in this interpreter (build it with "
-                    "build-horovod.sh and run pytest from its venv)")
+    require_real_horovod()
     hvd_runs = run_worker(HVD, nranks, tmp_path)
     diff = differences(hvd_runs, rdmacoll_runs(nranks))
     assert not diff, f"{len(diff)} differences from Horovod, first: " + "; ".join(diff[:6])
