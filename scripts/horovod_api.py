@@ -96,7 +96,6 @@ KNOWN_DIFFERENCES = {
         "Sum and Average raise `ValueError` (Horovod sums): docs/torch.md",
     ("horovod.torch", "SyncBatchNorm"):
         "runs on CPU tensors (Horovod's needs a GPU); two allreduces per training call (docs/torch.md)",
-    ("horovod.tensorflow", "init"): "`comm=` (an mpi4py communicator) raises ValueError; `process_sets=` as Horovod",
     ("horovod.tensorflow", "DistributedOptimizer"):
         "tf.compat.v1.train optimizers: `backward_passes_per_step` must be 1; Keras 3 optimizers: as "
         "horovod.tensorflow.keras; sparse gradients reduced as dense, `device_*`, `num_groups`, `groups` "

@@ -114,7 +114,7 @@ def test_mixed_precision_ranks_stay_identical(checks):
     assert_check(checks, "mixed_precision")
 
 
-RANK_DEPENDENT = ("process_sets", "error_types", "adasum", "session_graphs")
+RANK_DEPENDENT = ("process_sets", "error_types", "adasum", "init_comm", "session_graphs")
 
 
 @pytest.fixture(scope="module", params=[3, 4])
@@ -129,7 +129,8 @@ def test_rank_dependent_checks_at_2_ranks(checks, name):
     error_types: Horovod's tf.errors types. session_graphs: TF1 tf.compat.v1.Session graphs
     (one and several collectives per run, a DistributedOptimizer train op with the
     start-up broadcast and with BroadcastGlobalVariablesHook, tf.gradients, a process set).
-    adasum: op=Adasum against the NumPy tree at 2 and 4 ranks, Horovod's refusal at 3."""
+    adasum: op=Adasum against the NumPy tree at 2 and 4 ranks, Horovod's refusal at 3.
+    init_comm: init(comm=) with a list of ranks and with a split mpi4py communicator."""
     assert_check(checks, name)
 
 

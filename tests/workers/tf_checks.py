@@ -857,6 +857,43 @@ def adasum(hvd, tf, np):
 
 
 @check
+def init_comm(hvd, tf, np):
+    """hvd.init(comm=...) as Horovod's: a list of MPI_COMM_WORLD ranks (the job is those
+    ranks in the list's order; a rank outside it gets ValueError) and an mpi4py
+    communicator (the job is its ranks); then the whole launch again."""
+    import rdmacoll as rc
+    import rdmacoll.frameworks.tensorflow as hvdtf
+    from mpi4py import MPI
+
+    world, n = MPI.COMM_WORLD.rank, MPI.COMM_WORLD.size
+    bad = []
+    rc.shutdown()
+    order = list(range(n - 1, 0, -1))    # every rank but 0, reversed
+    if world == 0:
+        _expect_error(bad, "rank outside comm", lambda: hvdtf.init(comm=order), (ValueError,), "")
+    else:
+        hvdtf.init(comm=order)
+        if (hvdtf.rank(), hvdtf.size()) != (order.index(world), n - 1):
+            bad.append(f"comm={order}: rank {hvdtf.rank()} size {hvdtf.size()} on world rank {world}")
+        got = float(hvdtf.allreduce(tf.constant([float(world)]), op=hvdtf.Sum)[0])
+        if got != sum(order):
+            bad.append(f"comm={order}: allreduce {got}, want {sum(order)}")
+        rc.shutdown()
+    MPI.COMM_WORLD.Barrier()
+    split = MPI.COMM_WORLD.Split(world % 2, world)
+    hvdtf.init(comm=split)
+    want = sum(q for q in range(n) if q % 2 == world % 2)
+    if (hvdtf.size(), float(hvdtf.allreduce(tf.constant([float(world)]), op=hvdtf.Sum)[0])) != (split.size, want):
+        bad.append(f"split communicator: size {hvdtf.size()}, want {split.size} and a sum of {want}")
+    rc.shutdown()
+    split.Free()
+    hvdtf.init()
+    if hvdtf.size() != n:
+        bad.append("init() after comm= did not give the whole launch")
+    return not bad, "; ".join(bad[:4])
+
+
+@check
 def session_graphs(hvd, tf, np):
     """TF1 graphs run by tf.compat.v1.Session (_graph.py, _session_order.py): one collective
     per run, several independent collectives fetched together (run repeatedly), a

@@ -32,11 +32,11 @@ from .global_variables import BroadcastGlobalVariablesHook, broadcast_global_var
 from rdmacoll import ProcessSet, add_process_set, global_process_set, remove_process_set  # noqa: F401
 
 
-def init(comm=None, process_sets=None):
-    """Join the job (under mpiexec). process_sets: ProcessSet objects to register (every
-    rank the same list), or "dynamic" to allow add_process_set / remove_process_set later,
-    as Horovod's. comm (an mpi4py communicator to run on) is not supported: ValueError."""
-    if comm is not None:
-        raise ValueError("rdmacoll.frameworks.tensorflow.init: comm= is not supported (the job is every "
-                         "rank mpiexec started; use process_sets for collectives on a subset)")
-    _rc.init(process_sets=process_sets)
+def init(comm=None, process_sets=None, config=None):
+    """Horovod's hvd.init(comm=None, process_sets=None). comm: None (the whole launch), an
+    mpi4py communicator (the job is its ranks) or a list of ranks of MPI_COMM_WORLD (the
+    job is those ranks, in the list's order; a rank not in it gets ValueError).
+    process_sets: ProcessSet objects to register (every rank the same list), or "dynamic"
+    to allow add_process_set / remove_process_set later. config: rdmacoll's settings
+    (rdmacoll.init)."""
+    _rc.init(config, process_sets, comm=comm)
