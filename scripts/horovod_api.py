@@ -59,25 +59,17 @@ _TF1_ORDER = ("TF1 sessions: collectives fetched together are ordered at run tim
 # Behaviour that differs although the parameters match: (horovod module, name) -> one-line reason.
 # Prune an entry when the difference is fixed.
 KNOWN_DIFFERENCES = {
-    ("horovod.torch", "allreduce_async"): _HANDLES,
-    ("horovod.torch", "allreduce_async_"): _HANDLES,
-    ("horovod.torch", "grouped_allreduce_async"): _HANDLES,
-    ("horovod.torch", "grouped_allreduce_async_"): _HANDLES,
-    ("horovod.torch", "allgather_async"): _HANDLES,
-    ("horovod.torch", "broadcast_async"): _HANDLES,
-    ("horovod.torch", "broadcast_async_"): _HANDLES,
-    ("horovod.torch", "alltoall_async"): _HANDLES,
-    ("horovod.torch", "reducescatter_async"): _HANDLES,
-    ("horovod.torch", "grouped_allgather_async"): _HANDLES,
-    ("horovod.torch", "grouped_reducescatter_async"): _HANDLES,
+    **{("horovod.torch", name): _HANDLES for name in ("allreduce_async", "allreduce_async_",
+        "grouped_allreduce_async", "grouped_allreduce_async_", "allgather_async", "broadcast_async",
+        "broadcast_async_", "alltoall_async", "reducescatter_async", "grouped_allgather_async",
+        "grouped_reducescatter_async")},
     ("horovod.torch", "broadcast_optimizer_state"):
         "also LBFGS (Horovod: ValueError) and with `process_set=`; the root's hyperparameters reach every rank "
         "even for a stateless optimizer (Horovod broadcasts nothing then); a rank with empty state is stepped "
         "with zero gradients only where the root's state was empty too (Horovod also does it where the root's "
         "was not, moving that rank's parameters by weight decay and waiting forever when the root has no state "
         "for a parameter that got no gradient)",
-    ("horovod.torch", "poll"): _TAKES_HANDLES,
-    ("horovod.torch", "synchronize"): _TAKES_HANDLES,
+    **{("horovod.torch", name): _TAKES_HANDLES for name in ("poll", "synchronize")},
     ("horovod.torch", "DistributedOptimizer"):
         "frozen/unfrozen parameters and `add_param_group` groups are reduced from the step they change "
         "(Horovod never reduces them, and moves parameters frozen after wrapping); `op=Adasum` steps and "
@@ -100,14 +92,10 @@ KNOWN_DIFFERENCES = {
         "tf.compat.v1.train optimizers: `backward_passes_per_step` must be 1; Keras 3 optimizers: as "
         "horovod.tensorflow.keras; sparse gradients reduced as dense, `device_*`, `num_groups`, `groups` "
         "ignored (docs/tensorflow.md)",
-    ("horovod.tensorflow", "allreduce"): _TF_GRAPH_ERRORS,
-    ("horovod.tensorflow", "allgather"): _TF_GRAPH_ERRORS,
-    ("horovod.tensorflow", "broadcast"): _TF_GRAPH_ERRORS,
-    ("horovod.tensorflow", "alltoall"): _TF_GRAPH_ERRORS,
-    ("horovod.tensorflow", "reducescatter"): _TF_GRAPH_ERRORS,
-    ("horovod.tensorflow", "grouped_allreduce"): _TF_GRAPH_ERRORS,
-    ("horovod.tensorflow", "BroadcastGlobalVariablesHook"): _TF1_ORDER,
-    ("horovod.tensorflow", "broadcast_global_variables"): _TF1_ORDER,
+    **{("horovod.tensorflow", name): _TF_GRAPH_ERRORS for name in ("allreduce", "allgather", "broadcast",
+        "alltoall", "reducescatter", "grouped_allreduce")},
+    **{("horovod.tensorflow", name): _TF1_ORDER for name in ("BroadcastGlobalVariablesHook",
+        "broadcast_global_variables")},
     ("horovod.tensorflow", "Adasum"):
         "CPU Adasum for allreduce, grouped_allreduce, DistributedGradientTape and Keras optimizers; integer "
         "tensors raise InvalidArgumentError (Horovod: an internal error), a tf.compat.v1.train optimizer with "
