@@ -479,6 +479,36 @@ def matrix_results(res: Result, nranks: int) -> dict[int, dict]:
     return done
 
 
+def check_across_hosts(res: Result, nhosts: int, per_host: int, remote: str, algos) -> list[dict]:
+    """workers/hosts.py run with `per_host` ranks on each of `nhosts` hosts, in host order:
+    every rank on its host (rchost<i>), reaching its host's peers by shm and the others by
+    `remote`; every case right; each forced algorithm (but eager, size-limited) the one that
+    ran; with several ranks per host, the selector's 4 MiB allreduce hierarchical. The cases."""
+    p = nhosts * per_host
+    for r, w in rank_records(res, p, "where").items():
+        host = r // per_host
+        res.check(w["host"] == f"rchost{host}" and w["local_size"] == per_host and w["local_rank"] == r % per_host,
+                  f"rank {r}: {w}")
+        res.check(w["transport"] == f"shm+{remote}", f"rank {r} runs on {w['transport']}")
+        res.check(w["cross"] == [host, nhosts, True], f"rank {r}: cross_rank, cross_size, is_homogeneous {w['cross']}")
+        for q, how in enumerate(w["peers"]):
+            want = "" if q == r else ("shm" if q // per_host == host else remote)
+            res.check(how.split(" ")[0] == want, f"rank {r} reaches rank {q} by {how!r}, expected {want!r}")
+    cases = res.select(kind="case")
+    res.check(len(cases) == p * len(algos) * 20, f"{len(cases)} case records")
+    bad = [c for c in cases if not c["ok"]]
+    res.check(not bad, f"{len(bad)} wrong, first: {bad[:3]}")
+    for c in cases:
+        if c["algo"] and c["ran"] not in ("allgather", "broadcast") and c["algo"] != "eager":
+            res.check(c["ran"] == c["algo"], f"forced {c['algo']} but {c['ran']} ran: {c}")
+    if per_host > 1:
+        big = {c["ran"] for c in cases if c["algo"] == "" and c["n"] == (1 << 20) + 3}
+        res.check(big == {"hierarchical"}, f"the selector ran {big} for 4 MiB across hosts")
+    rank_records(res, p, "done")
+    res.check(res.returncode == 0, "the launch failed")
+    return cases
+
+
 # Every allreduce algorithm that runs without mapping peer memory (tcp, ibverbs), forced by
 # size range; two rule sets so that each algorithm sees small and large messages.
 UNMAPPED_RULES = {
@@ -488,12 +518,14 @@ UNMAPPED_RULES = {
 UNMAPPED_ALGORITHMS = {"eager", "recursive_doubling", "tree", "halving_doubling", "ring_slots"}
 
 
-def check_forced_algorithms(nranks: int, env: dict, rules: str, sizes: str, label: str, timeout=240) -> None:
-    """workers/allreduce_matrix.py with UNMAPPED_RULES[rules] forced: every case right, only
-    those algorithms ran, and each forced one (but eager, size-limited) did."""
+def check_forced_algorithms(nranks: int, env: dict, rules: str, sizes: str, label: str, timeout=240,
+                            extra=()) -> None:
+    """workers/allreduce_matrix.py with UNMAPPED_RULES[rules] forced (`extra`: more of its
+    arguments): every case right, only those algorithms ran, and each forced one (but
+    eager, size-limited) did."""
     import re
 
-    res = run_mpi(nranks, "allreduce_matrix.py", ["--large-modes", "rotate", "--sizes", sizes],
+    res = run_mpi(nranks, "allreduce_matrix.py", ["--large-modes", "rotate", "--sizes", sizes, *extra],
                   env=dict(env, RDMACOLL_ALGO=UNMAPPED_RULES[rules]), timeout=timeout)
     done = matrix_results(res, nranks)
     used = set(done[0]["algorithms"])

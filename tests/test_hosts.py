@@ -3,12 +3,13 @@ shm to same-host peers, tcp to the others, the hierarchical allreduce, and every
 algorithm that can cross hosts, against NumPy. Skips where namespaces cannot be made."""
 import contextlib
 import os
+import shlex
 import sys
 from pathlib import Path
 
 import pytest
 
-from mpi_util import rank_records, run_mpi
+from mpi_util import WORKERS_DIR, Launch, check_across_hosts, find_torchrun, run_mpi
 
 ALGOS = ["", "hierarchical", "ring_slots", "recursive_doubling", "halving_doubling", "tree", "eager"]
 
@@ -46,32 +47,26 @@ def groups(tb, per_host: int):
 
 @pytest.mark.parametrize("nhosts, per_host", [(2, 2), (3, 1)], ids=["2hostsx2", "3hostsx1"])
 def test_ranks_on_several_hosts(nhosts, per_host):
-    p = nhosts * per_host
     with net_hosts(nhosts) as hosts:
         res = run_mpi(groups(hosts, per_host), "hosts.py", [",".join(ALGOS)], timeout=240)
-    where = rank_records(res, p, "where")
-    for r, w in where.items():
-        host = r // per_host
-        res.check(w["host"] == f"rchost{host}" and w["local_size"] == per_host and w["local_rank"] == r % per_host,
-                  f"rank {r}: {w}")
-        res.check(w["transport"] == "shm+tcp", f"rank {r} runs on {w['transport']}")
-        res.check(w["cross"] == [host, nhosts, True], f"rank {r}: cross_rank, cross_size, is_homogeneous {w['cross']}")
-        for q, how in enumerate(w["peers"]):
-            want = "" if q == r else ("shm" if q // per_host == host else "tcp")
-            res.check(how.split(" ")[0] == want, f"rank {r} reaches rank {q} by {how!r}, expected {want!r}")
-    cases = res.select(kind="case")
-    res.check(len(cases) == p * len(ALGOS) * 20, f"{len(cases)} case records")
-    bad = [c for c in cases if not c["ok"]]
-    res.check(not bad, f"{len(bad)} wrong, first: {bad[:3]}")
-    for c in cases:
-        if c["algo"] and c["ran"] not in ("allgather", "broadcast") and c["algo"] != "eager":
-            res.check(c["ran"] == c["algo"], f"forced {c['algo']} but {c['ran']} ran: {c}")
-    # Across hosts with several ranks per host, large messages go hierarchical by default.
-    if per_host > 1:
-        big = {c["ran"] for c in cases if c["algo"] == "" and c["n"] == (1 << 20) + 3}
-        res.check(big == {"hierarchical"}, f"the selector ran {big} for 4 MiB across hosts")
-    rank_records(res, p, "done")
-    res.check(res.returncode == 0, "the launch failed")
+    check_across_hosts(res, nhosts, per_host, "tcp", ALGOS)
+
+
+def test_torchrun_multi_node_across_hosts():
+    """torchrun's multi-node launch (--nnodes 2, rendezvous on host 0's address), one agent
+    per host, 2 ranks each: rdmacoll bootstraps through torch's store across the hosts, shm
+    inside a host, tcp across. (Over RDMA: tests/test_rdma_guest.py, under MPICH's hydra.)"""
+    torchrun = find_torchrun()
+    with net_hosts(2) as hosts:
+        def node(h):
+            return shlex.join([*hosts.prefix(h), torchrun, "--nnodes", "2", "--node-rank", str(h),
+                               "--nproc-per-node", "2", "--master-addr", hosts.addresses[0], "--master-port", "29519",
+                               "--no-python", sys.executable, str(WORKERS_DIR / "hosts.py"), ""])
+        line = f"{node(0)} & a=$!; {node(1)} & b=$!; wait $a; s=$?; wait $b; exit $((s | $?))"
+        with Launch(4, "hosts.py", env={"RDMACOLL_TRANSPORT": "auto"}, timeout=180,
+                    command=lambda script: ["sh", "-c", line]) as launch:
+            res = launch.finish()
+    check_across_hosts(res, 2, 2, "tcp", [""])
 
 
 def test_shm_forced_across_hosts_is_an_error_everywhere():
