@@ -8,8 +8,8 @@ These need a usable RDMA device. In CI they run inside the Soft-RoCE guest
 elsewhere they skip, saying why.
 
 RDMACOLL_RDMA_MATRIX=ci runs a smaller matrix (what CI's time allows under emulation: every
-algorithm at 2 and 4 ranks, up to 100003 elements, not every rank count with every rule
-set; the 3-rank schedules run over tcp on the host, tests/test_tcp.py);
+algorithm at 2 and 4 ranks, up to 100003 elements, one dtype per element width, not every
+rank count with every rule set; the 3-rank schedules run over tcp on the host, tests/test_tcp.py);
 the default is the full one. 3-rank collectives and SIGTERM are in the full one only (3
 ranks run the whole allreduce matrix, and SIGTERM kills as SIGKILL does for the verbs
 path: the kernel destroys the queue pairs either way)."""
@@ -24,6 +24,7 @@ from rdmacoll import _core
 
 from mpi_util import (check_async, check_default_selection, check_forced_algorithms, check_killed_peer,
                       rank_records, run_mpi)
+from reference import ONE_PER_WIDTH
 
 
 
@@ -44,6 +45,9 @@ FULL = os.environ.get("RDMACOLL_RDMA_MATRIX", "full") != "ci"
 # Elements: empty, one, p-1 and p+1 for 2-4 ranks, 1023, and (full matrix) one message
 # above 1 MiB; 100003 elements already span ~100 of the 4 KiB slots.
 SIZES = "0,1,2,3,4,5,1023,4097,100003" + (",300007" if FULL else "")
+# ci: one dtype per element width and two ops (one arithmetic, one exact): what verbs
+# carries differs only by byte count; every dtype and op runs over shm and tcp on the host
+SUBSET = [] if FULL else ["--dtypes", ",".join(ONE_PER_WIDTH)]
 
 
 # Verbs write and read but do not map: the algorithms tcp runs (mpi_util.UNMAPPED_RULES).
@@ -51,7 +55,8 @@ SIZES = "0,1,2,3,4,5,1023,4097,100003" + (",300007" if FULL else "")
 @pytest.mark.parametrize("nranks, rules", [(2, "a"), (2, "b"), (3, "a"), (3, "b"), (4, "a"), (4, "b")] if FULL
                          else [(2, "a"), (4, "b")])  # (ci: tests/test_tcp.py runs 3 ranks' schedules)
 def test_allreduce_algorithms(nranks, rules):
-    check_forced_algorithms(nranks, IB | SMALL, rules, SIZES, "ibverbs", timeout=400)
+    check_forced_algorithms(nranks, IB | SMALL, rules, SIZES, "ibverbs", timeout=400,
+                            extra=SUBSET and [*SUBSET, "--ops", "Sum,Max"])
 
 
 @pytest.mark.parametrize("nranks", [2, 4] if FULL else [2])
@@ -70,7 +75,7 @@ def test_collectives_match_numpy(nranks, max_wr):
     env = IB | {"RDMACOLL_SEGMENT_BYTES": 4096, "RDMACOLL_SLOT_BYTES": 4096, "RDMACOLL_SLOTS": 2}
     if max_wr:
         env |= {"RDMACOLL_SEGMENT_BYTES": 65536, "RDMACOLL_SLOT_BYTES": 65536, "RDMACOLL_IB_MAX_MESSAGE": max_wr}
-    res = run_mpi(nranks, "collectives.py", ["check"], env=env, timeout=400)
+    res = run_mpi(nranks, "collectives.py", ["check", *SUBSET], env=env, timeout=400)
     done = rank_records(res, nranks, "done")
     fails = res.select(kind="fail")
     res.check(not fails, f"{len(fails)} wrong, first: " + "; ".join(

@@ -55,6 +55,8 @@ def body():
     ap.add_argument("--big-mib", type=int, default=0)
     ap.add_argument("--large-modes", choices=["all", "rotate"], default="all",
                     help="sizes above 64 Ki elements: every mode, or one mode per (dtype, op)")
+    ap.add_argument("--dtypes", default=",".join(DTYPES), help="a subset of reference.DTYPES")
+    ap.add_argument("--ops", default=",".join(OPS), help="a subset of reference.OPS")
     a = ap.parse_args()
     rc = init()
     p, r = rc.size(), rc.rank()
@@ -71,9 +73,9 @@ def body():
         inputs = Inputs(p, count)
         shape = SHAPES.get(count, (count,))
         rotation = 0
-        for dtype in DTYPES:
+        for dtype in a.dtypes.split(","):
             dt = np_dtype(dtype)
-            for op in OPS:
+            for op in a.ops.split(","):
                 opv = getattr(rc, op)
                 # One rank per (count, dtype, op) computes the reference (they take turns):
                 # the others' results are checked by their bytes matching the checker's.

@@ -1,7 +1,9 @@
 """allgather, broadcast, reducescatter, alltoall, barrier and grouped_allreduce against
 NumPy references computed from every rank's deterministic input.
 
-    collectives.py check      the matrix; one record per failure, one 'done' per rank
+    collectives.py check [--dtypes a,b]
+                              the matrix (every dtype, or these); one record per failure,
+                              one 'done' per rank
     collectives.py mismatch   ranks disagree (root, dtype, row shape, collective): every
                               rank must raise RdmacollError naming the difference
 """
@@ -10,6 +12,7 @@ import time
 
 import numpy as np
 from common import digest, emit, init, main
+from reference import np_dtype
 
 try:
     import ml_dtypes
@@ -44,6 +47,8 @@ def check() -> None:
                  got_shape=got.shape, want_shape=want.shape)
 
     dtypes = [np.float32, np.float64, np.int32, np.int64, np.uint8, np.float16] + ([BF16] if BF16 else [])
+    if "--dtypes" in sys.argv:
+        dtypes = [np_dtype(name) for name in sys.argv[sys.argv.index("--dtypes") + 1].split(",")]
     row_shapes = [(), (3,), (2, 5)]
     for dt in dtypes:
         for row_shape in row_shapes:
