@@ -458,19 +458,19 @@ def run_python(script_path, args=(), env=None, timeout=120) -> Result:
     return res
 
 
-def rank_records(res: Result, nranks: int, kind: str) -> dict[int, dict]:
-    """The one record of `kind` from every rank, or fail showing the output."""
-    got = {r["rank"]: r for r in res.select(kind=kind)}
+def rank_records(res: Result, nranks: int, kind: str, **match) -> dict[int, dict]:
+    """The one record of `kind` (and `match`) from every rank, or fail showing the output."""
+    got = {r["rank"]: r for r in res.select(kind=kind, **match)}
     missing = sorted(set(range(nranks)) - set(got))
-    res.check(not missing, f"ranks {missing} did not report '{kind}'")
+    res.check(not missing, f"ranks {missing} did not report '{kind}'" + (f" {match}" if match else ""))
     return got
 
 
-def matrix_results(res: Result, nranks: int) -> dict[int, dict]:
-    """The 'done' records of workers/allreduce_matrix.py, after checking that no case was
-    wrong and every rank got the same result bytes."""
-    done = rank_records(res, nranks, "done")
-    fails = res.select(kind="fail")
+def matrix_results(res: Result, nranks: int, algo: str = "default") -> dict[int, dict]:
+    """The 'done' records of workers/allreduce_matrix.py for `algo` (one of its --algos),
+    after checking that none of its cases was wrong and every rank got the same bytes."""
+    done = rank_records(res, nranks, "done", algo=algo)
+    fails = res.select(kind="fail", algo=algo)
     res.check(not fails and all(d["failures"] == 0 for d in done.values()),
               f"{sum(d['failures'] for d in done.values())} wrong cases, first ones:\n"
               + "\n".join(f"rank {f['rank']}: {f['case']}: {f['detail']}" for f in fails[:20]))

@@ -1,9 +1,9 @@
 """rc.allreduce against NumPy, under the real mpiexec with 1-5 and 8 ranks.
 
-One launch per (ranks, algorithm, thresholds) runs the whole matrix inside the worker
-(workers/allreduce_matrix.py): every dtype x op x size x mode, compared with a reference
-NumPy computes from every rank's deterministic input, and every rank's result bytes
-compared with every other rank's.
+One test per (ranks, algorithm, thresholds); one launch per (ranks, thresholds) runs the
+whole matrix inside the worker (workers/allreduce_matrix.py) for each algorithm in turn:
+every dtype x op x size x mode, compared with a reference NumPy computes from every rank's
+deterministic input, and every rank's result bytes compared with every other rank's.
 """
 import pytest
 from rdmacoll import _core, _settings
@@ -45,25 +45,39 @@ def configurations():
             yield pytest.param(nranks, algo, "default", id=f"{nranks}ranks-{algo}-default")
 
 
+@pytest.fixture(scope="module")
+def launches():
+    """{(ranks, thresholds): Result}: one launch per world and thresholds runs the matrix for
+    every algorithm in turn (the worker's --algos), on first use; each test then checks its
+    own algorithm's records. (A launch per algorithm spent most of its time starting
+    Python: 69 launches, 215 s of CI, against 9.)"""
+    return {}
+
+
+def launch_group(launches, nranks, thresholds):
+    key = (nranks, thresholds)
+    if key not in launches:
+        algos = ALGORITHMS if nranks > 1 else ["default"]
+        args = ["--large-modes", "rotate", "--algos", ",".join(algos)]
+        if nranks in EXTRA_WORLDS:
+            args += ["--sizes", EXTRA_WORLDS[nranks]]
+        # The 64 MiB case costs seconds per run: run it where it says most.
+        if thresholds == "default" and nranks in (2, 4):
+            args += ["--big-mib", BIG_MIB, "--big-algos", "default"]
+        launches[key] = run_mpi(nranks, "allreduce_matrix.py", args, env=THRESHOLDS[thresholds], timeout=500)
+    return launches[key]
+
+
+@pytest.mark.timeout(560)   # the first test of a group waits for the group's launch
 @pytest.mark.parametrize("nranks, algo, thresholds", list(configurations()))
-def test_allreduce_matrix(nranks, algo, thresholds):
-    env = dict(THRESHOLDS[thresholds])
-    if algo != "default":
-        env["RDMACOLL_ALGO"] = algo
-    args = ["--large-modes", "rotate"]
-    if nranks in EXTRA_WORLDS:
-        args += ["--sizes", EXTRA_WORLDS[nranks]]
-    # The 64 MiB case costs seconds per launch: run it where it says most.
-    big = algo == "default" and thresholds == "default" and nranks in (2, 4)
-    if big:
-        args += ["--big-mib", BIG_MIB]
-    res = run_mpi(nranks, "allreduce_matrix.py", args, env=env, timeout=240)
-    done = matrix_results(res, nranks)
+def test_allreduce_matrix(launches, nranks, algo, thresholds):
+    res = launch_group(launches, nranks, thresholds)
+    done = matrix_results(res, nranks, algo)
     res.check(res.returncode == 0, "the launch failed")
     cases = {d["cases"] for d in done.values()}
     res.check(len(cases) == 1, f"ranks ran different numbers of cases: {cases}")
 
-    # RDMACOLL_ALGO is honoured wherever the algorithm can run (eager only up to its limit).
+    # The algorithm is honoured wherever it can run (eager only up to its limit).
     # last_algorithm names a continuation after its algorithm ("direct>ring_slots"): the
     # selection is the part before the '>'.
     used = {}  # {selected algorithm: [message bytes]}
@@ -73,12 +87,12 @@ def test_allreduce_matrix(nranks, algo, thresholds):
         res.check(set(used) == {"local"}, f"one rank should reduce locally, used {used}")
     elif algo in SIZE_LIMITED:
         var = SIZE_LIMITED[algo]
-        limit = env.get(var, _settings.TABLE[var[len("RDMACOLL_"):].lower()]["default"])
+        limit = THRESHOLDS[thresholds].get(var, _settings.TABLE[var[len("RDMACOLL_"):].lower()]["default"])
         res.check(all(b <= limit for b in used.get(algo, [])), f"{algo} ran above {var}={limit}: {used}")
         below = {b for sizes in used.values() for b in sizes if b <= limit}
-        res.check(below <= set(used.get(algo, [])), f"RDMACOLL_ALGO={algo} not used up to {var}: {used}")
+        res.check(below <= set(used.get(algo, [])), f"algo={algo} not used up to {var}: {used}")
     elif algo != "default":
-        res.check(set(used) == {algo}, f"RDMACOLL_ALGO={algo} but the calls used {used}")
+        res.check(set(used) == {algo}, f"algo={algo} but the calls used {used}")
     print(f"{nranks} ranks, {algo}, {thresholds} thresholds: {cases.pop()} cases per rank, algorithms {sorted(used)}")
 
 

@@ -1,9 +1,14 @@
 """Every dtype x op x size x mode of rc.allreduce against a NumPy reference.
 
     mpiexec -n N python allreduce_matrix.py [--sizes 0,1,7] [--big-mib 64] [--large-modes rotate]
+                                            [--algos default,ring,...] [--big-algos default]
 
-Records: one "fail" per wrong case, then "done" with the number of cases, the algorithms
-used (by message size) and whether every rank got bit-identical results. The ranks take
+--algos runs the matrix once per algorithm, each in its own init() ... shutdown() with
+{"algo": name} ("default": the selector's choice, or RDMACOLL_ALGO's); one launch then
+serves every algorithm (a launch costs ~2 s of Python start-up per rank, the matrix less).
+Records, each with its "algo": one "fail" per wrong case, then "done" with the number of
+cases, the algorithms used (by message size) and whether every rank got bit-identical
+results. The ranks take
 turns computing the NumPy reference (one checker per count, dtype and op): the others'
 results are right when their bytes equal the checker's, which every rank compares.
 """
@@ -57,8 +62,18 @@ def body():
                     help="sizes above 64 Ki elements: every mode, or one mode per (dtype, op)")
     ap.add_argument("--dtypes", default=",".join(DTYPES), help="a subset of reference.DTYPES")
     ap.add_argument("--ops", default=",".join(OPS), help="a subset of reference.OPS")
+    ap.add_argument("--algos", default="default", help="algorithms to force in turn")
+    ap.add_argument("--big-algos", default=None, help="those of --algos that run --big-mib (default: all)")
     a = ap.parse_args()
-    rc = init()
+    big_algos = a.algos.split(",") if a.big_algos is None else a.big_algos.split(",")
+    drawn = {}  # (count, dtype, op) -> (input, reference, tolerance): the same for every algorithm
+    for algo in a.algos.split(","):
+        rc = init(None if algo == "default" else {"algo": algo})
+        matrix(rc, a, algo, a.big_mib if algo in big_algos else 0, drawn)
+        rc.shutdown()
+
+
+def matrix(rc, a, algo: str, big_mib: int, drawn: dict) -> None:
     p, r = rc.size(), rc.rank()
     core = rc._world.core
     hashes, failures, algos, cases, turn = [], 0, {}, 0, 0
@@ -67,7 +82,7 @@ def body():
         nonlocal failures
         failures += 1
         if failures <= 40:
-            emit("fail", case=case, detail=detail)
+            emit("fail", algo=algo, case=case, detail=detail)
 
     for count in [int(s) for s in a.sizes.split(",") if s]:
         inputs = Inputs(p, count)
@@ -81,11 +96,14 @@ def body():
                 # the others' results are checked by their bytes matching the checker's.
                 checker = turn % p
                 turn += 1
-                x = inputs.get(r, dtype, op).reshape(shape)
-                if r == checker:
-                    expected, tol = reference(inputs.all(dtype, op), dtype, op)
-                    expected = expected.reshape(shape)
-                    tol = None if tol is None else tol.reshape(shape)
+                if (count, dtype, op) not in drawn:
+                    expected = tol = None
+                    if r == checker:
+                        expected, tol = reference(inputs.all(dtype, op), dtype, op)
+                        expected = expected.reshape(shape)
+                        tol = None if tol is None else tol.reshape(shape)
+                    drawn[count, dtype, op] = inputs.get(r, dtype, op).reshape(shape), expected, tol
+                x, expected, tol = drawn[count, dtype, op]
                 modes = MODES
                 if count > 65536 and a.large_modes == "rotate":
                     modes = [MODES[rotation % len(MODES)]]
@@ -101,9 +119,9 @@ def body():
                         fail(case, problem)
                     hashes.append((case, digest(res)))
 
-    if a.big_mib:
+    if big_mib:
         # One large float32 Sum, exact (small integers): the many-segment, pooled path.
-        n = a.big_mib * (1 << 20) // 4
+        n = big_mib * (1 << 20) // 4
         idx = np.arange(n, dtype=np.int64)
         mine = ((idx * 7 + r * 13) % 64 - 32).astype(np.float32)
         expected = np.zeros(n, np.float32)
@@ -111,7 +129,7 @@ def body():
             expected += ((idx * 7 + q * 13) % 64 - 32).astype(np.float32)
         del idx
         for mode in ("new", "empty_inplace"):
-            case = f"big {a.big_mib} MiB float32 Sum {mode}"
+            case = f"big {big_mib} MiB float32 Sum {mode}"
             cases += 1
             res, problem = run_mode(rc, mine, rc.Sum, mode)
             algos.setdefault(core.last_algorithm, set()).add(n * 4)
@@ -141,7 +159,7 @@ def body():
 
     everyone = MPI.COMM_WORLD.allgather(hashes)
     differing = [case for i, (case, h) in enumerate(hashes) if any(o[i][1] != h for o in everyone)]
-    emit("done", cases=cases, failures=failures, differing=differing[:20],
+    emit("done", algo=algo, cases=cases, failures=failures, differing=differing[:20],
          algorithms={k: sorted(v) for k, v in algos.items()})
 
 
