@@ -9,6 +9,7 @@ import pytest
 from rdmacoll import _core, _settings
 
 from mpi_util import matrix_results, rank_records, run_mpi
+from reference import ONE_PER_WIDTH
 
 # Small thresholds: 4 KiB segments and slots, 2 slots per peer and a 256-byte eager limit,
 # so that the 2**20+3-element inputs run through hundreds of segments per chunk and wait on
@@ -30,6 +31,10 @@ BIG_MIB = 64
 # thresholds on the smaller sizes only (p-1, p+1, odd, and multi-slot at 5 ranks), to keep
 # CI time small.
 EXTRA_WORLDS = {5: "0,1,4,6,1023,100003", 8: "0,1,7,9,1023"}
+# Those and the small thresholds (schedules and segmenting: what they change is where
+# element boundaries fall) run one dtype per element width and one op of each kind (a
+# fold, a scaled fold, an exact one); 1-4 ranks with the default thresholds run them all.
+SUBSET = ["--dtypes", ",".join(ONE_PER_WIDTH), "--ops", "Sum,Average,Max"]
 
 
 def configurations():
@@ -61,6 +66,8 @@ def launch_group(launches, nranks, thresholds):
         args = ["--large-modes", "rotate", "--algos", ",".join(algos)]
         if nranks in EXTRA_WORLDS:
             args += ["--sizes", EXTRA_WORLDS[nranks]]
+        if nranks in EXTRA_WORLDS or thresholds != "default":
+            args += SUBSET
         # The 64 MiB case costs seconds per run: run it where it says most.
         if thresholds == "default" and nranks in (2, 4):
             args += ["--big-mib", BIG_MIB, "--big-algos", "default"]
