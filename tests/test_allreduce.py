@@ -64,8 +64,8 @@ def launch_group(launches, nranks, thresholds):
     if key not in launches:
         algos = ALGORITHMS if nranks > 1 else ["default"]
         args = ["--large-modes", "rotate", "--algos", ",".join(algos)]
-        if nranks in EXTRA_WORLDS:
-            args += ["--sizes", EXTRA_WORLDS[nranks]]
+        if nranks in EXTRA_WORLDS:   # (and one mode per dtype and op: 1-4 ranks run them all)
+            args += ["--sizes", EXTRA_WORLDS[nranks], "--rotate-above", -1]
         if nranks in EXTRA_WORLDS or thresholds != "default":
             args += SUBSET
         # The 64 MiB case costs seconds per run: run it where it says most.

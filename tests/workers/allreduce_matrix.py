@@ -59,7 +59,8 @@ def body():
     ap.add_argument("--sizes", default=",".join(map(str, SIZES)))
     ap.add_argument("--big-mib", type=int, default=0)
     ap.add_argument("--large-modes", choices=["all", "rotate"], default="all",
-                    help="sizes above 64 Ki elements: every mode, or one mode per (dtype, op)")
+                    help="sizes above --rotate-above elements: every mode, or one mode per (dtype, op)")
+    ap.add_argument("--rotate-above", type=int, default=65536)
     ap.add_argument("--dtypes", default=",".join(DTYPES), help="a subset of reference.DTYPES")
     ap.add_argument("--ops", default=",".join(OPS), help="a subset of reference.OPS")
     ap.add_argument("--algos", default="default", help="algorithms to force in turn")
@@ -105,7 +106,7 @@ def matrix(rc, a, algo: str, big_mib: int, drawn: dict) -> None:
                     drawn[count, dtype, op] = inputs.get(r, dtype, op).reshape(shape), expected, tol
                 x, expected, tol = drawn[count, dtype, op]
                 modes = MODES
-                if count > 65536 and a.large_modes == "rotate":
+                if count > a.rotate_above and a.large_modes == "rotate":
                     modes = [MODES[rotation % len(MODES)]]
                     rotation += 1
                 for mode in modes:
@@ -142,12 +143,13 @@ def matrix(rc, a, algo: str, big_mib: int, drawn: dict) -> None:
     # that choose a path by memory kind must still agree (direct, 1-16 MiB: the slot ring
     # as soon as any rank's buffers are user memory).
     for nbytes in (1 << 20, (4 << 20) + 12, 16 << 20):
-        n = nbytes // 4
-        idx = np.arange(n, dtype=np.int64)
-        expected = np.zeros(n, np.float32)
-        for q in range(p):
-            expected += ((idx * 5 + q * 3) % 32 - 16).astype(np.float32)
-        mine = ((idx * 5 + r * 3) % 32 - 16).astype(np.float32)
+        if ("mixed", nbytes) not in drawn:
+            idx = np.arange(nbytes // 4, dtype=np.int64)
+            expected = np.zeros(nbytes // 4, np.float32)
+            for q in range(p):
+                expected += ((idx * 5 + q * 3) % 32 - 16).astype(np.float32)
+            drawn["mixed", nbytes] = ((idx * 5 + r * 3) % 32 - 16).astype(np.float32), expected
+        mine, expected = drawn["mixed", nbytes]
         mode = "empty_inplace" if r % 2 else "inplace"
         case = f"mixed memory {nbytes} B float32 Sum"
         cases += 1
