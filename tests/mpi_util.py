@@ -537,11 +537,11 @@ def check_forced_algorithms(nranks: int, env: dict, rules: str, sizes: str, labe
     print(f"{label}, {nranks} ranks, rules {rules}: {done[0]['cases']} cases, algorithms {sorted(used)}")
 
 
-def check_default_selection(nranks: int, env: dict, label: str, timeout=240) -> None:
+def check_default_selection(nranks: int, env: dict, label: str, timeout=240, extra=()) -> None:
     """The selector's own choice with the default thresholds, up to 16 MiB: right results,
-    and only algorithms that run without mapped memory."""
+    and only algorithms that run without mapped memory. (`extra`: more worker arguments.)"""
     res = run_mpi(nranks, "allreduce_matrix.py", ["--large-modes", "rotate", "--sizes", "0,1,1023,100003",
-                                                  "--big-mib", 16], env=env, timeout=timeout)
+                                                  "--big-mib", 16, *extra], env=env, timeout=timeout)
     done = matrix_results(res, nranks)
     used = set(done[0]["algorithms"])
     allowed = UNMAPPED_ALGORITHMS | {"local"}

@@ -64,6 +64,7 @@ def body():
     ap.add_argument("--dtypes", default=",".join(DTYPES), help="a subset of reference.DTYPES")
     ap.add_argument("--ops", default=",".join(OPS), help="a subset of reference.OPS")
     ap.add_argument("--algos", default="default", help="algorithms to force in turn")
+    ap.add_argument("--no-mixed", action="store_true", help="skip the ranks-differ-in-memory-kind cases")
     ap.add_argument("--big-algos", default=None, help="those of --algos that run --big-mib (default: all)")
     a = ap.parse_args()
     big_algos = a.algos.split(",") if a.big_algos is None else a.big_algos.split(",")
@@ -142,7 +143,7 @@ def matrix(rc, a, algo: str, big_mib: int, drawn: dict) -> None:
     # Ranks that differ in memory kind (odd ranks rc.empty, even ranks NumPy): algorithms
     # that choose a path by memory kind must still agree (direct, 1-16 MiB: the slot ring
     # as soon as any rank's buffers are user memory).
-    for nbytes in (1 << 20, (4 << 20) + 12, 16 << 20):
+    for nbytes in () if a.no_mixed else (1 << 20, (4 << 20) + 12, 16 << 20):
         if ("mixed", nbytes) not in drawn:
             idx = np.arange(nbytes // 4, dtype=np.int64)
             expected = np.zeros(nbytes // 4, np.float32)

@@ -60,13 +60,13 @@ def fork_while_reducing(rc):
         src[:] = -1
         out[:] = -1
         os._exit(0)
-    wrong = 0
+    wrong, want = 0, expected(count, n)
     for _ in range(20):
         rc.allreduce(src, op=rc.Sum, out=out)
-        wrong += not np.array_equal(out, expected(count, n))
+        wrong += not np.array_equal(out, want)
     _, status = os.waitpid(child, 0)
     rc.allreduce(src, op=rc.Sum, out=out)
-    wrong += not np.array_equal(out, expected(count, n))
+    wrong += not np.array_equal(out, want)
     emit("fork", wrong=wrong, child_status=os.waitstatus_to_exitcode(status))
     return src, out
 
