@@ -16,6 +16,7 @@ import re
 import shlex
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import pytest
@@ -64,7 +65,7 @@ def test_ibverbs_suite_in_guest():
     assert not counts.get("skipped"), f"tests skipped in the guest, which has a device:\n{tail}"
 
 
-@pytest.mark.timeout(460)     # the guests' own limit below is 400 s
+@pytest.mark.timeout(800)     # above twice the guests' own limit below, boot and power-off included
 def test_two_hosts_shm_inside_verbs_across():
     # the selector's choice, and each cross-host shape once
     # ci: the default pass alone: it runs eager, the slot algorithms and hierarchical (its
@@ -80,11 +81,21 @@ def test_two_hosts_shm_inside_verbs_across():
                f"-localhost 10.9.0.1 -hosts 10.9.0.1:2,10.9.0.2:2 -n 4 {shlex.quote(sys.executable)} "
                f"{shlex.quote(str(TESTS / 'workers' / 'hosts.py'))} {shlex.quote(','.join(algos))}")
     launch = f'if [ "$HOST_INDEX" = 0 ]; then {mpiexec}; else {shlex.quote(sys.executable)} {shlex.quote(str(rsh))} serve; fi'
+    # A normal run takes ~40 s: a stuck collective errors after RDMACOLL_TIMEOUT on every
+    # rank, a stuck launch is killed at the guests' limit, with the output kept either way
     env = {"RDMACOLL_TRANSPORT": "auto", "RDMACOLL_TUNING_FILE": "none", "PYTHONUNBUFFERED": "1",
-           "UCX_TLS": "tcp,self,sm"} | NO_BLAS_POOL
-    results = GUEST.run_hosts([launch, launch], timeout=400, env=env, echo=False)
-    now = time.time()
-    res = Result(["mpiexec on rchost0, its proxy on rchost1:", launch], max(rc for rc, _ in results),
-                 [Line(now, "out", text) for _, out in results for text in out.splitlines()])
+           "RDMACOLL_TIMEOUT": "120", "UCX_TLS": "tcp,self,sm"} | NO_BLAS_POOL
+    for attempt in (1, 2):
+        results = GUEST.run_hosts([launch, launch], timeout=240, env=env, echo=False)
+        now = time.time()
+        res = Result(["mpiexec on rchost0, its proxy on rchost1:", launch], max(rc for rc, _ in results),
+                     [Line(now, "out", text) for _, out in results for text in out.splitlines()])
+        if res.select(kind="where") or attempt == 2:
+            break
+        # No rank reached init(): the two emulated machines did not get the job started
+        # (hydra's proxy across them; once in ~13 runs here, output lost to a timeout then).
+        # Once more, saying so; a job that started and failed is never run again.
+        warnings.warn(f"two guests: the job never started (status {res.returncode}); once more. "
+                      f"Its output:\n{res.output(60)}")
     cases = check_across_hosts(res, 2, 2, "ibverbs", algos)
     print(f"two hosts: {len(cases)} cases right; ranks reach their host peer by shm, the others by ibverbs")
