@@ -63,9 +63,11 @@ def launch_group(launches, nranks, thresholds):
     key = (nranks, thresholds)
     if key not in launches:
         algos = ALGORITHMS if nranks > 1 else ["default"]
-        args = ["--large-modes", "rotate", "--algos", ",".join(algos)]
-        if nranks in EXTRA_WORLDS:   # (and one mode per dtype and op: 1-4 ranks run them all)
-            args += ["--sizes", EXTRA_WORLDS[nranks], "--rotate-above", -1]
+        # one mode per (dtype, op) above 64 Ki elements; at 5 and 8 ranks at every size
+        # (1-4 ranks run every mode)
+        args = ["--algos", ",".join(algos), "--rotate-above", -1 if nranks in EXTRA_WORLDS else 65536]
+        if nranks in EXTRA_WORLDS:
+            args += ["--sizes", EXTRA_WORLDS[nranks]]
         if nranks in EXTRA_WORLDS or thresholds != "default":
             args += SUBSET
         # The 64 MiB case costs seconds per run: run it where it says most.

@@ -175,10 +175,10 @@ def test_two_hosts_in_network_namespaces(rules):
         tb.destroy()
         pytest.skip(f"cannot create network namespaces here: {e}")
     try:
-        launch = Launch(4, "allreduce_matrix.py", ["--large-modes", "rotate", "--sizes", SIZES], env=env,
+        launch = Launch(4, "allreduce_matrix.py", ["--rotate-above", 65536, "--sizes", SIZES], env=env,
                         timeout=240)
         workers = Path(launch.script)
-        launch.command = tb.mpiexec_command(mpiexec, 2, [sys.executable, str(workers), "--large-modes", "rotate",
+        launch.command = tb.mpiexec_command(mpiexec, 2, [sys.executable, str(workers), "--rotate-above", "65536",
                                                          "--sizes", SIZES])
         with launch:
             res = launch.finish()

@@ -1,6 +1,7 @@
 """Every dtype x op x size x mode of rc.allreduce against a NumPy reference.
 
-    mpiexec -n N python allreduce_matrix.py [--sizes 0,1,7] [--big-mib 64] [--large-modes rotate]
+    mpiexec -n N python allreduce_matrix.py [--sizes 0,1,7] [--big-mib 64] [--rotate-above 65536]
+                                            [--dtypes ...] [--ops ...] [--no-mixed]
                                             [--algos default,ring,...] [--big-algos default]
 
 --algos runs the matrix once per algorithm, each in its own init() ... shutdown() with
@@ -8,9 +9,9 @@
 serves every algorithm (a launch costs ~2 s of Python start-up per rank, the matrix less).
 Records, each with its "algo": one "fail" per wrong case, then "done" with the number of
 cases, the algorithms used (by message size) and whether every rank got bit-identical
-results. The ranks take
-turns computing the NumPy reference (one checker per count, dtype and op): the others'
-results are right when their bytes equal the checker's, which every rank compares.
+results. The ranks take turns computing the NumPy reference (one checker per count, dtype
+and op): the others' results are right when their bytes equal the checker's, which every
+rank compares.
 """
 import argparse
 
@@ -58,9 +59,8 @@ def body():
     ap = argparse.ArgumentParser()
     ap.add_argument("--sizes", default=",".join(map(str, SIZES)))
     ap.add_argument("--big-mib", type=int, default=0)
-    ap.add_argument("--large-modes", choices=["all", "rotate"], default="all",
-                    help="sizes above --rotate-above elements: every mode, or one mode per (dtype, op)")
-    ap.add_argument("--rotate-above", type=int, default=65536)
+    ap.add_argument("--rotate-above", type=int, default=None,
+                    help="sizes above this many elements run one mode per (dtype, op), in turn (default: every mode)")
     ap.add_argument("--dtypes", default=",".join(DTYPES), help="a subset of reference.DTYPES")
     ap.add_argument("--ops", default=",".join(OPS), help="a subset of reference.OPS")
     ap.add_argument("--algos", default="default", help="algorithms to force in turn")
@@ -107,7 +107,7 @@ def matrix(rc, a, algo: str, big_mib: int, drawn: dict) -> None:
                     drawn[count, dtype, op] = inputs.get(r, dtype, op).reshape(shape), expected, tol
                 x, expected, tol = drawn[count, dtype, op]
                 modes = MODES
-                if count > a.rotate_above and a.large_modes == "rotate":
+                if a.rotate_above is not None and count > a.rotate_above:
                     modes = [MODES[rotation % len(MODES)]]
                     rotation += 1
                 for mode in modes:
