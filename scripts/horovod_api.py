@@ -113,7 +113,6 @@ _ELASTIC = "elastic training (`hvd.elastic`) is a separate, later piece of work"
 _INTERNAL = ("Horovod-internal helper that leaks into the namespace through its imports "
              "(not in Horovod's API documentation); not provided")
 _PS = "process sets: issue 14, item 1 will add it"
-_PROBE = "capability probe: issue 14, item 7 will add it"
 _TF_SURFACE = "issue 14, item 8 will add it"
 # Why a name is absent: (horovod module or "*", name) -> reason. "*" applies to every module.
 ABSENT_REASONS = {
@@ -124,14 +123,9 @@ ABSENT_REASONS = {
     ("*", "grouped_allgather_async"): "issue 14, item 2 will add it",
     ("*", "grouped_reducescatter"): "issue 14, item 2 will add it",
     ("*", "grouped_reducescatter_async"): "issue 14, item 2 will add it",
-    ("*", "ccl_built"): _PROBE, ("*", "ddl_built"): _PROBE, ("*", "mpi_enabled"): _PROBE,
-    ("*", "gloo_enabled"): _PROBE, ("*", "mpi_threads_supported"): _PROBE, ("*", "mpi_built"): _PROBE,
-    ("*", "nccl_built"): _PROBE, ("*", "gloo_built"): _PROBE, ("*", "cuda_built"): _PROBE,
-    ("*", "rocm_built"): _PROBE,
-    ("*", "start_timeline"): "issue 14, item 7 will add it (today: RDMACOLL_TIMELINE / HOROVOD_TIMELINE)",
-    ("*", "stop_timeline"): "issue 14, item 7 will add it",
     ("horovod.torch", "HorovodInternalError"):
-        "issue 14, item 5 (errors as Horovod raises them); today rdmacoll raises `RdmacollError`",
+        "a failed collective raises `RdmacollError`, a RuntimeError as HorovodInternalError is: "
+        "`except RuntimeError` catches both (docs/torch.md, Errors)",
     ("horovod.tensorflow", "SyncBatchNormalization"): _TF_SURFACE,
     ("*", "rank_op"): _TF_SURFACE, ("*", "size_op"): _TF_SURFACE, ("*", "local_rank_op"): _TF_SURFACE,
     ("*", "local_size_op"): _TF_SURFACE, ("*", "broadcast_global_variables"): _TF_SURFACE,
@@ -139,7 +133,6 @@ ABSENT_REASONS = {
     ("*", "is_homogeneous"): "issue 14, item 8 will add it",
     ("horovod.tensorflow", "grouped_reducescatter"): "issue 14, item 2 will add it",
     ("horovod.tensorflow", "broadcast_"): "in-place broadcast of a variable: issue 14, item 8 (TF surface)",
-    ("horovod.tensorflow", "broadcast_object_fn"): _TF_SURFACE,
     ("*", "check_extension"): _INTERNAL, ("*", "gpu_available"): _INTERNAL, ("*", "split_list"): _INTERNAL,
     ("*", "is_version_greater_equal_than"): _INTERNAL,
     ("horovod.tensorflow", "handle_average_backwards_compatibility"): _INTERNAL,

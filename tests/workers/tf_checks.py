@@ -8,7 +8,9 @@ Run under mpiexec with 2 ranks. Reports through common.emit():
                                      union of the ranks' batches
   done    {checks}
 """
+import json
 import os
+import re
 import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -228,7 +230,8 @@ def gradients(hvd, tf, np):
 @check
 def layout_ops_and_the_rest(hvd, tf, np):
     """rank_op & co. eagerly and in a graph, cross_rank/size, broadcast_, grouped
-    allgather/reducescatter, against what they must be."""
+    allgather/reducescatter, broadcast_object_fn, the capability probes and
+    start/stop_timeline, against what they must be."""
     import rdmacoll.frameworks.tensorflow as hvd   # (the layout ops are horovod.tensorflow's, not keras')
 
     rank, size = hvd.rank(), hvd.size()
@@ -259,6 +262,37 @@ def layout_ops_and_the_rest(hvd, tf, np):
     want = np.arange(size * 2, dtype=np.float32).reshape(size, 2)[rank:rank + 1] * total
     if not (np.array_equal(rs[0].numpy(), want) and np.array_equal(rs[1].numpy(), 2 * want)):
         bad.append(f"grouped_reducescatter {[t.numpy().tolist() for t in rs]}")
+    bcast = hvd.broadcast_object_fn(root_rank=size - 1)
+    for obj, want in (({"from": rank}, {"from": size - 1}), ([rank] * 3, [size - 1] * 3)):
+        got = bcast(obj)
+        if got != want:
+            bad.append(f"broadcast_object_fn gave {got}, not {want}")
+    # Horovod's probes and timeline calls, in both modules (answers: docs/torch.md, Capabilities)
+    import rdmacoll.frameworks.tensorflow.keras as hvdk
+
+    for mod in (hvd, hvdk):
+        answers = [getattr(mod, p)() for p in ("mpi_built", "gloo_built", "ccl_built", "ddl_built", "cuda_built",
+                                               "rocm_built", "mpi_enabled", "gloo_enabled", "nccl_built",
+                                               "mpi_threads_supported")]
+        if answers != [False] * 8 + [0, True]:
+            bad.append(f"{mod.__name__} probes {answers}")
+    import shutil
+    import tempfile
+
+    base = hvd.broadcast_object(tempfile.mkdtemp(prefix="rc-tf-timeline-") if rank == 0 else None, root_rank=0)
+    hvd.start_timeline(os.path.join(base, "tl.json"))
+    hvd.allreduce(tf.ones(2), name="in.timeline")
+    hvd.stop_timeline()
+    hvd.allreduce(tf.ones(2), name="after.timeline")
+    mine = os.path.join(base, f"tl.rank{rank}.json")
+    names = [e.get("args", {}).get("name") for e in json.load(open(mine))["traceEvents"]
+             if e.get("cat") == "op"] if os.path.exists(mine) else None
+    named = {re.sub(r"(\.\d+)+$", "", str(n)) for n in names or ()}     # (TF adds ".<op>.<call>")
+    if names is None or "in.timeline" not in named or "after.timeline" in named:
+        bad.append(f"timeline {mine}: operations named {names}")
+    hvd.allreduce(tf.ones(1), name="timeline.read")   # every rank has read its file
+    if rank == 0:
+        shutil.rmtree(base, ignore_errors=True)
     return not bad, "; ".join(bad[:4])
 
 

@@ -16,10 +16,14 @@ from rdmacoll import (Adasum, Average, Max, Min, Product, RdmacollError, Sum, cr
                       is_homogeneous, is_initialized, local_rank, local_size, rank, shutdown, size)
 import rdmacoll as _rc
 
+from ..capabilities import (ccl_built, cuda_built, ddl_built, gloo_built, gloo_enabled, mpi_built,  # noqa: F401
+                            mpi_enabled, mpi_threads_supported, nccl_built, rocm_built, start_timeline,
+                            stop_timeline)
 from . import callbacks  # noqa: F401
 from .compression import Compression  # noqa: F401
 from .functions import (allgather, allgather_object, allreduce, alltoall, broadcast,  # noqa: F401
-                        broadcast_, broadcast_object, broadcast_variables, grouped_allgather,
+                        broadcast_, broadcast_object, broadcast_object_fn, broadcast_variables,
+                        grouped_allgather,
                         grouped_allreduce, grouped_reducescatter, reducescatter)
 from .sync_batch_norm import SyncBatchNormalization  # noqa: F401
 from .runtime_ops import (local_rank_op, local_size_op, process_set_included_op, rank_op,  # noqa: F401

@@ -195,6 +195,17 @@ def broadcast_object(obj, root_rank=0, session=None, name=None, process_set=glob
     return errors.converted(joinable.broadcast_object)(obj, root_rank, name, process_set)
 
 
+def broadcast_object_fn(root_rank=0, session=None, name=None, process_set=global_process_set):
+    """Horovod's TF1 helper: a function obj -> root_rank's obj, for calling repeatedly
+    (Horovod builds placeholders and runs them in session; here each call broadcasts
+    directly, in any mode, so session is accepted and not needed)."""
+    name = name or "broadcast_object_fn"
+
+    def _bcast(obj):
+        return broadcast_object(obj, root_rank, session, name, process_set)
+    return _bcast
+
+
 def allgather_object(obj, session=None, name=None, process_set=global_process_set):
     """Every rank's picklable obj, as a list in rank order (of process_set's ranks)."""
     return errors.converted(joinable.allgather_object)(obj, name, process_set)

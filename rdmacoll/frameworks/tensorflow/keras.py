@@ -18,6 +18,9 @@ from . import (Average, Compression, DistributedGradientTape, Max, Min,  # noqa:
                init, is_homogeneous, is_initialized, local_rank, local_size, rank, reducescatter, shutdown,
                size)
 from .optimizer import DistributedOptimizer  # noqa: F401  (horovod.tensorflow.keras's signature)
+from ..capabilities import (ccl_built, cuda_built, ddl_built, gloo_built, gloo_enabled, mpi_built,  # noqa: F401
+                            mpi_enabled, mpi_threads_supported, nccl_built, rocm_built, start_timeline,
+                            stop_timeline)
 
 
 def load_model(filepath, custom_optimizers=None, custom_objects=None, compression=Compression.none):

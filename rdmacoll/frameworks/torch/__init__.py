@@ -20,6 +20,9 @@ import rdmacoll as _rc  # noqa: E402
 from rdmacoll import (RdmacollError, RdmacollValueError, is_initialized, local_rank, local_size, rank,  # noqa: E402
                       shutdown, size)
 
+from ..capabilities import (ccl_built, cuda_built, ddl_built, gloo_built, gloo_enabled, mpi_built,  # noqa: E402
+                            mpi_enabled, mpi_threads_supported, nccl_built, rocm_built, start_timeline,
+                            stop_timeline)
 from .compression import Compression  # noqa: E402
 from .functions import (allgather_object, broadcast_object, broadcast_optimizer_state,  # noqa: E402
                         broadcast_parameters)
@@ -55,77 +58,6 @@ def cross_size() -> int:
 
 
 def is_homogeneous() -> bool:
-    return True
-
-
-# Capability probes (Horovod's names; reasoning in docs/torch.md, "Capabilities"): what
-# rdmacoll is built with and uses, not what Horovod would be. rdmacoll links no MPI, Gloo,
-# NCCL, oneCCL, DDL, CUDA or ROCm; MPI (through mpi4py) only starts the job. The
-# verbose argument of horovod.common.util's probes is accepted and ignored.
-
-
-def mpi_built(verbose=False) -> bool:
-    return False
-
-
-def gloo_built(verbose=False) -> bool:
-    return False
-
-
-def nccl_built(verbose=False) -> int:
-    return 0    # Horovod returns NCCL_VERSION_CODE, or 0 without NCCL
-
-
-def ccl_built(verbose=False) -> bool:
-    return False
-
-
-def ddl_built(verbose=False) -> bool:
-    return False
-
-
-def cuda_built(verbose=False) -> bool:
-    return False
-
-
-def rocm_built(verbose=False) -> bool:
-    return False
-
-
-def mpi_enabled() -> bool:
-    return False    # no collective, and no control message, goes through MPI
-
-
-def gloo_enabled() -> bool:
-    return False
-
-
-def _world_core():
-    if not is_initialized():
-        raise RdmacollValueError("rdmacoll has not been initialized; use hvd.init().")
-    import rdmacoll
-
-    return rdmacoll._w().core
-
-
-def start_timeline(file_path, mark_cycles=False):
-    """Horovod's: from now on, write this rank's Chrome trace of every operation to
-    file_path, with ".rank<r>" before its extension (every rank writes its own file:
-    docs/torch.md). Another call closes the previous file first. mark_cycles is accepted:
-    rdmacoll has no negotiation cycles to mark. No HOROVOD_TIMELINE=DYNAMIC is needed."""
-    _world_core().restart_timeline(str(file_path))
-
-
-def stop_timeline():
-    """Close this rank's timeline file (complete JSON); nothing when none is open."""
-    _world_core().restart_timeline("")
-
-
-def mpi_threads_supported() -> bool:
-    """Whether MPI (e.g. mpi4py) may be used next to rdmacoll: yes, from any thread, since
-    rdmacoll makes no MPI call after init(). Raises ValueError before init(), as Horovod."""
-    if not is_initialized():
-        raise RdmacollValueError("rdmacoll has not been initialized; use hvd.init().")
     return True
 
 
