@@ -22,15 +22,23 @@ hits all alike; medians over the rounds; --configs picks a subset):
   horovod        real Horovod's horovod.torch.DistributedOptimizer, zero_grad() default,
                  in the same processes (only where horovod.torch imports, built against
                  the same MPI as mpi4py: ../shared/peers/build-horovod.sh; --no-horovod
-                 leaves it out)
+                 leaves it out). Horovod's runtime is initialised for its own visits only
+                 (hvd.init() before, one untimed step, hvd.shutdown() after): its
+                 background thread polls MPI every cycle whether or not anything is
+                 reduced (measured here with nothing to do: 0.8-1.0 s of CPU per second
+                 on one of the two ranks in 4 of 6 inits, depending on how the ranks'
+                 1 ms cycles line up), which on a rank's only core would slow every
+                 other configuration, as no user running one library sees it.
+                 --horovod-resident keeps it initialised for the whole run instead.
   comm-only rows: the same buckets reduced alone (no compute), rdmacoll and gloo, and
                  Horovod's allreduce of every gradient tensor (what its optimizer submits)
 
-Per step it reports total, compute, communication (alone), exposed (total - compute)
-and hidden (communication - exposed, as a share of communication) time, how long step()
-waited for the reductions (rdmacoll: the exposed communication it saw), the gradient
-tensors and buckets, how often a gradient was copied into its bucket, and draws a bar
-chart (rank 0, matplotlib) of compute vs exposed communication per configuration.
+Per step it reports (each round's time is the slowest rank's) total, compute,
+communication (alone), exposed (total - compute) and hidden (communication - exposed, as
+a share of communication) time, how long step() waited for the reductions (rdmacoll:
+rank 0's wait, which includes waiting for a slower rank), the gradient tensors and
+buckets, how often a gradient was copied into its bucket, every round's times, and draws
+a bar chart (rank 0, matplotlib) of compute vs exposed communication per configuration.
 """
 from __future__ import annotations
 
@@ -39,6 +47,7 @@ import os
 os.environ.setdefault("OMP_WAIT_POLICY", "passive")   # before torch loads its OpenMP
 
 import argparse  # noqa: E402
+import contextlib  # noqa: E402
 import gc  # noqa: E402
 import socket  # noqa: E402
 import statistics  # noqa: E402
@@ -117,6 +126,36 @@ def import_horovod(args):
     return real
 
 
+class HorovodRuntime:
+    """Real Horovod's runtime: initialised only while a Horovod configuration runs (live()),
+    or for the whole run (resident)."""
+
+    def __init__(self, real, resident):
+        self.real, self.resident = real, resident
+        if real is not None and resident:
+            real.init()
+
+    @contextlib.contextmanager
+    def live(self, needed=True):
+        if self.real is None or self.resident or not needed:
+            yield
+            return
+        self.real.init()
+        try:
+            yield
+        finally:
+            self.real.shutdown()
+
+    def warm_steps(self):
+        """Untimed steps at the start of each visit: after hvd.init() Horovod negotiates
+        every tensor afresh (its response cache starts empty)."""
+        return 0 if self.resident else 1
+
+    def close(self):
+        if self.real is not None and self.resident:
+            self.real.shutdown()
+
+
 def make_config(name, args, rank, groups, real=None):
     """One configuration's model, optimizer and step(), kept alive for the whole run (the
     rounds visit every configuration in turn), and a function that reports what the
@@ -162,8 +201,11 @@ def make_config(name, args, rank, groups, real=None):
     return step, stats
 
 
-def visit(step, args):
-    """Mean time of args.steps consecutive steps, the ranks aligned first."""
+def visit(step, args, warm=0):
+    """Mean time of args.steps consecutive steps (after warm untimed ones), the ranks
+    aligned first."""
+    for _ in range(warm):
+        step()
     hvd.barrier()
     t0 = time.perf_counter()
     for _ in range(args.steps):
@@ -171,7 +213,7 @@ def visit(step, args):
     return (time.perf_counter() - t0) / args.steps
 
 
-def comm_only(args, sizes, pg, shapes, real=None):
+def comm_only(args, sizes, pg, shapes, horovod_rt, real=None):
     """The same buckets reduced with nothing else running: rdmacoll, then gloo; and with
     Horovod, every gradient tensor submitted at once (as its optimizer does), then waited for."""
     import rdmacoll
@@ -192,8 +234,11 @@ def comm_only(args, sizes, pg, shapes, real=None):
         handles = [real.allreduce_async_(g, name=f"g{i}") for i, g in enumerate(grads)]
         for h in handles:
             real.synchronize(h)
-    return {"rdmacoll": time_steps(ours, args), "gloo": time_steps(gloo, args),
-            **({"horovod": time_steps(horovod, args)} if real else {})}
+    res = {"rdmacoll": time_steps(ours, args), "gloo": time_steps(gloo, args)}
+    if real:
+        with horovod_rt.live():
+            res["horovod"] = time_steps(horovod, args)
+    return res
 
 
 def binding():
@@ -234,6 +279,9 @@ def main():
     ap.add_argument("--rounds", type=int, default=10, help="visits of every configuration")
     ap.add_argument("--png", default="train_torch.png")
     ap.add_argument("--no-horovod", action="store_true", help="leave real Horovod out even if installed")
+    ap.add_argument("--horovod-resident", action="store_true",
+                    help="keep Horovod initialised for the whole run (its polling thread then "
+                         "shares every configuration's cores), not only during its own visits")
     ap.add_argument("--configs", default=",".join(ALL_CONFIGS),
                     help="comma-separated subset to run (compute and rdmacoll always run: the "
                          "other rows are measured against them)")
@@ -248,8 +296,7 @@ def main():
         dist.init_process_group("gloo")
     hvd.init()
     real = import_horovod(args)
-    if real is not None:
-        real.init()
+    horovod_rt = HorovodRuntime(real, args.horovod_resident)
     rank, size, lsize = hvd.rank(), hvd.size(), hvd.local_size()
     # cores this host's ranks may run on, shared out among them (same for DDP and rdmacoll)
     mine = (socket.gethostname(), sorted(os.sched_getaffinity(0)))
@@ -272,26 +319,34 @@ def main():
     del model
 
     configs = [c for c in ALL_CONFIGS if c in args.configs.split(",") and (c != "horovod" or real)]
-    runs = {c: make_config(c, args, rank, groups, real) for c in configs}
+    runs = {}
     for c in configs:
-        for _ in range(args.warmup):
-            runs[c][0]()
+        with horovod_rt.live(c == "horovod"):
+            runs[c] = make_config(c, args, rank, groups, real)
+            for _ in range(args.warmup):
+                runs[c][0]()
     times = {c: [] for c in configs}
     comm = {}
     for _ in range(args.rounds):   # every round visits every configuration: drift cancels
         for c in configs:
-            times[c].append(visit(runs[c][0], args))
-        for k, v in comm_only(args, runs["rdmacoll"][1]()["buckets"], pg, shapes,
+            with horovod_rt.live(c == "horovod"):
+                times[c].append(visit(runs[c][0], args, horovod_rt.warm_steps() if c == "horovod" else 0))
+        for k, v in comm_only(args, runs["rdmacoll"][1]()["buckets"], pg, shapes, horovod_rt,
                               real if "horovod" in configs else None).items():
             comm.setdefault(k, []).append(v)
+    # each round's time is the slowest rank's: ranks run at different speeds (the two cores
+    # here differ by up to ~8% on the same compute), a synchronous step cannot beat the
+    # slowest, and "exposed" must not count the faster rank waiting for it
+    per_rank = hvd.allgather_object((times, comm))
+    times = {c: [max(r[0][c][i] for r in per_rank) for i in range(len(v))] for c, v in times.items()}
+    comm = {k: [max(r[1][k][i] for r in per_rank) for i in range(len(v))] for k, v in comm.items()}
     extras = {c: runs[c][1]() for c in configs}
     med = {c: statistics.median(v) for c, v in times.items()}
     # exposed: the median over rounds of (step - compute step) of the same round
     exposed_med = {c: statistics.median(t - u for t, u in zip(times[c], times["compute"])) for c in configs}
     cmed = {k: statistics.median(v) for k, v in comm.items()}
     dist.destroy_process_group()
-    if real is not None:
-        real.shutdown()
+    horovod_rt.close()
     if rank != 0:
         return
     compute = med["compute"]
@@ -302,11 +357,16 @@ def main():
           f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY')}")
     for r, b in enumerate(bindings):
         print(f"# rank {r} bound to: {b}")
+    if "horovod" in med:
+        print("# horovod: " + ("initialised for the whole run (--horovod-resident): its polling thread "
+                               "shares every configuration's cores" if args.horovod_resident else
+                               "initialised only for its own visits (hvd.init(), one untimed step, "
+                               "timed steps, hvd.shutdown())"))
     print(f"# rdmacoll buckets: {len(ex['buckets'])}, sizes (MiB) "
           f"{[round(s / 2**20, 2) for s in ex['buckets']]}")
     print(f"# {args.warmup} warm-up steps per configuration, then {args.rounds} rounds visiting every "
-          f"configuration in turn for {args.steps} step(s); medians over the rounds (exposed: of the "
-          f"round's step minus the round's compute step)")
+          f"configuration in turn for {args.steps} step(s); medians over the rounds of the slowest "
+          f"rank's time (exposed: of the round's step minus the round's compute step)")
     print(f"{'config':<16}{'step ms':>9}{'compute':>9}{'comm':>9}{'exposed':>9}{'hidden':>8}"
           f"{'step() wait':>12}{'copies/step':>13}{'x DDP':>7}")
     for c in configs:
@@ -320,6 +380,8 @@ def main():
         wait = extras[c]["wait_per_step"] * 1e3 if ours else float("nan")
         print(f"{c:<16}{t * 1e3:9.1f}{compute * 1e3:9.1f}{comm_t * 1e3:9.1f}{exposed * 1e3:9.1f}"
               f"{hidden * 100:7.0f}%{wait:12.1f}{copies:13.1f}{t / med.get('ddp-gloo', float('nan')):7.2f}")
+    for c in configs:
+        print(f"rounds {c}: " + " ".join(f"{t * 1e3:.0f}" for t in times[c]))
     print(f"comm-only: rdmacoll {cmed['rdmacoll'] * 1e3:.1f} ms, gloo {cmed['gloo'] * 1e3:.1f} ms"
           + (f", horovod {cmed['horovod'] * 1e3:.1f} ms" if "horovod" in cmed else "")
           + f" for {nbytes / 2**20:.0f} MiB of gradients")
