@@ -8,12 +8,15 @@ These need a usable RDMA device. In CI they run inside the Soft-RoCE guest
 elsewhere they skip, saying why.
 
 RDMACOLL_RDMA_MATRIX=ci runs a smaller matrix (what CI's time allows under emulation, where
-4 ranks on the guest's 2 vCPUs cost twice 3: every algorithm and the collectives at 2 and 3
-ranks, sub-communicators at 4, up to 100003 elements, one dtype per element width, one rule
-set per rank count; the 4-rank schedules run over tcp on the host, tests/test_tcp.py); the
-default is the full one. 3-rank collectives and SIGTERM are in the full one only (3
-ranks run the whole allreduce matrix, and SIGTERM kills as SIGKILL does for the verbs
-path: the kernel destroys the queue pairs either way)."""
+4 ranks on the guest's 2 vCPUs cost twice 3: every algorithm at 2 and 3 ranks, the
+collectives at 2 (with and without 4 KiB work requests), sub-communicators at 4, up to
+100003 elements, one dtype per element width, one rule set per rank count; the 4-rank
+schedules run over tcp on the host, tests/test_tcp.py); the default is the full one.
+3-rank collectives, SIGTERM and the transport conformance with 4 KiB work requests are in
+the full one only (3 ranks run the whole allreduce matrix and sub-communicators 4, so
+several peers per rank are covered; SIGTERM kills as SIGKILL does for the verbs path: the
+kernel destroys the queue pairs either way; work requests split at 4 KiB are covered by
+the collectives at 2 ranks)."""
 import os
 import re
 import signal
@@ -69,7 +72,7 @@ def test_default_selection_and_big_message(nranks):
 
 
 @pytest.mark.parametrize("nranks, max_wr", [(2, None), (3, None), (4, None), (2, "4K")] if FULL
-                         else [(2, None), (3, None), (2, "4K")])
+                         else [(2, None), (2, "4K")])
 def test_collectives_match_numpy(nranks, max_wr):
     """allgather, broadcast, reducescatter, alltoall, barrier, grouped_allreduce over verbs,
     with small slots so that parts span several messages and senders wait for credits; and
@@ -107,12 +110,14 @@ def _transport_checks(args, timeout=400):
     return got
 
 
-def test_conformance_with_small_work_requests():
-    """Transport conformance with every work request capped at 4 KiB: writes and reads
-    longer than the device's message limit go as several requests (Soft-RoCE's own limit,
-    max_msg_sz 2 GiB, is beyond the guest's memory, hence the cap, RDMACOLL_IB_MAX_MESSAGE)."""
-    got = _transport_checks(["conformance", "--setting", "ib_max_message=4K"])
-    assert any(r["name"].startswith("immediate_after_payload") for r in got)
+if FULL:   # (defined only there: the guest's suite must not skip; module docstring)
+    def test_conformance_with_small_work_requests():
+        """Transport conformance with every work request capped at 4 KiB: writes and reads
+        longer than the device's message limit go as several requests (Soft-RoCE's own
+        limit, max_msg_sz 2 GiB, is beyond the guest's memory, hence the cap,
+        RDMACOLL_IB_MAX_MESSAGE)."""
+        got = _transport_checks(["conformance", "--setting", "ib_max_message=4K"])
+        assert any(r["name"].startswith("immediate_after_payload") for r in got)
 
 
 def test_write_outside_the_peers_region():
