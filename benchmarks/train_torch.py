@@ -213,9 +213,10 @@ def visit(step, args, warm=0):
     return (time.perf_counter() - t0) / args.steps
 
 
-def comm_only(args, sizes, pg, shapes, horovod_rt, real=None):
+def comm_only(args, sizes, pg, shapes, horovod_rt=None):
     """The same buckets reduced with nothing else running: rdmacoll, then gloo; and with
-    Horovod, every gradient tensor submitted at once (as its optimizer does), then waited for."""
+    Horovod's runtime, every gradient tensor submitted at once (as its optimizer does),
+    then waited for."""
     import rdmacoll
 
     bufs = [torch.ones(n // 4) for n in sizes]
@@ -230,12 +231,13 @@ def comm_only(args, sizes, pg, shapes, horovod_rt, real=None):
         for b in bufs:
             dist.all_reduce(b, group=pg)
 
-    def horovod():
-        handles = [real.allreduce_async_(g, name=f"g{i}") for i, g in enumerate(grads)]
-        for h in handles:
-            real.synchronize(h)
     res = {"rdmacoll": time_steps(ours, args), "gloo": time_steps(gloo, args)}
-    if real:
+    real = horovod_rt.real if horovod_rt is not None else None
+    if real is not None:
+        def horovod():
+            handles = [real.allreduce_async_(g, name=f"g{i}") for i, g in enumerate(grads)]
+            for h in handles:
+                real.synchronize(h)
         with horovod_rt.live():
             res["horovod"] = time_steps(horovod, args)
     return res
@@ -331,8 +333,8 @@ def main():
         for c in configs:
             with horovod_rt.live(c == "horovod"):
                 times[c].append(visit(runs[c][0], args, horovod_rt.warm_steps() if c == "horovod" else 0))
-        for k, v in comm_only(args, runs["rdmacoll"][1]()["buckets"], pg, shapes, horovod_rt,
-                              real if "horovod" in configs else None).items():
+        for k, v in comm_only(args, runs["rdmacoll"][1]()["buckets"], pg, shapes,
+                              horovod_rt if "horovod" in configs else None).items():
             comm.setdefault(k, []).append(v)
     # each round's time is the slowest rank's: ranks run at different speeds (the two cores
     # here differ by up to ~8% on the same compute), a synchronous step cannot beat the

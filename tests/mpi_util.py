@@ -509,6 +509,11 @@ def check_across_hosts(res: Result, nhosts: int, per_host: int, remote: str, alg
     return cases
 
 
+# allreduce_matrix.py's arguments for the forced-algorithm runs: messages above 64 Ki
+# elements run one mode per (dtype, op), in turn (the modes differ in how buffers are passed,
+# not in what the algorithm does with large messages)
+ROTATED_MATRIX = ["--rotate-above", 65536]
+
 # Every allreduce algorithm that runs without mapping peer memory (tcp, ibverbs), forced by
 # size range; two rule sets so that each algorithm sees small and large messages.
 UNMAPPED_RULES = {
@@ -525,7 +530,7 @@ def check_forced_algorithms(nranks: int, env: dict, rules: str, sizes: str, labe
     eager, size-limited) did."""
     import re
 
-    res = run_mpi(nranks, "allreduce_matrix.py", ["--rotate-above", 65536, "--sizes", sizes, *extra],
+    res = run_mpi(nranks, "allreduce_matrix.py", [*ROTATED_MATRIX, "--sizes", sizes, *extra],
                   env=dict(env, RDMACOLL_ALGO=UNMAPPED_RULES[rules]), timeout=timeout)
     done = matrix_results(res, nranks)
     used = set(done[0]["algorithms"])
@@ -540,7 +545,7 @@ def check_forced_algorithms(nranks: int, env: dict, rules: str, sizes: str, labe
 def check_default_selection(nranks: int, env: dict, label: str, timeout=240, extra=()) -> None:
     """The selector's own choice with the default thresholds, up to 16 MiB: right results,
     and only algorithms that run without mapped memory. (`extra`: more worker arguments.)"""
-    res = run_mpi(nranks, "allreduce_matrix.py", ["--rotate-above", 65536, "--sizes", "0,1,1023,100003",
+    res = run_mpi(nranks, "allreduce_matrix.py", [*ROTATED_MATRIX, "--sizes", "0,1,1023,100003",
                                                   "--big-mib", 16, *extra], env=env, timeout=timeout)
     done = matrix_results(res, nranks)
     used = set(done[0]["algorithms"])

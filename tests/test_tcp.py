@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from mpi_util import (UNMAPPED_ALGORITHMS, UNMAPPED_RULES, Launch, check_async, check_default_selection,
-                      check_forced_algorithms, check_killed_peer, keep_siblings_flags, matrix_results,
-                      require_mpiexec, run_mpi)
+from mpi_util import (ROTATED_MATRIX, UNMAPPED_ALGORITHMS, UNMAPPED_RULES, Launch, check_async,
+                      check_default_selection, check_forced_algorithms, check_killed_peer, keep_siblings_flags,
+                      matrix_results, require_mpiexec, run_mpi)
 
 TCP = {"RDMACOLL_TRANSPORT": "tcp"}
 REPO = Path(__file__).resolve().parent.parent
@@ -175,11 +175,10 @@ def test_two_hosts_in_network_namespaces(rules):
         tb.destroy()
         pytest.skip(f"cannot create network namespaces here: {e}")
     try:
-        launch = Launch(4, "allreduce_matrix.py", ["--rotate-above", 65536, "--sizes", SIZES], env=env,
-                        timeout=240)
+        args = [*ROTATED_MATRIX, "--sizes", SIZES]
+        launch = Launch(4, "allreduce_matrix.py", args, env=env, timeout=240)
         workers = Path(launch.script)
-        launch.command = tb.mpiexec_command(mpiexec, 2, [sys.executable, str(workers), "--rotate-above", "65536",
-                                                         "--sizes", SIZES])
+        launch.command = tb.mpiexec_command(mpiexec, 2, [sys.executable, str(workers), *map(str, args)])
         with launch:
             res = launch.finish()
     finally:

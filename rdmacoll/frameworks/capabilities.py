@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from rdmacoll import RdmacollValueError, is_initialized
 
-_NOT_INITIALIZED = "rdmacoll has not been initialized; use hvd.init()."
 
 
 def mpi_built(verbose=False) -> bool:
@@ -49,20 +48,20 @@ def gloo_enabled() -> bool:
     return False
 
 
-def mpi_threads_supported() -> bool:
-    """Whether MPI (e.g. mpi4py) may be used next to rdmacoll: yes, from any thread, since
-    rdmacoll makes no MPI call after init(). Raises ValueError before init(), as Horovod."""
-    if not is_initialized():
-        raise RdmacollValueError(_NOT_INITIALIZED)
-    return True
-
-
 def _world_core():
+    """The job's core communicator; ValueError before init(), as Horovod's calls raise."""
     if not is_initialized():
-        raise RdmacollValueError(_NOT_INITIALIZED)
+        raise RdmacollValueError("rdmacoll has not been initialized; use hvd.init().")
     import rdmacoll
 
     return rdmacoll._w().core
+
+
+def mpi_threads_supported() -> bool:
+    """Whether MPI (e.g. mpi4py) may be used next to rdmacoll: yes, from any thread, since
+    rdmacoll makes no MPI call after init(). Raises ValueError before init(), as Horovod."""
+    _world_core()
+    return True
 
 
 def start_timeline(file_path, mark_cycles=False):
