@@ -130,7 +130,7 @@ def main() -> None:
                     np_col, ratio = f"{'-':>10s}", f"{'-':>6s}"
                 print(f"{name:9s} {nin:3d} {fmt_size(count * itemsize):>9s}"
                       f"   {count * itemsize / t_ours / 1e9:13.2f} {np_col} {ratio}", flush=True)
-            del pool, out
+            pool = out = None  # release before the next size
     for note in notes:
         print(note)
 

@@ -48,7 +48,6 @@ os.environ.setdefault("OMP_WAIT_POLICY", "passive")   # before torch loads its O
 
 import argparse  # noqa: E402
 import contextlib  # noqa: E402
-import gc  # noqa: E402
 import socket  # noqa: E402
 import statistics  # noqa: E402
 import time  # noqa: E402

@@ -78,9 +78,7 @@ def train(epoch):
             loss.backward()
         optimizer.step()
         if batch_idx % args.log_interval == 0 and hvd.rank() == 0:
-            print("Train Epoch: {} [{}/{} ({:.0f}%)]\tLoss: {:.6f}".format(
-                epoch, batch_idx * len(data), len(train_sampler),
-                100. * batch_idx / len(train_loader), loss.item()))
+            print(f"Train Epoch: {epoch} [{batch_idx * len(data)}/{len(train_sampler)} ({100. * batch_idx / len(train_loader):.0f}%)]\tLoss: {loss.item():.6f}")
 
 
 def metric_average(val, name):
@@ -106,8 +104,7 @@ def test():
     test_loss = metric_average(test_loss, "avg_loss")
     test_accuracy = metric_average(float(test_accuracy), "avg_accuracy")
     if hvd.rank() == 0:
-        print("\nTest set: Average loss: {:.4f}, Accuracy: {:.2f}%\n".format(
-            test_loss, 100. * test_accuracy))
+        print(f"\nTest set: Average loss: {test_loss:.4f}, Accuracy: {100. * test_accuracy:.2f}%\n")
     return test_accuracy
 
 

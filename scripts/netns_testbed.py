@@ -57,7 +57,7 @@ class Testbed:
         self._created: list[str] = []
 
     # -- setup / teardown
-    def __enter__(self) -> "Testbed":
+    def __enter__(self) -> Testbed:
         try:
             self.create()
         except BaseException:

@@ -51,7 +51,7 @@ def parse_record(line) -> dict | None:
 # --------------------------------------------------------------------------- launcher
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def find_mpiexec() -> str | None:
     beside = Path(sys.executable).parent / "mpiexec"
     if beside.is_file() and os.access(beside, os.X_OK):
@@ -59,7 +59,7 @@ def find_mpiexec() -> str | None:
     return shutil.which("mpiexec")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def launcher_kind() -> str:
     """'mpich' (hydra, also Intel MPI), 'openmpi', or 'unknown'."""
     exe = require_mpiexec()
@@ -269,7 +269,7 @@ class Launch:
         self.proc = None
 
     # -- running
-    def start(self) -> "Launch":
+    def start(self) -> Launch:
         self._cwd = tempfile.mkdtemp(prefix="rdmacoll-test-")
         self.deadline = time.monotonic() + self.timeout
         self.proc = subprocess.Popen(self.command, cwd=self._cwd, env=self.env, stdin=subprocess.DEVNULL,

@@ -96,6 +96,6 @@ def test_two_hosts_shm_inside_verbs_across():
         # (hydra's proxy across them; once in ~13 runs here, output lost to a timeout then).
         # Once more, saying so; a job that started and failed is never run again.
         warnings.warn(f"two guests: the job never started (status {res.returncode}); once more. "
-                      f"Its output:\n{res.output(60)}")
+                      f"Its output:\n{res.output(60)}", stacklevel=1)
     cases = check_across_hosts(res, 2, 2, "ibverbs", algos)
     print(f"two hosts: {len(cases)} cases right; ranks reach their host peer by shm, the others by ibverbs")

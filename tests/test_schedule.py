@@ -2,7 +2,6 @@
 (csrc/algorithms/schedule.h), for p = 1..64, without any transport."""
 import pytest
 
-from rdmacoll import _core
 from rdmacoll._core import _testing
 
 RANKS = range(1, 65)
@@ -172,9 +171,9 @@ def test_double_binary_tree(p):
 
 def _hosts_layouts():
     yield [0]                                   # one rank
-    for l in (1, 2, 3, 4):                      # l ranks on each of h hosts, in blocks
+    for per in (1, 2, 3, 4):                    # per ranks on each of h hosts, in blocks
         for h in (1, 2, 3, 5):
-            yield [q // l for q in range(l * h)]
+            yield [q // per for q in range(per * h)]
     yield [0, 1, 0, 1, 0, 1]                    # round-robin placement (mpiexec -ppn 1 style)
     yield [0, 0, 0, 1]                          # irregular: 3 + 1
     yield [2, 2, 7, 7, 2, 7]                    # host ids need not be 0..h-1

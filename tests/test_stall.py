@@ -1,7 +1,6 @@
 """Stall inspector: when some ranks started a collective and others have not, the lowest
 rank that started it logs which ranks are missing (RDMACOLL_STALL_WARNING_SECONDS), and
 with RDMACOLL_STALL_SHUTDOWN_SECONDS every rank raises instead of waiting on."""
-import re
 
 import pytest
 

@@ -3,7 +3,6 @@
 tests/test_tcp.py; ibverbs below, where this host has a usable RDMA port)."""
 import pytest
 from rdmacoll import _core
-from rdmacoll._core import _testing
 
 from mpi_util import dev_shm_entries, keep_siblings_flags, run_mpi
 

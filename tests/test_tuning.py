@@ -86,7 +86,7 @@ def _synthetic(alpha, beta, gamma, p=4, sizes=(8, 1 * K, 4 * K, 16 * K, 64 * K, 
     formulas give for the constants, times (1 + noise) per row."""
     rows = []
     for n in sizes:
-        for name, a in _coefficients(n, p).items():
+        for a in _coefficients(n, p).values():
             rows.append((a, float(a @ np.array([alpha, beta, gamma]))))
     if noise is not None:
         rows = [(a, t * (1 + e)) for (a, t), e in zip(rows, noise(len(rows)))]
@@ -110,7 +110,7 @@ def test_fit_recovers_a_true_zero_under_noise(use_scipy):
     rng = np.random.default_rng(3)
     true = (3e-6, 2e-10, 0.0)
     exact_zero = 0
-    for trial in range(20):
+    for _trial in range(20):
         rows = _synthetic(*true, noise=lambda n: rng.uniform(-0.02, 0.02, n))
         x, left_out = fit.fit_cost_model(rows, use_scipy=use_scipy)
         assert left_out == []

@@ -18,8 +18,8 @@ import argparse
 import numpy as np
 from mpi4py import MPI
 
-from common import digest, emit, init, main, raises
-from reference import DTYPES, FLOATS, OPS, SIZES, Inputs, compare, np_dtype, reference
+from common import digest, emit, init, main
+from reference import DTYPES, OPS, SIZES, Inputs, compare, np_dtype, reference
 
 MODES = ["new", "inplace", "out", "empty_inplace"]
 SHAPES = {1023: (3, 341)}  # one size as a 2-D array

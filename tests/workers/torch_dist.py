@@ -163,7 +163,7 @@ def train(backend_group, model, steps, rank, mode):
         ddp.register_comm_hook(backend_group, default_hooks.allreduce_hook)
     opt = torch.optim.SGD(ddp.parameters(), lr=0.05, momentum=0.9)
     g = torch.Generator().manual_seed(100 + rank)
-    for step in range(steps):
+    for _step in range(steps):
         opt.zero_grad()
         micro = 2 if mode == "accumulate" else 1
         for m in range(micro):

@@ -20,7 +20,6 @@ import numpy as np
 from mpi4py import MPI
 
 from common import emit, ignore_launcher_notifications, main, set_rank
-from rdmacoll import _core
 from rdmacoll._core import _testing
 from rdmacoll._core import RdmacollError
 

@@ -35,7 +35,7 @@ def resolve_op(average=None, op=None):
         raise RdmacollValueError("The op parameter supersedes average. Please provide only one of them.")
     if op is None and average is not None:
         warnings.warn("Parameter `average` has been replaced with `op` and will be removed in v1.0",
-                      DeprecationWarning)
+                      DeprecationWarning, stacklevel=3)
     if op is None:
         op = Sum if average is False else Average
     if op not in _OPS:

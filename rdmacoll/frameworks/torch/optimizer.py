@@ -479,7 +479,7 @@ class _DistributedOptimizer:
     def step(self, closure=None):
         if not getattr(self, "_rc_skip", False):
             if self._rc_synchronized:
-                warnings.warn(_STEP_AFTER_SYNCHRONIZE)
+                warnings.warn(_STEP_AFTER_SYNCHRONIZE, stacklevel=2)
             self.synchronize()
         self.stats["steps"] += 1
         self._rc_synchronized = False

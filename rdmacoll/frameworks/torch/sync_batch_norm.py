@@ -28,7 +28,7 @@ class SyncBatchNorm(_BatchNorm):
 
     def _check_input_dim(self, input):
         if input.dim() < 2:
-            raise ValueError("expected at least 2D input (got {}D input)".format(input.dim()))
+            raise ValueError(f"expected at least 2D input (got {input.dim()}D input)")
 
     def forward(self, input):
         self._check_input_dim(input)
