@@ -9,6 +9,7 @@ round, so machine noise hits them alike; each round times a batch of iterations
 (barrier-aligned, the slowest rank's time counts) and the table reports the median
 round. busbw = algbw * 2(n-1)/n, as nccl-tests prints it.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -88,16 +89,22 @@ def main() -> None:
 
     if comm.Get_rank() == 0:
         algo = rc._comm.selected_algorithm
-        print(f"\nallreduce float32 Sum, {n} ranks, median of {args.reps} rounds "
-              f"(MPI: {MPI.Get_library_version().splitlines()[0].strip()})")
-        hdr = (f"{'size':>10} {'algo':>6} | {'mpi us':>9} {'busbw':>6} | {'rc us':>9} {'busbw':>6} {'x mpi':>6} |"
-               f" {'empty us':>9} {'busbw':>6} {'x mpi':>6} | #wrong")
+        print(
+            f"\nallreduce float32 Sum, {n} ranks, median of {args.reps} rounds "
+            f"(MPI: {MPI.Get_library_version().splitlines()[0].strip()})"
+        )
+        hdr = (
+            f"{'size':>10} {'algo':>6} | {'mpi us':>9} {'busbw':>6} | {'rc us':>9} {'busbw':>6} {'x mpi':>6} |"
+            f" {'empty us':>9} {'busbw':>6} {'x mpi':>6} | #wrong"
+        )
         print(hdr)
         for nbytes, med, wrong in rows:
             bw = {k: nbytes / v / 1e9 * factor for k, v in med.items()}
-            print(f"{human(nbytes):>10} {algo(nbytes):>6} | {med['mpi'] * 1e6:9.2f} {bw['mpi']:6.2f} |"
-                  f" {med['rc'] * 1e6:9.2f} {bw['rc']:6.2f} {med['mpi'] / med['rc']:6.2f} |"
-                  f" {med['rc.empty'] * 1e6:9.2f} {bw['rc.empty']:6.2f} {med['mpi'] / med['rc.empty']:6.2f} | {wrong}")
+            print(
+                f"{human(nbytes):>10} {algo(nbytes):>6} | {med['mpi'] * 1e6:9.2f} {bw['mpi']:6.2f} |"
+                f" {med['rc'] * 1e6:9.2f} {bw['rc']:6.2f} {med['mpi'] / med['rc']:6.2f} |"
+                f" {med['rc.empty'] * 1e6:9.2f} {bw['rc.empty']:6.2f} {med['mpi'] / med['rc.empty']:6.2f} | {wrong}"
+            )
         print("busbw in GB/s; 'x mpi' = MPI time / rdmacoll time (higher is better)")
     rc.shutdown()
 

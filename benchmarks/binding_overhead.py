@@ -7,6 +7,7 @@ is the binding's own cost (argument conversion, dtype/shape checks, the communic
 lock) plus the Python wrapper. Printed next to the cheapest possible pybind11 call
 (a property read) for scale. Median of several runs of 200k calls each.
 """
+
 from __future__ import annotations
 
 import statistics

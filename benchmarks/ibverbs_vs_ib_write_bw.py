@@ -19,6 +19,7 @@ Per round and size, three measurements, one after the other (never two at once):
 The table shows medians over rounds and the ratios to ib_write_bw. Under emulation the
 absolute numbers mean nothing; the ratios are the result.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -39,8 +40,7 @@ WORLD = MPI.COMM_WORLD
 
 def ib_write_bw(device: str, gid_index: int, size: int, iters: int, port: int) -> float:
     """MB/s (10^6 bytes) that ib_write_bw reports as its average, server and client here."""
-    args = ["ib_write_bw", "-d", device, "-x", str(gid_index), "-s", str(size), "-n", str(iters), "-F",
-            "-p", str(port)]
+    args = ["ib_write_bw", "-d", device, "-x", str(gid_index), "-s", str(size), "-n", str(iters), "-F", "-p", str(port)]
     server = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         for _ in range(50):  # the client needs the server listening
@@ -138,8 +138,10 @@ def main() -> None:
         print(f"{'size':>9} {'ib_write_bw':>12} {'write loop':>11} {'ratio':>6} {'allreduce busbw':>16} {'ratio':>6}")
         for size in sizes:
             m = {k: statistics.median(v) for k, v in rows[size].items()}
-            print(f"{size:>9} {m['ib']:>12.0f} {m['loop']:>11.0f} {m['loop'] / m['ib']:>6.2f} {m['ar']:>16.0f} "
-                  f"{m['ar'] / m['ib']:>6.2f}")
+            print(
+                f"{size:>9} {m['ib']:>12.0f} {m['loop']:>11.0f} {m['loop'] / m['ib']:>6.2f} {m['ar']:>16.0f} "
+                f"{m['ar'] / m['ib']:>6.2f}"
+            )
     rc.shutdown()
 
 

@@ -8,6 +8,7 @@ Blocks of `calls` synchronous hvd.allreduce calls alternate between the two form
 order flips every block, both ranks switch together); the table shows each form's median
 block time per call and the median of the paired block differences.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -37,8 +38,8 @@ def main():
     t = torch.ones(2)
     per_call = {form: [] for form in forms}
     try:
-        for b in range(args.blocks + 2):   # the first two blocks warm up
-            for form in (forms if b % 2 == 0 else reversed(list(forms))):
+        for b in range(args.blocks + 2):  # the first two blocks warm up
+            for form in forms if b % 2 == 0 else reversed(list(forms)):
                 _join.allreduce_async = forms[form]
                 hvd.allreduce(t, op=hvd.Sum)
                 t0 = time.perf_counter()

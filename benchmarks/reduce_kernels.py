@@ -16,6 +16,7 @@ bfloat16 arrays come from ml_dtypes (pip install ml_dtypes); without it those ro
 skipped. The 64 MiB rows measure memory bandwidth, the 256 KiB rows the kernel itself
 (inputs and output stay in L2/L3).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -95,8 +96,7 @@ def main() -> None:
     op_sum = _core.Sum
     rng = np.random.default_rng(0)
     notes = []
-    header = (f"{'dtype':9s} {'nin':>3s} {'size':>9s}   {'rdmacoll GB/s':>13s}"
-              f" {'numpy GB/s':>10s} {'ratio':>6s}")
+    header = f"{'dtype':9s} {'nin':>3s} {'size':>9s}   {'rdmacoll GB/s':>13s} {'numpy GB/s':>10s} {'ratio':>6s}"
     print(header)
     print("-" * len(header))
     for name in dtypes:
@@ -128,8 +128,11 @@ def main() -> None:
                     ratio = f"{t_np / t_ours:6.2f}"
                 else:
                     np_col, ratio = f"{'-':>10s}", f"{'-':>6s}"
-                print(f"{name:9s} {nin:3d} {fmt_size(count * itemsize):>9s}"
-                      f"   {count * itemsize / t_ours / 1e9:13.2f} {np_col} {ratio}", flush=True)
+                print(
+                    f"{name:9s} {nin:3d} {fmt_size(count * itemsize):>9s}"
+                    f"   {count * itemsize / t_ours / 1e9:13.2f} {np_col} {ratio}",
+                    flush=True,
+                )
             pool = out = None  # release before the next size
     for note in notes:
         print(note)

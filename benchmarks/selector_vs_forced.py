@@ -24,6 +24,7 @@ Columns: time per algorithm (us), the best forced one, the selector's choice and
 time, "sel/best" (selector time / best forced time: 1.00 is perfect, the target is at
 most 1.15), and "x mpi" (MPI time / selector time: at least 1.00 is the target).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -51,8 +52,12 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=3, help="rounds (median reported)")
     ap.add_argument("--target-seconds", type=float, default=0.1, help="per batch")
     ap.add_argument("--algos", default="", help="comma-separated subset of the forced algorithms")
-    ap.add_argument("--memory", choices=("user", "empty"), default="user",
-                    help="plain NumPy arrays (user memory) or rc.empty arrays (library memory)")
+    ap.add_argument(
+        "--memory",
+        choices=("user", "empty"),
+        default="user",
+        help="plain NumPy arrays (user memory) or rc.empty arrays (library memory)",
+    )
     ap.add_argument("--json", help="also write the table's numbers to this file (rank 0)")
     ap.add_argument("--combine", nargs="+", metavar="JSON", help="summarise launches written with --json; runs nothing")
     args = ap.parse_args()
@@ -106,10 +111,17 @@ def main() -> None:
     if comm.Get_rank() != 0:
         return
     med = {c: {nb: statistics.median(v) for nb, v in per.items()} for c, per in samples.items()}
-    short = {"recursive_doubling": "rd", "halving_doubling": "hd", "ring_slots": "ring_sl",
-             "direct>ring_slots": "d>ring_sl", "direct>recursive_doubling": "d>rd"}
-    print(f"\nallreduce float32 Sum in place ({args.memory} memory), {n} ranks, median of {args.reps} rounds, time in us "
-          f"(MPI: {MPI.Get_library_version().splitlines()[0].strip()})")
+    short = {
+        "recursive_doubling": "rd",
+        "halving_doubling": "hd",
+        "ring_slots": "ring_sl",
+        "direct>ring_slots": "d>ring_sl",
+        "direct>recursive_doubling": "d>rd",
+    }
+    print(
+        f"\nallreduce float32 Sum in place ({args.memory} memory), {n} ranks, median of {args.reps} rounds, time in us "
+        f"(MPI: {MPI.Get_library_version().splitlines()[0].strip()})"
+    )
     head = f"{'size':>8} " + " ".join(f"{short.get(a, a):>8}" for a in algos)
     print(head + f" | {'best':>8} {'selector':>17} {'sel/best':>8} | {'mpi':>8} {'x mpi':>6}")
     worst = 0.0
@@ -120,12 +132,23 @@ def main() -> None:
         sel = med[None][nb]
         ratio = sel / forced[best]
         worst = max(worst, ratio)
-        rows.append({"bytes": nb, "forced": forced, "best": best, "selector": chosen[nb], "selector_s": sel,
-                     "sel_best": ratio, "mpi_s": med["mpi"][nb]})
+        rows.append(
+            {
+                "bytes": nb,
+                "forced": forced,
+                "best": best,
+                "selector": chosen[nb],
+                "selector_s": sel,
+                "sel_best": ratio,
+                "mpi_s": med["mpi"][nb],
+            }
+        )
         cells = " ".join(f"{forced[a] * 1e6:8.1f}" for a in algos)
         pick = f"{short.get(chosen[nb], chosen[nb])} {sel * 1e6:.1f}"
-        print(f"{human(nb):>8} {cells} | {short.get(best, best):>8} {pick:>17} {ratio:8.2f} |"
-              f" {med['mpi'][nb] * 1e6:8.1f} {med['mpi'][nb] / sel:6.2f}")
+        print(
+            f"{human(nb):>8} {cells} | {short.get(best, best):>8} {pick:>17} {ratio:8.2f} |"
+            f" {med['mpi'][nb] * 1e6:8.1f} {med['mpi'][nb] / sel:6.2f}"
+        )
     print(f"worst sel/best: {worst:.2f} (target <= 1.15)")
     if args.json:
         with open(args.json, "w") as f:
@@ -138,9 +161,14 @@ def combine(paths) -> None:
         with open(p) as f:
             runs.append(json.load(f))
     kinds = {(r["ranks"], r["memory"]) for r in runs}
-    print(f"selector / best forced, {len(runs)} launches ({', '.join(f'{n} ranks, {m} memory' for n, m in sorted(kinds))})")
-    print(f"{'size':>8} " + " ".join(f"{'run ' + str(i + 1):>6}" for i in range(len(runs)))
-          + f" {'median':>7}   {'x mpi (median)':>14}")
+    print(
+        f"selector / best forced, {len(runs)} launches ({', '.join(f'{n} ranks, {m} memory' for n, m in sorted(kinds))})"
+    )
+    print(
+        f"{'size':>8} "
+        + " ".join(f"{'run ' + str(i + 1):>6}" for i in range(len(runs)))
+        + f" {'median':>7}   {'x mpi (median)':>14}"
+    )
     worst = 0.0
     by_size = {}
     for r in runs:

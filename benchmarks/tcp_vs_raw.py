@@ -20,6 +20,7 @@ kernel. One-way shows what a link carries when only one direction is busy; on th
 development machine that is about twice the per-direction rate of the exchange, so no
 allreduce over TCP reaches it.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -142,15 +143,21 @@ def main():
         b8 = np.zeros(8, np.uint8)
         lat["raw"].append(time_batch(lambda: ping_pong(sock, rank, b8), 500, comm))
     if rank == 0:
-        print(f"# 2 ranks, float32 Sum, transport {rc._comm.transport}, median of {a.rounds} rounds; "
-              f"load average {os.getloadavg()[0]:.1f}")
-        print(f"# {'size':>10} {'rdmacoll GB/s':>14} {'gloo GB/s':>10} {'raw GB/s':>9} {'one-way GB/s':>13} {'vs gloo':>8} {'vs raw':>7}")
+        print(
+            f"# 2 ranks, float32 Sum, transport {rc._comm.transport}, median of {a.rounds} rounds; "
+            f"load average {os.getloadavg()[0]:.1f}"
+        )
+        print(
+            f"# {'size':>10} {'rdmacoll GB/s':>14} {'gloo GB/s':>10} {'raw GB/s':>9} {'one-way GB/s':>13} {'vs gloo':>8} {'vs raw':>7}"
+        )
         for n in sizes:
             med = {k: statistics.median(v) for k, v in results[n].items() if v}
             bw = {k: n / t / 1e9 for k, t in med.items()}
             g = bw.get("gloo")
-            print(f"  {n:>10} {bw['rdmacoll']:>14.3f} {g if g else float('nan'):>10.3f} {bw['raw']:>9.3f} {bw['one-way']:>13.3f} "
-                  f"{(bw['rdmacoll'] / g) if g else float('nan'):>8.2f} {bw['rdmacoll'] / bw['raw']:>7.2f}")
+            print(
+                f"  {n:>10} {bw['rdmacoll']:>14.3f} {g if g else float('nan'):>10.3f} {bw['raw']:>9.3f} {bw['one-way']:>13.3f} "
+                f"{(bw['rdmacoll'] / g) if g else float('nan'):>8.2f} {bw['rdmacoll'] / bw['raw']:>7.2f}"
+            )
         r, p = statistics.median(lat["rdmacoll"]) * 1e6, statistics.median(lat["raw"]) * 1e6
         print(f"# 8 B: rdmacoll allreduce {r:.1f} us, raw TCP ping-pong round trip {p:.1f} us, ratio {r / p:.2f}")
     sock.close()

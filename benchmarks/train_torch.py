@@ -40,11 +40,12 @@ rank 0's wait, which includes waiting for a slower rank), the gradient tensors a
 buckets, how often a gradient was copied into its bucket, every round's times, and draws
 a bar chart (rank 0, matplotlib) of compute vs exposed communication per configuration.
 """
+
 from __future__ import annotations
 
 import os
 
-os.environ.setdefault("OMP_WAIT_POLICY", "passive")   # before torch loads its OpenMP
+os.environ.setdefault("OMP_WAIT_POLICY", "passive")  # before torch loads its OpenMP
 
 import argparse  # noqa: E402
 import contextlib  # noqa: E402
@@ -70,15 +71,28 @@ def build_model(args):
         layers = [nn.Linear(args.width, args.width) for _ in range(args.layers)]
         return nn.Sequential(*[m for lin in layers for m in (lin, nn.ReLU())][:-1])
     if args.model == "cnn":
+
         def block(i, o):
             return nn.Sequential(nn.Conv2d(i, o, 3, padding=1), nn.BatchNorm2d(o), nn.ReLU())
-        return nn.Sequential(block(3, 64), block(64, 128), nn.MaxPool2d(2), block(128, 256),
-                             block(256, 256), nn.MaxPool2d(2), block(256, 512), block(512, 512),
-                             nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(512, 1000))
+
+        return nn.Sequential(
+            block(3, 64),
+            block(64, 128),
+            nn.MaxPool2d(2),
+            block(128, 256),
+            block(256, 256),
+            nn.MaxPool2d(2),
+            block(256, 512),
+            block(512, 512),
+            nn.AdaptiveAvgPool2d(1),
+            nn.Flatten(),
+            nn.Linear(512, 1000),
+        )
     if args.model == "transformer":
         layer = nn.TransformerEncoderLayer(args.width // 4, 8, args.width, batch_first=True)
-        return nn.Sequential(nn.TransformerEncoder(layer, args.layers // 2), nn.Flatten(),
-                             nn.Linear(args.width // 4 * 64, 1000))
+        return nn.Sequential(
+            nn.TransformerEncoder(layer, args.layers // 2), nn.Flatten(), nn.Linear(args.width // 4 * 64, 1000)
+        )
     raise SystemExit(f"unknown model {args.model}")
 
 
@@ -172,8 +186,9 @@ def make_config(name, args, rank, groups, real=None):
             loss_fn(args, ddp(x), y).backward()
             opt.step()
     elif name == "horovod":
-        opt = real.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9),
-                                        named_parameters=model.named_parameters())
+        opt = real.DistributedOptimizer(
+            torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9), named_parameters=model.named_parameters()
+        )
 
         def step():
             opt.zero_grad()
@@ -194,9 +209,13 @@ def make_config(name, args, rank, groups, real=None):
         if not name.startswith("rdmacoll"):
             return {}
         steps = opt.stats["steps"]
-        return {"copies_per_step": opt.stats["copies"] / steps, "wait_per_step": opt.stats["wait_s"] / steps,
-                "launched_in_backward": opt.stats["launched_in_backward"] / steps,
-                "buckets": opt.bucket_sizes()}
+        return {
+            "copies_per_step": opt.stats["copies"] / steps,
+            "wait_per_step": opt.stats["wait_s"] / steps,
+            "launched_in_backward": opt.stats["launched_in_backward"] / steps,
+            "buckets": opt.bucket_sizes(),
+        }
+
     return step, stats
 
 
@@ -233,10 +252,12 @@ def comm_only(args, sizes, pg, shapes, horovod_rt=None):
     res = {"rdmacoll": time_steps(ours, args), "gloo": time_steps(gloo, args)}
     real = horovod_rt.real if horovod_rt is not None else None
     if real is not None:
+
         def horovod():
             handles = [real.allreduce_async_(g, name=f"g{i}") for i, g in enumerate(grads)]
             for h in handles:
                 real.synchronize(h)
+
         with horovod_rt.live():
             res["horovod"] = time_steps(horovod, args)
     return res
@@ -280,12 +301,18 @@ def main():
     ap.add_argument("--rounds", type=int, default=10, help="visits of every configuration")
     ap.add_argument("--png", default="train_torch.png")
     ap.add_argument("--no-horovod", action="store_true", help="leave real Horovod out even if installed")
-    ap.add_argument("--horovod-resident", action="store_true",
-                    help="keep Horovod initialised for the whole run (its polling thread then "
-                         "shares every configuration's cores), not only during its own visits")
-    ap.add_argument("--configs", default=",".join(ALL_CONFIGS),
-                    help="comma-separated subset to run (compute and rdmacoll always run: the "
-                         "other rows are measured against them)")
+    ap.add_argument(
+        "--horovod-resident",
+        action="store_true",
+        help="keep Horovod initialised for the whole run (its polling thread then "
+        "shares every configuration's cores), not only during its own visits",
+    )
+    ap.add_argument(
+        "--configs",
+        default=",".join(ALL_CONFIGS),
+        help="comma-separated subset to run (compute and rdmacoll always run: the "
+        "other rows are measured against them)",
+    )
     args = ap.parse_args()
     unknown = set(args.configs.split(",")) - set(ALL_CONFIGS)
     if unknown:
@@ -328,12 +355,13 @@ def main():
                 runs[c][0]()
     times = {c: [] for c in configs}
     comm = {}
-    for _ in range(args.rounds):   # every round visits every configuration: drift cancels
+    for _ in range(args.rounds):  # every round visits every configuration: drift cancels
         for c in configs:
             with horovod_rt.live(c == "horovod"):
                 times[c].append(visit(runs[c][0], args, horovod_rt.warm_steps() if c == "horovod" else 0))
-        for k, v in comm_only(args, runs["rdmacoll"][1]()["buckets"], pg, shapes,
-                              horovod_rt if "horovod" in configs else None).items():
+        for k, v in comm_only(
+            args, runs["rdmacoll"][1]()["buckets"], pg, shapes, horovod_rt if "horovod" in configs else None
+        ).items():
             comm.setdefault(k, []).append(v)
     # each round's time is the slowest rank's: ranks run at different speeds (the two cores
     # here differ by up to ~8% on the same compute), a synchronous step cannot beat the
@@ -352,53 +380,83 @@ def main():
         return
     compute = med["compute"]
     ex = extras["rdmacoll"]
-    print(f"# model {args.model}: {sum(p.numel() for p in grads) / 1e6:.1f}M parameters, "
-          f"{len(grads)} gradient tensors, average {nbytes / len(grads) / 2**20:.2f} MiB; batch {args.batch}/rank")
-    print(f"# {size} ranks ({lsize} per host), torch {torch.__version__}, torch.set_num_threads({threads}), "
-          f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY')}")
+    print(
+        f"# model {args.model}: {sum(p.numel() for p in grads) / 1e6:.1f}M parameters, "
+        f"{len(grads)} gradient tensors, average {nbytes / len(grads) / 2**20:.2f} MiB; batch {args.batch}/rank"
+    )
+    print(
+        f"# {size} ranks ({lsize} per host), torch {torch.__version__}, torch.set_num_threads({threads}), "
+        f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY')}"
+    )
     for r, b in enumerate(bindings):
         print(f"# rank {r} bound to: {b}")
     if "horovod" in med:
-        print("# horovod: " + ("initialised for the whole run (--horovod-resident): its polling thread "
-                               "shares every configuration's cores" if args.horovod_resident else
-                               "initialised only for its own visits (hvd.init(), one untimed step, "
-                               "timed steps, hvd.shutdown())"))
-    print(f"# rdmacoll buckets: {len(ex['buckets'])}, sizes (MiB) "
-          f"{[round(s / 2**20, 2) for s in ex['buckets']]}")
-    print(f"# {args.warmup} warm-up steps per configuration, then {args.rounds} rounds visiting every "
-          f"configuration in turn for {args.steps} step(s); medians over the rounds of the slowest "
-          f"rank's time (exposed: of the round's step minus the round's compute step)")
-    print(f"{'config':<16}{'step ms':>9}{'compute':>9}{'comm':>9}{'exposed':>9}{'hidden':>8}"
-          f"{'step() wait':>12}{'copies/step':>13}{'x DDP':>7}")
+        print(
+            "# horovod: "
+            + (
+                "initialised for the whole run (--horovod-resident): its polling thread "
+                "shares every configuration's cores"
+                if args.horovod_resident
+                else "initialised only for its own visits (hvd.init(), one untimed step, timed steps, hvd.shutdown())"
+            )
+        )
+    print(f"# rdmacoll buckets: {len(ex['buckets'])}, sizes (MiB) {[round(s / 2**20, 2) for s in ex['buckets']]}")
+    print(
+        f"# {args.warmup} warm-up steps per configuration, then {args.rounds} rounds visiting every "
+        f"configuration in turn for {args.steps} step(s); medians over the rounds of the slowest "
+        f"rank's time (exposed: of the round's step minus the round's compute step)"
+    )
+    print(
+        f"{'config':<16}{'step ms':>9}{'compute':>9}{'comm':>9}{'exposed':>9}{'hidden':>8}"
+        f"{'step() wait':>12}{'copies/step':>13}{'x DDP':>7}"
+    )
     for c in configs:
         t = med[c]
-        comm_t = {"rdmacoll": cmed["rdmacoll"], "rdmacoll-views": cmed["rdmacoll"], "ddp-gloo": cmed["gloo"],
-                  "ddp-rdmacoll": cmed["rdmacoll"], "horovod": cmed.get("horovod", 0.0)}.get(c, 0.0)
+        comm_t = {
+            "rdmacoll": cmed["rdmacoll"],
+            "rdmacoll-views": cmed["rdmacoll"],
+            "ddp-gloo": cmed["gloo"],
+            "ddp-rdmacoll": cmed["rdmacoll"],
+            "horovod": cmed.get("horovod", 0.0),
+        }.get(c, 0.0)
         exposed = max(0.0, exposed_med[c]) if c != "compute" else 0.0
         hidden = max(0.0, min(1.0, (comm_t - exposed) / comm_t)) if comm_t else 0.0
         ours = c.startswith("rdmacoll")
         copies = extras[c]["copies_per_step"] if ours else float("nan")
         wait = extras[c]["wait_per_step"] * 1e3 if ours else float("nan")
-        print(f"{c:<16}{t * 1e3:9.1f}{compute * 1e3:9.1f}{comm_t * 1e3:9.1f}{exposed * 1e3:9.1f}"
-              f"{hidden * 100:7.0f}%{wait:12.1f}{copies:13.1f}{t / med.get('ddp-gloo', float('nan')):7.2f}")
+        print(
+            f"{c:<16}{t * 1e3:9.1f}{compute * 1e3:9.1f}{comm_t * 1e3:9.1f}{exposed * 1e3:9.1f}"
+            f"{hidden * 100:7.0f}%{wait:12.1f}{copies:13.1f}{t / med.get('ddp-gloo', float('nan')):7.2f}"
+        )
     for c in configs:
         print(f"rounds {c}: " + " ".join(f"{t * 1e3:.0f}" for t in times[c]))
-    print(f"comm-only: rdmacoll {cmed['rdmacoll'] * 1e3:.1f} ms, gloo {cmed['gloo'] * 1e3:.1f} ms"
-          + (f", horovod {cmed['horovod'] * 1e3:.1f} ms" if "horovod" in cmed else "")
-          + f" for {nbytes / 2**20:.0f} MiB of gradients")
+    print(
+        f"comm-only: rdmacoll {cmed['rdmacoll'] * 1e3:.1f} ms, gloo {cmed['gloo'] * 1e3:.1f} ms"
+        + (f", horovod {cmed['horovod'] * 1e3:.1f} ms" if "horovod" in cmed else "")
+        + f" for {nbytes / 2**20:.0f} MiB of gradients"
+    )
     if "horovod" in med:
         step_ratio = statistics.median(a / b for a, b in zip(times["rdmacoll"], times["horovod"]))
         ours, theirs = exposed_med["rdmacoll"], exposed_med["horovod"]
         ratio = f"{max(0.0, ours) / theirs:.2f}x" if theirs > 0 else "n/a (Horovod exposed nothing)"
-        print(f"vs horovod: step {step_ratio:.2f}x (median of the rounds' ratios), exposed {ratio} "
-              f"({ours * 1e3:.1f} ms against {theirs * 1e3:.1f} ms)")
+        print(
+            f"vs horovod: step {step_ratio:.2f}x (median of the rounds' ratios), exposed {ratio} "
+            f"({ours * 1e3:.1f} ms against {theirs * 1e3:.1f} ms)"
+        )
     else:
         left_out = args.no_horovod or "horovod" not in args.configs.split(",")
-        print("horovod: not measured (" + ("left out by --configs/--no-horovod" if left_out
-                                           else "horovod.torch does not import here") + ")")
+        print(
+            "horovod: not measured ("
+            + ("left out by --configs/--no-horovod" if left_out else "horovod.torch does not import here")
+            + ")"
+        )
     try:
-        draw(args.png, [(c, med[c]) for c in configs], compute,
-             f"{args.model}, {size} ranks, batch {args.batch}/rank, {threads} thread(s)/rank")
+        draw(
+            args.png,
+            [(c, med[c]) for c in configs],
+            compute,
+            f"{args.model}, {size} ranks, batch {args.batch}/rank, {threads} thread(s)/rank",
+        )
         print(f"chart: {args.png}")
     except ImportError:
         print("chart: skipped (pip install matplotlib)")

@@ -7,6 +7,7 @@ What differs from Horovod's script is what Keras 3 itself requires (a `.keras`
 checkpoint name, no `experimental_run_tf_function`) and random images instead of a
 download.
 """
+
 import argparse
 import os
 
@@ -45,47 +46,43 @@ mnist_images = rng.integers(0, 256, size=(2048, 28, 28), dtype=np.uint8)
 mnist_labels = rng.integers(0, 10, size=(2048,), dtype=np.int64)
 
 dataset = tf.data.Dataset.from_tensor_slices(
-    (tf.cast(mnist_images[..., tf.newaxis] / 255.0, tf.float32),
-     tf.cast(mnist_labels, tf.int64))
+    (tf.cast(mnist_images[..., tf.newaxis] / 255.0, tf.float32), tf.cast(mnist_labels, tf.int64))
 )
 dataset = dataset.repeat().shuffle(10000).batch(args.batch_size)
 
-mnist_model = tf.keras.Sequential([
-    tf.keras.Input((28, 28, 1)),
-    tf.keras.layers.Conv2D(32, [3, 3], activation="relu"),
-    tf.keras.layers.Conv2D(64, [3, 3], activation="relu"),
-    tf.keras.layers.MaxPooling2D(pool_size=(2, 2)),
-    tf.keras.layers.Dropout(0.25),
-    tf.keras.layers.Flatten(),
-    tf.keras.layers.Dense(128, activation="relu"),
-    tf.keras.layers.Dropout(0.5),
-    tf.keras.layers.Dense(10, activation="softmax"),
-])
+mnist_model = tf.keras.Sequential(
+    [
+        tf.keras.Input((28, 28, 1)),
+        tf.keras.layers.Conv2D(32, [3, 3], activation="relu"),
+        tf.keras.layers.Conv2D(64, [3, 3], activation="relu"),
+        tf.keras.layers.MaxPooling2D(pool_size=(2, 2)),
+        tf.keras.layers.Dropout(0.25),
+        tf.keras.layers.Flatten(),
+        tf.keras.layers.Dense(128, activation="relu"),
+        tf.keras.layers.Dropout(0.5),
+        tf.keras.layers.Dense(10, activation="softmax"),
+    ]
+)
 
 # Horovod: adjust learning rate based on number of GPUs.
 scaled_lr = 0.001 * hvd.size()
 opt = tf.optimizers.Adam(scaled_lr)
 
 # Horovod: add Horovod DistributedOptimizer.
-opt = hvd.DistributedOptimizer(
-    opt, backward_passes_per_step=1, average_aggregated_gradients=True)
+opt = hvd.DistributedOptimizer(opt, backward_passes_per_step=1, average_aggregated_gradients=True)
 
-mnist_model.compile(loss=tf.losses.SparseCategoricalCrossentropy(),
-                    optimizer=opt,
-                    metrics=["accuracy"])
+mnist_model.compile(loss=tf.losses.SparseCategoricalCrossentropy(), optimizer=opt, metrics=["accuracy"])
 
 callbacks = [
     # Horovod: broadcast initial variable states from rank 0 to all other processes.
     # This is necessary to ensure consistent initialization of all workers when
     # training is started with random weights or restored from a checkpoint.
     hvd.callbacks.BroadcastGlobalVariablesCallback(0),
-
     # Horovod: average metrics among workers at the end of every epoch.
     #
     # Note: This callback must be in the list before the ReduceLROnPlateau,
     # TensorBoard or other metrics-based callbacks.
     hvd.callbacks.MetricAverageCallback(),
-
     # Horovod: using `lr = 1.0 * hvd.size()` from the very beginning leads to worse final
     # accuracy. Scale the learning rate `lr = 1.0` ---> `lr = 1.0 * hvd.size()` during
     # the first three epochs. See https://arxiv.org/abs/1706.02677 for details.
@@ -101,5 +98,10 @@ verbose = 1 if hvd.rank() == 0 else 0
 
 # Train the model.
 # Horovod: adjust number of steps based on number of GPUs.
-mnist_model.fit(dataset, steps_per_epoch=args.steps_per_epoch // hvd.size(), callbacks=callbacks,
-                epochs=args.epochs, verbose=verbose)
+mnist_model.fit(
+    dataset,
+    steps_per_epoch=args.steps_per_epoch // hvd.size(),
+    callbacks=callbacks,
+    epochs=args.epochs,
+    verbose=verbose,
+)

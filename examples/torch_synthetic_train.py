@@ -4,6 +4,7 @@ running on rdmacoll. The only rdmacoll-specific line is the import: it was
 
     mpiexec -n 2 python examples/torch_synthetic_train.py --epochs 2
 """
+
 import argparse
 
 import torch
@@ -25,8 +26,9 @@ parser.add_argument("--no-cuda", action="store_true", default=False, help="disab
 parser.add_argument("--seed", type=int, default=42, help="random seed")
 parser.add_argument("--log-interval", type=int, default=10, help="batches between logs")
 parser.add_argument("--fp16-allreduce", action="store_true", default=False, help="fp16 compression")
-parser.add_argument("--batches-per-allreduce", type=int, default=1,
-                    help="number of batches processed locally before the allreduce")
+parser.add_argument(
+    "--batches-per-allreduce", type=int, default=1, help="number of batches processed locally before the allreduce"
+)
 parser.add_argument("--gradient-predivide-factor", type=float, default=1.0)
 parser.add_argument("--train-size", type=int, default=2048, help="synthetic training samples")
 parser.add_argument("--test-size", type=int, default=512, help="synthetic test samples")
@@ -69,8 +71,8 @@ def train(epoch):
         optimizer.zero_grad()
         # Split data into sub-batches of size batch_size
         for i in range(0, len(data), args.batch_size):
-            data_batch = data[i:i + args.batch_size]
-            target_batch = target[i:i + args.batch_size]
+            data_batch = data[i : i + args.batch_size]
+            target_batch = target[i : i + args.batch_size]
             output = model(data_batch)
             loss = F.nll_loss(output, target_batch)
             # Average gradients among sub-batches
@@ -78,7 +80,9 @@ def train(epoch):
             loss.backward()
         optimizer.step()
         if batch_idx % args.log_interval == 0 and hvd.rank() == 0:
-            print(f"Train Epoch: {epoch} [{batch_idx * len(data)}/{len(train_sampler)} ({100. * batch_idx / len(train_loader):.0f}%)]\tLoss: {loss.item():.6f}")
+            print(
+                f"Train Epoch: {epoch} [{batch_idx * len(data)}/{len(train_sampler)} ({100.0 * batch_idx / len(train_loader):.0f}%)]\tLoss: {loss.item():.6f}"
+            )
 
 
 def metric_average(val, name):
@@ -89,8 +93,8 @@ def metric_average(val, name):
 
 def test():
     model.eval()
-    test_loss = 0.
-    test_accuracy = 0.
+    test_loss = 0.0
+    test_accuracy = 0.0
     with torch.no_grad():
         for data, target in test_loader:
             if args.cuda:
@@ -104,7 +108,7 @@ def test():
     test_loss = metric_average(test_loss, "avg_loss")
     test_accuracy = metric_average(float(test_accuracy), "avg_accuracy")
     if hvd.rank() == 0:
-        print(f"\nTest set: Average loss: {test_loss:.4f}, Accuracy: {100. * test_accuracy:.2f}%\n")
+        print(f"\nTest set: Average loss: {test_loss:.4f}, Accuracy: {100.0 * test_accuracy:.2f}%\n")
     return test_accuracy
 
 
@@ -124,13 +128,13 @@ if __name__ == "__main__":
     train_dataset = synthetic_dataset(args.train_size, 1)
     test_dataset = synthetic_dataset(args.test_size, 2)
     train_sampler = torch.utils.data.distributed.DistributedSampler(
-        train_dataset, num_replicas=hvd.size(), rank=hvd.rank())
-    train_loader = torch.utils.data.DataLoader(train_dataset, batch_size=allreduce_batch_size,
-                                               sampler=train_sampler)
+        train_dataset, num_replicas=hvd.size(), rank=hvd.rank()
+    )
+    train_loader = torch.utils.data.DataLoader(train_dataset, batch_size=allreduce_batch_size, sampler=train_sampler)
     test_sampler = torch.utils.data.distributed.DistributedSampler(
-        test_dataset, num_replicas=hvd.size(), rank=hvd.rank())
-    test_loader = torch.utils.data.DataLoader(test_dataset, batch_size=args.test_batch_size,
-                                              sampler=test_sampler)
+        test_dataset, num_replicas=hvd.size(), rank=hvd.rank()
+    )
+    test_loader = torch.utils.data.DataLoader(test_dataset, batch_size=args.test_batch_size, sampler=test_sampler)
 
     model = Net()
     # By default, Adasum doesn't need scaling up learning rate.
@@ -147,15 +151,17 @@ if __name__ == "__main__":
     compression = hvd.Compression.fp16 if args.fp16_allreduce else hvd.Compression.none
 
     # Horovod: wrap optimizer with DistributedOptimizer.
-    optimizer = hvd.DistributedOptimizer(optimizer,
-                                         named_parameters=model.named_parameters(),
-                                         compression=compression,
-                                         backward_passes_per_step=args.batches_per_allreduce,
-                                         op=hvd.Average,
-                                         gradient_predivide_factor=args.gradient_predivide_factor)
+    optimizer = hvd.DistributedOptimizer(
+        optimizer,
+        named_parameters=model.named_parameters(),
+        compression=compression,
+        backward_passes_per_step=args.batches_per_allreduce,
+        op=hvd.Average,
+        gradient_predivide_factor=args.gradient_predivide_factor,
+    )
 
     for epoch in range(1, args.epochs + 1):
         train(epoch)
         accuracy = test()
     if hvd.rank() == 0:
-        print(f"done: final accuracy {100. * accuracy:.2f}% on {hvd.size()} ranks")
+        print(f"done: final accuracy {100.0 * accuracy:.2f}% on {hvd.size()} ranks")

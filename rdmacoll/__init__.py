@@ -1,11 +1,12 @@
 """rdmacoll: collective communication for data-parallel deep learning.
 
-    import rdmacoll as rc
-    rc.init()                      # under mpiexec; MPI only bootstraps
-    y = rc.allreduce(x)            # Average by default, like Horovod
-    rc.allreduce(x, op=rc.Sum, out=x)   # in place
-    g = rc.empty((1 << 20,), "float32") # zero-copy: memory peers reach directly
+import rdmacoll as rc
+rc.init()                      # under mpiexec; MPI only bootstraps
+y = rc.allreduce(x)            # Average by default, like Horovod
+rc.allreduce(x, op=rc.Sum, out=x)   # in place
+g = rc.empty((1 << 20,), "float32") # zero-copy: memory peers reach directly
 """
+
 from __future__ import annotations
 
 import atexit as _atexit
@@ -14,24 +15,60 @@ from . import _core
 from ._core import Average, Handle, Max, Min, Product, RdmacollError, RdmacollValueError, Sum
 from . import adasum as _adasum
 from .adasum import ADASUM as Adasum
-from .grouped import (grouped_allgather, grouped_allgather_async, grouped_reducescatter,
-                      grouped_reducescatter_async)
+from .grouped import grouped_allgather, grouped_allgather_async, grouped_reducescatter, grouped_reducescatter_async
 from .process_sets import TABLE as _SETS
 from .process_sets import ProcessSet, add_process_set, global_process_set, remove_process_set
 from .process_sets import broadcast_comm as _broadcast_comm
 from .process_sets import comm_of as _comm_of
 
 __all__ = [
-    "init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size",
-    "cross_rank", "cross_size", "is_homogeneous",
-    "allreduce", "grouped_allreduce", "grouped_allgather", "grouped_reducescatter", "allgather", "broadcast",
-    "reducescatter", "alltoall",
-    "barrier", "empty", "algorithms", "broadcast_object", "allgather_object",
-    "allreduce_async", "grouped_allreduce_async", "grouped_allgather_async",
-    "grouped_reducescatter_async", "allgather_async", "broadcast_async",
-    "reducescatter_async", "alltoall_async", "barrier_async", "poll", "synchronize", "Handle",
-    "Sum", "Average", "Min", "Max", "Product", "Adasum", "RdmacollError", "RdmacollValueError",
-    "ProcessSet", "global_process_set", "add_process_set", "remove_process_set",
+    "init",
+    "shutdown",
+    "is_initialized",
+    "rank",
+    "size",
+    "local_rank",
+    "local_size",
+    "cross_rank",
+    "cross_size",
+    "is_homogeneous",
+    "allreduce",
+    "grouped_allreduce",
+    "grouped_allgather",
+    "grouped_reducescatter",
+    "allgather",
+    "broadcast",
+    "reducescatter",
+    "alltoall",
+    "barrier",
+    "empty",
+    "algorithms",
+    "broadcast_object",
+    "allgather_object",
+    "allreduce_async",
+    "grouped_allreduce_async",
+    "grouped_allgather_async",
+    "grouped_reducescatter_async",
+    "allgather_async",
+    "broadcast_async",
+    "reducescatter_async",
+    "alltoall_async",
+    "barrier_async",
+    "poll",
+    "synchronize",
+    "Handle",
+    "Sum",
+    "Average",
+    "Min",
+    "Max",
+    "Product",
+    "Adasum",
+    "RdmacollError",
+    "RdmacollValueError",
+    "ProcessSet",
+    "global_process_set",
+    "add_process_set",
+    "remove_process_set",
 ]
 
 
@@ -77,13 +114,18 @@ def init(config=None, process_sets=None, comm=None) -> None:
 
     dynamic = isinstance(process_sets, str) and process_sets.lower() == "dynamic"
     if isinstance(process_sets, str) and not dynamic:
-        raise ValueError(f"init(process_sets=...) takes a list of ProcessSet objects or \"dynamic\", "
-                         f"got {process_sets!r}")
+        raise ValueError(
+            f'init(process_sets=...) takes a list of ProcessSet objects or "dynamic", got {process_sets!r}'
+        )
     _world = bootstrap(config, comm=comm)
     _comm = _world.core
-    _SETS.start(_comm, _world.rank, _world.size,
-                dynamic or _world.settings.get("dynamic_process_sets", 0),
-                [] if process_sets is None or dynamic else list(process_sets))
+    _SETS.start(
+        _comm,
+        _world.rank,
+        _world.size,
+        dynamic or _world.settings.get("dynamic_process_sets", 0),
+        [] if process_sets is None or dynamic else list(process_sets),
+    )
 
 
 def shutdown() -> None:
@@ -248,8 +290,7 @@ def broadcast_object(obj, root_rank=0, name=None, process_set=None):
     me = rank() == root_rank
     payload = np.frombuffer(pickle.dumps(obj), np.uint8) if me else None
     length = np.array([payload.size if me else 0], np.int64)
-    broadcast(length, root_rank, name=None if name is None else name + ".len", out=length,
-              process_set=process_set)
+    broadcast(length, root_rank, name=None if name is None else name + ".len", out=length, process_set=process_set)
     if not me:
         payload = np.empty(int(length[0]), np.uint8)
     data = broadcast(payload, root_rank, name=name, out=None if me else payload, process_set=process_set)
@@ -263,11 +304,12 @@ def allgather_object(obj, name=None, process_set=None):
     import numpy as np
 
     payload = np.frombuffer(pickle.dumps(obj), np.uint8)
-    lengths = allgather(np.array([payload.size], np.int64),
-                        name=None if name is None else name + ".len", process_set=process_set)
+    lengths = allgather(
+        np.array([payload.size], np.int64), name=None if name is None else name + ".len", process_set=process_set
+    )
     data = memoryview(allgather(payload, name=name, process_set=process_set))
     offsets = np.concatenate(([0], np.cumsum(lengths)))
-    return [pickle.loads(data[offsets[r]:offsets[r + 1]]) for r in range(len(lengths))]
+    return [pickle.loads(data[offsets[r] : offsets[r + 1]]) for r in range(len(lengths))]
 
 
 def poll(handle) -> bool:
@@ -296,7 +338,7 @@ def grouped_allreduce_async(xs, op=Average, name=None, out=None, process_set=Non
     import numpy as np
 
     c = _comm if process_set is None or process_set is global_process_set else _comm_of(process_set, "Allreduce")
-    if op == Adasum:   # each array its own coefficients (adasum.py); a finished Handle
+    if op == Adasum:  # each array its own coefficients (adasum.py); a finished Handle
         return _adasum.grouped_allreduce_async(c, xs, out, name)
     views = [_core._view(x) for x in xs]
     if out is not None and len(out) != len(views):
@@ -309,7 +351,7 @@ def grouped_allreduce_async(xs, op=Average, name=None, out=None, process_set=Non
         fused = c.empty(sum(views[i].size for i in idx), dtype)
         offsets, o = [], 0
         for i in idx:
-            fused[o:o + views[i].size] = views[i].reshape(-1)
+            fused[o : o + views[i].size] = views[i].reshape(-1)
             offsets.append(o)
             o += views[i].size
         parts.append(c.allreduce_async(fused, fused, op, None if name is None else f"{name}.{g}"))
@@ -319,7 +361,7 @@ def grouped_allreduce_async(xs, op=Average, name=None, out=None, process_set=Non
         results = [None] * len(views)
         for fused, idx, offsets in plans:
             for i, o in zip(idx, offsets):
-                r = fused[o:o + views[i].size].reshape(views[i].shape)
+                r = fused[o : o + views[i].size].reshape(views[i].shape)
                 if out is None:
                     results[i] = r
                 else:

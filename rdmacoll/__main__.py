@@ -1,4 +1,5 @@
 """python -m rdmacoll: the `rdmacoll` command (rdmacoll/cli.py)."""
+
 import sys
 
 from .cli import main

@@ -13,6 +13,7 @@ Where lines go: to the user's handlers when logging is configured (a handler on 
 logger or the root logger); otherwise to stderr through a handler of ours, as NCCL_DEBUG
 lines appear without any set-up: "rdmacoll INFO [rank 0] ...".
 """
+
 from __future__ import annotations
 
 import logging

@@ -12,6 +12,7 @@ them there, with rank 0's tuning file, and broadcasts them (ranks that disagreed
 them would run different protocols or choose different algorithms); per-rank settings
 (the interface, the RDMA device) every rank reads from its own environment.
 """
+
 from __future__ import annotations
 
 import json
@@ -92,8 +93,11 @@ def resolve(env=None, config=None, scope=None) -> tuple[dict, dict]:
         text, source = given.get(name), "init(config=)"
         # the variable, then a Horovod switch that sets it (HOROVOD_STALL_CHECK_DISABLE
         # overrides Horovod's times, as in Horovod), then the alias
-        candidates = [(row["env"], None)] + [(var, sets[name]) for var, sets in HOROVOD_SWITCHES.items()
-                                             if name in sets] + [(row["alias"], None)]
+        candidates = (
+            [(row["env"], None)]
+            + [(var, sets[name]) for var, sets in HOROVOD_SWITCHES.items() if name in sets]
+            + [(row["alias"], None)]
+        )
         for var, switched in candidates if text is None else ():
             if not var or not env.get(var, "").strip():
                 continue
@@ -116,8 +120,11 @@ def resolve(env=None, config=None, scope=None) -> tuple[dict, dict]:
 
 def given(config, scope=None) -> dict:
     """The settings of `scope` that init(config=...) sets, parsed: {name: value}."""
-    return {name: _core.parse_setting(name, text) for name, text in _overrides(config).items()
-            if scope is None or TABLE[name]["scope"] == scope}
+    return {
+        name: _core.parse_setting(name, text)
+        for name, text in _overrides(config).items()
+        if scope is None or TABLE[name]["scope"] == scope
+    }
 
 
 def current() -> dict:
@@ -165,8 +172,9 @@ def tuning_path(value: str, env=None) -> str | None:
         return None
     if value:
         if not os.path.isfile(value):
-            raise _core.RdmacollError(f"RDMACOLL_TUNING_FILE={value!r}: no such file (write one with "
-                                      "rdmacoll-bench --tune)")
+            raise _core.RdmacollError(
+                f"RDMACOLL_TUNING_FILE={value!r}: no such file (write one with rdmacoll-bench --tune)"
+            )
         return value
     path = default_tuning_path(env)
     return path if os.path.isfile(path) else None
@@ -195,21 +203,38 @@ def rdmacoll_version() -> str:
 def this_host() -> dict:
     """What ties a tuning entry to a machine and a build: host name, CPU model, cores
     (os.cpu_count), rdmacoll version."""
-    return {"host": socket.gethostname(), "cpu": _cpu_model(), "cores": os.cpu_count() or 1,
-            "rdmacoll": rdmacoll_version()}
+    return {
+        "host": socket.gethostname(),
+        "cpu": _cpu_model(),
+        "cores": os.cpu_count() or 1,
+        "rdmacoll": rdmacoll_version(),
+    }
 
 
 _MACHINE = ("host", "cpu", "cores")
 _KEY = _MACHINE + ("transport", "ranks_per_host")  # one entry per key in a file
-_FIELDS = {"host": str, "cpu": str, "cores": int, "transport": str, "ranks_per_host": int, "rdmacoll": str,
-           "date": str, "cost_model": dict}
+_FIELDS = {
+    "host": str,
+    "cpu": str,
+    "cores": int,
+    "transport": str,
+    "ranks_per_host": int,
+    "rdmacoll": str,
+    "date": str,
+    "cost_model": dict,
+}
 
 
 def tuning_entry(transport: str, ranks_per_host: int, cost_model: dict, measured: dict | None = None) -> dict:
     """An entry of this host: constants for one rank per CPU, measured now over `transport`
     with `ranks_per_host` ranks on this host."""
-    entry = dict(this_host(), transport=transport, ranks_per_host=int(ranks_per_host),
-                 date=time.strftime("%Y-%m-%dT%H:%M:%S"), cost_model=dict(cost_model))
+    entry = dict(
+        this_host(),
+        transport=transport,
+        ranks_per_host=int(ranks_per_host),
+        date=time.strftime("%Y-%m-%dT%H:%M:%S"),
+        cost_model=dict(cost_model),
+    )
     if measured is not None:
         entry["measured"] = measured
     return entry
@@ -242,14 +267,17 @@ def read_tuning_file(path: str) -> tuple[list[dict], str | None]:
         with open(path) as f:
             doc = json.load(f)
     except (OSError, ValueError) as e:
-        raise _core.RdmacollError(f"tuning file {path!r} is unreadable ({e}); rerun rdmacoll-bench --tune "
-                                  "or set RDMACOLL_TUNING_FILE=none") from None
+        raise _core.RdmacollError(
+            f"tuning file {path!r} is unreadable ({e}); rerun rdmacoll-bench --tune or set RDMACOLL_TUNING_FILE=none"
+        ) from None
     if not isinstance(doc, dict):
         raise _core.RdmacollError(f"tuning file {path!r} is not a JSON object; rerun rdmacoll-bench --tune")
     version = doc.get("version", 1)
     if version != TUNING_FILE_VERSION:
-        return [], (f"tuning file {path!r} has version {version!r}, which records neither the host nor the "
-                    f"transport and layout it was measured on (this rdmacoll reads version {TUNING_FILE_VERSION})")
+        return [], (
+            f"tuning file {path!r} has version {version!r}, which records neither the host nor the "
+            f"transport and layout it was measured on (this rdmacoll reads version {TUNING_FILE_VERSION})"
+        )
     entries = doc.get("entries")
     if not isinstance(entries, list):
         raise _core.RdmacollError(f"tuning file {path!r} has no 'entries' list; rerun rdmacoll-bench --tune")
@@ -283,7 +311,8 @@ def add_tuning_entry(path: str, entry: dict) -> str:
         return f"replaced its previous contents ({why})"
     replaced = len(old) - len(kept)
     return (f"kept {len(kept)} other entr{'y' if len(kept) == 1 else 'ies'}" if kept else "no other entries") + (
-        ", replaced this host's entry for the same transport and ranks per host" if replaced else "")
+        ", replaced this host's entry for the same transport and ranks per host" if replaced else ""
+    )
 
 
 def _machine(e: dict) -> str:
@@ -291,7 +320,9 @@ def _machine(e: dict) -> str:
 
 
 def _holds(entries: list[dict]) -> str:
-    return ", ".join(sorted({f"{e['transport']} at {e['ranks_per_host']} ranks per host" for e in entries})) or "nothing"
+    return (
+        ", ".join(sorted({f"{e['transport']} at {e['ranks_per_host']} ranks per host" for e in entries})) or "nothing"
+    )
 
 
 def tuning_match(tuning: dict | None, ranks_per_host: int) -> tuple[list[dict], str | None]:
@@ -307,16 +338,22 @@ def tuning_match(tuning: dict | None, ranks_per_host: int) -> tuple[list[dict], 
         return [], f"tuning file {path!r} holds no entries"
     same = [e for e in entries if all(e[k] == here[k] for k in _MACHINE)]
     if not same:
-        return [], (f"tuning file {path!r} was measured on {'; '.join(sorted({_machine(e) for e in entries}))}, "
-                    f"this is {_machine(here)}")
+        return [], (
+            f"tuning file {path!r} was measured on {'; '.join(sorted({_machine(e) for e in entries}))}, "
+            f"this is {_machine(here)}"
+        )
     now = [e for e in same if e["rdmacoll"] == here["rdmacoll"]]
     if not now:
-        return [], (f"tuning file {path!r} was measured here with rdmacoll "
-                    f"{', '.join(sorted({e['rdmacoll'] for e in same}))}, this is rdmacoll {here['rdmacoll']}")
+        return [], (
+            f"tuning file {path!r} was measured here with rdmacoll "
+            f"{', '.join(sorted({e['rdmacoll'] for e in same}))}, this is rdmacoll {here['rdmacoll']}"
+        )
     fit = [e for e in now if e["ranks_per_host"] == ranks_per_host]
     if not fit:
-        return [], (f"tuning file {path!r} has no entry for {ranks_per_host} ranks per host on this host "
-                    f"(it holds {_holds(now)})")
+        return [], (
+            f"tuning file {path!r} has no entry for {ranks_per_host} ranks per host on this host "
+            f"(it holds {_holds(now)})"
+        )
     return fit, None
 
 
@@ -337,15 +374,21 @@ def tuning_verdict(tuning: dict | None, ranks_per_host: int, transport: str) -> 
     used = [b for b in backends if any(e["transport"] == b for e in fit)]
     missing = [b for b in backends if b not in used]
     if why is None and missing:
-        why = (f"tuning file {tuning['path']!r} has no entry for transport {', '.join(missing)} at {ranks_per_host} "
-               f"ranks per host on this host (it holds {_holds(fit)})")
-    fix = (f"measure them with {'RDMACOLL_TRANSPORT=' + missing[0] + ' ' if missing and missing[0] != 'shm' else ''}"
-           f"mpiexec -n {ranks_per_host} rdmacoll-bench --tune on this host, or set RDMACOLL_TUNING_FILE=none")
+        why = (
+            f"tuning file {tuning['path']!r} has no entry for transport {', '.join(missing)} at {ranks_per_host} "
+            f"ranks per host on this host (it holds {_holds(fit)})"
+        )
+    fix = (
+        f"measure them with {'RDMACOLL_TRANSPORT=' + missing[0] + ' ' if missing and missing[0] != 'shm' else ''}"
+        f"mpiexec -n {ranks_per_host} rdmacoll-bench --tune on this host, or set RDMACOLL_TUNING_FILE=none"
+    )
     if not used:
         return logging.WARNING, f"{why}: ignored, using the shipped constants ({fix})"
     e = next(e for e in fit if e["transport"] == used[0])
-    line = (f"tuning file {tuning['path']!r}: constants for {', '.join(used)} measured here at {ranks_per_host} "
-            f"ranks per host on {e['date']} (rdmacoll {e['rdmacoll']})")
+    line = (
+        f"tuning file {tuning['path']!r}: constants for {', '.join(used)} measured here at {ranks_per_host} "
+        f"ranks per host on {e['date']} (rdmacoll {e['rdmacoll']})"
+    )
     if missing:
         return logging.WARNING, f"{line}; shipped constants for {', '.join(missing)}: {why} ({fix})"
     return logging.INFO, line
@@ -372,8 +415,12 @@ def job(env=None, config=None) -> dict:
     if path:
         entries, why = read_tuning_file(path)
         # what was measured stays in the file: only identities and constants travel
-        tuning = {"path": path, "here": this_host(), "why": why,
-                  "entries": [{k: e[k] for k in _FIELDS} for e in entries]}
+        tuning = {
+            "path": path,
+            "here": this_host(),
+            "why": why,
+            "entries": [{k: e[k] for k in _FIELDS} for e in entries],
+        }
     return {"settings": values, "sources": sources, "tuning": tuning, "tuning_file": path}
 
 

@@ -32,6 +32,7 @@ fused buffer (one pass); over all levels, N(1 - 1/n) elements of kept and receiv
 halves read (through float64 temporaries) and the kept halves written; the gathered
 result into the fused buffer (one pass), and into `out` when given (one more).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -40,10 +41,10 @@ import numpy as np
 
 from ._core import Handle, RdmacollValueError
 
-ADASUM = 100   # the op's value: handled here, above the core (whose ops are 0..4: _core.OPS)
+ADASUM = 100  # the op's value: handled here, above the core (whose ops are 0..4: _core.OPS)
 
 _FLOATS = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
-_TINY = float(np.sqrt(np.finfo(np.float64).tiny))   # Horovod's sqrt(DBL_MIN)
+_TINY = float(np.sqrt(np.finfo(np.float64).tiny))  # Horovod's sqrt(DBL_MIN)
 
 
 def check_size(n):
@@ -54,8 +55,9 @@ def check_size(n):
 
 def check_dtype(dtype, what="Adasum input"):
     if np.dtype(dtype) not in _FLOATS:
-        raise RdmacollValueError(f"{what} has dtype {dtype}: Adasum reduces float16, float32 and "
-                                 "float64 tensors (as Horovod's does)")
+        raise RdmacollValueError(
+            f"{what} has dtype {dtype}: Adasum reduces float16, float32 and float64 tensors (as Horovod's does)"
+        )
 
 
 def _segment(count, rank, size):
@@ -85,8 +87,9 @@ def _check_same(comm, groups, name):
     seen = comm.allgather(mine, _name(name, "adasum"))
     if (seen != mine).any():
         per_rank = ", ".join(f"rank {q}: {int(seen[q, 0])} elements" for q in range(len(seen)))
-        raise RdmacollValueError(f"Adasum: the ranks passed different tensors (element counts or dtypes "
-                                 f"differ; {per_rank})")
+        raise RdmacollValueError(
+            f"Adasum: the ranks passed different tensors (element counts or dtypes differ; {per_rank})"
+        )
 
 
 def _reduce(comm, work, counts, name):
@@ -104,8 +107,8 @@ def _reduce(comm, work, counts, name):
         send_lo, send_n = (lo, first) if upper else (lo + first, count - first)
         splits = [0] * size
         splits[partner] = send_n
-        other, _ = comm.alltoall(work[send_lo:send_lo + send_n], splits, _name(name, f"adasum{level}"))
-        a = work[keep_lo:keep_lo + keep_n].astype(np.float64)
+        other, _ = comm.alltoall(work[send_lo : send_lo + send_n], splits, _name(name, f"adasum{level}"))
+        a = work[keep_lo : keep_lo + keep_n].astype(np.float64)
         b = other.astype(np.float64)
         # each tensor's part of the kept half: [starts, ends) relative to keep_lo
         starts = np.clip(bounds[:-1], keep_lo, keep_lo + keep_n) - keep_lo
@@ -121,20 +124,19 @@ def _reduce(comm, work, counts, name):
         # the 2*level ranks of this rank's subtree hold all of both vectors between them
         group = [q for q in range(size) if q // (2 * level) == rank // (2 * level)]
         dsplits = [3 * len(counts) if q in group else 0 for q in range(size)]
-        sums, _ = comm.alltoall(np.tile(partial.reshape(-1), len(group)), dsplits,
-                                _name(name, f"adasum{level}.dots"))
+        sums, _ = comm.alltoall(np.tile(partial.reshape(-1), len(group)), dsplits, _name(name, f"adasum{level}.dots"))
         dot, na, nb = sums.reshape(len(group), len(counts), 3).sum(axis=0).T
         ca = np.where(na >= _TINY, 1.0 - dot / np.where(na >= _TINY, na, 1.0) * 0.5, 1.0)
         cb = np.where(nb >= _TINY, 1.0 - dot / np.where(nb >= _TINY, nb, 1.0) * 0.5, 1.0)
         mine, theirs = (cb, ca) if upper else (ca, cb)
-        work[keep_lo:keep_lo + keep_n] = np.repeat(mine, lengths) * a + np.repeat(theirs, lengths) * b
+        work[keep_lo : keep_lo + keep_n] = np.repeat(mine, lengths) * a + np.repeat(theirs, lengths) * b
         lo, count = keep_lo, keep_n
         level <<= 1
-    gathered = comm.allgather(work[lo:lo + count], _name(name, "adasum.all"))
+    gathered = comm.allgather(work[lo : lo + count], _name(name, "adasum.all"))
     at = 0
     for q in range(size):
         q_lo, q_n = _segment(int(work.size), q, size)
-        work[q_lo:q_lo + q_n] = gathered[at:at + q_n]
+        work[q_lo : q_lo + q_n] = gathered[at : at + q_n]
         at += q_n
 
 
@@ -159,7 +161,7 @@ def grouped_allreduce_async(comm, xs, out=None, name=None):
         work = comm.empty(sum(counts), dtype)
         at = 0
         for i, c in zip(idx, counts):
-            work[at:at + c] = views[i].reshape(-1)
+            work[at : at + c] = views[i].reshape(-1)
             at += c
         groups.append((work, counts))
         plans.append(idx)
@@ -169,7 +171,7 @@ def grouped_allreduce_async(comm, xs, out=None, name=None):
         _reduce(comm, work, counts, _name(name, g))
         at = 0
         for i, c in zip(idx, counts):
-            r = work[at:at + c].reshape(views[i].shape)
+            r = work[at : at + c].reshape(views[i].shape)
             at += c
             if out is None:
                 results[i] = r

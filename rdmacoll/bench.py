@@ -53,6 +53,7 @@ relative error, using each algorithm's own cost formula from the core. Rank 0 wr
 to --tune-file (default: $RDMACOLL_TUNING_FILE, else ~/.cache/rdmacoll/tuning.json), which
 init() reads on rank 0 and broadcasts, so every rank selects with the same constants.
 """
+
 from __future__ import annotations
 
 import sys

@@ -1,10 +1,11 @@
 """The `rdmacoll` command: one entry point with subcommands.
 
-    rdmacoll --version
-    rdmacoll doctor                  # this host; under mpiexec/torchrun: the whole job
-    rdmacoll bench [ARGS...]         # = rdmacoll-bench ARGS
-    rdmacoll run [ARGS...]           # = rdmacoll-run ARGS (horovodrun's flags for your mpirun)
+rdmacoll --version
+rdmacoll doctor                  # this host; under mpiexec/torchrun: the whole job
+rdmacoll bench [ARGS...]         # = rdmacoll-bench ARGS
+rdmacoll run [ARGS...]           # = rdmacoll-run ARGS (horovodrun's flags for your mpirun)
 """
+
 from __future__ import annotations
 
 import argparse
@@ -32,19 +33,26 @@ def _run(args) -> int:
 
 
 def parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="rdmacoll", description="rdmacoll: collective communication for "
-                                 "data-parallel deep learning. Subcommands:",
-                                 epilog="Settings: RDMACOLL_* variables (README, 'Settings'); "
-                                 "RDMACOLL_LOG_LEVEL=info|debug explains what init() chose.")
+    ap = argparse.ArgumentParser(
+        prog="rdmacoll",
+        description="rdmacoll: collective communication for data-parallel deep learning. Subcommands:",
+        epilog="Settings: RDMACOLL_* variables (README, 'Settings'); "
+        "RDMACOLL_LOG_LEVEL=info|debug explains what init() chose.",
+    )
     ap.add_argument("--version", action="version", version=f"rdmacoll {_settings.rdmacoll_version()}")
     sub = ap.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    d = sub.add_parser("doctor", help="what this host (under a launcher: the job) offers rdmacoll, what to fix",
-                       description="What this host offers rdmacoll and what to fix; under mpiexec -n N or "
-                       "torchrun, rank 0 prints one report for the whole job (hosts, ranks, the transport of "
-                       "each class of pairs and a short measured check of each).")
+    d = sub.add_parser(
+        "doctor",
+        help="what this host (under a launcher: the job) offers rdmacoll, what to fix",
+        description="What this host offers rdmacoll and what to fix; under mpiexec -n N or "
+        "torchrun, rank 0 prints one report for the whole job (hosts, ranks, the transport of "
+        "each class of pairs and a short measured check of each).",
+    )
     d.set_defaults(func=_doctor)
-    for name, func, what in (("bench", _bench, "rdmacoll-bench: nccl-tests style sweeps (rdmacoll bench --help)"),
-                             ("run", _run, "rdmacoll-run: horovodrun's flags for your mpirun (rdmacoll run --help)")):
+    for name, func, what in (
+        ("bench", _bench, "rdmacoll-bench: nccl-tests style sweeps (rdmacoll bench --help)"),
+        ("run", _run, "rdmacoll-run: horovodrun's flags for your mpirun (rdmacoll run --help)"),
+    ):
         p = sub.add_parser(name, help=what, add_help=False)
         p.add_argument("rest", nargs=argparse.REMAINDER)
         p.set_defaults(func=func)

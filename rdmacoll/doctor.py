@@ -20,6 +20,7 @@ measured check of each class on one pair of it (8 B allreduce latency, 16 MiB al
 bandwidth), or the ranks that could not connect and why. Exit status 1 when any rank
 could not connect.
 """
+
 from __future__ import annotations
 
 import os
@@ -93,8 +94,10 @@ def _limits(out, fixes, usable):
     show = lambda v: "unlimited" if v == resource.RLIM_INFINITY else _human(v)  # noqa: E731
     out(f"memlock limit: soft {show(soft)}, hard {show(hard)}")
     if usable.get("ibverbs") and soft != resource.RLIM_INFINITY and soft < (1 << 30):
-        fixes.append("RDMA registration pins memory: raise the memlock limit (ulimit -l unlimited, or "
-                     "memlock in /etc/security/limits.conf; containers: --ulimit memlock=-1)")
+        fixes.append(
+            "RDMA registration pins memory: raise the memlock limit (ulimit -l unlimited, or "
+            "memlock in /etc/security/limits.conf; containers: --ulimit memlock=-1)"
+        )
     try:
         st = os.statvfs("/dev/shm")
         total, free = st.f_blocks * st.f_frsize, st.f_bavail * st.f_frsize
@@ -106,8 +109,10 @@ def _limits(out, fixes, usable):
     scope = _read("/proc/sys/kernel/yama/ptrace_scope")
     out(f"cross-memory attach (Yama ptrace_scope): {'no Yama' if scope is None else scope}")
     if scope not in (None, "0"):
-        fixes.append(f"kernel.yama.ptrace_scope={scope} forbids cross-memory attach between ranks: rdmacoll then "
-                     "stages plain NumPy arrays through its own memory (use rc.empty arrays, or set it to 0)")
+        fixes.append(
+            f"kernel.yama.ptrace_scope={scope} forbids cross-memory attach between ranks: rdmacoll then "
+            "stages plain NumPy arrays through its own memory (use rc.empty arrays, or set it to 0)"
+        )
     thp = _read("/sys/kernel/mm/transparent_hugepage/shmem_enabled")
     if thp is not None:
         out(f"transparent huge pages for shared memory: {thp}")
@@ -166,14 +171,17 @@ def _tuning(out, fixes, values) -> None:
         fixes.append(f"the tuning file is ignored: rerun rdmacoll-bench --tune on this host (or remove {path})")
         return
     here = _settings.this_host()
-    out(f"tuning file: {path} ({len(entries)} entr{'y' if len(entries) == 1 else 'ies'}; this host: {here['host']}, "
-        f"CPU {here['cpu']}, {here['cores']} cores, rdmacoll {here['rdmacoll']})")
+    out(
+        f"tuning file: {path} ({len(entries)} entr{'y' if len(entries) == 1 else 'ies'}; this host: {here['host']}, "
+        f"CPU {here['cpu']}, {here['cores']} cores, rdmacoll {here['rdmacoll']})"
+    )
     for e in entries:
         # the file as a job on this host with the entry's layout would find it
-        _, why = _settings.tuning_match({"path": path, "here": here, "why": None, "entries": [e]},
-                                        e["ranks_per_host"])
-        out(f"  {e['transport']} at {e['ranks_per_host']} ranks per host, measured {e['date']}: "
-            + ("fits this host" if why is None else f"NOT used here: {why}"))
+        _, why = _settings.tuning_match({"path": path, "here": here, "why": None, "entries": [e]}, e["ranks_per_host"])
+        out(
+            f"  {e['transport']} at {e['ranks_per_host']} ranks per host, measured {e['date']}: "
+            + ("fits this host" if why is None else f"NOT used here: {why}")
+        )
 
 
 # Framework adapters: the distribution that enables each, and what it enables.
@@ -201,7 +209,9 @@ def _frameworks(out) -> None:
 def host_report(out=print) -> int:
     """This host's report; the exit status (1: rdmacoll cannot run here)."""
     fixes: list[str] = []
-    out(f"rdmacoll {_settings.rdmacoll_version()} on {socket.gethostname()} (python {sys.version.split()[0]}, {os.cpu_count()} CPUs)")
+    out(
+        f"rdmacoll {_settings.rdmacoll_version()} on {socket.gethostname()} (python {sys.version.split()[0]}, {os.cpu_count()} CPUs)"
+    )
     usable = _transports(out, fixes)
     _pyverbs(out)
     _limits(out, fixes, usable)
@@ -304,14 +314,20 @@ def job_report(exchange, out=print) -> int:
     world.core.close()
     if rank == 0:
         _print_hosts(out, hosts, world.host_of)
-        out(f"job: {size} ranks on {len(set(world.host_of))} host(s), all connected "
-            f"(bootstrap: {exchange.name}, transport setting {world.settings['transport']!r})")
-        out("pairs (measured on the first pair of each class: 8 B and 16 MiB float32 allreduce, NumPy arrays, "
-            "slower rank of the two; busbw of 2 ranks = size / time):")
+        out(
+            f"job: {size} ranks on {len(set(world.host_of))} host(s), all connected "
+            f"(bootstrap: {exchange.name}, transport setting {world.settings['transport']!r})"
+        )
+        out(
+            "pairs (measured on the first pair of each class: 8 B and 16 MiB float32 allreduce, NumPy arrays, "
+            "slower rank of the two; busbw of 2 ranks = size / time):"
+        )
         for (where, kind, pairs), (lat, big) in zip(classes, measured):
             a, b = pairs[0]
-            out(f"  {where}, {kind}: {len(pairs)} pair(s); ranks {a} and {b}: 8 B {lat * 1e6:.1f} us, "
-                f"16 MiB {big * 1e3:.2f} ms = {(16 << 20) / big / 1e9:.2f} GB/s")
+            out(
+                f"  {where}, {kind}: {len(pairs)} pair(s); ranks {a} and {b}: 8 B {lat * 1e6:.1f} us, "
+                f"16 MiB {big * 1e3:.2f} ms = {(16 << 20) / big / 1e9:.2f} GB/s"
+            )
     return max(status for _, _, status in hosts)
 
 

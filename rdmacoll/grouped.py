@@ -11,6 +11,7 @@ grouped_reducescatter): a list of arrays moves as one collective, not one per ar
   buffer of library memory, zero padded; one reducescatter of it gives each rank its row.
 One copy in and one copy out per array, as grouped_allreduce.
 """
+
 from __future__ import annotations
 
 import zlib
@@ -37,8 +38,10 @@ def _views(xs, what):
         raise RdmacollValueError(f"{what} needs at least one array")
     for i, v in enumerate(views):
         if v.ndim == 0:
-            raise RdmacollValueError(f"{what}: array {i} is a scalar; {what} needs arrays of at least "
-                                     "one dimension (the one it concatenates or splits)")
+            raise RdmacollValueError(
+                f"{what}: array {i} is a scalar; {what} needs arrays of at least "
+                "one dimension (the one it concatenates or splits)"
+            )
     return [np.ascontiguousarray(v) for v in views]
 
 
@@ -50,10 +53,10 @@ def grouped_allgather_async(xs, name=None, process_set=None):
     views = _views(xs, "grouped_allgather")
     header = np.array([len(views)] + [w for v in views for w in (v.shape[0], _signature(v))], np.int64)
     buf = c.empty(header.nbytes + sum(_padded(v.nbytes) for v in views), np.uint8)
-    buf[:header.nbytes] = header.view(np.uint8)
+    buf[: header.nbytes] = header.view(np.uint8)
     o = header.nbytes
     for v in views:
-        buf[o:o + v.nbytes] = v.reshape(-1).view(np.uint8)
+        buf[o : o + v.nbytes] = v.reshape(-1).view(np.uint8)
         o += _padded(v.nbytes)
 
     def finish(gathered):
@@ -68,14 +71,15 @@ def _unpack(gathered, views, mine):
     row_bytes = [v.itemsize * int(np.prod(v.shape[1:])) for v in views]
     chunks, o = [], 0
     while o < gathered.size:
-        count = int(gathered[o:o + 8].copy().view(np.int64)[0])
-        head = gathered[o:o + 8 * (1 + 2 * count)].copy().view(np.int64)
+        count = int(gathered[o : o + 8].copy().view(np.int64)[0])
+        head = gathered[o : o + 8 * (1 + 2 * count)].copy().view(np.int64)
         if count != k or (head[2::2] != mine[2::2]).any():
             rank = len(chunks)
             raise RdmacollError(
                 f"grouped_allgather: rank {rank} of the set passed {count} arrays with signatures "
                 f"{head[2::2].tolist()}, this rank {k} arrays with {mine[2::2].tolist()}: every rank "
-                "must pass as many arrays, of the same dtypes and shapes past the first dimension")
+                "must pass as many arrays, of the same dtypes and shapes past the first dimension"
+            )
         rows = head[1::2].tolist()
         chunks.append((o + head.nbytes, rows))
         o += head.nbytes + sum(_padded(r * b) for r, b in zip(rows, row_bytes))
@@ -86,7 +90,7 @@ def _unpack(gathered, views, mine):
         for start, rows in chunks:
             src = start + sum(_padded(r * b) for r, b in zip(rows[:i], row_bytes))
             n = rows[i] * row_bytes[i]
-            flat[dst:dst + n] = gathered[src:src + n]
+            flat[dst : dst + n] = gathered[src : src + n]
             dst += n
         out.append(res)
     return out
@@ -126,8 +130,8 @@ def grouped_reducescatter_async(xs, op=Average, name=None, process_set=None):
         for q in range(size):
             o = 0
             for i in idx:
-                part = views[i][starts[i][q]:starts[i][q + 1]].reshape(-1)
-                fused[q, o:o + part.size] = part
+                part = views[i][starts[i][q] : starts[i][q + 1]].reshape(-1)
+                fused[q, o : o + part.size] = part
                 o += part.size
             fused[q, o:] = 0
         parts.append(c.reducescatter_async(fused, op, None if name is None else f"{name}.{g}"))
@@ -138,7 +142,7 @@ def grouped_reducescatter_async(xs, op=Average, name=None, process_set=None):
         for plan, r in zip(plans, results):
             row, o = r.reshape(-1), 0
             for i, rows, n in plan:
-                out[i] = row[o:o + rows * n].reshape((rows,) + views[i].shape[1:])
+                out[i] = row[o : o + rows * n].reshape((rows,) + views[i].shape[1:])
                 o += rows * n
         return out
 

@@ -14,6 +14,7 @@ selection (a set of 2 ranks runs the 2-rank algorithms). Only its members hold o
 call on a set this rank is not in raises ValueError, as Horovod does. Ranks are global
 ones everywhere (broadcast's root_rank included); ProcessSet.rank() is the rank within.
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterable
@@ -38,16 +39,18 @@ class ProcessSet:
         if isinstance(ranks_or_comm, Iterable) and not isinstance(ranks_or_comm, (str, bytes)):
             ranks = sorted(ranks_or_comm)
             if any(not isinstance(r, int) for r in ranks):
-                raise ValueError("ProcessSet should be initialized with a list of process ranks or an "
-                                 "mpi4py Comm object")
+                raise ValueError(
+                    "ProcessSet should be initialized with a list of process ranks or an mpi4py Comm object"
+                )
             self.ranks = ranks
         elif type(ranks_or_comm).__module__.startswith("mpi4py"):
-            raise ValueError("ProcessSet from an mpi4py communicator is not supported by rdmacoll: "
-                             "pass the list of its ranks in the world communicator")
+            raise ValueError(
+                "ProcessSet from an mpi4py communicator is not supported by rdmacoll: "
+                "pass the list of its ranks in the world communicator"
+            )
         else:
-            raise ValueError("ProcessSet should be initialized with a list of process ranks or an "
-                             "mpi4py Comm object")
-        self._comm = None   # the core's sub-communicator, on member ranks of a registered set
+            raise ValueError("ProcessSet should be initialized with a list of process ranks or an mpi4py Comm object")
+        self._comm = None  # the core's sub-communicator, on member ranks of a registered set
 
     def _invalidate(self):
         self.process_set_id = None
@@ -84,8 +87,10 @@ class ProcessSet:
 global_process_set = ProcessSet([])
 global_process_set.process_set_id = 0
 
-_DYNAMIC_HINT = ("Set RDMACOLL_DYNAMIC_PROCESS_SETS=1 (or HOROVOD_DYNAMIC_PROCESS_SETS=1, or "
-                 "init(process_sets=\"dynamic\")) to allow {} process sets after initialization.")
+_DYNAMIC_HINT = (
+    "Set RDMACOLL_DYNAMIC_PROCESS_SETS=1 (or HOROVOD_DYNAMIC_PROCESS_SETS=1, or "
+    'init(process_sets="dynamic")) to allow {} process sets after initialization.'
+)
 
 
 class _Table:
@@ -108,16 +113,20 @@ class _Table:
         duplicate = None
         for i, ps in enumerate(process_sets):
             if not isinstance(ps, ProcessSet):
-                raise ValueError(f"init(process_sets=...) takes a list of ProcessSet objects or "
-                                 f"\"dynamic\"; entry number {i} is a {type(ps).__name__}")
+                raise ValueError(
+                    f"init(process_sets=...) takes a list of ProcessSet objects or "
+                    f'"dynamic"; entry number {i} is a {type(ps).__name__}'
+                )
             if self._known(ps.ranks) is not None or ps.process_set_id is not None:
                 ps._invalidate()
                 duplicate = duplicate or (i, ps)
                 continue
             self._register(ps)
         if duplicate is not None:
-            raise ValueError(f"rdmacoll could not be initialized because process_sets entry number "
-                             f"{duplicate[0]} is a duplicate: {duplicate[1]}")
+            raise ValueError(
+                f"rdmacoll could not be initialized because process_sets entry number "
+                f"{duplicate[0]} is a duplicate: {duplicate[1]}"
+            )
 
     def stop(self):
         """At shutdown(): close every set's communicator; every set becomes unregistered."""
@@ -144,12 +153,13 @@ class _Table:
             raise ValueError(f"a process set needs distinct ranks in 0..{self.size - 1}, got {ps.ranks}")
         sub = self.world.split(ps.ranks) if self.rank in ps.ranks else None
         try:
-            seen = allgather_object((ps.ranks, sub.address() if sub is not None else None),
-                                    name="process_set.add")
+            seen = allgather_object((ps.ranks, sub.address() if sub is not None else None), name="process_set.add")
             others = [r for r, (ranks, _) in enumerate(seen) if ranks != ps.ranks]
             if others:
-                raise ValueError(f"add_process_set: every rank must add the same set; rank {self.rank} "
-                                 f"added {ps.ranks}, rank {others[0]} {seen[others[0]][0]}")
+                raise ValueError(
+                    f"add_process_set: every rank must add the same set; rank {self.rank} "
+                    f"added {ps.ranks}, rank {others[0]} {seen[others[0]][0]}"
+                )
             if sub is not None:
                 sub.connect([seen[r][1] for r in ps.ranks])
         except BaseException:
@@ -183,14 +193,13 @@ class _Table:
             raise ValueError(_DYNAMIC_HINT.format("removing"))
         ids = self.world.allgather(np.array([ps_id], np.int64), "process_set.remove")
         if len(set(ids.tolist())) != 1:
-            raise ValueError(f"remove_process_set: every rank must remove the same set; ids per rank: "
-                             f"{ids.tolist()}")
+            raise ValueError(f"remove_process_set: every rank must remove the same set; ids per rank: {ids.tolist()}")
         if self.sets.get(ps_id) is not process_set:
             return False
         del self.sets[ps_id]
         if process_set._comm is not None:
             comm, process_set._comm = process_set._comm, None
-            comm.barrier()      # the set's collectives before this have finished on every member
+            comm.barrier()  # the set's collectives before this have finished on every member
             comm.close()
         return True
 

@@ -10,6 +10,7 @@ MPICH), else the first on PATH, or --mpirun.
 
 hostfile lines: "host slots=N" (Open MPI's form) or "host:N" (MPICH's); both are read.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -68,8 +69,9 @@ def flavor(mpirun: str) -> str:
         return "openmpi"
     if any(w in text for w in ("HYDRA", "MPICH", "Intel(R) MPI")):
         return "mpich"
-    raise SystemExit(f"rdmacoll-run: {mpirun} is neither Open MPI nor MPICH/hydra ({text.strip()[:200]!r}); "
-                     "run it yourself")
+    raise SystemExit(
+        f"rdmacoll-run: {mpirun} is neither Open MPI nor MPICH/hydra ({text.strip()[:200]!r}); run it yourself"
+    )
 
 
 def command(kind: str, mpirun: str, np_: int, hosts, env_names, program) -> list[str]:
@@ -106,19 +108,30 @@ def find_mpirun(given: str | None) -> str:
         found = shutil.which(name)
         if found:
             return found
-    raise SystemExit("rdmacoll-run: no mpirun or mpiexec found (install an MPI, e.g. pip install 'rdmacoll[mpich]', "
-                     "or pass --mpirun PATH)")
+    raise SystemExit(
+        "rdmacoll-run: no mpirun or mpiexec found (install an MPI, e.g. pip install 'rdmacoll[mpich]', "
+        "or pass --mpirun PATH)"
+    )
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="rdmacoll-run", description=__doc__.split("\n\n")[0],
-                                 epilog="Everything after the options is the program and its arguments.")
+    ap = argparse.ArgumentParser(
+        prog="rdmacoll-run",
+        description=__doc__.split("\n\n")[0],
+        epilog="Everything after the options is the program and its arguments.",
+    )
     ap.add_argument("-np", "--num-proc", dest="np", type=int, required=True, help="number of processes")
     where = ap.add_mutually_exclusive_group()
     where.add_argument("-H", "--hosts", help="host:slots,... (e.g. node1:2,node2:2)")
     where.add_argument("--hostfile", help="a file of hosts: 'host slots=N' or 'host:N' per line")
-    ap.add_argument("-x", dest="env", action="append", default=[], metavar="VAR",
-                    help="pass this environment variable to every process (repeat for more; VAR=value sets it)")
+    ap.add_argument(
+        "-x",
+        dest="env",
+        action="append",
+        default=[],
+        metavar="VAR",
+        help="pass this environment variable to every process (repeat for more; VAR=value sets it)",
+    )
     ap.add_argument("--mpirun", help="the launcher to run (default: mpirun/mpiexec beside this Python, else PATH)")
     ap.add_argument("--verbose", action="store_true", help="also print the launcher's flavour and the host list")
     ap.add_argument("--dry-run", action="store_true", help="print the command, run nothing")

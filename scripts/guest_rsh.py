@@ -10,6 +10,7 @@ The client sends the command line (hydra quotes it for a remote shell, as for ss
 server runs it with `sh -c`, sends its output back, then a NUL and the exit status. Only
 the standard library: it runs under the guest's system Python, which starts in a second
 under emulation where importing torch for torchrun takes 25 s per process."""
+
 import socket
 import subprocess
 import sys
@@ -31,8 +32,9 @@ def serve(port: int, wait_s: float) -> int:
             if not chunk:
                 return 2
             line += chunk
-        proc = subprocess.Popen(["sh", "-c", line.decode()], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL)
+        proc = subprocess.Popen(
+            ["sh", "-c", line.decode()], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+        )
         for chunk in iter(lambda: proc.stdout.read1(65536), b""):
             conn.sendall(chunk)
         status = proc.wait()

@@ -18,6 +18,7 @@ name wins). Left out: names imported from outside Horovod (`os`, `tf`, packaging
 Status per name: same (present, accepts Horovod's parameters), differs (parameters compared
 automatically, plus KNOWN_DIFFERENCES below), absent (ABSENT_REASONS below says why).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -46,90 +47,140 @@ MODULES = {
 MOVE_TO = {"horovod.keras": "rdmacoll.frameworks.tensorflow.keras"}
 NO_MODULE_REASON = {
     "horovod.keras": "Horovod's API for standalone (multi-backend Keras 2) `import keras`; rdmacoll has one "
-                     "Keras API, `rdmacoll.frameworks.tensorflow.keras`, for Keras 3 over TensorFlow: "
-                     "use it in place of both `horovod.keras` and `horovod.tensorflow.keras`",
+    "Keras API, `rdmacoll.frameworks.tensorflow.keras`, for Keras 3 over TensorFlow: "
+    "use it in place of both `horovod.keras` and `horovod.tensorflow.keras`",
 }
 
 _HANDLES = "returns a handle object, not an int (docs/torch.md)"
 _TAKES_HANDLES = "takes rdmacoll's handle objects (Horovod's are ints), waited in any order (docs/torch.md)"
-_TF_GRAPH_ERRORS = ("a mismatch between ranks raises FailedPreconditionError eagerly but UnknownError inside a "
-                    "graph (TensorFlow keeps only ValueError's type for Python ops: docs/tensorflow.md, Errors)")
-_TF1_ORDER = ("TF1 sessions: collectives fetched together are ordered at run time and need an inter-op thread "
-              "each (docs/tensorflow.md, TF1 sessions)")
+_TF_GRAPH_ERRORS = (
+    "a mismatch between ranks raises FailedPreconditionError eagerly but UnknownError inside a "
+    "graph (TensorFlow keeps only ValueError's type for Python ops: docs/tensorflow.md, Errors)"
+)
+_TF1_ORDER = (
+    "TF1 sessions: collectives fetched together are ordered at run time and need an inter-op thread "
+    "each (docs/tensorflow.md, TF1 sessions)"
+)
 # Behaviour that differs although the parameters match: (horovod module, name) -> one-line reason.
 # Prune an entry when the difference is fixed.
 KNOWN_DIFFERENCES = {
-    **{("horovod.torch", name): _HANDLES for name in ("allreduce_async", "allreduce_async_",
-        "grouped_allreduce_async", "grouped_allreduce_async_", "allgather_async", "broadcast_async",
-        "broadcast_async_", "alltoall_async", "reducescatter_async", "grouped_allgather_async",
-        "grouped_reducescatter_async")},
-    ("horovod.torch", "broadcast_optimizer_state"):
-        "also LBFGS (Horovod: ValueError) and with `process_set=`; the root's hyperparameters reach every rank "
-        "even for a stateless optimizer (Horovod broadcasts nothing then); a rank with empty state is stepped "
-        "with zero gradients only where the root's state was empty too (Horovod also does it where the root's "
-        "was not, moving that rank's parameters by weight decay and waiting forever when the root has no state "
-        "for a parameter that got no gradient)",
+    **{
+        ("horovod.torch", name): _HANDLES
+        for name in (
+            "allreduce_async",
+            "allreduce_async_",
+            "grouped_allreduce_async",
+            "grouped_allreduce_async_",
+            "allgather_async",
+            "broadcast_async",
+            "broadcast_async_",
+            "alltoall_async",
+            "reducescatter_async",
+            "grouped_allgather_async",
+            "grouped_reducescatter_async",
+        )
+    },
+    (
+        "horovod.torch",
+        "broadcast_optimizer_state",
+    ): "also LBFGS (Horovod: ValueError) and with `process_set=`; the root's hyperparameters reach every rank "
+    "even for a stateless optimizer (Horovod broadcasts nothing then); a rank with empty state is stepped "
+    "with zero gradients only where the root's state was empty too (Horovod also does it where the root's "
+    "was not, moving that rank's parameters by weight decay and waiting forever when the root has no state "
+    "for a parameter that got no gradient)",
     **{("horovod.torch", name): _TAKES_HANDLES for name in ("poll", "synchronize")},
-    ("horovod.torch", "DistributedOptimizer"):
-        "frozen/unfrozen parameters and `add_param_group` groups are reduced from the step they change "
-        "(Horovod never reduces them, and moves parameters frozen after wrapping); `op=Adasum` steps and "
-        "reduces at `step()`, not in backward hooks (same parameters): docs/torch.md",
-    ("horovod.torch", "join"):
-        "serves `barrier()` and refuses an allgather of a name seen before like any other, where "
-        "Horovod 0.28.1 crashes the joined rank; refusals raise `RdmacollError` with Horovod's text "
-        "(docs/torch.md, join)",
-    ("horovod.tensorflow", "join"):
-        "refusals (allgather, broadcast, alltoall, reducescatter while a rank is joined) raise "
-        "`RdmacollError` with Horovod's text (docs/tensorflow.md)",
-    ("horovod.torch", "Adasum"):
-        "reduces in the call: `allreduce_async(op=Adasum)` returns a finished handle (docs/torch.md, Adasum)",
-    ("horovod.torch", "sparse_allreduce_async"):
-        "the handle is a handle object that can also be called (Horovod's is a function); ops other than "
-        "Sum and Average raise `ValueError` (Horovod sums): docs/torch.md",
-    ("horovod.torch", "SyncBatchNorm"):
-        "runs on CPU tensors (Horovod's needs a GPU); two allreduces per training call (docs/torch.md)",
-    ("horovod.tensorflow", "DistributedOptimizer"):
-        "tf.compat.v1.train optimizers: `backward_passes_per_step` must be 1; Keras 3 optimizers: as "
-        "horovod.tensorflow.keras; sparse gradients reduced as dense, `device_*`, `num_groups`, `groups` "
-        "ignored (docs/tensorflow.md)",
-    **{("horovod.tensorflow", name): _TF_GRAPH_ERRORS for name in ("allreduce", "allgather", "broadcast",
-        "alltoall", "reducescatter", "grouped_allreduce")},
-    **{("horovod.tensorflow", name): _TF1_ORDER for name in ("BroadcastGlobalVariablesHook",
-        "broadcast_global_variables")},
-    ("horovod.tensorflow", "Adasum"):
-        "CPU Adasum for allreduce, grouped_allreduce, DistributedGradientTape and Keras optimizers; integer "
-        "tensors raise InvalidArgumentError (Horovod: an internal error), a tf.compat.v1.train optimizer with "
-        "op=Adasum raises NotImplementedError (Horovod's delta optimizer): docs/tensorflow.md",
+    (
+        "horovod.torch",
+        "DistributedOptimizer",
+    ): "frozen/unfrozen parameters and `add_param_group` groups are reduced from the step they change "
+    "(Horovod never reduces them, and moves parameters frozen after wrapping); `op=Adasum` steps and "
+    "reduces at `step()`, not in backward hooks (same parameters): docs/torch.md",
+    (
+        "horovod.torch",
+        "join",
+    ): "serves `barrier()` and refuses an allgather of a name seen before like any other, where "
+    "Horovod 0.28.1 crashes the joined rank; refusals raise `RdmacollError` with Horovod's text "
+    "(docs/torch.md, join)",
+    (
+        "horovod.tensorflow",
+        "join",
+    ): "refusals (allgather, broadcast, alltoall, reducescatter while a rank is joined) raise "
+    "`RdmacollError` with Horovod's text (docs/tensorflow.md)",
+    (
+        "horovod.torch",
+        "Adasum",
+    ): "reduces in the call: `allreduce_async(op=Adasum)` returns a finished handle (docs/torch.md, Adasum)",
+    (
+        "horovod.torch",
+        "sparse_allreduce_async",
+    ): "the handle is a handle object that can also be called (Horovod's is a function); ops other than "
+    "Sum and Average raise `ValueError` (Horovod sums): docs/torch.md",
+    (
+        "horovod.torch",
+        "SyncBatchNorm",
+    ): "runs on CPU tensors (Horovod's needs a GPU); two allreduces per training call (docs/torch.md)",
+    (
+        "horovod.tensorflow",
+        "DistributedOptimizer",
+    ): "tf.compat.v1.train optimizers: `backward_passes_per_step` must be 1; Keras 3 optimizers: as "
+    "horovod.tensorflow.keras; sparse gradients reduced as dense, `device_*`, `num_groups`, `groups` "
+    "ignored (docs/tensorflow.md)",
+    **{
+        ("horovod.tensorflow", name): _TF_GRAPH_ERRORS
+        for name in ("allreduce", "allgather", "broadcast", "alltoall", "reducescatter", "grouped_allreduce")
+    },
+    **{
+        ("horovod.tensorflow", name): _TF1_ORDER
+        for name in ("BroadcastGlobalVariablesHook", "broadcast_global_variables")
+    },
+    (
+        "horovod.tensorflow",
+        "Adasum",
+    ): "CPU Adasum for allreduce, grouped_allreduce, DistributedGradientTape and Keras optimizers; integer "
+    "tensors raise InvalidArgumentError (Horovod: an internal error), a tf.compat.v1.train optimizer with "
+    "op=Adasum raises NotImplementedError (Horovod's delta optimizer): docs/tensorflow.md",
     ("horovod.tensorflow", "grouped_allgather"): "one collective per tensor (Horovod: one op for the group)",
     ("horovod.tensorflow", "grouped_reducescatter"): "one collective per tensor (Horovod: one op for the group)",
-    ("horovod.tensorflow", "SyncBatchNormalization"):
-        "a Keras 3 layer (keras.layers.BatchNormalization); `fused` must be False, as in Horovod",
-    ("horovod.tensorflow.keras", "DistributedOptimizer"):
-        "Keras 3 optimizers; sparse gradients reduced as dense, `device_*`, `num_groups`, `groups` ignored "
-        "(docs/tensorflow.md)",
+    (
+        "horovod.tensorflow",
+        "SyncBatchNormalization",
+    ): "a Keras 3 layer (keras.layers.BatchNormalization); `fused` must be False, as in Horovod",
+    (
+        "horovod.tensorflow.keras",
+        "DistributedOptimizer",
+    ): "Keras 3 optimizers; sparse gradients reduced as dense, `device_*`, `num_groups`, `groups` ignored "
+    "(docs/tensorflow.md)",
 }
 
 _ELASTIC = "elastic training (`hvd.elastic`) is a separate, later piece of work"
-_INTERNAL = ("Horovod-internal helper that leaks into the namespace through its imports "
-             "(not in Horovod's API documentation); not provided")
+_INTERNAL = (
+    "Horovod-internal helper that leaks into the namespace through its imports "
+    "(not in Horovod's API documentation); not provided"
+)
 # Why a name is absent: (horovod module or "*", name) -> reason. "*" applies to every module.
 # An entry for a name rdmacoll now has everywhere it applies is stale (tests/test_horovod_api.py).
 ABSENT_REASONS = {
     ("*", "elastic"): _ELASTIC,
-    ("horovod.torch", "HorovodInternalError"):
-        "a failed collective raises `RdmacollError`, a RuntimeError as HorovodInternalError is: "
-        "`except RuntimeError` catches both (docs/torch.md, Errors)",
-    ("*", "check_extension"): _INTERNAL, ("*", "gpu_available"): _INTERNAL, ("*", "split_list"): _INTERNAL,
+    (
+        "horovod.torch",
+        "HorovodInternalError",
+    ): "a failed collective raises `RdmacollError`, a RuntimeError as HorovodInternalError is: "
+    "`except RuntimeError` catches both (docs/torch.md, Errors)",
+    ("*", "check_extension"): _INTERNAL,
+    ("*", "gpu_available"): _INTERNAL,
+    ("*", "split_list"): _INTERNAL,
     ("*", "is_version_greater_equal_than"): _INTERNAL,
     ("horovod.tensorflow", "handle_average_backwards_compatibility"): _INTERNAL,
     ("horovod.tensorflow", "check_num_rank_power_of_2"): _INTERNAL,
-    ("horovod.tensorflow", "vars_to_refs"): _INTERNAL, ("horovod.tensorflow", "refs_to_vars"): _INTERNAL,
+    ("horovod.tensorflow", "vars_to_refs"): _INTERNAL,
+    ("horovod.tensorflow", "refs_to_vars"): _INTERNAL,
     ("horovod.tensorflow", "LocalGradientAggregationHelper"): _INTERNAL,
 }
 NO_REASON = "no reason recorded: add one to ABSENT_REASONS in scripts/horovod_api.py"
 
 
 # ---------------------------------------------------------------- parsing Horovod's sources
+
 
 @dataclasses.dataclass
 class Param:
@@ -219,8 +270,11 @@ class Sources:
                 nonlocal all_names
                 for s in stmts:
                     if isinstance(s, (ast.If, ast.Try, getattr(ast, "TryStar", ast.Try))):
-                        branches = ([s.body, s.orelse] if isinstance(s, ast.If)
-                                    else [s.body + s.orelse] + [h.body for h in s.handlers])
+                        branches = (
+                            [s.body, s.orelse]
+                            if isinstance(s, ast.If)
+                            else [s.body + s.orelse] + [h.body for h in s.handlers]
+                        )
                         merged: dict = {}
                         for b in branches:
                             got: dict = {}
@@ -255,8 +309,7 @@ class Sources:
                                     all_names = self._literal_names(s.value)
                                 else:
                                     into[t.id] = ("assign", s.value, mod)
-                    elif isinstance(s, ast.AugAssign) and isinstance(s.target, ast.Name) \
-                            and s.target.id == "__all__":
+                    elif isinstance(s, ast.AugAssign) and isinstance(s.target, ast.Name) and s.target.id == "__all__":
                         all_names = (all_names or []) + (self._literal_names(s.value) or [])
 
             visit(tree.body, names)
@@ -336,8 +389,11 @@ class Sources:
         if not (a.vararg and a.kwarg and not a.args and not a.kwonlyargs and not a.posonlyargs):
             return None
         for n in ast.walk(fn):
-            if isinstance(n, ast.Call) and any(isinstance(x, ast.Starred) for x in n.args) \
-                    and any(k.arg is None for k in n.keywords):
+            if (
+                isinstance(n, ast.Call)
+                and any(isinstance(x, ast.Starred) for x in n.args)
+                and any(k.arg is None for k in n.keywords)
+            ):
                 e = self._entry_of_expr(n.func, mod, "", set(seen))
                 if e is not None and e.kind == "function" and e.params is not None:
                     return e
@@ -362,8 +418,7 @@ class Sources:
         if isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name):
             names, _ = self.bindings(mod)
             b = names.get(expr.value.id)
-            if b is not None and b[0] == "assign" and isinstance(b[1], ast.Call) \
-                    and isinstance(b[1].func, ast.Name):
+            if b is not None and b[0] == "assign" and isinstance(b[1], ast.Call) and isinstance(b[1].func, ast.Name):
                 cls = self._class_node(b[2], b[1].func.id)
                 if cls is not None:  # obj = Class(...); name = obj.attr
                     node, cmod = cls
@@ -385,8 +440,9 @@ class Sources:
             if b is not None and b[0] == "def" and isinstance(b[1], ast.FunctionDef):
                 last = b[1].body[-1] if b[1].body else None
                 inner = {n.name: n for n in b[1].body if isinstance(n, ast.FunctionDef)}
-                if isinstance(last, ast.Return) and isinstance(last.value, ast.Name) \
-                        and last.value.id in inner:  # a factory that returns a nested function
+                if (
+                    isinstance(last, ast.Return) and isinstance(last.value, ast.Name) and last.value.id in inner
+                ):  # a factory that returns a nested function
                     params, text = _params(inner[last.value.id].args, drop_self=False)
                     return Entry("function", text, params, origin)
         if isinstance(expr, ast.Constant):
@@ -409,16 +465,20 @@ class Sources:
 
 # ---------------------------------------------------------------- comparing with rdmacoll
 
+
 def _live_params(obj) -> list[Param] | None:
     try:
         sig = inspect.signature(obj)
     except (TypeError, ValueError):
         return None
-    kinds = {inspect.Parameter.POSITIONAL_ONLY: "posonly", inspect.Parameter.POSITIONAL_OR_KEYWORD: "pos",
-             inspect.Parameter.VAR_POSITIONAL: "varargs", inspect.Parameter.KEYWORD_ONLY: "kwonly",
-             inspect.Parameter.VAR_KEYWORD: "varkw"}
-    return [Param(p.name, kinds[p.kind], p.default is not inspect.Parameter.empty)
-            for p in sig.parameters.values()]
+    kinds = {
+        inspect.Parameter.POSITIONAL_ONLY: "posonly",
+        inspect.Parameter.POSITIONAL_OR_KEYWORD: "pos",
+        inspect.Parameter.VAR_POSITIONAL: "varargs",
+        inspect.Parameter.KEYWORD_ONLY: "kwonly",
+        inspect.Parameter.VAR_KEYWORD: "varkw",
+    }
+    return [Param(p.name, kinds[p.kind], p.default is not inspect.Parameter.empty) for p in sig.parameters.values()]
 
 
 def compare_params(hvd: list[Param], ours: list[Param]) -> list[str]:
@@ -451,9 +511,15 @@ def compare_params(hvd: list[Param], ours: list[Param]) -> list[str]:
             missing.append("**" + p.name)
     renamed_to = {mine for _, mine in renamed}
     hvd_varargs = any(p.kind == "varargs" for p in hvd)
-    required = [p.name for p in ours if not p.default and p.kind in ("posonly", "pos", "kwonly")
-                and p.name not in hvd_names and p.name not in renamed_to
-                and not (hvd_varargs and p.kind != "kwonly")]
+    required = [
+        p.name
+        for p in ours
+        if not p.default
+        and p.kind in ("posonly", "pos", "kwonly")
+        and p.name not in hvd_names
+        and p.name not in renamed_to
+        and not (hvd_varargs and p.kind != "kwonly")
+    ]
     out = []
     out += [f"no `{theirs}` (by position: `{mine}` here)" for theirs, mine in renamed]
     if missing:
@@ -487,9 +553,13 @@ def compare_module(hmod: str, api: dict[str, Entry], ours) -> list[Row]:
         if ours is None:
             other = MOVE_TO.get(hmod)
             has = other is not None and hasattr(importlib.import_module(other), name)
-            note = (f"standalone Keras 2 is not supported; `{other}.{name}` exists (Keras 3)" if has else
-                    f"standalone Keras 2 is not supported; `{other}` has no `{name}` either" if other else
-                    "no rdmacoll module")
+            note = (
+                f"standalone Keras 2 is not supported; `{other}.{name}` exists (Keras 3)"
+                if has
+                else f"standalone Keras 2 is not supported; `{other}` has no `{name}` either"
+                if other
+                else "no rdmacoll module"
+            )
             rows.append(Row(name, e.kind, sig, "absent", note))
             continue
         if not hasattr(ours, name):
@@ -512,6 +582,7 @@ def compare_module(hmod: str, api: dict[str, Entry], ours) -> list[Row]:
 
 # ---------------------------------------------------------------- sdist and markdown
 
+
 def find_sdist(arg: str | None, workdir: Path) -> Path:
     """The directory holding `horovod/` from a directory, a .tar.gz, or by download."""
     if arg is None:
@@ -519,8 +590,21 @@ def find_sdist(arg: str | None, workdir: Path) -> Path:
         if cands:
             arg = str(cands[0])
         else:
-            subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
-                            f"horovod=={HOROVOD_VERSION}", "-d", str(workdir)], check=True)
+            subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "pip",
+                    "download",
+                    "--no-deps",
+                    "--no-binary",
+                    ":all:",
+                    f"horovod=={HOROVOD_VERSION}",
+                    "-d",
+                    str(workdir),
+                ],
+                check=True,
+            )
             arg = str(next(workdir.glob("horovod-*.tar.gz")))
     p = Path(arg)
     if p.is_file():

@@ -20,6 +20,7 @@ From Python (tests/test_tcp.py):
     with Testbed(hosts=2) as tb:
         cmd = tb.mpiexec_command("mpiexec", 2, [sys.executable, "w.py"])
 """
+
 from __future__ import annotations
 
 import argparse
@@ -83,8 +84,7 @@ class Testbed:
             self._created.append(ns)
             # made under a temporary name: this namespace may have an eth0 of its own
             tmp = f"rct{os.getpid() % 100000}x{i}"
-            _ip("link", "add", tmp, "netns", ns, "type", "veth", "peer", "name", f"p{i}", "netns",
-                self.bridge_ns)
+            _ip("link", "add", tmp, "netns", ns, "type", "veth", "peer", "name", f"p{i}", "netns", self.bridge_ns)
             _ip("-n", ns, "link", "set", tmp, "name", "eth0")
             _ip("-n", self.bridge_ns, "link", "set", f"p{i}", "master", "br0", "up")
             _ip("-n", ns, "addr", "add", f"{self.addresses[i]}/24", "dev", "eth0")
@@ -100,8 +100,18 @@ class Testbed:
     # -- launching
     def prefix(self, host: int) -> list[str]:
         """Command prefix that runs a program inside `host` with its own hostname."""
-        return ["ip", "netns", "exec", self.host_ns[host], "unshare", "--uts", "sh", "-c",
-                'hostname "$0" && exec "$@"', self.hostnames[host]]
+        return [
+            "ip",
+            "netns",
+            "exec",
+            self.host_ns[host],
+            "unshare",
+            "--uts",
+            "sh",
+            "-c",
+            'hostname "$0" && exec "$@"',
+            self.hostnames[host],
+        ]
 
     def mpiexec_command(self, mpiexec: str, ranks_per_host: int, program: list[str]) -> list[str]:
         """One MPMD mpiexec: ranks 0..k-1 on host 0, the next k on host 1, ..."""

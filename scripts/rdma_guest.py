@@ -25,6 +25,7 @@ fails its first send with IBV_WC_LOC_QP_OP_ERR.)
 
 From Python (tests/test_rdma_guest.py): Guest().available() says why not, Guest().run(cmd).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -40,8 +41,17 @@ import threading
 import time
 from pathlib import Path
 
-PACKAGES = ["qemu-system-x86", "busybox-static", "kmod", "cpio", "ibverbs-utils", "ibverbs-providers",
-            "rdma-core", "iproute2", "perftest"]
+PACKAGES = [
+    "qemu-system-x86",
+    "busybox-static",
+    "kmod",
+    "cpio",
+    "ibverbs-utils",
+    "ibverbs-providers",
+    "rdma-core",
+    "iproute2",
+    "perftest",
+]
 # Debian builds these as modules; the guest has no modprobe, so the initramfs loads them
 # (with what `modprobe --show-depends` lists) in this order. crc32_generic: rxe needs
 # crc32, and without it `rdma link add` fails with "No such file or directory".
@@ -133,8 +143,12 @@ class Guest:
             raise GuestError("setup needs root")
         if install_packages and shutil.which("apt-get"):
             env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-            subprocess.run(["apt-get", "install", "-y", "-qq", "--no-install-recommends", *PACKAGES],
-                           check=True, env=env, stdout=subprocess.DEVNULL)
+            subprocess.run(
+                ["apt-get", "install", "-y", "-qq", "--no-install-recommends", *PACKAGES],
+                check=True,
+                env=env,
+                stdout=subprocess.DEVNULL,
+            )
         self.cache.mkdir(parents=True, exist_ok=True)
         work = Path(tempfile.mkdtemp(prefix="guest-setup-", dir=self.cache))
         try:
@@ -167,8 +181,9 @@ class Guest:
             (initrd / "modules.order").write_text("\n".join(names) + "\n")
             (initrd / "init").write_text(INIT)
             (initrd / "init").chmod(0o755)
-            files = subprocess.run("find . | cpio -o -H newc --quiet | gzip -1", shell=True, cwd=initrd,
-                                   check=True, capture_output=True).stdout
+            files = subprocess.run(
+                "find . | cpio -o -H newc --quiet | gzip -1", shell=True, cwd=initrd, check=True, capture_output=True
+            ).stdout
             self.initramfs.write_bytes(files)
             shutil.copy(next((root / "boot").glob("vmlinuz-*")), self.kernel)
             (self.cache / "kernel-version").write_text(kver + "\n")
@@ -180,20 +195,31 @@ class Guest:
     def _accel() -> list[str]:
         # /dev/kvm of a PVM host (kvm_pvm) cannot boot a stock kernel: emulate there
         pvm = Path("/sys/module/kvm_pvm").exists()
-        if os.path.exists("/dev/kvm") and os.access("/dev/kvm", os.W_OK) and not pvm and \
-                os.environ.get("RDMACOLL_GUEST_ACCEL") != "tcg":
+        if (
+            os.path.exists("/dev/kvm")
+            and os.access("/dev/kvm", os.W_OK)
+            and not pvm
+            and os.environ.get("RDMACOLL_GUEST_ACCEL") != "tcg"
+        ):
             return ["-accel", "kvm", "-cpu", "host"]
         return ["-accel", "tcg,thread=multi", "-cpu", "max"]
 
-    def run(self, command: str, timeout: float = 600, env: dict | None = None, cwd: str | None = None,
-            echo: bool = True) -> tuple[int, str]:
+    def run(
+        self, command: str, timeout: float = 600, env: dict | None = None, cwd: str | None = None, echo: bool = True
+    ) -> tuple[int, str]:
         """Boot, run `command` (a shell line) in the guest, power off: (exit status, the
         command's output). The status is 124 when the command ran past `timeout` (it is killed
         in the guest; the guest itself is killed 120 s later), 125 when it never reported."""
         return self.run_hosts([command], timeout, env, cwd, echo)[0]
 
-    def run_hosts(self, commands: list[str], timeout: float = 600, env: dict | None = None,
-                  cwd: str | None = None, echo: bool = True) -> list[tuple[int, str]]:
+    def run_hosts(
+        self,
+        commands: list[str],
+        timeout: float = 600,
+        env: dict | None = None,
+        cwd: str | None = None,
+        echo: bool = True,
+    ) -> list[tuple[int, str]]:
         """One guest per command, all at once; with two, they are hosts rchost0 and rchost1 on
         a network of their own (module docstring). [(exit status, output)] per guest."""
         why = self.available()
@@ -210,29 +236,61 @@ class Guest:
                 outs.append(out)
                 (out / "run.sh").write_text(RUN)
                 (out / "cmd.sh").write_text(command + "\n")
-                exports = {"HOSTS": str(hosts), "HOST_INDEX": str(i), "RDMACOLL_IN_GUEST": "1", "GUEST_CWD": cwd or os.getcwd(),
-                           "GUEST_TIMEOUT": str(int(timeout)), **(env or {})}
+                exports = {
+                    "HOSTS": str(hosts),
+                    "HOST_INDEX": str(i),
+                    "RDMACOLL_IN_GUEST": "1",
+                    "GUEST_CWD": cwd or os.getcwd(),
+                    "GUEST_TIMEOUT": str(int(timeout)),
+                    **(env or {}),
+                }
                 (out / "env.sh").write_text("".join(f"export {k}={shlex.quote(str(v))}\n" for k, v in exports.items()))
                 out.chmod(out.stat().st_mode | stat.S_IRWXO)
                 if hosts == 1:
                     net = ["-netdev", "user,id=n0"]
                 else:  # point-to-point: guest i sends to the other's port, listens on its own
                     net = ["-netdev", f"socket,id=n0,udp=127.0.0.1:{ports[1 - i]},localaddr=127.0.0.1:{ports[i]}"]
-                qemu = ["qemu-system-x86_64", *self._accel(), "-smp", str(self.cpus), "-m", self.memory,
-                        "-kernel", str(self.kernel), "-initrd", str(self.initramfs),
-                        "-append", "console=ttyS0 quiet panic=-1 rdinit=/init",
-                        "-nographic", "-no-reboot", "-monitor", "none",
-                        "-virtfs", "local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap",
-                        "-virtfs", f"local,path={out},mount_tag=out,security_model=none,multidevs=remap", *net,
-                        "-device", f"virtio-net-pci,netdev=n0,mac=52:54:00:12:34:{0x56 + i:02x},speed=10000,"
-                                   "duplex=full,romfile="]
-                procs.append(subprocess.Popen(qemu, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                              stdin=subprocess.DEVNULL, text=True, errors="replace"))
+                qemu = [
+                    "qemu-system-x86_64",
+                    *self._accel(),
+                    "-smp",
+                    str(self.cpus),
+                    "-m",
+                    self.memory,
+                    "-kernel",
+                    str(self.kernel),
+                    "-initrd",
+                    str(self.initramfs),
+                    "-append",
+                    "console=ttyS0 quiet panic=-1 rdinit=/init",
+                    "-nographic",
+                    "-no-reboot",
+                    "-monitor",
+                    "none",
+                    "-virtfs",
+                    "local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap",
+                    "-virtfs",
+                    f"local,path={out},mount_tag=out,security_model=none,multidevs=remap",
+                    *net,
+                    "-device",
+                    f"virtio-net-pci,netdev=n0,mac=52:54:00:12:34:{0x56 + i:02x},speed=10000,duplex=full,romfile=",
+                ]
+                procs.append(
+                    subprocess.Popen(
+                        qemu,
+                        stdout=subprocess.PIPE,
+                        stderr=subprocess.STDOUT,
+                        stdin=subprocess.DEVNULL,
+                        text=True,
+                        errors="replace",
+                    )
+                )
                 lines: list[str] = []
                 consoles.append(lines)
                 prefix = f"[rchost{i}] " if hosts > 1 else ""
-                t = threading.Thread(target=_pump, args=(procs[-1].stdout, lines, prefix if echo else None),
-                                     daemon=True)
+                t = threading.Thread(
+                    target=_pump, args=(procs[-1].stdout, lines, prefix if echo else None), daemon=True
+                )
                 t.start()
                 readers.append(t)
             deadline = time.monotonic() + timeout + 120  # boot and shutdown around the command's own limit

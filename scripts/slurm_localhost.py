@@ -11,6 +11,7 @@ From Python (tests/test_launchers.py):
     with SlurmCluster() as sc:
         subprocess.run(["srun", "-n", "2", ...], env=sc.env())
 """
+
 from __future__ import annotations
 
 import os
@@ -87,8 +88,15 @@ PartitionName=debug Nodes={host} Default=YES MaxTime=INFINITE State=UP OverSubsc
 """)
         env = self.env()
         for daemon in ("slurmctld", "slurmd"):
-            self._procs.append(subprocess.Popen([daemon, "-D", "-f", conf], env=env, stdout=subprocess.DEVNULL,
-                                                stderr=subprocess.DEVNULL, start_new_session=True))
+            self._procs.append(
+                subprocess.Popen(
+                    [daemon, "-D", "-f", conf],
+                    env=env,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                    start_new_session=True,
+                )
+            )
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             r = _run(["sinfo", "-h", "-o", "%t"], env=env)

@@ -1,5 +1,6 @@
 """pytest setup: tests/ on sys.path (mpi_util, reference), and a clear message when the
 source tree shadows the installed package."""
+
 import os
 import sys
 

@@ -13,6 +13,7 @@ when a test fails. A launch:
   ranks into sessions of their own, so the process group alone does not reach them);
   on timeout it kills exactly those processes and fails with the ranks' output.
 """
+
 from __future__ import annotations
 
 import functools
@@ -45,7 +46,7 @@ def parse_record(line) -> dict | None:
     if line.stream != "out":
         return None
     i = line.text.find(RECORD_PREFIX)
-    return None if i < 0 else json.loads(line.text[i + len(RECORD_PREFIX):])
+    return None if i < 0 else json.loads(line.text[i + len(RECORD_PREFIX) :])
 
 
 # --------------------------------------------------------------------------- launcher
@@ -78,8 +79,7 @@ def launcher_kind() -> str:
 def require_mpiexec() -> str:
     exe = find_mpiexec()
     if exe is None:
-        pytest.skip("no mpiexec found (next to sys.executable or on PATH); "
-                    "install an MPI, e.g. pip install mpich")
+        pytest.skip("no mpiexec found (next to sys.executable or on PATH); install an MPI, e.g. pip install mpich")
     return exe
 
 
@@ -135,7 +135,7 @@ def _stat(pid: int):
             text = f.read()
     except OSError:
         return None
-    fields = text[text.rindex(")") + 2:].split()
+    fields = text[text.rindex(")") + 2 :].split()
     if fields[0] in ("Z", "X"):  # zombie: already dead, waiting to be reaped
         return None
     return int(fields[1]), int(fields[2]), int(fields[19])
@@ -209,8 +209,8 @@ def dev_shm_entries(substring: str = "rdmacoll") -> list[str]:
 
 @dataclass
 class Line:
-    t: float      # time.time() when the harness read it
-    stream: str   # "out" or "err"
+    t: float  # time.time() when the harness read it
+    stream: str  # "out" or "err"
     text: str
 
 
@@ -237,9 +237,12 @@ class Result:
     def output(self, max_lines: int = 400) -> str:
         body = [f"[{ln.stream}] {ln.text}" for ln in self.lines]
         if len(body) > max_lines:
-            body = body[: max_lines // 4] + [f"... {len(body) - max_lines} lines left out ..."] + body[-3 * max_lines // 4:]
-        return (f"command: {' '.join(self.command)}\nexit status: {self.returncode}\n"
-                + "\n".join(body))
+            body = (
+                body[: max_lines // 4]
+                + [f"... {len(body) - max_lines} lines left out ..."]
+                + body[-3 * max_lines // 4 :]
+            )
+        return f"command: {' '.join(self.command)}\nexit status: {self.returncode}\n" + "\n".join(body)
 
     def fail(self, why: str):
         pytest.fail(f"{why}\n--- ranks' output ---\n{self.output()}", pytrace=False)
@@ -258,8 +261,9 @@ class Launch:
         if not script.is_absolute():
             script = WORKERS_DIR / script
         self.script = str(script)
-        self.command = (command(script) if command is not None
-                        else _launcher_command(nranks, script, args, extra_launcher_args))
+        self.command = (
+            command(script) if command is not None else _launcher_command(nranks, script, args, extra_launcher_args)
+        )
         self.env = _launch_env(env)
         self.timeout = timeout
         self.lines: list[Line] = []
@@ -272,9 +276,18 @@ class Launch:
     def start(self) -> Launch:
         self._cwd = tempfile.mkdtemp(prefix="rdmacoll-test-")
         self.deadline = time.monotonic() + self.timeout
-        self.proc = subprocess.Popen(self.command, cwd=self._cwd, env=self.env, stdin=subprocess.DEVNULL,
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                     start_new_session=True, text=True, errors="replace", bufsize=1)
+        self.proc = subprocess.Popen(
+            self.command,
+            cwd=self._cwd,
+            env=self.env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+            text=True,
+            errors="replace",
+            bufsize=1,
+        )
         for stream, name in ((self.proc.stdout, "out"), (self.proc.stderr, "err")):
             t = threading.Thread(target=self._read, args=(stream, name), daemon=True)
             t.start()
@@ -416,8 +429,10 @@ def run_torchrun(nproc, script_path, args=(), env=None, timeout=120) -> Result:
     exe = find_torchrun()
 
     def command(script):
-        return [exe, "--standalone", "--nproc_per_node", str(nproc), "--no-python", sys.executable, str(script)] + \
-            [str(a) for a in args]
+        return [exe, "--standalone", "--nproc_per_node", str(nproc), "--no-python", sys.executable, str(script)] + [
+            str(a) for a in args
+        ]
+
     with Launch(nproc, script_path, args, env, timeout, command=command) as launch:
         return launch.finish()
 
@@ -425,8 +440,10 @@ def run_torchrun(nproc, script_path, args=(), env=None, timeout=120) -> Result:
 def run_launcher(launcher_argv, script_path, args=(), env=None, timeout=120) -> Result:
     """Run a worker under any launcher command (srun -n 2, rdmacoll-run -np 2, ...), which is
     given `python script args` to run."""
+
     def command(script):
         return list(launcher_argv) + [sys.executable, str(script)] + [str(a) for a in args]
+
     with Launch(0, script_path, args, env, timeout, command=command) as launch:
         return launch.finish()
 
@@ -439,8 +456,17 @@ def run_python(script_path, args=(), env=None, timeout=120) -> Result:
     cwd = tempfile.mkdtemp(prefix="rdmacoll-test-")
     cmd = [sys.executable, str(script)] + [str(a) for a in args]
     env = _launch_env(env)
-    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, errors="replace", start_new_session=True)
+    proc = subprocess.Popen(
+        cmd,
+        cwd=cwd,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        errors="replace",
+        start_new_session=True,
+    )
     try:
         out, err = proc.communicate(timeout=timeout)
         timed_out = False
@@ -471,11 +497,14 @@ def matrix_results(res: Result, nranks: int, algo: str = "default") -> dict[int,
     after checking that none of its cases was wrong and every rank got the same bytes."""
     done = rank_records(res, nranks, "done", algo=algo)
     fails = res.select(kind="fail", algo=algo)
-    res.check(not fails and all(d["failures"] == 0 for d in done.values()),
-              f"{sum(d['failures'] for d in done.values())} wrong cases, first ones:\n"
-              + "\n".join(f"rank {f['rank']}: {f['case']}: {f['detail']}" for f in fails[:20]))
-    res.check(all(not d["differing"] for d in done.values()),
-              f"ranks got different result bytes in: {done[0]['differing']}")
+    res.check(
+        not fails and all(d["failures"] == 0 for d in done.values()),
+        f"{sum(d['failures'] for d in done.values())} wrong cases, first ones:\n"
+        + "\n".join(f"rank {f['rank']}: {f['case']}: {f['detail']}" for f in fails[:20]),
+    )
+    res.check(
+        all(not d["differing"] for d in done.values()), f"ranks got different result bytes in: {done[0]['differing']}"
+    )
     return done
 
 
@@ -487,8 +516,10 @@ def check_across_hosts(res: Result, nhosts: int, per_host: int, remote: str, alg
     p = nhosts * per_host
     for r, w in rank_records(res, p, "where").items():
         host = r // per_host
-        res.check(w["host"] == f"rchost{host}" and w["local_size"] == per_host and w["local_rank"] == r % per_host,
-                  f"rank {r}: {w}")
+        res.check(
+            w["host"] == f"rchost{host}" and w["local_size"] == per_host and w["local_rank"] == r % per_host,
+            f"rank {r}: {w}",
+        )
         res.check(w["transport"] == f"shm+{remote}", f"rank {r} runs on {w['transport']}")
         res.check(w["cross"] == [host, nhosts, True], f"rank {r}: cross_rank, cross_size, is_homogeneous {w['cross']}")
         for q, how in enumerate(w["peers"]):
@@ -523,20 +554,25 @@ UNMAPPED_RULES = {
 UNMAPPED_ALGORITHMS = {"eager", "recursive_doubling", "tree", "halving_doubling", "ring_slots"}
 
 
-def check_forced_algorithms(nranks: int, env: dict, rules: str, sizes: str, label: str, timeout=240,
-                            extra=()) -> None:
+def check_forced_algorithms(nranks: int, env: dict, rules: str, sizes: str, label: str, timeout=240, extra=()) -> None:
     """workers/allreduce_matrix.py with UNMAPPED_RULES[rules] forced (`extra`: more of its
     arguments): every case right, only those algorithms ran, and each forced one (but
     eager, size-limited) did."""
     import re
 
-    res = run_mpi(nranks, "allreduce_matrix.py", [*ROTATED_MATRIX, "--sizes", sizes, *extra],
-                  env=dict(env, RDMACOLL_ALGO=UNMAPPED_RULES[rules]), timeout=timeout)
+    res = run_mpi(
+        nranks,
+        "allreduce_matrix.py",
+        [*ROTATED_MATRIX, "--sizes", sizes, *extra],
+        env=dict(env, RDMACOLL_ALGO=UNMAPPED_RULES[rules]),
+        timeout=timeout,
+    )
     done = matrix_results(res, nranks)
     used = set(done[0]["algorithms"])
     forced = set(re.findall(r":([a-z_]+)", UNMAPPED_RULES[rules]))
-    res.check(used <= UNMAPPED_ALGORITHMS, f"algorithms that need mapped memory ran on {label}: "
-                                           f"{used - UNMAPPED_ALGORITHMS}")
+    res.check(
+        used <= UNMAPPED_ALGORITHMS, f"algorithms that need mapped memory ran on {label}: {used - UNMAPPED_ALGORITHMS}"
+    )
     res.check(forced - {"eager"} <= used, f"forced algorithms that did not run: {forced - used}")
     res.check(res.returncode == 0, "the launch failed")
     print(f"{label}, {nranks} ranks, rules {rules}: {done[0]['cases']} cases, algorithms {sorted(used)}")
@@ -545,8 +581,13 @@ def check_forced_algorithms(nranks: int, env: dict, rules: str, sizes: str, labe
 def check_default_selection(nranks: int, env: dict, label: str, timeout=240, extra=()) -> None:
     """The selector's own choice with the default thresholds, up to 16 MiB: right results,
     and only algorithms that run without mapped memory. (`extra`: more worker arguments.)"""
-    res = run_mpi(nranks, "allreduce_matrix.py", [*ROTATED_MATRIX, "--sizes", "0,1,1023,100003",
-                                                  "--big-mib", 16, *extra], env=env, timeout=timeout)
+    res = run_mpi(
+        nranks,
+        "allreduce_matrix.py",
+        [*ROTATED_MATRIX, "--sizes", "0,1,1023,100003", "--big-mib", 16, *extra],
+        env=env,
+        timeout=timeout,
+    )
     done = matrix_results(res, nranks)
     used = set(done[0]["algorithms"])
     allowed = UNMAPPED_ALGORITHMS | {"local"}
@@ -563,16 +604,23 @@ def check_async(env: dict, label: str, timeout=240) -> None:
         res.check(rec["outstanding"] == 0, f"rank {r}: {rec['outstanding']} operations still queued ({label})")
 
 
-def check_killed_peer(env: dict, sig: int, mib: int, label: str, bound_s: float | None = None,
-                      timeout=180, nranks: int = 3) -> None:
+def check_killed_peer(
+    env: dict, sig: int, mib: int, label: str, bound_s: float | None = None, timeout=180, nranks: int = 3
+) -> None:
     """Rank 1 of `nranks` killed by `sig` in an allreduce loop of `mib` MiB: the others
     raise RdmacollError naming it (within bound_s, when given), so does their next call,
     and nothing of the launch is left running or in /dev/shm."""
     import re
 
     victim = 1
-    launch = Launch(nranks, "kill_loop.py", ["--mib", mib, "--max-seconds", 120], env=env, timeout=timeout,
-                    extra_launcher_args=keep_siblings_flags())
+    launch = Launch(
+        nranks,
+        "kill_loop.py",
+        ["--mib", mib, "--max-seconds", 120],
+        env=env,
+        timeout=timeout,
+        extra_launcher_args=keep_siblings_flags(),
+    )
     with launch:
         rec = launch.wait_record(kind="looping", rank=victim, timeout=120)
         time.sleep(0.3)
@@ -584,15 +632,22 @@ def check_killed_peer(env: dict, sig: int, mib: int, label: str, bound_s: float 
     res.check(not res.select(kind="no error"), "a survivor's loop ran to its end without an error")
     res.check(set(errors) == set(survivors), f"ranks {sorted(set(survivors) - set(errors))} did not raise")
     for r, e in errors.items():
-        res.check(re.search(rf"\brank {victim}\b", e["message"]), f"rank {r}: {e['message']!r} does not name rank {victim}")
+        res.check(
+            re.search(rf"\brank {victim}\b", e["message"]), f"rank {r}: {e['message']!r} does not name rank {victim}"
+        )
         if bound_s is not None:
             res.check(e["time"] - t_kill < bound_s, f"rank {r} took {e['time'] - t_kill:.1f} s to notice")
     later = {r["rank"]: r["message"] for r in res.select(kind="later")}
     res.check(set(later) == set(survivors) and all(later.values()), f"a later call did not raise: {later}")
     res.check(not res.leftovers, f"processes of the launch still running: {res.leftovers}")
     res.check(not dev_shm_entries(), f"rdmacoll files left in /dev/shm: {dev_shm_entries()}")
-    print(f"{signal.Signals(sig).name} of rank {victim} of {nranks} under {label}: " + ", ".join(f"rank {r} raised after {(e['time'] - t_kill) * 1e3:.0f} ms: "
-                                                     f"{e['message'][:160]}" for r, e in sorted(errors.items())))
+    print(
+        f"{signal.Signals(sig).name} of rank {victim} of {nranks} under {label}: "
+        + ", ".join(
+            f"rank {r} raised after {(e['time'] - t_kill) * 1e3:.0f} ms: {e['message'][:160]}"
+            for r, e in sorted(errors.items())
+        )
+    )
 
 
 def require_real_horovod() -> None:
@@ -602,5 +657,7 @@ def require_real_horovod() -> None:
     import pytest
 
     if importlib.util.find_spec("horovod") is None:
-        pytest.skip("real Horovod is not installed in this interpreter (build it with "
-                    "build-horovod.sh and run pytest from its venv)")
+        pytest.skip(
+            "real Horovod is not installed in this interpreter (build it with "
+            "build-horovod.sh and run pytest from its venv)"
+        )

@@ -11,6 +11,7 @@ scale rounds once, each rounding is at most eps/2 of a partial result, and every
 result is at most sum(|x|). Min and Max round nothing and must match exactly (NaN
 included); integers must match exactly.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -54,16 +55,19 @@ class Inputs:
 
     def __init__(self, nranks: int, count: int):
         self.nranks, self.count = nranks, count
-        self._bases = {}                      # rank -> (normal, bits), drawn on first use
+        self._bases = {}  # rank -> (normal, bits), drawn on first use
         i = np.arange(count)
         self._mod7, self._mod11, self._even = i % 7, i % 11, i % 2 == 0
 
     def _base(self, rank: int):
         if rank not in self._bases:
             rng = np.random.default_rng([20240611, rank, self.count])
-            self._bases[rank] = (rng.standard_normal(self.count),
-                                 rng.integers(np.iinfo(np.int64).min, np.iinfo(np.int64).max,
-                                              size=self.count, dtype=np.int64, endpoint=True))
+            self._bases[rank] = (
+                rng.standard_normal(self.count),
+                rng.integers(
+                    np.iinfo(np.int64).min, np.iinfo(np.int64).max, size=self.count, dtype=np.int64, endpoint=True
+                ),
+            )
         return self._bases[rank]
 
     def get(self, rank: int, dtype: str, op: str) -> np.ndarray:
@@ -110,7 +114,7 @@ def reference(inputs, dtype: str, op: str):
     p = len(inputs)
     if dtype not in FLOATS:
         acc = fold(inputs, op, np_dtype(dtype))
-        if op == "Average" and p > 1:   # Horovod's: the wrapped sum times 1/p in float64, truncated
+        if op == "Average" and p > 1:  # Horovod's: the wrapped sum times 1/p in float64, truncated
             acc = np.trunc(acc.astype(np.float64) * (1.0 / p)).astype(np.int64).astype(acc.dtype)
         return acc, None
     wide = [x.astype(np.float64) for x in inputs]
@@ -150,14 +154,17 @@ def compare(result: np.ndarray, expected: np.ndarray, tol) -> str | None:
     if nbad == 0:
         return None
     idx = np.flatnonzero(bad)[:5]
-    shown = ", ".join(f"[{i}] got {result.flat[i]!r} expected {expected.flat[i]!r}"
-                      + (f" (tol {tol.flat[i]:.3g})" if tol is not None else "") for i in idx)
+    shown = ", ".join(
+        f"[{i}] got {result.flat[i]!r} expected {expected.flat[i]!r}"
+        + (f" (tol {tol.flat[i]:.3g})" if tol is not None else "")
+        for i in idx
+    )
     return f"{nbad} of {result.size} elements differ: {shown}"
 
 
 # --------------------------------------------------------------------------- Adasum
 
-ADASUM_TINY = np.sqrt(np.finfo(np.float64).tiny)   # Horovod's sqrt(DBL_MIN)
+ADASUM_TINY = np.sqrt(np.finfo(np.float64).tiny)  # Horovod's sqrt(DBL_MIN)
 
 
 def adasum_pair(a, b, dtype):

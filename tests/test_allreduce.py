@@ -5,6 +5,7 @@ whole matrix inside the worker (workers/allreduce_matrix.py) for each algorithm 
 every dtype x op x size x mode, compared with a reference NumPy computes from every rank's
 deterministic input, and every rank's result bytes compared with every other rank's.
 """
+
 import pytest
 from rdmacoll import _core, _settings
 
@@ -16,8 +17,12 @@ from reference import ONE_PER_WIDTH
 # slot credits all the time, and the eager limit falls between the small sizes.
 THRESHOLDS = {
     "default": {},
-    "small": {"RDMACOLL_SEGMENT_BYTES": 4096, "RDMACOLL_SLOT_BYTES": 4096, "RDMACOLL_SLOTS": 2,
-              "RDMACOLL_EAGER_BYTES": 256},
+    "small": {
+        "RDMACOLL_SEGMENT_BYTES": 4096,
+        "RDMACOLL_SLOT_BYTES": 4096,
+        "RDMACOLL_SLOTS": 2,
+        "RDMACOLL_EAGER_BYTES": 256,
+    },
 }
 # "default" lets the selector choose; every registered algorithm is also forced in turn.
 # hierarchical needs several hosts: tests/test_hosts.py runs it (on one host it is unusable
@@ -77,7 +82,7 @@ def launch_group(launches, nranks, thresholds):
     return launches[key]
 
 
-@pytest.mark.timeout(560)   # the first test of a group waits for the group's launch
+@pytest.mark.timeout(560)  # the first test of a group waits for the group's launch
 @pytest.mark.parametrize("nranks, algo, thresholds", list(configurations()))
 def test_allreduce_matrix(launches, nranks, algo, thresholds):
     res = launch_group(launches, nranks, thresholds)
@@ -96,7 +101,7 @@ def test_allreduce_matrix(launches, nranks, algo, thresholds):
         res.check(set(used) == {"local"}, f"one rank should reduce locally, used {used}")
     elif algo in SIZE_LIMITED:
         var = SIZE_LIMITED[algo]
-        limit = THRESHOLDS[thresholds].get(var, _settings.TABLE[var[len("RDMACOLL_"):].lower()]["default"])
+        limit = THRESHOLDS[thresholds].get(var, _settings.TABLE[var[len("RDMACOLL_") :].lower()]["default"])
         res.check(all(b <= limit for b in used.get(algo, [])), f"{algo} ran above {var}={limit}: {used}")
         below = {b for sizes in used.values() for b in sizes if b <= limit}
         res.check(below <= set(used.get(algo, [])), f"algo={algo} not used up to {var}: {used}")
@@ -109,8 +114,13 @@ def test_allreduce_matrix(launches, nranks, algo, thresholds):
 def test_single_slot_per_peer_does_not_deadlock(algo):
     """With one receive slot per peer, a rank must give its predecessor's slot back before
     it waits for its successor's credit (ring_slots once held it and hung at 3 ranks)."""
-    env = {"RDMACOLL_ALGO": algo, "RDMACOLL_SLOTS": 1, "RDMACOLL_SLOT_BYTES": 4096,
-           "RDMACOLL_SEGMENT_BYTES": 4096, "RDMACOLL_EAGER_BYTES": 256}
+    env = {
+        "RDMACOLL_ALGO": algo,
+        "RDMACOLL_SLOTS": 1,
+        "RDMACOLL_SLOT_BYTES": 4096,
+        "RDMACOLL_SEGMENT_BYTES": 4096,
+        "RDMACOLL_EAGER_BYTES": 256,
+    }
     res = run_mpi(3, "allreduce_matrix.py", ["--sizes", "0,1,7,1023,5000"], env=env, timeout=120)
     done = rank_records(res, 3, "done")
     res.check(all(d["failures"] == 0 for d in done.values()), "wrong results with one slot per peer")

@@ -1,4 +1,5 @@
 """Asynchronous collectives under mpiexec: many in flight, waited in any order."""
+
 import pytest
 
 from mpi_util import rank_records, run_mpi

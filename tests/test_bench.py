@@ -1,6 +1,7 @@
 """rdmacoll-bench: option errors, busbw factors, sizes and references (in process); real
 sweeps of every collective under mpiexec with --check, --compare (a missing peer is
 skipped, rdmacoll's rows stay), --json, --plot and --np."""
+
 import importlib.util
 import json
 
@@ -19,34 +20,40 @@ HAVE_MPL = importlib.util.find_spec("matplotlib") is not None
 # --------------------------------------------------------------------------- in process
 
 
-@pytest.mark.parametrize("argv, words", [
-    (["-b", "foo"], "not a size"),
-    (["-e", "12X"], "not a size"),
-    (["-f", "0"], "must be >= 1"),
-    (["-n", "0"], "must be >= 1"),
-    (["-w", "-1"], "must be >= 0"),
-    (["-c", "-1"], "must be >= 0"),
-    (["-d", "float8"], "unknown dtype 'float8' (accepted, any case: int8 uint8 int32 int64 half float double "
-                       "bfloat16 float16 float32 float64 all)"),
-    (["-d", "uint32"], "the core has no uint32"),
-    (["-o", "Mean"], "unknown op 'Mean' (accepted, any case: sum prod max min avg average product all)"),
-    (["-o", "mulsum"], "the core has no pre-multiplied sum"),
-    (["-a", "4"], "invalid choice"),
-    (["-z", "2"], "invalid choice"),
-    (["-r", "-1"], "must be >= 0"),
-    (["-f", "1", "-i", "0"], "-i (--stepbytes) must be >= 1"),
-    (["--from", "rows.json"], "give --plot FILE.png too"),
-    (["--plot", "x.png", "--from", "/nonexistent/rows.json"], "no such file"),
-    (["allreduse"], "unknown collective 'allreduse'"),
-    (["-b", "1M", "-e", "1K"], "--maxbytes"),
-    (["-d", "int32", "-o", "Average"], "floating dtype"),
-    (["-d", "int8", "-o", "avg"], "floating dtype"),
-    (["--compare", "mpi,nccl"], "unknown peer 'nccl'"),
-    (["--plot", "bw.jpg"], "FILE.png"),
-    (["--json", "/nonexistent-dir/rows.json"], "cannot write"),
-    (["--np", "0"], "must be >= 1"),
-    (["--algo", " "], "--algo"),
-])
+@pytest.mark.parametrize(
+    "argv, words",
+    [
+        (["-b", "foo"], "not a size"),
+        (["-e", "12X"], "not a size"),
+        (["-f", "0"], "must be >= 1"),
+        (["-n", "0"], "must be >= 1"),
+        (["-w", "-1"], "must be >= 0"),
+        (["-c", "-1"], "must be >= 0"),
+        (
+            ["-d", "float8"],
+            "unknown dtype 'float8' (accepted, any case: int8 uint8 int32 int64 half float double "
+            "bfloat16 float16 float32 float64 all)",
+        ),
+        (["-d", "uint32"], "the core has no uint32"),
+        (["-o", "Mean"], "unknown op 'Mean' (accepted, any case: sum prod max min avg average product all)"),
+        (["-o", "mulsum"], "the core has no pre-multiplied sum"),
+        (["-a", "4"], "invalid choice"),
+        (["-z", "2"], "invalid choice"),
+        (["-r", "-1"], "must be >= 0"),
+        (["-f", "1", "-i", "0"], "-i (--stepbytes) must be >= 1"),
+        (["--from", "rows.json"], "give --plot FILE.png too"),
+        (["--plot", "x.png", "--from", "/nonexistent/rows.json"], "no such file"),
+        (["allreduse"], "unknown collective 'allreduse'"),
+        (["-b", "1M", "-e", "1K"], "--maxbytes"),
+        (["-d", "int32", "-o", "Average"], "floating dtype"),
+        (["-d", "int8", "-o", "avg"], "floating dtype"),
+        (["--compare", "mpi,nccl"], "unknown peer 'nccl'"),
+        (["--plot", "bw.jpg"], "FILE.png"),
+        (["--json", "/nonexistent-dir/rows.json"], "cannot write"),
+        (["--np", "0"], "must be >= 1"),
+        (["--algo", " "], "--algo"),
+    ],
+)
 def test_bad_option_is_one_line(argv, words, capsys, monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)
     for var in ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK"):
@@ -59,8 +66,16 @@ def test_bad_option_is_one_line(argv, words, capsys, monkeypatch, tmp_path):
     assert words in err, err
 
 
-NCCL_TYPES = {"half": "float16", "float": "float32", "double": "float64", "bfloat16": "bfloat16", "int32": "int32",
-              "int64": "int64", "uint8": "uint8", "int8": "int8"}
+NCCL_TYPES = {
+    "half": "float16",
+    "float": "float32",
+    "double": "float64",
+    "bfloat16": "bfloat16",
+    "int32": "int32",
+    "int64": "int64",
+    "uint8": "uint8",
+    "int8": "int8",
+}
 NCCL_OPS = {"sum": "Sum", "prod": "Product", "min": "Min", "max": "Max", "avg": "Average"}
 
 
@@ -70,16 +85,36 @@ def _parse(argv):
     return parse(argv)
 
 
-@pytest.mark.parametrize("spelling, dtype", list(NCCL_TYPES.items()) + [
-    ("FLOAT", "float32"), ("Half", "float16"), ("float16", "float16"), ("float32", "float32"),
-    ("float64", "float64"), ("BFloat16", "bfloat16")])
+@pytest.mark.parametrize(
+    "spelling, dtype",
+    list(NCCL_TYPES.items())
+    + [
+        ("FLOAT", "float32"),
+        ("Half", "float16"),
+        ("float16", "float16"),
+        ("float32", "float32"),
+        ("float64", "float64"),
+        ("BFloat16", "bfloat16"),
+    ],
+)
 def test_every_nccl_tests_dtype_is_accepted(spelling, dtype):
     assert _parse(["-d", spelling]).dtype == [dtype]
 
 
-@pytest.mark.parametrize("spelling, op", list(NCCL_OPS.items()) + [
-    ("SUM", "Sum"), ("Prod", "Product"), ("AVG", "Average"), ("Sum", "Sum"), ("Average", "Average"),
-    ("Product", "Product"), ("min", "Min"), ("MAX", "Max")])
+@pytest.mark.parametrize(
+    "spelling, op",
+    list(NCCL_OPS.items())
+    + [
+        ("SUM", "Sum"),
+        ("Prod", "Product"),
+        ("AVG", "Average"),
+        ("Sum", "Sum"),
+        ("Average", "Average"),
+        ("Product", "Product"),
+        ("min", "Min"),
+        ("MAX", "Max"),
+    ],
+)
 def test_every_nccl_tests_op_is_accepted(spelling, op):
     args = _parse(["-o", spelling])
     assert args.op == [op] and args.pairs == [("float32", op)]
@@ -97,10 +132,43 @@ def test_all_runs_every_dtype_and_op_in_nccl_tests_order_less_avg_on_integers():
 
 
 def test_nccl_tests_flags_are_accepted():
-    a = _parse(["-b", "1K", "-e", "1M", "-f", "2", "-i", "4K", "-n", "7", "-w", "3", "-c", "0", "-z", "1",
-                "-r", "1", "-a", "0", "broadcast"])
-    assert (a.minbytes, a.maxbytes, a.stepfactor, a.stepbytes, a.iters, a.warmup, a.check, a.blocking, a.root,
-            a.average) == (1024, 1 << 20, 2, 4096, 7, 3, 0, 1, 1, 0)
+    a = _parse(
+        [
+            "-b",
+            "1K",
+            "-e",
+            "1M",
+            "-f",
+            "2",
+            "-i",
+            "4K",
+            "-n",
+            "7",
+            "-w",
+            "3",
+            "-c",
+            "0",
+            "-z",
+            "1",
+            "-r",
+            "1",
+            "-a",
+            "0",
+            "broadcast",
+        ]
+    )
+    assert (
+        a.minbytes,
+        a.maxbytes,
+        a.stepfactor,
+        a.stepbytes,
+        a.iters,
+        a.warmup,
+        a.check,
+        a.blocking,
+        a.root,
+        a.average,
+    ) == (1024, 1 << 20, 2, 4096, 7, 3, 0, 1, 1, 0)
     # -i alone: sizes grow by adding it (nccl-tests' stepbytes when no factor is given)
     assert (_parse(["-i", "1K"]).stepfactor, _parse(["-i", "1K"]).stepbytes) == (1, 1024)
     # -f 1 alone: nccl-tests' default step, 1M
@@ -125,10 +193,29 @@ def test_ranks_combine_as_nccl_tests_average_modes():
 def _row(placement="out-of-place", impl="rdmacoll", time_us=2.0, wrong=0, **kw):
     from rdmacoll._bench.report import Row
 
-    fields = dict(impl=impl, collective="allreduce", placement=placement, bytes=1024, count=256, dtype="float32",
-                  op="Sum", root=-1, algo="ring", transport="shm", time_us=time_us, min_us=1.0, median_us=time_us,
-                  max_us=3.0, algbw=1024 / time_us / 1e3, busbw=1024 / time_us / 1e3, wrong=wrong, ranks=2, hosts=1,
-                  version="0.1.0", timing="per call, -a 3")
+    fields = dict(
+        impl=impl,
+        collective="allreduce",
+        placement=placement,
+        bytes=1024,
+        count=256,
+        dtype="float32",
+        op="Sum",
+        root=-1,
+        algo="ring",
+        transport="shm",
+        time_us=time_us,
+        min_us=1.0,
+        median_us=time_us,
+        max_us=3.0,
+        algbw=1024 / time_us / 1e3,
+        busbw=1024 / time_us / 1e3,
+        wrong=wrong,
+        ranks=2,
+        hosts=1,
+        version="0.1.0",
+        timing="per call, -a 3",
+    )
     fields.update(kw)
     return Row(**fields)
 
@@ -145,14 +232,47 @@ def test_table_prints_both_placements_side_by_side_with_nccl_tests_headers():
     t.rows([_row(bytes=8, count=2)])  # in place not run: N/A
     t.summary([_row(), _row("in-place", time_us=4.0)], ["rdmacoll"])
     lines = out.getvalue().splitlines()
-    assert "out-of-place" in lines[0] and "in-place" in lines[0] and lines[0].index("out-of-place") < lines[0].index("in-place")
-    assert lines[1].split()[:14] == ["#", "size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong",
-                                     "time", "algbw", "busbw", "#wrong"]
+    assert (
+        "out-of-place" in lines[0]
+        and "in-place" in lines[0]
+        and lines[0].index("out-of-place") < lines[0].index("in-place")
+    )
+    assert lines[1].split()[:14] == [
+        "#",
+        "size",
+        "count",
+        "type",
+        "redop",
+        "root",
+        "time",
+        "algbw",
+        "busbw",
+        "#wrong",
+        "time",
+        "algbw",
+        "busbw",
+        "#wrong",
+    ]
     assert lines[1].split()[14:] == ["algo", "transport"]
     assert lines[2].split()[1:3] == ["(B)", "(elements)"]
     row = lines[3].split()
-    assert row == ["1024", "256", "float", "sum", "-1", "2.00", "0.51", "0.51", "0", "4.00", "0.26", "0.26", "0",
-                   "ring/direct", "shm"]
+    assert row == [
+        "1024",
+        "256",
+        "float",
+        "sum",
+        "-1",
+        "2.00",
+        "0.51",
+        "0.51",
+        "0",
+        "4.00",
+        "0.26",
+        "0.26",
+        "0",
+        "ring/direct",
+        "shm",
+    ]
     assert lines[4].split()[9:13] == ["N/A"] * 4
     assert lines[-3:] == ["# Out of bounds values : 0 OK", "# Avg bus bandwidth    : 0.384", "#"]
 
@@ -179,8 +299,12 @@ def test_plot_redraws_from_saved_json(tmp_path, capsys, monkeypatch):
     for var in ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE"):
         monkeypatch.delenv(var, raising=False)
     saved, png = tmp_path / "rows.json", tmp_path / "again.png"
-    saved.write_text(json.dumps([_row(bytes=b).json() for b in (8, 1024, 65536)] +
-                                [_row("in-place", bytes=b).json() for b in (8, 1024, 65536)]))
+    saved.write_text(
+        json.dumps(
+            [_row(bytes=b).json() for b in (8, 1024, 65536)]
+            + [_row("in-place", bytes=b).json() for b in (8, 1024, 65536)]
+        )
+    )
     assert main(["--plot", str(png), "--from", str(saved)]) == 0
     from matplotlib import image
 
@@ -204,11 +328,21 @@ def test_without_a_launcher_it_says_how_to_launch(capsys, monkeypatch):
     assert "mpiexec -n 2 rdmacoll-bench -d float -e 1M" in err and "rdmacoll-bench --np 2 -d float -e 1M" in err
 
 
-@pytest.mark.parametrize("coll, n, factor", [
-    ("allreduce", 1, 0.0), ("allreduce", 2, 1.0), ("allreduce", 4, 1.5), ("allreduce", 8, 1.75),
-    ("allgather", 2, 0.5), ("allgather", 4, 0.75), ("reducescatter", 4, 0.75), ("alltoall", 8, 0.875),
-    ("broadcast", 2, 1.0), ("broadcast", 8, 1.0),
-])
+@pytest.mark.parametrize(
+    "coll, n, factor",
+    [
+        ("allreduce", 1, 0.0),
+        ("allreduce", 2, 1.0),
+        ("allreduce", 4, 1.5),
+        ("allreduce", 8, 1.75),
+        ("allgather", 2, 0.5),
+        ("allgather", 4, 0.75),
+        ("reducescatter", 4, 0.75),
+        ("alltoall", 8, 0.875),
+        ("broadcast", 2, 1.0),
+        ("broadcast", 8, 1.0),
+    ],
+)
 def test_busbw_factor_is_nccl_tests(coll, n, factor):
     assert C.bus_factor(coll, n) == pytest.approx(factor)
 
@@ -238,8 +372,10 @@ def test_sizes_beyond_memory_are_refused_up_front():
 
 
 @pytest.mark.parametrize("coll", ["allreduce", "allgather", "broadcast", "reducescatter", "alltoall"])
-@pytest.mark.parametrize("dtype, op", [("float32", "Sum"), ("float16", "Average"), ("int32", "Product"),
-                                       ("uint8", "Min"), ("float64", "Max")])
+@pytest.mark.parametrize(
+    "dtype, op",
+    [("float32", "Sum"), ("float16", "Average"), ("int32", "Product"), ("uint8", "Min"), ("float64", "Max")],
+)
 def test_reference_is_the_collective_of_the_inputs(coll, dtype, op):
     """expected() (computed on one period of the inputs) against the collective computed
     the plain way from every rank's send buffer."""
@@ -255,10 +391,10 @@ def test_reference_is_the_collective_of_the_inputs(coll, dtype, op):
     for r in range(p):
         want = {
             "allreduce": lambda: reduced.astype(dt),
-            "reducescatter": lambda: reduced.astype(dt)[r * count:(r + 1) * count],
+            "reducescatter": lambda: reduced.astype(dt)[r * count : (r + 1) * count],
             "broadcast": lambda: sends[0],
             "allgather": lambda: np.concatenate(sends),
-            "alltoall": lambda: np.concatenate([s[r * count:(r + 1) * count] for s in sends]),
+            "alltoall": lambda: np.concatenate([s[r * count : (r + 1) * count] for s in sends]),
         }[coll]()
         got = C.expected(coll, r, p, total, count, dt, op)
         assert got.dtype == dt and np.array_equal(got, want), (coll, r, got, want)
@@ -276,9 +412,33 @@ def test_count_wrong():
 
 
 def test_json_row_has_exactly_the_keys():
-    assert tuple(_row().json()) == JSON_KEYS == (
-        "impl", "collective", "placement", "bytes", "count", "dtype", "op", "root", "algo", "transport", "time_us",
-        "min_us", "median_us", "max_us", "algbw", "busbw", "wrong", "ranks", "hosts", "version", "timing")
+    assert (
+        tuple(_row().json())
+        == JSON_KEYS
+        == (
+            "impl",
+            "collective",
+            "placement",
+            "bytes",
+            "count",
+            "dtype",
+            "op",
+            "root",
+            "algo",
+            "transport",
+            "time_us",
+            "min_us",
+            "median_us",
+            "max_us",
+            "algbw",
+            "busbw",
+            "wrong",
+            "ranks",
+            "hosts",
+            "version",
+            "timing",
+        )
+    )
 
 
 # --------------------------------------------------------------------------- under mpiexec
@@ -286,8 +446,11 @@ def test_json_row_has_exactly_the_keys():
 
 def _table(res):
     """Rank 0's table rows (stdout lines not starting with '#') as token lists."""
-    return [ln.text.split() for ln in res.lines
-            if ln.stream == "out" and ln.text.strip() and not ln.text.startswith(("#", "@@rc"))]
+    return [
+        ln.text.split()
+        for ln in res.lines
+        if ln.stream == "out" and ln.text.strip() and not ln.text.startswith(("#", "@@rc"))
+    ]
 
 
 def _bench(res, nranks, code=0):
@@ -301,8 +464,25 @@ def test_sweep_every_collective_compared_json_plot(tmp_path):
     """2 ranks, every collective, checked, with the peers: gloo and mpi run (when
     installed), horovod is not installable here and must be reported and skipped."""
     rows_file, png = tmp_path / "rows.json", tmp_path / "bw.png"
-    args = ["all", "-b", "8", "-e", "256K", "-f", "32", "-n", "3", "-w", "1", "-c", "1",
-            "--compare", "mpi,gloo,horovod", "--json", rows_file]
+    args = [
+        "all",
+        "-b",
+        "8",
+        "-e",
+        "256K",
+        "-f",
+        "32",
+        "-n",
+        "3",
+        "-w",
+        "1",
+        "-c",
+        "1",
+        "--compare",
+        "mpi,gloo,horovod",
+        "--json",
+        rows_file,
+    ]
     if HAVE_MPL:
         args += ["--plot", png]
     res = run_mpi(2, "bench_cli.py", args, timeout=240)
@@ -315,37 +495,51 @@ def test_sweep_every_collective_compared_json_plot(tmp_path):
         for impl in impls:
             for pl in placements:
                 mine = [r for r in rows if r["collective"] == coll and r["impl"] == impl and r["placement"] == pl]
-                res.check([r["bytes"] for r in mine] == [8, 256, 8192, 262144],
-                          f"{impl} {coll} {pl}: sizes {[r['bytes'] for r in mine]}")
+                res.check(
+                    [r["bytes"] for r in mine] == [8, 256, 8192, 262144],
+                    f"{impl} {coll} {pl}: sizes {[r['bytes'] for r in mine]}",
+                )
                 res.check(all(r["wrong"] == 0 for r in mine), f"{impl} {coll}: wrong elements {mine}")
-                res.check(all(r["min_us"] <= r["median_us"] <= r["max_us"] and r["time_us"] == r["median_us"] > 0
-                              for r in mine), f"{impl} {coll}: min/median/max {mine}")
+                res.check(
+                    all(
+                        r["min_us"] <= r["median_us"] <= r["max_us"] and r["time_us"] == r["median_us"] > 0
+                        for r in mine
+                    ),
+                    f"{impl} {coll}: min/median/max {mine}",
+                )
                 for r in mine:
                     factor = C.bus_factor(coll, 2)
                     res.check(r["busbw"] == pytest.approx(r["algbw"] * factor), f"busbw factor of {r}")
                     res.check(r["algbw"] == pytest.approx(r["bytes"] / r["time_us"] / 1e3), f"algbw of {r}")
     res.check({r["impl"] for r in rows} == impls, f"implementations {sorted({r['impl'] for r in rows})}")
-    res.check(all(r["ranks"] == 2 and r["hosts"] == 1 and r["version"] and r["timing"] == "per call, -a 3"
-                  for r in rows), "rows carry ranks, hosts, version and timing")
+    res.check(
+        all(r["ranks"] == 2 and r["hosts"] == 1 and r["version"] and r["timing"] == "per call, -a 3" for r in rows),
+        "rows carry ranks, hosts, version and timing",
+    )
     rd = [r for r in rows if r["impl"] == "rdmacoll"]
     res.check(all(r["transport"] == "shm" for r in rd), "rdmacoll rows name their transport")
     res.check(all(r["algo"] != "-" for r in rd if r["collective"] == "allreduce"), "allreduce rows name the algorithm")
     out = [ln.text for ln in res.lines if ln.stream == "out"]
     err = [ln.text for ln in res.lines if ln.stream == "err"]
     if not HAVE_HOROVOD:
-        res.check(any("horovod: skipped" in t and "not installed" in t for t in out), "no note that horovod was skipped")
+        res.check(
+            any("horovod: skipped" in t and "not installed" in t for t in out), "no note that horovod was skipped"
+        )
     headers = [t for t in out if "#wrong" in t]
     res.check(len(headers) == 5 and all("mpi:oop" in h for h in headers), "a ratio column per peer in every header")
     res.check(sum(t.startswith("# Avg bus bandwidth    : ") for t in out) >= 5, "no average busbw summary")
     res.check(sum(t == "# Out of bounds values : 0 OK" for t in out) == 5, "no out of bounds line per table")
     table = _table(res)
-    res.check(len(table) == len({(r["impl"], r["collective"], r["bytes"]) for r in rows}),
-              f"{len(table)} table lines: one per implementation and size")
+    res.check(
+        len(table) == len({(r["impl"], r["collective"], r["bytes"]) for r in rows}),
+        f"{len(table)} table lines: one per implementation and size",
+    )
     ratio_rows = [t for t in table if t[15] == "rdmacoll"]
-    res.check(len(ratio_rows) == 20 and all(len(t) >= 16 + len(impls) - 1 for t in ratio_rows),
-              "rdmacoll's lines carry a ratio per peer")
-    res.check(any("left" in t for t in err) and not any("left" in t for t in out),
-              "progress belongs on stderr only")
+    res.check(
+        len(ratio_rows) == 20 and all(len(t) >= 16 + len(impls) - 1 for t in ratio_rows),
+        "rdmacoll's lines carry a ratio per peer",
+    )
+    res.check(any("left" in t for t in err) and not any("left" in t for t in out), "progress belongs on stderr only")
     res.check(recs[1]["matplotlib"] is False, "rank 1 imported matplotlib without plotting")
     if HAVE_MPL:
         from matplotlib import image
@@ -358,8 +552,31 @@ def test_sweep_every_collective_compared_json_plot(tmp_path):
 def test_three_ranks_half_average_out_of_place():
     """3 ranks (uneven parts), float16 Average out of place, every collective checked;
     matplotlib and torch stay unimported when not asked for."""
-    res = run_mpi(3, "bench_cli.py", ["all", "-b", "2", "-e", "4K", "-f", "8", "-n", "2", "-w", "1",
-                                      "-d", "float16", "-o", "Average", "--inplace", "0", "-q"], timeout=120)
+    res = run_mpi(
+        3,
+        "bench_cli.py",
+        [
+            "all",
+            "-b",
+            "2",
+            "-e",
+            "4K",
+            "-f",
+            "8",
+            "-n",
+            "2",
+            "-w",
+            "1",
+            "-d",
+            "float16",
+            "-o",
+            "Average",
+            "--inplace",
+            "0",
+            "-q",
+        ],
+        timeout=120,
+    )
     recs = _bench(res, 3)
     res.check(not any(r["matplotlib"] or r["torch"] for r in recs.values()), "optional modules were imported")
     table = _table(res)
@@ -372,15 +589,46 @@ def test_three_ranks_half_average_out_of_place():
 def test_forced_algo_bfloat16_rc_empty_mpi_skipped():
     """--algo reaches the selector, bfloat16 on rc.empty memory checks out, and a peer that
     cannot run a dtype (MPI has no bfloat16) is reported and skipped."""
-    res = run_mpi(2, "bench_cli.py", ["-b", "64", "-e", "1M", "-f", "16", "-n", "2", "-w", "1", "-d", "bfloat16",
-                                      "-o", "Max", "--memory", "empty", "--algo", "ring", "--compare", "mpi"],
-                  timeout=120)
+    res = run_mpi(
+        2,
+        "bench_cli.py",
+        [
+            "-b",
+            "64",
+            "-e",
+            "1M",
+            "-f",
+            "16",
+            "-n",
+            "2",
+            "-w",
+            "1",
+            "-d",
+            "bfloat16",
+            "-o",
+            "Max",
+            "--memory",
+            "empty",
+            "--algo",
+            "ring",
+            "--compare",
+            "mpi",
+        ],
+        timeout=120,
+    )
     _bench(res, 2)
     table = _table(res)
-    res.check(len(table) == 5 and all(t[15] == "rdmacoll" and t[13] == "ring" and t[8] == t[12] == "0"
-                                      and t[2] == "bfloat16" and t[3] == "max" for t in table),
-              "rdmacoll rows with algo ring and 0 wrong")
-    res.check(any("mpi: allreduce bfloat16 skipped: MPI has no bfloat16" in ln.text for ln in res.lines), "no skip note")
+    res.check(
+        len(table) == 5
+        and all(
+            t[15] == "rdmacoll" and t[13] == "ring" and t[8] == t[12] == "0" and t[2] == "bfloat16" and t[3] == "max"
+            for t in table
+        ),
+        "rdmacoll rows with algo ring and 0 wrong",
+    )
+    res.check(
+        any("mpi: allreduce bfloat16 skipped: MPI has no bfloat16" in ln.text for ln in res.lines), "no skip note"
+    )
 
 
 def test_back_to_back_int8_linear_sizes_root_1(tmp_path):
@@ -388,14 +636,46 @@ def test_back_to_back_int8_linear_sizes_root_1(tmp_path):
     sweep (-i), broadcast from root 1: every row checked, the JSON says how it was timed,
     and min/median/max spread over the ranks."""
     rows_file = tmp_path / "rows.json"
-    res = run_mpi(2, "bench_cli.py", ["allreduce", "broadcast", "-b", "1K", "-e", "3K", "-i", "1K", "-n", "4", "-w", "1",
-                                      "-d", "int8", "-o", "PROD", "-r", "1", "--back-to-back", "-z", "1", "-a", "0",
-                                      "-q", "--json", rows_file], timeout=120)
+    res = run_mpi(
+        2,
+        "bench_cli.py",
+        [
+            "allreduce",
+            "broadcast",
+            "-b",
+            "1K",
+            "-e",
+            "3K",
+            "-i",
+            "1K",
+            "-n",
+            "4",
+            "-w",
+            "1",
+            "-d",
+            "int8",
+            "-o",
+            "PROD",
+            "-r",
+            "1",
+            "--back-to-back",
+            "-z",
+            "1",
+            "-a",
+            "0",
+            "-q",
+            "--json",
+            rows_file,
+        ],
+        timeout=120,
+    )
     _bench(res, 2)
     rows = json.loads(rows_file.read_text())
     res.check(len(rows) == 2 * 2 * 3, f"{len(rows)} rows")
-    res.check(all(r["wrong"] == 0 and r["dtype"] == "int8" and r["timing"] == "back to back, -a 0" for r in rows),
-              "int8 rows, checked, timed back to back")
+    res.check(
+        all(r["wrong"] == 0 and r["dtype"] == "int8" and r["timing"] == "back to back, -a 0" for r in rows),
+        "int8 rows, checked, timed back to back",
+    )
     res.check(all(r["min_us"] <= r["median_us"] <= r["max_us"] for r in rows), "min/median/max over ranks")
     res.check(sorted({r["bytes"] for r in rows}) == [1024, 2048, 3072], "-i 1K: linear sizes")
     res.check({r["root"] for r in rows if r["collective"] == "broadcast"} == {1}, "broadcast from root 1")
@@ -414,8 +694,9 @@ def test_bad_transport_is_one_error_line():
 
 
 def test_np_launches_itself():
-    res = run_python("bench_cli.py", ["--np", "2", "broadcast", "-b", "8", "-e", "1K", "-f", "32", "-n", "2"],
-                     timeout=120)
+    res = run_python(
+        "bench_cli.py", ["--np", "2", "broadcast", "-b", "8", "-e", "1K", "-f", "32", "-n", "2"], timeout=120
+    )
     recs = [r for r in res.select(kind="bench")]
     res.check(len(recs) == 1 and recs[0]["code"] == 0, "--np 2 failed")
     header = [ln.text for ln in res.lines if ln.text.startswith("# rdmacoll-bench broadcast: 2 ranks")]
@@ -433,8 +714,9 @@ def test_tune_writes_constants_for_one_rank_per_cpu(tmp_path, nranks):
     from rdmacoll import _core, _settings
 
     path = tmp_path / "tuning.json"
-    res = run_mpi(nranks, "bench_cli.py", ["--tune", "--tune-file", str(path), "--tune-sizes", "8,4K,64K,256K"],
-                  timeout=240)
+    res = run_mpi(
+        nranks, "bench_cli.py", ["--tune", "--tune-file", str(path), "--tune-sizes", "8,4K,64K,256K"], timeout=240
+    )
     _bench(res, nranks, code=0)
     [entry] = json.loads(path.read_text())["entries"]
     assert (entry["transport"], entry["ranks_per_host"]) == ("shm", nranks)

@@ -1,5 +1,6 @@
 """allgather, broadcast, reducescatter, alltoall, barrier, grouped_allreduce under the
 real mpiexec, 1-5 ranks, against NumPy; mismatched calls raise on every rank."""
+
 import pytest
 
 from mpi_util import rank_records, run_mpi
@@ -9,24 +10,35 @@ SMALL = {"RDMACOLL_SEGMENT_BYTES": 4096}  # multi-piece reducescatter from small
 
 # The transport-generic algorithms, forced, with small and few slots so that parts span
 # several slot messages and senders wait for credits.
-SLOTS = SMALL | {"RDMACOLL_ALGO": "allgather:ring;broadcast:chain;reducescatter:ring;alltoall:pairwise",
-                 "RDMACOLL_SLOT_BYTES": 4096, "RDMACOLL_SLOTS": 2}
+SLOTS = SMALL | {
+    "RDMACOLL_ALGO": "allgather:ring;broadcast:chain;reducescatter:ring;alltoall:pairwise",
+    "RDMACOLL_SLOT_BYTES": 4096,
+    "RDMACOLL_SLOTS": 2,
+}
 
 
 # The same over the tcp transport (sockets even between ranks of one host).
 TCP = {"RDMACOLL_TRANSPORT": "tcp"}
 
 
-@pytest.mark.parametrize("nranks,env", [pytest.param(n, SMALL, id=str(n)) for n in (1, 2, 3, 4, 5, 8)] +
-                         [pytest.param(n, SLOTS, id=f"{n}-slots") for n in (2, 3, 4, 5, 8)] +
-                         [pytest.param(4, SMALL | TCP, id="4-tcp"), pytest.param(3, SLOTS | TCP, id="3-slots-tcp")])
+@pytest.mark.parametrize(
+    "nranks,env",
+    [pytest.param(n, SMALL, id=str(n)) for n in (1, 2, 3, 4, 5, 8)]
+    + [pytest.param(n, SLOTS, id=f"{n}-slots") for n in (2, 3, 4, 5, 8)]
+    + [pytest.param(4, SMALL | TCP, id="4-tcp"), pytest.param(3, SLOTS | TCP, id="3-slots-tcp")],
+)
 def test_collectives_match_numpy(nranks, env):
     res = run_mpi(nranks, "collectives.py", ["check"], env=env, timeout=300)
     done = rank_records(res, nranks, "done")
     fails = res.select(kind="fail")
-    res.check(not fails, f"{len(fails)} wrong, first: " + "; ".join(
-        f"rank {f['rank']} {f['case']}: got {f['got']} {f['got_shape']} want {f['want']} {f['want_shape']}"
-        for f in fails[:5]))
+    res.check(
+        not fails,
+        f"{len(fails)} wrong, first: "
+        + "; ".join(
+            f"rank {f['rank']} {f['case']}: got {f['got']} {f['got_shape']} want {f['want']} {f['want_shape']}"
+            for f in fails[:5]
+        ),
+    )
     res.check(len({d["cases"] for d in done.values()}) == 1, "ranks ran different numbers of cases")
     res.check(res.returncode == 0, "the launch failed")
 
@@ -37,30 +49,44 @@ def test_collectives_match_numpy(nranks, env):
 def test_collective_mismatch_raises_everywhere(nranks, case, env):
     res = run_mpi(nranks, "collectives.py", ["mismatch", case], env=env, timeout=60)
     for r, rec in rank_records(res, nranks, "mismatch").items():
-        res.check(rec["error"] is not None and "mismatch" in rec["error"],
-                  f"rank {r}: {case} mismatch gave {rec['error']!r}")
+        res.check(
+            rec["error"] is not None and "mismatch" in rec["error"], f"rank {r}: {case} mismatch gave {rec['error']!r}"
+        )
         res.check(rec["seconds"] < 30, f"rank {r} took {rec['seconds']:.1f} s")
 
 
-@pytest.mark.parametrize("env, want", [
-    pytest.param({}, {"allgather": "direct", "broadcast": "direct", "reducescatter": "direct", "alltoall": "direct"},
-                 id="model"),
-    pytest.param(SLOTS, {"allgather": "ring", "broadcast": "chain", "reducescatter": "ring", "alltoall": "pairwise"},
-                 id="forced"),
-    # allgather/alltoall choose by row size (the same everywhere), never by the rows a rank
-    # sends: with rows that differ per rank, ranks still agree.
-    pytest.param({"RDMACOLL_ALGO": "allgather:0-32:direct,32-inf:ring;alltoall:0-16:direct,16-inf:pairwise"},
-                 {"allgather": "ring", "broadcast": "direct", "reducescatter": "direct", "alltoall": "pairwise"},
-                 id="ranges"),
-])
+@pytest.mark.parametrize(
+    "env, want",
+    [
+        pytest.param(
+            {},
+            {"allgather": "direct", "broadcast": "direct", "reducescatter": "direct", "alltoall": "direct"},
+            id="model",
+        ),
+        pytest.param(
+            SLOTS,
+            {"allgather": "ring", "broadcast": "chain", "reducescatter": "ring", "alltoall": "pairwise"},
+            id="forced",
+        ),
+        # allgather/alltoall choose by row size (the same everywhere), never by the rows a rank
+        # sends: with rows that differ per rank, ranks still agree.
+        pytest.param(
+            {"RDMACOLL_ALGO": "allgather:0-32:direct,32-inf:ring;alltoall:0-16:direct,16-inf:pairwise"},
+            {"allgather": "ring", "broadcast": "direct", "reducescatter": "direct", "alltoall": "pairwise"},
+            id="ranges",
+        ),
+    ],
+)
 def test_each_collective_runs_the_algorithm_selection_chose(env, want):
     res = run_mpi(3, "collectives.py", ["chosen"], env=env, timeout=120)
     recs = res.select(kind="chosen")
     res.check(len(recs) == 3 * len(want), f"expected {3 * len(want)} records, got {len(recs)}")
     for rec in recs:
         res.check(rec["error"] is None and rec["ok"], f"rank {rec['rank']} {rec['collective']}: {rec}")
-        res.check(rec["algo"] == want[rec["collective"]],
-                  f"rank {rec['rank']} {rec['collective']} ran {rec['algo']}, expected {want[rec['collective']]}")
+        res.check(
+            rec["algo"] == want[rec["collective"]],
+            f"rank {rec['rank']} {rec['collective']} ran {rec['algo']}, expected {want[rec['collective']]}",
+        )
 
 
 # Every dtype of issue 14 (int16 and bool new) through every collective that takes it, at

@@ -3,6 +3,7 @@ ibverbs not usable with the reason; the settings in effect with their sources; t
 tuning file; the framework adapters); under mpiexec -n 3 rank 0 prints one report for the
 job naming every rank, the class of every pair with a measured check, or the rank that
 could not connect."""
+
 import os
 import re
 import subprocess
@@ -23,9 +24,17 @@ def test_doctor_reports_every_section():
     r = _doctor("doctor", env={"RDMACOLL_EAGER_BYTES": "64K", "RDMACOLL_TUNING_FILE": "none"})
     assert r.returncode == 0, r.stdout + r.stderr
     out = r.stdout
-    for section in ("transports compiled in:", "  shm: usable", "memlock limit:", "/dev/shm:",
-                    "cross-memory attach", "MPI (mpi4py):", "settings in effect (2 set, ", "tuning file: none",
-                    "frameworks:"):
+    for section in (
+        "transports compiled in:",
+        "  shm: usable",
+        "memlock limit:",
+        "/dev/shm:",
+        "cross-memory attach",
+        "MPI (mpi4py):",
+        "settings in effect (2 set, ",
+        "tuning file: none",
+        "frameworks:",
+    ):
         assert section in out, f"{section!r} missing from:\n{out}"
     assert re.search(r"\n  RDMACOLL_EAGER_BYTES +64\.0 KiB  \(RDMACOLL_EAGER_BYTES\)\n", out), out
     assert re.search(r"\n  RDMACOLL_SEGMENT_BYTES +1\.0 MiB  \(default\)\n", out), out
@@ -54,8 +63,11 @@ def test_doctor_says_whether_the_tuning_file_fits_this_host(tmp_path):
     out = r.stdout
     assert f"tuning file: {path} (2 entries; this host: {here['host']}, CPU {here['cpu']}" in out, out
     assert f"  shm at 2 ranks per host, measured {here['date']}: fits this host\n" in out, out
-    assert re.search(r"\n  tcp at 2 ranks per host, measured \S+: NOT used here: .*was measured on host gpu-node-07 "
-                     r"\(CPU Intel\(R\) Xeon\(R\) Platinum 8480\+, 224 cores\)", out), out
+    assert re.search(
+        r"\n  tcp at 2 ranks per host, measured \S+: NOT used here: .*was measured on host gpu-node-07 "
+        r"\(CPU Intel\(R\) Xeon\(R\) Platinum 8480\+, 224 cores\)",
+        out,
+    ), out
 
 
 def test_doctor_job_report_names_every_rank_and_pair_class():
@@ -65,7 +77,9 @@ def test_doctor_job_report_names_every_rank_and_pair_class():
     res.check(out.count("=== host 0: ranks 0, 1, 2 ===") == 1, "one report for the one host, naming its ranks")
     res.check(out.count("transports compiled in:") == 1, "the host's report printed more than once")
     res.check("job: 3 ranks on 1 host(s), all connected" in out, "no job line")
-    m = re.search(r"\n  same host, shm: 3 pair\(s\); ranks 0 and 1: 8 B ([\d.]+) us, 16 MiB [\d.]+ ms = ([\d.]+) GB/s", out)
+    m = re.search(
+        r"\n  same host, shm: 3 pair\(s\); ranks 0 and 1: 8 B ([\d.]+) us, 16 MiB [\d.]+ ms = ([\d.]+) GB/s", out
+    )
     res.check(m and float(m.group(1)) > 0 and float(m.group(2)) > 0, "no measured check of the shm pairs")
 
 
@@ -80,8 +94,10 @@ def test_doctor_job_report_across_two_hosts():
     res.check(out.count("transports compiled in:") == 2, "not one report per host")
     res.check("job: 4 ranks on 2 host(s), all connected" in out, "no job line")
     res.check(re.search(r"\n  same host, shm: 2 pair\(s\); ranks 0 and 1: 8 B [\d.]+ us", out), "no same-host class")
-    res.check(re.search(r"\n  between hosts, tcp: 4 pair\(s\); ranks 0 and 2: 8 B [\d.]+ us, 16 MiB", out),
-              "no between-hosts class")
+    res.check(
+        re.search(r"\n  between hosts, tcp: 4 pair\(s\); ranks 0 and 2: 8 B [\d.]+ us, 16 MiB", out),
+        "no between-hosts class",
+    )
 
 
 def test_doctor_job_report_under_torchrun():
@@ -112,8 +128,9 @@ def test_cli_version_and_help():
     assert rdmacoll.__version__ == version("rdmacoll")
     r = _doctor("--help")
     assert r.returncode == 0 and "doctor" in r.stdout and "--version" in r.stdout, r.stdout + r.stderr
-    r = subprocess.run([sys.executable, "-m", "rdmacoll", "--version"], capture_output=True, text=True, timeout=60,
-                       cwd="/")
+    r = subprocess.run(
+        [sys.executable, "-m", "rdmacoll", "--version"], capture_output=True, text=True, timeout=60, cwd="/"
+    )
     assert r.stdout.strip() == f"rdmacoll {version('rdmacoll')}", r.stdout + r.stderr
 
 

@@ -1,4 +1,5 @@
 """Bad input gets a clear RdmacollError: never a crash, a hang or a wrong result."""
+
 import re
 
 import numpy as np
@@ -14,12 +15,19 @@ MISMATCH_BOUND_S = 30  # catches hangs only; the measured time is printed
 # --------------------------------------------------------------------------- before init
 
 
-@pytest.mark.parametrize("call", [
-    lambda: rc.allreduce(np.ones(4, np.float32)),
-    lambda: rc.allreduce(np.ones(4, np.float32), op=rc.Sum, out=np.empty(4, np.float32)),
-    lambda: rc.empty(4, "float32"),
-    rc.rank, rc.size, rc.local_rank, rc.local_size,
-], ids=["allreduce", "allreduce-out", "empty", "rank", "size", "local_rank", "local_size"])
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda: rc.allreduce(np.ones(4, np.float32)),
+        lambda: rc.allreduce(np.ones(4, np.float32), op=rc.Sum, out=np.empty(4, np.float32)),
+        lambda: rc.empty(4, "float32"),
+        rc.rank,
+        rc.size,
+        rc.local_rank,
+        rc.local_size,
+    ],
+    ids=["allreduce", "allreduce-out", "empty", "rank", "size", "local_rank", "local_size"],
+)
 def test_before_init_raises(call):
     assert not rc.is_initialized()
     with pytest.raises(rc.RdmacollError, match="init"):
@@ -46,8 +54,10 @@ def _check_bad_input(res, nranks):
     for s in rank_records(res, nranks, "shutdown").values():
         res.check(not s["initialized"], "is_initialized() after shutdown()")
         for what in ("allreduce", "empty", "rank_call"):
-            res.check(s[what] is not None and "init" in s[what],
-                      f"{what} after shutdown() gave {s[what]!r}, expected a not-initialised error")
+            res.check(
+                s[what] is not None and "init" in s[what],
+                f"{what} after shutdown() gave {s[what]!r}, expected a not-initialised error",
+            )
         res.check(s["kept_array_readable"], "an rc.empty array kept past shutdown() lost its data")
     res.check(res.returncode == 0, "the launch failed")
 
@@ -70,8 +80,11 @@ def test_non_native_byte_order(nranks):
     res = run_mpi(nranks, "bad_input.py", timeout=60)
     for b in rank_records(res, nranks, "byteorder").values():
         if b["error"] is None:
-            res.check(b["correct"], f"rank {b['rank']}: a '>f4' array was accepted and reduced to a "
-                                    "wrong result (its bytes were read as native float32)")
+            res.check(
+                b["correct"],
+                f"rank {b['rank']}: a '>f4' array was accepted and reduced to a "
+                "wrong result (its bytes were read as native float32)",
+            )
 
 
 # --------------------------------------------------------------------------- mismatches
@@ -90,14 +103,18 @@ def test_mismatch(nranks, algo):
         res.check(m["error"] is not None, f"{where}: the mismatched call returned normally")
         res.check(m["words"] in m["error"], f"{where}: {m['error']!r} does not say {m['words']!r}")
         named = {int(x) for x in re.findall(r"\brank (\d+) called", m["error"])}
-        res.check(deviant in named and len(named) == 2,
-                  f"{where}: {m['error']!r} should name rank {deviant} and a rank that disagrees with it")
+        res.check(
+            deviant in named and len(named) == 2,
+            f"{where}: {m['error']!r} should name rank {deviant} and a rank that disagrees with it",
+        )
         res.check(m["seconds"] < MISMATCH_BOUND_S, f"{where}: detection took {m['seconds']:.1f} s")
         res.check(m["later"] is not None, f"{where}: a later call succeeded on a broken communicator")
         worst[m["case"]] = max(worst.get(m["case"], 0.0), m["seconds"])
     res.check(len(worst) * nranks == len(res.select(kind="mismatch")), "some ranks skipped cases")
-    print(f"mismatch detection, {nranks} ranks, {algo}: slowest rank per case (ms): "
-          + ", ".join(f"{c} {s * 1e3:.2f}" for c, s in worst.items()))
+    print(
+        f"mismatch detection, {nranks} ranks, {algo}: slowest rank per case (ms): "
+        + ", ".join(f"{c} {s * 1e3:.2f}" for c, s in worst.items())
+    )
 
 
 # --------------------------------------------------------------------------- settings
@@ -112,13 +129,17 @@ BAD_SETTINGS = {
     "unparsable timeout": ({"RDMACOLL_TIMEOUT": "abc"}, "RDMACOLL_TIMEOUT"),
     "unparsable size": ({"RDMACOLL_SLOT_BYTES": "lots"}, "RDMACOLL_SLOT_BYTES"),
 }
+
+
 @pytest.mark.parametrize("setting", list(BAD_SETTINGS))
 def test_bad_setting_fails_init_everywhere(setting):
     env, quoted = BAD_SETTINGS[setting]
     res = run_mpi(2, "init_fails.py", env=env, timeout=15)  # init takes < 1 s
     for rec in rank_records(res, 2, "init").values():
-        res.check(rec["error"] is not None and quoted in rec["error"],
-                  f"rank {rec['rank']}: init() with {env} gave {rec['error']!r}, expected a message quoting {quoted}")
+        res.check(
+            rec["error"] is not None and quoted in rec["error"],
+            f"rank {rec['rank']}: init() with {env} gave {rec['error']!r}, expected a message quoting {quoted}",
+        )
         res.check(not rec["initialized"], "is_initialized() after a failed init()")
         res.check(rec["later"] is not None, "allreduce after a failed init() did not raise")
 

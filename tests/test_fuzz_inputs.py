@@ -4,6 +4,7 @@ end in success or a clear RdmacollError: no crash, no hang, no out-of-bounds acc
 (scripts/sanitize.sh runs this under AddressSanitizer/UBSan).
 
 RDMACOLL_FUZZ_SCALE (default 1: ~12,000 cases) scales the number of cases."""
+
 import os
 
 import pytest
@@ -23,12 +24,18 @@ def test_hostile_peer_bytes(seed):
     for name, r in recs.items():
         res.check(r["results"] == r["cases"], f"{name}: {r['results']} results for {r['cases']} cases")
         res.check(not r["bad"], f"{name}: cases ended neither ok nor in an error: {r['bad']}")
-        res.check(r["errors"] > 0 and r["ok"] > 0, f"{name}: {r['ok']} accepted, {r['errors']} rejected: "
-                  "the cases do not reach both sides of the checks")
+        res.check(
+            r["errors"] > 0 and r["ok"] > 0,
+            f"{name}: {r['ok']} accepted, {r['errors']} rejected: the cases do not reach both sides of the checks",
+        )
         if r["templates_ok"] is not None:
-            res.check(all(t == "ok" for t in r["templates_ok"]), f"{name}: valid inputs were rejected: {r['templates_ok']}")
+            res.check(
+                all(t == "ok" for t in r["templates_ok"]), f"{name}: valid inputs were rejected: {r['templates_ok']}"
+            )
     total = sum(r["cases"] for r in recs.values())
-    print(f"seed {seed}: {total} cases: " + "; ".join(
-        f"{n} {r['cases']} ({r['ok']} accepted, {r['errors']} rejected)" for n, r in recs.items()))
+    print(
+        f"seed {seed}: {total} cases: "
+        + "; ".join(f"{n} {r['cases']} ({r['ok']} accepted, {r['errors']} rejected)" for n, r in recs.items())
+    )
     for n, r in recs.items():
         print(f"  {n} rejections, e.g.: " + " | ".join(r["samples"][:3]))

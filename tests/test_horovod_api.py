@@ -1,4 +1,5 @@
 """docs/horovod.md: generated from Horovod's sdist by scripts/horovod_api.py, and true of rdmacoll."""
+
 from __future__ import annotations
 
 import importlib
@@ -59,7 +60,8 @@ def test_doc_is_what_the_script_generates():
     if root is None:
         pytest.skip("Horovod 0.28.1's sdist is not under /tmp/hvd/src (set HOROVOD_SDIST=DIR to point at it)")
     assert DOC.read_text(encoding="utf-8") == _script().generate(root), (
-        "docs/horovod.md is stale: regenerate it with " + _script().REGENERATE)
+        "docs/horovod.md is stale: regenerate it with " + _script().REGENERATE
+    )
 
 
 def test_doc_claims_only_names_that_exist():
@@ -93,9 +95,11 @@ def test_tables_of_reasons_name_real_horovod_names():
     # a reason is stale once rdmacoll has the name in every module it applies to
     _frameworks()
     ours = {mod: importlib.import_module(r) for mod, r in h.MODULES.items() if r}
-    provided = [key for key in h.ABSENT_REASONS
-                if all(hasattr(ours[mod], key[1]) for mod in ([key[0]] if key[0] != "*" else ours)
-                       if key[1] in apis[mod])]
+    provided = [
+        key
+        for key in h.ABSENT_REASONS
+        if all(hasattr(ours[mod], key[1]) for mod in ([key[0]] if key[0] != "*" else ours) if key[1] in apis[mod])
+    ]
     assert not provided, f"ABSENT_REASONS entries for names rdmacoll now has: {provided}"
 
 
@@ -107,7 +111,10 @@ def _write(root: Path, rel: str, text: str):
 
 def test_parser_on_a_synthetic_package(tmp_path):
     _write(tmp_path, "fake/__init__.py", "")
-    _write(tmp_path, "fake/core.py", """
+    _write(
+        tmp_path,
+        "fake/core.py",
+        """
         import os
         from typing import *
         __all__ = ["listed", "Klass", "CONST"]
@@ -121,8 +128,12 @@ def test_parser_on_a_synthetic_package(tmp_path):
             def init(self, comm=None, process_sets=None): pass
             def __init__(self):
                 self.Sum = 1
-        """)
-    _write(tmp_path, "fake/ops.py", """
+        """,
+    )
+    _write(
+        tmp_path,
+        "fake/ops.py",
+        """
         from fake.core import _Basics
         _b = _Basics()
         size = _b.size
@@ -131,9 +142,13 @@ def test_parser_on_a_synthetic_package(tmp_path):
             return _b.init(*args, **kwargs)
         def _private(): pass
         def public_fn(t, name=None): pass
-        """)
+        """,
+    )
     _write(tmp_path, "fake/api/sub/__init__.py", "")
-    _write(tmp_path, "fake/api/__init__.py", """
+    _write(
+        tmp_path,
+        "fake/api/__init__.py",
+        """
         import os
         import numpy as np
         from packaging import version
@@ -147,11 +162,23 @@ def test_parser_on_a_synthetic_package(tmp_path):
             guarded = None
         def _helper(): pass
         alias = renamed
-        """)
+        """,
+    )
     h = _script()
     api = h.Sources(tmp_path, package="fake").api("fake.api")
-    assert set(api) == {"listed", "Klass", "CONST", "size", "Sum", "init", "renamed", "sub", "public_fn",
-                        "guarded", "alias"}
+    assert set(api) == {
+        "listed",
+        "Klass",
+        "CONST",
+        "size",
+        "Sum",
+        "init",
+        "renamed",
+        "sub",
+        "public_fn",
+        "guarded",
+        "alias",
+    }
     assert api["listed"].kind == "function" and api["listed"].signature == "(a, b=1, *, c=None)"
     assert api["Klass"].kind == "class" and api["Klass"].signature == "(n, m=2)"
     assert api["CONST"].kind == "constant"
@@ -166,18 +193,27 @@ def test_parameter_comparison():
     h = _script()
     P = h.Param
     hvd = [P("tensor", "pos", False), P("name", "pos", True), P("op", "kwonly", True)]
-    assert h.compare_params(hvd, [P("tensor", "pos", False), P("name", "pos", True), P("op", "kwonly", True),
-                                  P("extra", "kwonly", True)]) == []
+    assert (
+        h.compare_params(
+            hvd,
+            [P("tensor", "pos", False), P("name", "pos", True), P("op", "kwonly", True), P("extra", "kwonly", True)],
+        )
+        == []
+    )
     assert h.compare_params(hvd, [P("tensor", "pos", False), P("op", "kwonly", True)]) == ["no `name`"]
     assert h.compare_params(hvd, [P("tensor", "pos", False), P("nom", "pos", True), P("op", "kwonly", True)]) == [
-        "no `name` (by position: `nom` here)"]
+        "no `name` (by position: `nom` here)"
+    ]
     assert h.compare_params(hvd, [P("tensor", "pos", False), P("op", "pos", True), P("name", "pos", True)]) == [
-        "parameter 2 by position is `op` here, `name` in Horovod"]
+        "parameter 2 by position is `op` here, `name` in Horovod"
+    ]
     assert h.compare_params(hvd, [P("tensor", "pos", False), P("op", "kwonly", True), P("name", "kwonly", True)]) == [
-        "by keyword only here: `name`"]
+        "by keyword only here: `name`"
+    ]
     assert h.compare_params(hvd, [P("args", "varargs", False), P("kw", "varkw", False)]) == []
     assert h.compare_params([], [P("x", "pos", False), P("y", "pos", True)]) == [
-        "requires `x`, which Horovod does not have"]
+        "requires `x`, which Horovod does not have"
+    ]
 
 
 def test_parser_agrees_with_real_horovod():
@@ -186,10 +222,13 @@ def test_parser_agrees_with_real_horovod():
     import by name, and names from outside Horovod, left out on both sides)."""
     import inspect
     import types
+
     root = _sdist()
     if root is None or importlib.util.find_spec("horovod") is None:
-        pytest.skip("needs real Horovod installed in this interpreter and its sdist under /tmp/hvd/src "
-                    "(build-horovod.sh; run pytest from its venv)")
+        pytest.skip(
+            "needs real Horovod installed in this interpreter and its sdist under /tmp/hvd/src "
+            "(build-horovod.sh; run pytest from its venv)"
+        )
     src, checked = _script().Sources(root), []
     for mod in _script().MODULES:
         try:
@@ -202,11 +241,19 @@ def test_parser_agrees_with_real_horovod():
             obj = getattr(real, n)
             if n.startswith("_") or (isinstance(obj, types.ModuleType) and n not in parsed):
                 continue
-            if (inspect.isclass(obj) or inspect.isroutine(obj)) and \
-                    not getattr(obj, "__module__", "").startswith("horovod"):
+            if (inspect.isclass(obj) or inspect.isroutine(obj)) and not getattr(obj, "__module__", "").startswith(
+                "horovod"
+            ):
                 continue
-            runtime[n] = ("module" if isinstance(obj, types.ModuleType) else "class" if inspect.isclass(obj)
-                          else "function" if callable(obj) else "constant")
+            runtime[n] = (
+                "module"
+                if isinstance(obj, types.ModuleType)
+                else "class"
+                if inspect.isclass(obj)
+                else "function"
+                if callable(obj)
+                else "constant"
+            )
         assert {n: e.kind for n, e in parsed.items()} == runtime, mod
         checked.append(mod)
     if not checked:

@@ -13,6 +13,7 @@ must be one of the two kinds rdmacoll has on purpose:
 - the exception is Horovod's class and an RdmacollError too (RdmacollValueError is both
   a ValueError and a RuntimeError).
 """
+
 import json
 import math
 
@@ -22,18 +23,30 @@ from mpi_util import rank_records, run_mpi, require_real_horovod
 
 HVD, RC = "horovod.torch", "rdmacoll.frameworks.torch"
 INTS = ("int8", "int16", "int32", "int64")
-VALUE_ERRORS = [
-    "alltoall splits int64 tensor", "alltoall splits float tensor", "alltoall splits 2-D",
-    "alltoall splits too many", "alltoall splits too few", "alltoall splits sum above rows",
-    "alltoall no splits, rows not divisible", "allreduce op and average",
-    "optimizer duplicate names", "optimizer missing names", "optimizer names not tuples",
-] + [f"bool allreduce {op}" for op in ("Sum", "Average", "Min", "Max")] + ["bool reducescatter Average"]
-STEP_WARNING = ("UserWarning: optimizer.step() called without optimizer.skip_synchronize() context "
-                "after optimizer.synchronize(). This can cause training slowdown. You may want to "
-                "consider using optimizer.skip_synchronize() context if you use optimizer.synchronize() "
-                "in your code.")
-AVERAGE_WARNING = ("DeprecationWarning: Parameter `average` has been replaced with `op` and will be "
-                   "removed in v1.0")
+VALUE_ERRORS = (
+    [
+        "alltoall splits int64 tensor",
+        "alltoall splits float tensor",
+        "alltoall splits 2-D",
+        "alltoall splits too many",
+        "alltoall splits too few",
+        "alltoall splits sum above rows",
+        "alltoall no splits, rows not divisible",
+        "allreduce op and average",
+        "optimizer duplicate names",
+        "optimizer missing names",
+        "optimizer names not tuples",
+    ]
+    + [f"bool allreduce {op}" for op in ("Sum", "Average", "Min", "Max")]
+    + ["bool reducescatter Average"]
+)
+STEP_WARNING = (
+    "UserWarning: optimizer.step() called without optimizer.skip_synchronize() context "
+    "after optimizer.synchronize(). This can cause training slowdown. You may want to "
+    "consider using optimizer.skip_synchronize() context if you use optimizer.synchronize() "
+    "in your code."
+)
+AVERAGE_WARNING = "DeprecationWarning: Parameter `average` has been replaced with `op` and will be removed in v1.0"
 
 
 def run_worker(module, nranks, tmp_path, mode=None, refs=None):
@@ -80,13 +93,12 @@ def horovod_integer_allreduce(dtype, n, pre, post, op, r=None):
     rows."""
     if op == "Average":
         post = post / n
-    sums = [wrap(sum(wrap(trunc_scale(values(None, q)[i], pre), dtype) for q in range(n)), dtype)
-            for i in range(6)]
+    sums = [wrap(sum(wrap(trunc_scale(values(None, q)[i], pre), dtype) for q in range(n)), dtype) for i in range(6)]
     out = [wrap(trunc_scale(s, post), dtype) for s in sums]
     if r is not None:
         rows = [len(part) for part in _split(6, n)]
         start = sum(rows[:r])
-        out = out[start:start + rows[r]]
+        out = out[start : start + rows[r]]
     return out
 
 
@@ -98,6 +110,7 @@ def _split(count, n):
 def check_against_horovods_rules(res_cases, n):
     problems = []
     for r, cases in res_cases.items():
+
         def want(name, expected, warned=()):
             got = cases[name]
             if got[0] != "ok" or got[1] != expected or sorted(got[-1]) != sorted(warned):
@@ -105,10 +118,18 @@ def check_against_horovods_rules(res_cases, n):
 
         for d in INTS:
             want(f"{d} allreduce Average", [f"torch.{d}", horovod_integer_allreduce(d, n, 1.0, 1.0, "Average")])
-            want(f"{d} allreduce average=True", [f"torch.{d}", horovod_integer_allreduce(d, n, 1.0, 1.0, "Average")],
-                 [AVERAGE_WARNING])
-            for pre, post, op in ((0.5, 1.0, "Sum"), (1.0, 1.5, "Sum"), (3.0, 0.3, "Average"),
-                                  (-0.7, 1.0, "Average"), (1.0, 2.5, "Average")):
+            want(
+                f"{d} allreduce average=True",
+                [f"torch.{d}", horovod_integer_allreduce(d, n, 1.0, 1.0, "Average")],
+                [AVERAGE_WARNING],
+            )
+            for pre, post, op in (
+                (0.5, 1.0, "Sum"),
+                (1.0, 1.5, "Sum"),
+                (3.0, 0.3, "Average"),
+                (-0.7, 1.0, "Average"),
+                (1.0, 2.5, "Average"),
+            ):
                 tag = f"pre={pre} post={post} {op}"
                 full = [f"torch.{d}", horovod_integer_allreduce(d, n, pre, post, op)]
                 want(f"{d} allreduce {tag}", full)
@@ -121,18 +142,29 @@ def check_against_horovods_rules(res_cases, n):
         want("bool allgather", ["torch.bool", sum(bools, [])])
         want("bool broadcast", ["torch.bool", bools[n - 1]])
         want("bool broadcast_", ["torch.bool", bools[0]])
-        want("bool alltoall", ["torch.bool", sum((b[r * rows:(r + 1) * rows] for b in bools), [])])
+        want("bool alltoall", ["torch.bool", sum((b[r * rows : (r + 1) * rows] for b in bools), [])])
         for name in VALUE_ERRORS:
             got = cases[name]
             if got[0] != "raises" or "ValueError" not in got[1]:
                 problems.append(f"rank {r} {name}: {got}, expected a ValueError")
-        if r == 0 and (cases["same name in flight"][0] != "raises" or "ValueError" not in cases["same name in flight"][1]):
+        if r == 0 and (
+            cases["same name in flight"][0] != "raises" or "ValueError" not in cases["same name in flight"][1]
+        ):
             problems.append(f"rank 0 same name in flight: {cases['same name in flight']}, expected a ValueError")
         want("optimizer step", "stepped")
         want("optimizer step after synchronize", "stepped", [STEP_WARNING])
         want("optimizer step after synchronize, skip_synchronize", "stepped")
-        for probe in ("mpi_built", "gloo_built", "ccl_built", "ddl_built", "cuda_built", "rocm_built",
-                      "mpi_enabled", "gloo_enabled", "mpi_threads_supported"):
+        for probe in (
+            "mpi_built",
+            "gloo_built",
+            "ccl_built",
+            "ddl_built",
+            "cuda_built",
+            "rocm_built",
+            "mpi_enabled",
+            "gloo_enabled",
+            "mpi_threads_supported",
+        ):
             want(f"probe {probe}", "bool")
         want("probe nccl_built", "int")
     return problems
@@ -147,8 +179,12 @@ def test_rdmacoll_follows_horovods_rules(nranks, tmp_path):
 
 
 def test_timeline_starts_and_stops_at_run_time(tmp_path):
-    res = run_mpi(2, "horovod_parity.py", env={"RC_TEST_HVD": RC, "RC_TEST_PARITY_DIR": tmp_path,
-                                               "RC_TEST_PARITY_MODE": "timeline"}, timeout=120)
+    res = run_mpi(
+        2,
+        "horovod_parity.py",
+        env={"RC_TEST_HVD": RC, "RC_TEST_PARITY_DIR": tmp_path, "RC_TEST_PARITY_MODE": "timeline"},
+        timeout=120,
+    )
     rank_records(res, 2, "done")
     for r in range(2):
         files = json.loads((tmp_path / f"rank{r}.json").read_text())["cases"]
@@ -164,7 +200,7 @@ def test_timeline_starts_and_stops_at_run_time(tmp_path):
 # inputs in float32 and rounds once; Horovod's MPI float16 sum rounds after every rank
 # (a few ulps apart from 3 ranks on). bfloat16 (which Horovod refuses) against Horovod's
 # float32 result: bfloat16's rounding of inputs, scale and result.
-TOLERANCE = {"float16": 2 ** -8, "bfloat16": 2 ** -6}
+TOLERANCE = {"float16": 2**-8, "bfloat16": 2**-6}
 
 
 def _same_values(got, ref, dtype):
@@ -173,7 +209,8 @@ def _same_values(got, ref, dtype):
         if dtype in TOLERANCE:
             return len(got_values) == len(ref_values) and all(
                 math.isclose(a, b, rel_tol=TOLERANCE[dtype], abs_tol=TOLERANCE[dtype])
-                for a, b in zip(got_values, ref_values))
+                for a, b in zip(got_values, ref_values)
+            )
         return got_values == ref_values
     if isinstance(got, list) and isinstance(ref, list) and len(got) == len(ref):
         return all(_same_values(g, f, dtype) for g, f in zip(got, ref))
@@ -195,12 +232,12 @@ def differences(hvd_cases, rc_cases):
                 out.append(f"rank {r} {name}: warnings {c[-1]}, Horovod {h[-1]}")
             if h[0] == "raises" and "is not supported." in h[2] and h[2].startswith("Tensor type"):
                 dtype = name.split()[0]
-                if c[0] == "raises":   # rdmacoll refuses it too (bool reductions): same class
+                if c[0] == "raises":  # rdmacoll refuses it too (bool reductions): same class
                     if not set(h[1]) <= set(c[1]):
                         out.append(f"rank {r} {name}: raises {c[1]}, Horovod {h[1]}")
                     continue
                 if dtype != "bfloat16":
-                    continue   # wider than Horovod: values checked by Horovod's rules above
+                    continue  # wider than Horovod: values checked by Horovod's rules above
                 near = hvd_cases[r].get(name.replace(dtype, "float32", 1))
                 if not (near and near[0] == "ok" and _same_values(c[1], near[1], dtype)):
                     out.append(f"rank {r} {name}: {c}, Horovod refuses it and for float32 gives {near}")
@@ -223,8 +260,11 @@ def test_side_by_side_with_real_horovod(nranks, tmp_path):
     assert not diff, f"{len(diff)} differences from Horovod, first: " + "; ".join(diff[:6])
     # the rules above are Horovod's own: they hold for Horovod's outcomes too (where it
     # computes the dtype at all: int32 and int64)
-    problems = [p for p in check_against_horovods_rules(hvd_cases, nranks)
-                if not p.split()[2].startswith(("int8", "int16", "bool"))]
+    problems = [
+        p
+        for p in check_against_horovods_rules(hvd_cases, nranks)
+        if not p.split()[2].startswith(("int8", "int16", "bool"))
+    ]
     assert not problems, "the rules in this test misdescribe Horovod: " + "; ".join(problems[:5])
 
 
@@ -288,7 +328,7 @@ def _stateless_lr(h, c):
 
 def deliberate(name, h, c):
     """Differences from Horovod on purpose (scripts/horovod_api.py KNOWN_DIFFERENCES)."""
-    if name.startswith("optimizer state LBFGS"):   # Horovod: ValueError; rdmacoll broadcasts it
+    if name.startswith("optimizer state LBFGS"):  # Horovod: ValueError; rdmacoll broadcasts it
         return h[0] == "raises" and "LBFGS" in h[2] and c[0] == "ok"
     if name.startswith("optimizer state SGD ") and not name.startswith("optimizer state SGD momentum"):
         return h[0] == c[0] == "ok" and _stateless_lr(h, c)
@@ -314,11 +354,25 @@ def comm_expected(w, n):
     """What init(comm=...) gives world rank w of n (the worker's comm_cases)."""
     split = [q for q in range(n) if q % 2 == w % 2]
     listed = [n - 1, 0] + list(range(2, n - 1))
-    out = {"split": {"rank": split.index(w), "size": len(split), "local": [split.index(w), len(split)],
-                     "allgather": split, "allreduce": [float(sum(split))], "broadcast": [split[0]]}}
+    out = {
+        "split": {
+            "rank": split.index(w),
+            "size": len(split),
+            "local": [split.index(w), len(split)],
+            "allgather": split,
+            "allreduce": [float(sum(split))],
+            "broadcast": [split[0]],
+        }
+    }
     if w in listed:
-        out["list"] = {"rank": listed.index(w), "size": len(listed), "local": [listed.index(w), len(listed)],
-                       "allgather": listed, "allreduce": [float(sum(listed))], "broadcast": [listed[0]]}
+        out["list"] = {
+            "rank": listed.index(w),
+            "size": len(listed),
+            "local": [listed.index(w), len(listed)],
+            "allgather": listed,
+            "allreduce": [float(sum(listed))],
+            "broadcast": [listed[0]],
+        }
     return out
 
 

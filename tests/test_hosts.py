@@ -1,6 +1,7 @@
 """Several hosts on one machine (network namespaces + veth, scripts/netns_testbed.py):
 shm to same-host peers, tcp to the others, the hierarchical allreduce, and every
 algorithm that can cross hosts, against NumPy. Skips where namespaces cannot be made."""
+
 import contextlib
 import os
 import shlex
@@ -58,13 +59,33 @@ def test_torchrun_multi_node_across_hosts():
     inside a host, tcp across. (Over RDMA: tests/test_rdma_guest.py, under MPICH's hydra.)"""
     torchrun = find_torchrun()
     with net_hosts(2) as hosts:
+
         def node(h):
-            return shlex.join([*hosts.prefix(h), torchrun, "--nnodes", "2", "--node-rank", str(h),
-                               "--nproc-per-node", "2", "--master-addr", hosts.addresses[0], "--master-port", "29519",
-                               "--no-python", sys.executable, str(WORKERS_DIR / "hosts.py"), ""])
+            return shlex.join(
+                [
+                    *hosts.prefix(h),
+                    torchrun,
+                    "--nnodes",
+                    "2",
+                    "--node-rank",
+                    str(h),
+                    "--nproc-per-node",
+                    "2",
+                    "--master-addr",
+                    hosts.addresses[0],
+                    "--master-port",
+                    "29519",
+                    "--no-python",
+                    sys.executable,
+                    str(WORKERS_DIR / "hosts.py"),
+                    "",
+                ]
+            )
+
         line = f"{node(0)} & a=$!; {node(1)} & b=$!; wait $a; s=$?; wait $b; exit $((s | $?))"
-        with Launch(4, "hosts.py", env={"RDMACOLL_TRANSPORT": "auto"}, timeout=180,
-                    command=lambda script: ["sh", "-c", line]) as launch:
+        with Launch(
+            4, "hosts.py", env={"RDMACOLL_TRANSPORT": "auto"}, timeout=180, command=lambda script: ["sh", "-c", line]
+        ) as launch:
             res = launch.finish()
     check_across_hosts(res, 2, 2, "tcp", [""])
 
@@ -73,5 +94,7 @@ def test_shm_forced_across_hosts_is_an_error_everywhere():
     with net_hosts(2) as hosts:
         res = run_mpi(groups(hosts, 1), "hosts.py", [""], env={"RDMACOLL_TRANSPORT": "shm"}, timeout=120)
     crashes = res.select(kind="crash")
-    res.check(len(crashes) == 2 and all("RDMACOLL_TRANSPORT=shm" in c["error"] and "2 hosts" in c["error"]
-                                        for c in crashes), f"expected the error on both ranks: {crashes}")
+    res.check(
+        len(crashes) == 2 and all("RDMACOLL_TRANSPORT=shm" in c["error"] and "2 hosts" in c["error"] for c in crashes),
+        f"expected the error on both ranks: {crashes}",
+    )

@@ -3,6 +3,7 @@ never links libibverbs, init() fails clearly where RDMA cannot run (every rank, 
 the cause and the alternatives), and the pure parts (address blob, packed regions, key
 and bounds checks, error texts) reject garbage. Where a usable RDMA port exists, the
 init test runs allreduce over it instead (nothing of that has run here: no RDMA)."""
+
 import errno
 import os
 import random
@@ -49,8 +50,9 @@ def test_core_does_not_link_libibverbs():
     nm = shutil.which("nm")
     if nm is None:
         pytest.skip("no `nm` (binutils) to list _core's undefined symbols")
-    out = subprocess.run([nm, "-D", "--undefined-only", _core.__file__], capture_output=True, text=True,
-                         timeout=60, check=True).stdout
+    out = subprocess.run(
+        [nm, "-D", "--undefined-only", _core.__file__], capture_output=True, text=True, timeout=60, check=True
+    ).stdout
     linked = [line.split()[-1] for line in out.splitlines() if "ibv_" in line]
     assert not linked, f"_core needs libibverbs at load time for {linked}"
 
@@ -67,8 +69,10 @@ def _check_init(env, must_fail_with=None):
     for rec in inits.values():
         e = rec["error"]
         res.check(e is not None, f"rank {rec['rank']}: init() succeeded while another rank failed")
-        res.check("ibverbs" in e and "shm" in e and "tcp" in e,
-                  f"rank {rec['rank']}: {e!r} does not name the transport and the alternatives (shm, tcp)")
+        res.check(
+            "ibverbs" in e and "shm" in e and "tcp" in e,
+            f"rank {rec['rank']}: {e!r} does not name the transport and the alternatives (shm, tcp)",
+        )
         causes = [must_fail_with] if must_fail_with else CAUSES
         res.check(any(c in e for c in causes), f"rank {rec['rank']}: {e!r} names none of the causes {causes}")
         res.check(not rec["initialized"], "is_initialized() after a failed init()")
@@ -87,8 +91,18 @@ def test_init_without_the_library():
 
 # --------------------------------------------------------------------------- address blob
 
-GOOD = dict(rank=1, size=3, link_layer=2, port=1, mtu=5, gid_index=3, lid=0, psn=0xabcdef,
-            gid=bytes([0] * 10 + [0xff, 0xff, 10, 0, 0, 2]), qpn=[0x11, 0, 0x33])
+GOOD = dict(
+    rank=1,
+    size=3,
+    link_layer=2,
+    port=1,
+    mtu=5,
+    gid_index=3,
+    lid=0,
+    psn=0xABCDEF,
+    gid=bytes([0] * 10 + [0xFF, 0xFF, 10, 0, 0, 2]),
+    qpn=[0x11, 0, 0x33],
+)
 
 
 def test_address_round_trip():
@@ -99,23 +113,26 @@ def test_address_round_trip():
     assert _testing.ibverbs_unpack_address(_testing.ibverbs_pack_address(ib), peer=1, self=2, size=3)["lid"] == 7
 
 
-@pytest.mark.parametrize("change,where,words", [
-    ({}, "truncate", "shorter"),
-    ({}, "extend", "expected"),
-    ({}, "magic", "not an ibverbs address"),
-    ({"rank": 2}, None, "expected rank 1"),
-    ({"size": 4, "qpn": [1, 0, 3, 4]}, None, "of 4"),
-    ({"mtu": 0}, None, "MTU"),
-    ({"mtu": 6}, None, "MTU"),
-    ({"psn": 1 << 24}, None, "24 bits"),
-    ({"port": 0}, None, "port"),
-    ({"link_layer": 3}, None, "link layer"),
-    ({"qpn": [0, 0, 0x33]}, None, "queue pair number 0"),
-    ({"qpn": [1 << 24, 0, 1]}, None, "queue pair number"),
-    ({"link_layer": 1, "lid": 0}, None, "LID"),
-    ({"link_layer": 1, "lid": 0xc001}, None, "LID"),
-    ({"gid": bytes(16)}, None, "GID"),
-])
+@pytest.mark.parametrize(
+    "change,where,words",
+    [
+        ({}, "truncate", "shorter"),
+        ({}, "extend", "expected"),
+        ({}, "magic", "not an ibverbs address"),
+        ({"rank": 2}, None, "expected rank 1"),
+        ({"size": 4, "qpn": [1, 0, 3, 4]}, None, "of 4"),
+        ({"mtu": 0}, None, "MTU"),
+        ({"mtu": 6}, None, "MTU"),
+        ({"psn": 1 << 24}, None, "24 bits"),
+        ({"port": 0}, None, "port"),
+        ({"link_layer": 3}, None, "link layer"),
+        ({"qpn": [0, 0, 0x33]}, None, "queue pair number 0"),
+        ({"qpn": [1 << 24, 0, 1]}, None, "queue pair number"),
+        ({"link_layer": 1, "lid": 0}, None, "LID"),
+        ({"link_layer": 1, "lid": 0xC001}, None, "LID"),
+        ({"gid": bytes(16)}, None, "GID"),
+    ],
+)
 def test_address_rejected(change, where, words):
     blob = bytearray(_testing.ibverbs_pack_address(dict(GOOD, **change)))
     if where == "truncate":
@@ -123,7 +140,7 @@ def test_address_rejected(change, where, words):
     elif where == "extend":
         blob += b"\0\0\0\0"
     elif where == "magic":
-        blob[0] ^= 0xff
+        blob[0] ^= 0xFF
     with pytest.raises(Error, match="rank 1") as e:
         _testing.ibverbs_unpack_address(bytes(blob), peer=1, self=0, size=3)
     assert words in str(e.value)
@@ -153,21 +170,26 @@ def test_address_fuzz():
 
 # --------------------------------------------------------------------------- regions and keys
 
+
 def test_region_round_trip():
-    packed = _testing.ibverbs_pack_region(owner=2, allocated=True, addr=0x7f0000001000, len=1 << 20, rkey=0x1234)
+    packed = _testing.ibverbs_pack_region(owner=2, allocated=True, addr=0x7F0000001000, len=1 << 20, rkey=0x1234)
     assert len(packed) == _core.PACKED_MEMORY_BYTES
     r = _testing.ibverbs_unpack_region(packed, peer=2)
-    assert r["len"] == 1 << 20 and r["allocated"] and r["key"][0] == 0x7f0000001000 and r["key"][1] == 0x1234
+    assert r["len"] == 1 << 20 and r["allocated"] and r["key"][0] == 0x7F0000001000 and r["key"][1] == 0x1234
     assert not _testing.ibverbs_unpack_region(
-        _testing.ibverbs_pack_region(owner=2, allocated=False, addr=8, len=0, rkey=0), peer=2)["allocated"]
+        _testing.ibverbs_pack_region(owner=2, allocated=False, addr=8, len=0, rkey=0), peer=2
+    )["allocated"]
 
 
-@pytest.mark.parametrize("mutate,words", [
-    (lambda b: b.__setitem__(slice(0, 4), b"XXXX"), "not an ibverbs region"),
-    (lambda b: b.__setitem__(slice(28, 32), struct.pack("<I", 9)), "unknown kind"),
-    (lambda b: b.__setitem__(slice(16, 24), struct.pack("<Q", 1 << 50)), "impossible length"),
-    (lambda b: b.__setitem__(slice(8, 16), struct.pack("<Q", (1 << 64) - 16)), "wraps"),
-])
+@pytest.mark.parametrize(
+    "mutate,words",
+    [
+        (lambda b: b.__setitem__(slice(0, 4), b"XXXX"), "not an ibverbs region"),
+        (lambda b: b.__setitem__(slice(28, 32), struct.pack("<I", 9)), "unknown kind"),
+        (lambda b: b.__setitem__(slice(16, 24), struct.pack("<Q", 1 << 50)), "impossible length"),
+        (lambda b: b.__setitem__(slice(8, 16), struct.pack("<Q", (1 << 64) - 16)), "wraps"),
+    ],
+)
 def test_region_rejected(mutate, words):
     b = bytearray(_testing.ibverbs_pack_region(owner=1, allocated=True, addr=0x1000, len=4096, rkey=5))
     mutate(b)
@@ -194,7 +216,8 @@ def test_region_fuzz():
 
 def _remote(addr=0x10000, length=4096, peer=1):
     return _testing.ibverbs_unpack_region(
-        _testing.ibverbs_pack_region(owner=peer, allocated=True, addr=addr, len=length, rkey=7), peer=peer)
+        _testing.ibverbs_pack_region(owner=peer, allocated=True, addr=addr, len=length, rkey=7), peer=peer
+    )
 
 
 def test_check_remote_accepts_inside():
@@ -204,8 +227,7 @@ def test_check_remote_accepts_inside():
     _testing.ibverbs_check_remote(m, 1, 4088, 8, "put64", 8)
 
 
-@pytest.mark.parametrize("off,n", [(4097, 0), (4096, 1), (1, 4096), (0, 4097), ((1 << 64) - 1, 2),
-                                   (8, (1 << 64) - 4)])
+@pytest.mark.parametrize("off,n", [(4097, 0), (4096, 1), (1, 4096), (0, 4097), ((1 << 64) - 1, 2), (8, (1 << 64) - 4)])
 def test_check_remote_bounds(off, n):
     with pytest.raises(Error, match="outside rank 1"):
         _testing.ibverbs_check_remote(_remote(), 1, off, n)
@@ -236,6 +258,7 @@ def test_check_remote_keys(tamper):
 
 
 # --------------------------------------------------------------------------- error texts
+
 
 def test_registration_error_texts():
     e = _testing.ibverbs_registration_error(errno.ENOMEM, 1 << 30, 8 << 20)

@@ -7,6 +7,7 @@ named docker0, veth*, eth* with IPv4, IPv6-only, down; and ranks on two namespac
 whose only route to each other is IPv6 (a docker0 with IPv4 beside it) connecting by the
 default rule and by the setting. Namespace tests need root and iproute2, and skip saying so.
 """
+
 import os
 import json
 import shutil
@@ -60,29 +61,32 @@ def choose(spec, host=HOST):
 # --------------------------------------------------------------------------- the rules
 
 
-@pytest.mark.parametrize("spec, name, address", [
-    ("", "eth0", "10.0.0.2"),            # first up, not lo/docker*/virbr*/veth*
-    ("eth", "eth0", "10.0.0.2"),         # prefix
-    ("eth1", "eth1", "10.1.0.2"),
-    ("ib,eth1", "eth1", "10.1.0.2"),     # a list allows; the system's order picks
-    ("=eth1", "eth1", "10.1.0.2"),       # exact
-    ("=ib0,eth1", "eth1", "10.1.0.2"),
-    ("=ib0", "ib0", "10.2.0.2"),
-    (" eth1 , ib0 ", "eth1", "10.1.0.2"),  # spaces around names are ignored
-    ("^eth", "ib0", "10.2.0.2"),         # ^ excludes by prefix
-    ("^=eth0", "eth1", "10.1.0.2"),      # ^= excludes exact names
-    ("^=eth0,eth1", "ib0", "10.2.0.2"),  # ^ applies to the whole list
-    ("^eth,ib", "v6net", "fd00::5"),     # no IPv4: first IPv6 that is not link-local
-    ("v6", "v6net", "fd00::5"),
-    ("docker", "docker0", "172.17.0.1"),  # asked for: a default-skipped name is fine
-    ("=lo", "lo", "127.0.0.1"),
-    ("virbr", "virbr0", "192.168.122.1"),
-    ("veth", "veth12ab", "169.254.3.3"),
-    ("^eth,ib,v6", "docker0", "172.17.0.1"),  # only skipped ones left: docker*, lo, virbr*, veth*
-    ("^eth,ib,v6,docker", "lo", "127.0.0.1"),
-    ("^eth,ib,v6,docker,lo", "virbr0", "192.168.122.1"),
-    ("^eth,ib,v6,docker,lo,virbr", "veth12ab", "169.254.3.3"),
-])
+@pytest.mark.parametrize(
+    "spec, name, address",
+    [
+        ("", "eth0", "10.0.0.2"),  # first up, not lo/docker*/virbr*/veth*
+        ("eth", "eth0", "10.0.0.2"),  # prefix
+        ("eth1", "eth1", "10.1.0.2"),
+        ("ib,eth1", "eth1", "10.1.0.2"),  # a list allows; the system's order picks
+        ("=eth1", "eth1", "10.1.0.2"),  # exact
+        ("=ib0,eth1", "eth1", "10.1.0.2"),
+        ("=ib0", "ib0", "10.2.0.2"),
+        (" eth1 , ib0 ", "eth1", "10.1.0.2"),  # spaces around names are ignored
+        ("^eth", "ib0", "10.2.0.2"),  # ^ excludes by prefix
+        ("^=eth0", "eth1", "10.1.0.2"),  # ^= excludes exact names
+        ("^=eth0,eth1", "ib0", "10.2.0.2"),  # ^ applies to the whole list
+        ("^eth,ib", "v6net", "fd00::5"),  # no IPv4: first IPv6 that is not link-local
+        ("v6", "v6net", "fd00::5"),
+        ("docker", "docker0", "172.17.0.1"),  # asked for: a default-skipped name is fine
+        ("=lo", "lo", "127.0.0.1"),
+        ("virbr", "virbr0", "192.168.122.1"),
+        ("veth", "veth12ab", "169.254.3.3"),
+        ("^eth,ib,v6", "docker0", "172.17.0.1"),  # only skipped ones left: docker*, lo, virbr*, veth*
+        ("^eth,ib,v6,docker", "lo", "127.0.0.1"),
+        ("^eth,ib,v6,docker,lo", "virbr0", "192.168.122.1"),
+        ("^eth,ib,v6,docker,lo,virbr", "veth12ab", "169.254.3.3"),
+    ],
+)
 def test_rules(spec, name, address):
     got = choose(spec)
     assert got[:2] == (name, address), got
@@ -99,12 +103,12 @@ def test_prefix_is_not_exact():
 
 
 def test_default_skips_lo_docker_virbr_veth_unless_nothing_else():
-    only_skipped = entries(LO, ("veth1", True, ["10.9.0.1"]), ("virbr0", True, ["192.168.122.1"]),
-                           ("docker0", True, ["172.17.0.1"]))
+    only_skipped = entries(
+        LO, ("veth1", True, ["10.9.0.1"]), ("virbr0", True, ["192.168.122.1"]), ("docker0", True, ["172.17.0.1"])
+    )
     name, address, why = choose("", only_skipped)
     assert (name, address) == ("docker0", "172.17.0.1")
-    assert why == ("no interface but lo/docker*/virbr*/veth* is up with an address; "
-                   "RDMACOLL_SOCKET_IFNAME unset")
+    assert why == ("no interface but lo/docker*/virbr*/veth* is up with an address; RDMACOLL_SOCKET_IFNAME unset")
     assert choose("", entries(LO, ("veth1", True, ["10.9.0.1"])))[0] == "lo"
     assert choose("", entries(("veth1", True, ["10.9.0.1"]), LO))[0] == "lo"
     assert choose("", entries(("veth1", True, ["10.9.0.1"]), ("lo", False, ["127.0.0.1"], True)))[0] == "veth1"
@@ -115,12 +119,16 @@ def test_default_skips_lo_docker_virbr_veth_unless_nothing_else():
 
 
 def test_why_says_what_decided():
-    assert choose("")[2] == ("first interface that is up with an address, not lo/docker*/virbr*/veth*; "
-                             "RDMACOLL_SOCKET_IFNAME unset")
-    assert choose("^eth")[2] == ("RDMACOLL_SOCKET_IFNAME=^eth: excluded eth0, eth1; first interface that is up "
-                                 "with an address, not lo/docker*/virbr*/veth*")
-    assert choose("=eth1,ib0")[2] == ("RDMACOLL_SOCKET_IFNAME==eth1,ib0: named eth1 or ib0; "
-                                      "the first of these that is up with an address")
+    assert choose("")[2] == (
+        "first interface that is up with an address, not lo/docker*/virbr*/veth*; RDMACOLL_SOCKET_IFNAME unset"
+    )
+    assert choose("^eth")[2] == (
+        "RDMACOLL_SOCKET_IFNAME=^eth: excluded eth0, eth1; first interface that is up "
+        "with an address, not lo/docker*/virbr*/veth*"
+    )
+    assert choose("=eth1,ib0")[2] == (
+        "RDMACOLL_SOCKET_IFNAME==eth1,ib0: named eth1 or ib0; the first of these that is up with an address"
+    )
     assert choose("eth,ib")[2].startswith("RDMACOLL_SOCKET_IFNAME=eth,ib: name starts with eth or ib; ")
     assert choose("v6")[2].endswith("IPv6: it has no IPv4 address")
 
@@ -134,37 +142,48 @@ def test_ipv4_first_then_global_ipv6():
     assert choose("", entries(("e0", True, ["fe80::1"]), ("e1", True, ["fd00::2"])))[:2] == ("e1", "fd00::2")
 
 
-@pytest.mark.parametrize("spec, says", [
-    ("nope", "RDMACOLL_SOCKET_IFNAME=nope allows no interface that is up"),
-    ("ens", "RDMACOLL_SOCKET_IFNAME=ens allows no interface"),       # ens5 is down
-    ("=llonly", "RDMACOLL_SOCKET_IFNAME==llonly allows no interface"),  # link-local only
-    ("^eth,ib,v6,docker,lo,virbr,veth,ll,e", "allows no interface"),
-])
+@pytest.mark.parametrize(
+    "spec, says",
+    [
+        ("nope", "RDMACOLL_SOCKET_IFNAME=nope allows no interface that is up"),
+        ("ens", "RDMACOLL_SOCKET_IFNAME=ens allows no interface"),  # ens5 is down
+        ("=llonly", "RDMACOLL_SOCKET_IFNAME==llonly allows no interface"),  # link-local only
+        ("^eth,ib,v6,docker,lo,virbr,veth,ll,e", "allows no interface"),
+    ],
+)
 def test_nothing_matching_names_every_interface(spec, says):
     with pytest.raises(core.RdmacollError) as e:
         choose(spec)
     msg = str(e.value)
     assert "\n" not in msg and says in msg, msg
-    assert ("interfaces here: lo (up, 127.0.0.1, ::1), docker0 (up, 172.17.0.1), eth0 (up, 10.0.0.2), "
-            "eth1 (up, 10.1.0.2), ens5 (down, 10.3.0.2), ib0 (up, 10.2.0.2), v6net (up, fd00::5), "
-            "llonly (up, link-local IPv6 only), veth12ab (up, 169.254.3.3), virbr0 (up, 192.168.122.1)") in msg
+    assert (
+        "interfaces here: lo (up, 127.0.0.1, ::1), docker0 (up, 172.17.0.1), eth0 (up, 10.0.0.2), "
+        "eth1 (up, 10.1.0.2), ens5 (down, 10.3.0.2), ib0 (up, 10.2.0.2), v6net (up, fd00::5), "
+        "llonly (up, link-local IPv6 only), veth12ab (up, 169.254.3.3), virbr0 (up, 192.168.122.1)"
+    ) in msg
 
 
 def test_nothing_up_at_all():
-    with pytest.raises(core.RdmacollError, match=r"^tcp: no interface that is up .*interfaces here: lo \(down, "
-                                                 r"127\.0\.0\.1\), eth0 \(down, no address\)$"):
+    with pytest.raises(
+        core.RdmacollError,
+        match=r"^tcp: no interface that is up .*interfaces here: lo \(down, "
+        r"127\.0\.0\.1\), eth0 \(down, no address\)$",
+    ):
         choose("", entries(("lo", False, ["127.0.0.1"], True), ("eth0", False, [])))
     with pytest.raises(core.RdmacollError, match="interfaces here: none"):
         choose("", [])
 
 
-@pytest.mark.parametrize("spec, says", [
-    ("^", "names no interface"),
-    ("=", "names no interface"),
-    ("^=,", "names no interface"),
-    ("eth0,=eth1", "'=' applies to the whole list"),
-    ("eth0,^eth1", r"'\^' applies to the whole list"),
-])
+@pytest.mark.parametrize(
+    "spec, says",
+    [
+        ("^", "names no interface"),
+        ("=", "names no interface"),
+        ("^=,", "names no interface"),
+        ("eth0,=eth1", "'=' applies to the whole list"),
+        ("eth0,^eth1", r"'\^' applies to the whole list"),
+    ],
+)
 def test_malformed_settings(spec, says):
     with pytest.raises(core.RdmacollError, match=says):
         choose(spec)
@@ -180,8 +199,9 @@ def test_blank_setting_is_unset():
 def test_probe_names_interface_address_and_why():
     ok, lines = core.probe_transport("tcp", {"socket_ifname": "=lo"})
     assert ok, lines
-    assert lines[0] == ("listens on lo 127.0.0.1 (RDMACOLL_SOCKET_IFNAME==lo: named lo; "
-                        "the first of these that is up with an address)"), lines
+    assert lines[0] == (
+        "listens on lo 127.0.0.1 (RDMACOLL_SOCKET_IFNAME==lo: named lo; the first of these that is up with an address)"
+    ), lines
     assert lines[1].startswith("interfaces here: ") and "lo (up, 127.0.0.1" in lines[1], lines
 
 
@@ -192,10 +212,14 @@ def test_probe_of_a_setting_that_matches_nothing_is_unusable():
     assert "lo (up, 127.0.0.1" in lines[0], lines
 
 
-@pytest.mark.parametrize("env, listen", [
-    ({}, ""),  # shm alone: no network transport
-    ({"RDMACOLL_TRANSPORT": "tcp", "RDMACOLL_SOCKET_IFNAME": "=lo"}, "lo 127.0.0.1:"),
-], ids=["shm", "tcp-lo"])
+@pytest.mark.parametrize(
+    "env, listen",
+    [
+        ({}, ""),  # shm alone: no network transport
+        ({"RDMACOLL_TRANSPORT": "tcp", "RDMACOLL_SOCKET_IFNAME": "=lo"}, "lo 127.0.0.1:"),
+    ],
+    ids=["shm", "tcp-lo"],
+)
 def test_listen_address_of_a_running_job(env, listen):
     res = run_mpi(2, "ifname.py", env=env, timeout=120)
     where = rank_records(res, 2, "where")
@@ -203,8 +227,10 @@ def test_listen_address_of_a_running_job(env, listen):
         res.check(w["listen"].startswith(listen) and (listen or w["listen"] == ""), f"rank {r}: {w}")
         if listen:
             port = w["listen"].rsplit(":", 1)[1]
-            res.check(port.isdigit() and f"127.0.0.1:{port})" in where[1 - r]["peers"][r],
-                      f"rank {1 - r} reaches rank {r} by {where[1 - r]['peers']}, rank {r} listens on {w['listen']}")
+            res.check(
+                port.isdigit() and f"127.0.0.1:{port})" in where[1 - r]["peers"][r],
+                f"rank {1 - r} reaches rank {r} by {where[1 - r]['peers']}, rank {r} listens on {w['listen']}",
+            )
     res.check(all(c["ok"] for c in res.select(kind="case")) and len(res.select(kind="case")) == 6, "allreduce")
     rank_records(res, 2, "done")
 
@@ -260,8 +286,10 @@ def _iface(ns, name, addrs=(), up=True):
     return peer
 
 
-PROBE = ("import json, sys, rdmacoll._core as c; "
-         "print(json.dumps([c.probe_transport('tcp', {'socket_ifname': s}) for s in sys.argv[1:]]))")
+PROBE = (
+    "import json, sys, rdmacoll._core as c; "
+    "print(json.dumps([c.probe_transport('tcp', {'socket_ifname': s}) for s in sys.argv[1:]]))"
+)
 
 
 def test_rules_on_real_interfaces():
@@ -277,29 +305,46 @@ def test_rules_on_real_interfaces():
         except RuntimeError as e:
             pytest.skip(f"cannot make interfaces in a network namespace here: {e}")
         specs = ["", "^eth", "^=eth-test", "=eth-down", "veth", "^eth,docker"]
-        r = subprocess.run(["ip", "netns", "exec", ns, sys.executable, "-c", PROBE, *specs],
-                           capture_output=True, text=True, timeout=60, env=dict(os.environ), cwd="/")
+        r = subprocess.run(
+            ["ip", "netns", "exec", ns, sys.executable, "-c", PROBE, *specs],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=dict(os.environ),
+            cwd="/",
+        )
         assert r.returncode == 0, r.stderr  # (cwd: the source tree must not shadow the installed package)
         got = dict(zip(specs, json.loads(r.stdout)))
     first = {s: (ok, lines[0]) for s, (ok, lines) in got.items()}
     # (each veth pair's other end, p<digits>, is up with a link-local address only: never chosen)
-    assert first[""] == (True, "listens on eth-test fd00:99::1 (first interface that is up with an address, not "
-                               "lo/docker*/virbr*/veth*, IPv6: it has no IPv4 address; RDMACOLL_SOCKET_IFNAME "
-                               "unset)"), got[""]
-    assert first["^eth"] == (True, "listens on docker0 172.31.9.1 (RDMACOLL_SOCKET_IFNAME=^eth: excluded "
-                                   "eth-test, eth-down, eth-v4; no interface but lo/docker*/virbr*/veth* is up "
-                                   "with an address)"), got["^eth"]
-    assert first["^=eth-test"] == (True, "listens on eth-v4 10.99.4.1 (RDMACOLL_SOCKET_IFNAME=^=eth-test: excluded "
-                                         "eth-test; first interface that is up with an address, not "
-                                         "lo/docker*/virbr*/veth*)"), got["^=eth-test"]
+    assert first[""] == (
+        True,
+        "listens on eth-test fd00:99::1 (first interface that is up with an address, not "
+        "lo/docker*/virbr*/veth*, IPv6: it has no IPv4 address; RDMACOLL_SOCKET_IFNAME "
+        "unset)",
+    ), got[""]
+    assert first["^eth"] == (
+        True,
+        "listens on docker0 172.31.9.1 (RDMACOLL_SOCKET_IFNAME=^eth: excluded "
+        "eth-test, eth-down, eth-v4; no interface but lo/docker*/virbr*/veth* is up "
+        "with an address)",
+    ), got["^eth"]
+    assert first["^=eth-test"] == (
+        True,
+        "listens on eth-v4 10.99.4.1 (RDMACOLL_SOCKET_IFNAME=^=eth-test: excluded "
+        "eth-test; first interface that is up with an address, not "
+        "lo/docker*/virbr*/veth*)",
+    ), got["^=eth-test"]
     ok, line = first["=eth-down"]
     assert not ok and "RDMACOLL_SOCKET_IFNAME==eth-down allows no interface" in line
     assert "eth-down (down, 10.99.3.1)" in line and "eth-test (up, fd00:99::1)" in line, line
     assert first["veth"][1].startswith("listens on veth-x 10.99.2.1 "), got
     assert first["^eth,docker"][1].startswith("listens on lo 127.0.0.1 "), got
     # the second line lists what is there, for the reader of `rdmacoll doctor`
-    assert got[""][1][1].startswith("interfaces here: lo (up, 127.0.0.1, ::1), ") and \
-        "docker0 (up, 172.31.9.1)" in got[""][1][1], got[""]
+    assert (
+        got[""][1][1].startswith("interfaces here: lo (up, 127.0.0.1, ::1), ")
+        and "docker0 (up, 172.31.9.1)" in got[""][1][1]
+    ), got[""]
 
 
 def _ipv6_only(tb):

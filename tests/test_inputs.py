@@ -1,4 +1,5 @@
 """Anything exposing DLPack or the buffer protocol is reduced in place, without copies."""
+
 import pytest
 
 from mpi_util import rank_records, run_mpi

@@ -19,6 +19,7 @@ be the same. rdmacoll also serves barrier while a rank is joined and refuses an 
 whose name was used before (Horovod 0.28.1 crashes the joined rank on both: segmentation
 fault, unordered_map::at): RC_TEST_JOIN_EXTRAS, rdmacoll only.
 """
+
 import json
 import math
 
@@ -28,11 +29,19 @@ import pytest
 from mpi_util import rank_records, run_mpi, require_real_horovod
 
 HVD, RC = "horovod.torch", "rdmacoll.frameworks.torch"
-LAST_PHASE = {0: 2, 1: 3, 2: 0, 3: 1}   # as in workers/join_any.py
+LAST_PHASE = {0: 2, 1: 3, 2: 0, 3: 1}  # as in workers/join_any.py
 PHASES = 4
-REFUSED = {"allgather": "Allgather", "allgather_async": "Allgather", "allgather named": "Allgather",
-           "allgather_object": "Allgather", "broadcast": "Broadcast", "broadcast_async_": "Broadcast",
-           "broadcast_object": "Broadcast", "alltoall": "Alltoall", "reducescatter": "Reducescatter"}
+REFUSED = {
+    "allgather": "Allgather",
+    "allgather_async": "Allgather",
+    "allgather named": "Allgather",
+    "allgather_object": "Allgather",
+    "broadcast": "Broadcast",
+    "broadcast_async_": "Broadcast",
+    "broadcast_object": "Broadcast",
+    "alltoall": "Alltoall",
+    "reducescatter": "Reducescatter",
+}
 W0 = np.array([[0.5, -0.25, 1.0], [0.125, 2.0, -1.0]])
 B0 = np.array([0.5, -0.5])
 
@@ -99,8 +108,11 @@ def expected(case, p, r, n):
         "allreduce Max": f32(np.zeros(4) if joined else np.max([x_of(q, p) - 100 for q in t], axis=0)),
         "allreduce Min": f32(np.zeros(4) if joined else np.min([x_of(q, p) for q in t], axis=0)),
         "allreduce Product": f32(np.zeros(4) if joined else np.prod([x_of(q, p) for q in t], axis=0)),
-        "grouped_allreduce": [f32(s), ["torch.float64", sum(xi_of(q, p) for q in t).astype(float).tolist()],
-                              f32(s[:2])],
+        "grouped_allreduce": [
+            f32(s),
+            ["torch.float64", sum(xi_of(q, p) for q in t).astype(float).tolist()],
+            f32(s[:2]),
+        ],
         "allgather": f32(np.concatenate([x_of(q, p)[: q + 1] for q in range(n)])),
         "allgather_async": f32(np.concatenate([x_of(q, p) for q in range(n)])),
         "allgather named": f32(np.concatenate([x_of(q, p) for q in range(n)])),

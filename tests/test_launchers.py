@@ -3,6 +3,7 @@ imported), srun on a real one-node Slurm cluster (slurmctld and slurmd on localh
 through the MPI's PMI), rdmacoll-run (horovodrun's flags over the user's mpirun); and
 never a silent world of one: a launcher that says N > 1 processes with a bootstrap that
 sees another size raises on every process."""
+
 import contextlib
 import os
 import sys
@@ -39,8 +40,10 @@ def test_torchrun_bootstraps_through_torchs_store(n):
 def test_torchrun_with_mpi_forced_refuses_a_world_of_one():
     res = run_torchrun(2, "launched.py", env={"RDMACOLL_BOOTSTRAP": "mpi"}, timeout=120)
     for rec in _inits(res, 2):
-        res.check(rec["error"] and "WORLD_SIZE=2" in rec["error"] and "RDMACOLL_BOOTSTRAP=torch" in rec["error"],
-                  f"{rec['error']!r}")
+        res.check(
+            rec["error"] and "WORLD_SIZE=2" in rec["error"] and "RDMACOLL_BOOTSTRAP=torch" in rec["error"],
+            f"{rec['error']!r}",
+        )
 
 
 def test_launcher_variables_without_the_launcher_refuse_a_world_of_one():
@@ -54,8 +57,9 @@ def test_launcher_variables_without_the_launcher_refuse_a_world_of_one():
 def test_bad_bootstrap_setting():
     res = run_python("launched.py", env={"RDMACOLL_BOOTSTRAP": "slurm"}, timeout=60)
     rec = _inits(res, 1)[0]
-    res.check(rec["error"] and "RDMACOLL_BOOTSTRAP" in rec["error"] and "auto,mpi,torch" in rec["error"],
-              f"{rec['error']!r}")
+    res.check(
+        rec["error"] and "RDMACOLL_BOOTSTRAP" in rec["error"] and "auto,mpi,torch" in rec["error"], f"{rec['error']!r}"
+    )
 
 
 @contextlib.contextmanager
@@ -82,17 +86,25 @@ def test_srun_sees_every_task():
             res.check(rec["error"] is None and rec["ok"] and rec["size"] == 2 and rec["bootstrap"] == "mpi", f"{rec}")
         res = run_launcher(["srun", "-n", "2", "--mpi=none"], "launched.py", env=env, timeout=120)
         for rec in _inits(res, 2):
-            res.check(rec["error"] and "SLURM_STEP_NUM_TASKS=2" in rec["error"] and "pmi" in rec["error"],
-                      f"srun without PMI: {rec['error']!r}")
+            res.check(
+                rec["error"] and "SLURM_STEP_NUM_TASKS=2" in rec["error"] and "pmi" in rec["error"],
+                f"srun without PMI: {rec['error']!r}",
+            )
 
 
-@pytest.mark.parametrize("kind, hosts, want", [
-    ("openmpi", None, ["mpirun", "-np", "4", "--bind-to", "none", "--map-by", "slot", "-x", "A", "-x", "B"]),
-    ("openmpi", [("n1", 2), ("n2", 2)],
-     ["mpirun", "-np", "4", "-H", "n1:2,n2:2", "--bind-to", "none", "--map-by", "slot", "-x", "A", "-x", "B"]),
-    ("mpich", None, ["mpirun", "-n", "4", "-genvlist", "A,B"]),
-    ("mpich", [("n1", 2), ("n2", 2)], ["mpirun", "-n", "4", "-hosts", "n1:2,n2:2", "-genvlist", "A,B"]),
-])
+@pytest.mark.parametrize(
+    "kind, hosts, want",
+    [
+        ("openmpi", None, ["mpirun", "-np", "4", "--bind-to", "none", "--map-by", "slot", "-x", "A", "-x", "B"]),
+        (
+            "openmpi",
+            [("n1", 2), ("n2", 2)],
+            ["mpirun", "-np", "4", "-H", "n1:2,n2:2", "--bind-to", "none", "--map-by", "slot", "-x", "A", "-x", "B"],
+        ),
+        ("mpich", None, ["mpirun", "-n", "4", "-genvlist", "A,B"]),
+        ("mpich", [("n1", 2), ("n2", 2)], ["mpirun", "-n", "4", "-hosts", "n1:2,n2:2", "-genvlist", "A,B"]),
+    ],
+)
 def test_rdmacoll_run_translates_horovodruns_flags(kind, hosts, want):
     cmd = rdmacoll_run.command(kind, "mpirun", 4, hosts, ["A", "B"], ["python", "t.py"])
     if kind == "openmpi" and hosts is None and (os.cpu_count() or 1) < 4:
@@ -115,8 +127,9 @@ def test_rdmacoll_run_launches_with_the_users_mpi():
     exe = Path(sys.executable).parent / "rdmacoll-run"
     if not exe.exists():
         pytest.skip("rdmacoll-run is not installed next to this Python")
-    res = run_launcher([str(exe), "-np", "2", "-x", "RDMACOLL_TEST_PASSED=yes", "--mpirun", find_mpiexec()],
-                       "launched.py", timeout=120)
+    res = run_launcher(
+        [str(exe), "-np", "2", "-x", "RDMACOLL_TEST_PASSED=yes", "--mpirun", find_mpiexec()], "launched.py", timeout=120
+    )
     for rec in _inits(res, 2):
         res.check(rec["error"] is None and rec["ok"] and rec["size"] == 2, f"{rec}")
     printed = [ln.text for ln in res.lines if ln.text.startswith("rdmacoll-run: ")]

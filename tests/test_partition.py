@@ -1,6 +1,7 @@
 """Pure functions of the core, without any transport: the ring's chunk arithmetic
 (csrc/algorithms/partition.h), the reduction kernels (csrc/reduce/reduce.h) and the call
 descriptor hash."""
+
 import itertools
 
 import numpy as np
@@ -59,8 +60,8 @@ def test_ring_schedule(p):
             assert chunk[r][p - 2] == owned  # the chunk r owns after reduce-scatter
         # reduce-scatter touches every chunk but r's own input chunk once; allgather
         # receives every chunk but the owned one once
-        assert sorted(chunk[r][:p - 1]) == [c for c in range(p) if c != r], (p, r)
-        assert sorted(chunk[r][p - 1:]) == [c for c in range(p) if c != owned], (p, r)
+        assert sorted(chunk[r][: p - 1]) == [c for c in range(p) if c != r], (p, r)
+        assert sorted(chunk[r][p - 1 :]) == [c for c in range(p) if c != owned], (p, r)
 
     # Simulate the data flow: have[r][c] is the set of ranks whose inputs rank r's copy
     # of chunk c holds (a bit mask).
@@ -98,13 +99,13 @@ def _inputs(dtype, nin, count, seed):
         if count >= 16:
             # specials at positions that differ per input: NaN, infinities, signed zero,
             # values that overflow float16 when added, subnormals
-            x[(k + 1)::17] = np.nan
-            x[(k + 5)::19] = np.inf
-            x[(k + 9)::23] = -np.inf
-            x[(k + 3)::29] = -0.0
-            x[(k + 7)::31] = 6.0e4
-            x[(k + 2)::37] = 3.0e-6
-            x[(k + 4)::41] = 1.0e-40
+            x[(k + 1) :: 17] = np.nan
+            x[(k + 5) :: 19] = np.inf
+            x[(k + 9) :: 23] = -np.inf
+            x[(k + 3) :: 29] = -0.0
+            x[(k + 7) :: 31] = 6.0e4
+            x[(k + 2) :: 37] = 3.0e-6
+            x[(k + 4) :: 41] = 1.0e-40
         xs.append(x.astype(dt))
     return xs
 
@@ -115,7 +116,7 @@ def _expected(dtype, op, xs, scale):
     dt = np_dtype(dtype)
     if dtype not in FLOATS:
         acc = fold(xs, op, dt)
-        if scale != 1.0:   # Horovod's ScaleBuffer: in float64, truncated toward zero
+        if scale != 1.0:  # Horovod's ScaleBuffer: in float64, truncated toward zero
             acc = np.trunc(acc.astype(np.float64) * scale).astype(np.int64).astype(dt)
         return acc
     acc_t = np.float64 if dtype == "float64" else np.float32
@@ -229,7 +230,16 @@ def test_descriptor_hash_sees_every_field():
     base = dict(coll=1, seq=5, dtype=2, count=1000, op=0, root=-1, name_hash=0, algo=2, seg=1 << 20)
     h0 = _testing.hash_descriptor(*base.values())
     assert h0 == _testing.hash_descriptor(*base.values())
-    for field, other in [("coll", 2), ("seq", 6), ("dtype", 3), ("count", 1001), ("op", 1),
-                         ("root", 0), ("name_hash", 12345), ("algo", 3), ("seg", 1 << 19)]:
+    for field, other in [
+        ("coll", 2),
+        ("seq", 6),
+        ("dtype", 3),
+        ("count", 1001),
+        ("op", 1),
+        ("root", 0),
+        ("name_hash", 12345),
+        ("algo", 3),
+        ("seg", 1 << 19),
+    ]:
         changed = dict(base, **{field: other})
         assert _testing.hash_descriptor(*changed.values()) != h0, f"{field} does not change the hash"

@@ -3,6 +3,7 @@ under mpiexec at 2, 3 and 4 ranks: every set shape (one rank, non-contiguous, ov
 static at init, added and removed while other sets run), results against NumPy references
 through the torch adapter and the plain API, Horovod's ValueErrors for ranks outside a
 set; and the same worker side by side under real Horovod 0.28.1 where it imports."""
+
 from __future__ import annotations
 
 
@@ -71,7 +72,11 @@ def test_process_sets(nranks, mode):
 def test_dynamic_setting_in_the_table():
     row = _settings.TABLE["dynamic_process_sets"]
     assert (row["env"], row["alias"], row["scope"], row["default"]) == (
-        "RDMACOLL_DYNAMIC_PROCESS_SETS", "HOROVOD_DYNAMIC_PROCESS_SETS", "job", 0)
+        "RDMACOLL_DYNAMIC_PROCESS_SETS",
+        "HOROVOD_DYNAMIC_PROCESS_SETS",
+        "job",
+        0,
+    )
 
 
 def test_single_process_plain_api():
@@ -95,8 +100,11 @@ def test_side_by_side_with_real_horovod(nranks, mode):
     type) equal to rdmacoll's, but for DIFFERS. Runs where horovod.torch imports (the
     Horovod venv, with this tree on PYTHONPATH)."""
     require_real_horovod()
-    hv = launch(nranks, mode, env={"RC_TEST_HVD": "horovod.torch",
-                                   "HOROVOD_DYNAMIC_PROCESS_SETS": "1" if mode != "static" else "0"})
+    hv = launch(
+        nranks,
+        mode,
+        env={"RC_TEST_HVD": "horovod.torch", "HOROVOD_DYNAMIC_PROCESS_SETS": "1" if mode != "static" else "0"},
+    )
     rc = launch(nranks, mode)
     ours, theirs = outcomes(rc), outcomes(hv)
     common = set(ours) & set(theirs)

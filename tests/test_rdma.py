@@ -17,6 +17,7 @@ the full one only (3 ranks run the whole allreduce matrix and sub-communicators 
 several peers per rank are covered; SIGTERM kills as SIGKILL does for the verbs path: the
 kernel destroys the queue pairs either way; work requests split at 4 KiB are covered by
 the collectives at 2 ranks)."""
+
 import os
 import re
 import signal
@@ -26,10 +27,15 @@ import sys
 import pytest
 from rdmacoll import _core
 
-from mpi_util import (check_async, check_default_selection, check_forced_algorithms, check_killed_peer,
-                      rank_records, run_mpi)
+from mpi_util import (
+    check_async,
+    check_default_selection,
+    check_forced_algorithms,
+    check_killed_peer,
+    rank_records,
+    run_mpi,
+)
 from reference import ONE_PER_WIDTH
-
 
 
 def _why_not():
@@ -43,8 +49,7 @@ WHY_NOT = _why_not()
 pytestmark = pytest.mark.skipif(WHY_NOT is not None, reason=str(WHY_NOT))
 
 IB = {"RDMACOLL_TRANSPORT": "ibverbs"}
-SMALL = {"RDMACOLL_SEGMENT_BYTES": 4096, "RDMACOLL_SLOT_BYTES": 4096, "RDMACOLL_SLOTS": 2,
-         "RDMACOLL_EAGER_BYTES": 256}
+SMALL = {"RDMACOLL_SEGMENT_BYTES": 4096, "RDMACOLL_SLOT_BYTES": 4096, "RDMACOLL_SLOTS": 2, "RDMACOLL_EAGER_BYTES": 256}
 FULL = os.environ.get("RDMACOLL_RDMA_MATRIX", "full") != "ci"
 # Elements: empty, one, p-1 and p+1 for 2-4 ranks, 1023, and (full matrix) one message
 # above 1 MiB; 100003 elements already span ~100 of the 4 KiB slots.
@@ -56,13 +61,21 @@ SUBSET = [] if FULL else ["--dtypes", ",".join(ONE_PER_WIDTH)]
 
 # Verbs write and read but do not map: the algorithms tcp runs (mpi_util.UNMAPPED_RULES).
 # Either rule set forces every such algorithm; the full matrix runs both at every size.
-@pytest.mark.parametrize("nranks, rules", [(2, "a"), (2, "b"), (3, "a"), (3, "b"), (4, "a"), (4, "b")] if FULL
-                         else [(2, "a"), (3, "b")])  # (ci: tests/test_tcp.py runs 4 ranks' schedules)
+@pytest.mark.parametrize(
+    "nranks, rules", [(2, "a"), (2, "b"), (3, "a"), (3, "b"), (4, "a"), (4, "b")] if FULL else [(2, "a"), (3, "b")]
+)  # (ci: tests/test_tcp.py runs 4 ranks' schedules)
 def test_allreduce_algorithms(nranks, rules):
     # (ci: no mixed-memory cases either: they test direct's choice by memory kind, and direct
     # maps peer memory, which verbs cannot; test_default_selection_and_big_message keeps them)
-    check_forced_algorithms(nranks, IB | SMALL, rules, SIZES, "ibverbs", timeout=400,
-                            extra=SUBSET and [*SUBSET, "--ops", "Sum,Max", "--no-mixed"])
+    check_forced_algorithms(
+        nranks,
+        IB | SMALL,
+        rules,
+        SIZES,
+        "ibverbs",
+        timeout=400,
+        extra=SUBSET and [*SUBSET, "--ops", "Sum,Max", "--no-mixed"],
+    )
 
 
 @pytest.mark.parametrize("nranks", [2, 4] if FULL else [2])
@@ -71,8 +84,9 @@ def test_default_selection_and_big_message(nranks):
     check_default_selection(nranks, IB, "ibverbs", timeout=400, extra=SUBSET)
 
 
-@pytest.mark.parametrize("nranks, max_wr", [(2, None), (3, None), (4, None), (2, "4K")] if FULL
-                         else [(2, None), (2, "4K")])
+@pytest.mark.parametrize(
+    "nranks, max_wr", [(2, None), (3, None), (4, None), (2, "4K")] if FULL else [(2, None), (2, "4K")]
+)
 def test_collectives_match_numpy(nranks, max_wr):
     """allgather, broadcast, reducescatter, alltoall, barrier, grouped_allreduce over verbs,
     with small slots so that parts span several messages and senders wait for credits; and
@@ -84,8 +98,11 @@ def test_collectives_match_numpy(nranks, max_wr):
     res = run_mpi(nranks, "collectives.py", ["check", *SUBSET], env=env, timeout=400)
     done = rank_records(res, nranks, "done")
     fails = res.select(kind="fail")
-    res.check(not fails, f"{len(fails)} wrong, first: " + "; ".join(
-        f"rank {f['rank']} {f['case']}: got {f['got']} want {f['want']}" for f in fails[:5]))
+    res.check(
+        not fails,
+        f"{len(fails)} wrong, first: "
+        + "; ".join(f"rank {f['rank']} {f['case']}: got {f['got']} want {f['want']}" for f in fails[:5]),
+    )
     res.check(len({d["cases"] for d in done.values()}) == 1, "ranks ran different numbers of cases")
     res.check(res.returncode == 0, "the launch failed")
 
@@ -110,7 +127,8 @@ def _transport_checks(args, timeout=400):
     return got
 
 
-if FULL:   # (defined only there: the guest's suite must not skip; module docstring)
+if FULL:  # (defined only there: the guest's suite must not skip; module docstring)
+
     def test_conformance_with_small_work_requests():
         """Transport conformance with every work request capped at 4 KiB: writes and reads
         longer than the device's message limit go as several requests (Soft-RoCE's own
@@ -125,8 +143,11 @@ def test_write_outside_the_peers_region():
     access error), both sides raise RdmacollError, the target's memory is untouched."""
     got = _transport_checks(["corrupted-region"], timeout=120)
     names = {(r["rank"], r["name"]) for r in got}
-    assert names == {(0, "writer raises a remote access error"), (1, "target sees its queue pair fail and raises"),
-                     (1, "target memory untouched")}, names
+    assert names == {
+        (0, "writer raises a remote access error"),
+        (1, "target sees its queue pair fail and raises"),
+        (1, "target memory untouched"),
+    }, names
     print("; ".join(f"rank {r['rank']}: {r['detail']}" for r in got if r["detail"]))
 
 
@@ -137,8 +158,10 @@ def test_memlock_too_low_at_init():
     res = run_mpi(2, "ibverbs_init.py", env=env, timeout=120)
     for r, rec in rank_records(res, 2, "init").items():
         e = rec["error"] or ""
-        res.check(re.search(r"ibv_reg_mr of \d+ bytes", e) and "64 KiB" in e and "ulimit -l" in e,
-                  f"rank {r}: {e!r} does not name the size, the limit and ulimit -l")
+        res.check(
+            re.search(r"ibv_reg_mr of \d+ bytes", e) and "64 KiB" in e and "ulimit -l" in e,
+            f"rank {r}: {e!r} does not name the size, the limit and ulimit -l",
+        )
         res.check(not rec["initialized"], f"rank {r}: is_initialized() after a failed init()")
     print(res.select(kind="init")[0]["error"])
 
@@ -167,8 +190,7 @@ def test_killed_peer_is_detected(sig):
 def test_doctor_shows_the_device():
     """`rdmacoll doctor` names the device, its port state, link layer, MTU and GIDs, and says
     ibverbs is usable."""
-    out = subprocess.run([sys.executable, "-m", "rdmacoll", "doctor"], capture_output=True, text=True,
-                         timeout=120)
+    out = subprocess.run([sys.executable, "-m", "rdmacoll", "doctor"], capture_output=True, text=True, timeout=120)
     text = out.stdout + out.stderr
     print(text)
     dev = os.environ.get("RDMACOLL_IB_DEVICE", "").split(":")[0] or "rxe0"
@@ -194,8 +216,9 @@ def test_device_removed_mid_job():
 
     from mpi_util import Launch
 
-    launch = Launch(2, "kill_loop.py", ["--mib", 16, "--max-seconds", 120], env=IB | {"UCX_TLS": "tcp,self,sm"},
-                    timeout=300)
+    launch = Launch(
+        2, "kill_loop.py", ["--mib", 16, "--max-seconds", 120], env=IB | {"UCX_TLS": "tcp,self,sm"}, timeout=300
+    )
     deleted = {}
     try:
         with launch:

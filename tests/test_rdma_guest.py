@@ -11,6 +11,7 @@ Skips where the guest cannot run here (not root, no QEMU, not set up: `sudo pyth
 scripts/rdma_guest.py setup`, which .ci/run does), saying why. RDMACOLL_RDMA_MATRIX=full
 runs test_rdma.py's full matrix in the guest (about 15 minutes under emulation; CI runs
 "ci")."""
+
 import os
 import re
 import shlex
@@ -55,8 +56,13 @@ def test_ibverbs_suite_in_guest():
     files = ["test_ibverbs.py", "test_rdma.py", "test_transport.py::test_conformance_ibverbs"]
     cmd = f"{shlex.quote(str(BIN / 'pytest'))} -q -rs --durations=12 -p no:cacheprovider {' '.join(files)}"
     t0 = time.monotonic()
-    rc, out = GUEST.run(cmd, timeout=1800 if MATRIX == "full" else 600, cwd=str(TESTS),
-                        env={"RDMACOLL_RDMA_MATRIX": MATRIX} | NO_BLAS_POOL, echo=False)
+    rc, out = GUEST.run(
+        cmd,
+        timeout=1800 if MATRIX == "full" else 600,
+        cwd=str(TESTS),
+        env={"RDMACOLL_RDMA_MATRIX": MATRIX} | NO_BLAS_POOL,
+        echo=False,
+    )
     counts = _summary(out)
     print(f"in the guest ({time.monotonic() - t0:.0f} s, matrix {MATRIX}): {counts}")
     print("\n".join(ln for ln in out.splitlines() if re.match(r"\s*[\d.]+s (call|setup|teardown) ", ln)))
@@ -65,37 +71,52 @@ def test_ibverbs_suite_in_guest():
     assert not counts.get("skipped"), f"tests skipped in the guest, which has a device:\n{tail}"
 
 
-@pytest.mark.timeout(800)     # above twice the guests' own limit below, boot and power-off included
+@pytest.mark.timeout(800)  # above twice the guests' own limit below, boot and power-off included
 def test_two_hosts_shm_inside_verbs_across():
     # the selector's choice, and each cross-host shape once
     # ci: the default pass alone: it runs eager, the slot algorithms and hierarchical (its
     # large sizes) across the hosts; the forced ones over verbs run in the suite above,
     # between the ranks of one guest
-    algos = [""] if MATRIX == "ci" else \
-        ["", "hierarchical", "ring_slots", "recursive_doubling", "halving_doubling", "tree", "eager"]
+    algos = (
+        [""]
+        if MATRIX == "ci"
+        else ["", "hierarchical", "ring_slots", "recursive_doubling", "halving_doubling", "tree", "eager"]
+    )
     # MPICH's hydra on rchost0 starts its proxy on rchost1 through scripts/guest_rsh.py (the
     # guests have no ssh); torchrun's multi-node launch runs in tests/test_hosts.py, where
     # importing torch does not cost 25 s per process as it does under emulation
     rsh = REPO / "scripts" / "guest_rsh.py"
-    mpiexec = (f"{shlex.quote(str(BIN / 'mpiexec'))} -launcher rsh -launcher-exec {shlex.quote(str(rsh))} "
-               f"-localhost 10.9.0.1 -hosts 10.9.0.1:2,10.9.0.2:2 -n 4 {shlex.quote(sys.executable)} "
-               f"{shlex.quote(str(TESTS / 'workers' / 'hosts.py'))} {shlex.quote(','.join(algos))}")
+    mpiexec = (
+        f"{shlex.quote(str(BIN / 'mpiexec'))} -launcher rsh -launcher-exec {shlex.quote(str(rsh))} "
+        f"-localhost 10.9.0.1 -hosts 10.9.0.1:2,10.9.0.2:2 -n 4 {shlex.quote(sys.executable)} "
+        f"{shlex.quote(str(TESTS / 'workers' / 'hosts.py'))} {shlex.quote(','.join(algos))}"
+    )
     launch = f'if [ "$HOST_INDEX" = 0 ]; then {mpiexec}; else {shlex.quote(sys.executable)} {shlex.quote(str(rsh))} serve; fi'
     # A normal run takes ~40 s: a stuck collective errors after RDMACOLL_TIMEOUT on every
     # rank, a stuck launch is killed at the guests' limit, with the output kept either way
-    env = {"RDMACOLL_TRANSPORT": "auto", "RDMACOLL_TUNING_FILE": "none", "PYTHONUNBUFFERED": "1",
-           "RDMACOLL_TIMEOUT": "120", "UCX_TLS": "tcp,self,sm"} | NO_BLAS_POOL
+    env = {
+        "RDMACOLL_TRANSPORT": "auto",
+        "RDMACOLL_TUNING_FILE": "none",
+        "PYTHONUNBUFFERED": "1",
+        "RDMACOLL_TIMEOUT": "120",
+        "UCX_TLS": "tcp,self,sm",
+    } | NO_BLAS_POOL
     for attempt in (1, 2):
         results = GUEST.run_hosts([launch, launch], timeout=240, env=env, echo=False)
         now = time.time()
-        res = Result(["mpiexec on rchost0, its proxy on rchost1:", launch], max(rc for rc, _ in results),
-                     [Line(now, "out", text) for _, out in results for text in out.splitlines()])
+        res = Result(
+            ["mpiexec on rchost0, its proxy on rchost1:", launch],
+            max(rc for rc, _ in results),
+            [Line(now, "out", text) for _, out in results for text in out.splitlines()],
+        )
         if res.select(kind="where") or attempt == 2:
             break
         # No rank reached init(): the two emulated machines did not get the job started
         # (hydra's proxy across them; once in ~13 runs here, output lost to a timeout then).
         # Once more, saying so; a job that started and failed is never run again.
-        warnings.warn(f"two guests: the job never started (status {res.returncode}); once more. "
-                      f"Its output:\n{res.output(60)}", stacklevel=1)
+        warnings.warn(
+            f"two guests: the job never started (status {res.returncode}); once more. Its output:\n{res.output(60)}",
+            stacklevel=1,
+        )
     cases = check_across_hosts(res, 2, 2, "ibverbs", algos)
     print(f"two hosts: {len(cases)} cases right; ranks reach their host peer by shm, the others by ibverbs")

@@ -1,5 +1,6 @@
 """Rank arithmetic of recursive doubling, halving-doubling and the double binary tree
 (csrc/algorithms/schedule.h), for p = 1..64, without any transport."""
+
 import pytest
 
 from rdmacoll._core import _testing
@@ -127,7 +128,7 @@ def test_halving_doubling(p):
             for s in range(steps):
                 klo, kn, slo, sn = _testing.hd_blocks(nr, P, s)
                 kb, kc = _testing.block_elems(count, P, klo, kn)
-                assert (kb, kc) == (ranges[klo][0], sum(n for _, n in ranges[klo:klo + kn]))
+                assert (kb, kc) == (ranges[klo][0], sum(n for _, n in ranges[klo : klo + kn]))
 
 
 def tree_of(p, t):
@@ -170,13 +171,13 @@ def test_double_binary_tree(p):
 
 
 def _hosts_layouts():
-    yield [0]                                   # one rank
-    for per in (1, 2, 3, 4):                    # per ranks on each of h hosts, in blocks
+    yield [0]  # one rank
+    for per in (1, 2, 3, 4):  # per ranks on each of h hosts, in blocks
         for h in (1, 2, 3, 5):
             yield [q // per for q in range(per * h)]
-    yield [0, 1, 0, 1, 0, 1]                    # round-robin placement (mpiexec -ppn 1 style)
-    yield [0, 0, 0, 1]                          # irregular: 3 + 1
-    yield [2, 2, 7, 7, 2, 7]                    # host ids need not be 0..h-1
+    yield [0, 1, 0, 1, 0, 1]  # round-robin placement (mpiexec -ppn 1 style)
+    yield [0, 0, 0, 1]  # irregular: 3 + 1
+    yield [2, 2, 7, 7, 2, 7]  # host ids need not be 0..h-1
 
 
 @pytest.mark.parametrize("host_of", list(_hosts_layouts()), ids=str)

@@ -1,5 +1,6 @@
 """Algorithm selection: RDMACOLL_ALGO rules, the alpha-beta-gamma cost model, the tuning
 file (rank 0's constants reach every rank) and what a malformed setting says."""
+
 import pytest
 
 from rdmacoll import _core, _settings
@@ -9,53 +10,76 @@ from mpi_util import rank_records, run_mpi
 K, M, G = 1 << 10, 1 << 20, 1 << 30
 ALLREDUCE = [name for name, _ in _core.algorithms()]
 
-needs_hooks = pytest.mark.skipif(not hasattr(_testing, "parse_algo_rules"),
-                                 reason="module.cc does not call bindTestingTuning (testing/tuning.cc)")
+needs_hooks = pytest.mark.skipif(
+    not hasattr(_testing, "parse_algo_rules"), reason="module.cc does not call bindTestingTuning (testing/tuning.cc)"
+)
 
 
 # --------------------------------------------------------------------------- rule syntax
 
 
 @needs_hooks
-@pytest.mark.parametrize("text, want", [
-    ("", []),
-    ("ring", [("allreduce", 0, None, "ring")]),
-    (" ring ", [("allreduce", 0, None, "ring")]),
-    ("allreduce:ring", [("allreduce", 0, None, "ring")]),
-    ("allreduce:0-64K:eager,64K-inf:ring",
-     [("allreduce", 0, 64 * K, "eager"), ("allreduce", 64 * K, None, "ring")]),
-    ("0-1k:eager,1KiB-2MB:direct,2M-1G:ring,1g-inf:ring_slots",
-     [("allreduce", 0, K, "eager"), ("allreduce", K, 2 * M, "direct"), ("allreduce", 2 * M, G, "ring"),
-      ("allreduce", G, None, "ring_slots")]),
-    ("allreduce:0-100:eager;allgather:0-4K:direct,4K-inf:direct;broadcast:0-inf:direct;reducescatter:direct;"
-     "alltoall:direct",
-     [("allreduce", 0, 100, "eager"), ("allgather", 0, 4 * K, "direct"), ("allgather", 4 * K, None, "direct"),
-      ("broadcast", 0, None, "direct"), ("reducescatter", 0, None, "direct"), ("alltoall", 0, None, "direct")]),
-    ("ALLREDUCE:0-8:direct", [("allreduce", 0, 8, "direct")]),
-])
+@pytest.mark.parametrize(
+    "text, want",
+    [
+        ("", []),
+        ("ring", [("allreduce", 0, None, "ring")]),
+        (" ring ", [("allreduce", 0, None, "ring")]),
+        ("allreduce:ring", [("allreduce", 0, None, "ring")]),
+        (
+            "allreduce:0-64K:eager,64K-inf:ring",
+            [("allreduce", 0, 64 * K, "eager"), ("allreduce", 64 * K, None, "ring")],
+        ),
+        (
+            "0-1k:eager,1KiB-2MB:direct,2M-1G:ring,1g-inf:ring_slots",
+            [
+                ("allreduce", 0, K, "eager"),
+                ("allreduce", K, 2 * M, "direct"),
+                ("allreduce", 2 * M, G, "ring"),
+                ("allreduce", G, None, "ring_slots"),
+            ],
+        ),
+        (
+            "allreduce:0-100:eager;allgather:0-4K:direct,4K-inf:direct;broadcast:0-inf:direct;reducescatter:direct;"
+            "alltoall:direct",
+            [
+                ("allreduce", 0, 100, "eager"),
+                ("allgather", 0, 4 * K, "direct"),
+                ("allgather", 4 * K, None, "direct"),
+                ("broadcast", 0, None, "direct"),
+                ("reducescatter", 0, None, "direct"),
+                ("alltoall", 0, None, "direct"),
+            ],
+        ),
+        ("ALLREDUCE:0-8:direct", [("allreduce", 0, 8, "direct")]),
+    ],
+)
 def test_rules_parse(text, want):
     assert _testing.parse_algo_rules(text) == want
 
 
 @needs_hooks
-@pytest.mark.parametrize("text, quoted", [
-    ("bogus", "'bogus'"),
-    ("allreduce:0-64K:bogus", "'bogus'"),
-    ("0-64K:ring,64K-inf:nope", "'nope'"),
-    ("allreduce:0-6xK:ring", "'0-6xK'"),
-    ("allreduce:64K:ring", "'64K'"),
-    ("allreduce:64K-0:ring", "'64K-0'"),
-    ("allreduce:inf-inf:ring", "'inf-inf'"),
-    ("allreduce:1-2-3:ring", "'1-2-3'"),
-    ("allreduce:-5:ring", "'-5'"),
-    ("allgathr:0-1K:ring", "'allgathr'"),
-    ("ring:ring", "'ring'"),
-    ("allreduce:0-1K:", "'allreduce:0-1K:'"),
-    ("allreduce:a:b:c", "'allreduce:a:b:c'"),
-    ("ring,,direct", "empty item"),
-    ("ring,", "empty item"),
-    ("0-99999999999999999999K:ring", "'0-99999999999999999999K'"),
-])
+@pytest.mark.parametrize(
+    "text, quoted",
+    [
+        ("bogus", "'bogus'"),
+        ("allreduce:0-64K:bogus", "'bogus'"),
+        ("0-64K:ring,64K-inf:nope", "'nope'"),
+        ("allreduce:0-6xK:ring", "'0-6xK'"),
+        ("allreduce:64K:ring", "'64K'"),
+        ("allreduce:64K-0:ring", "'64K-0'"),
+        ("allreduce:inf-inf:ring", "'inf-inf'"),
+        ("allreduce:1-2-3:ring", "'1-2-3'"),
+        ("allreduce:-5:ring", "'-5'"),
+        ("allgathr:0-1K:ring", "'allgathr'"),
+        ("ring:ring", "'ring'"),
+        ("allreduce:0-1K:", "'allreduce:0-1K:'"),
+        ("allreduce:a:b:c", "'allreduce:a:b:c'"),
+        ("ring,,direct", "empty item"),
+        ("ring,", "empty item"),
+        ("0-99999999999999999999K:ring", "'0-99999999999999999999K'"),
+    ],
+)
 def test_rules_malformed_quote_the_bad_part(text, quoted):
     with pytest.raises(_core.RdmacollError) as e:
         _testing.parse_algo_rules(text)
@@ -118,8 +142,11 @@ def test_selection_is_the_cheapest_usable(p, nbytes):
 def test_costs_are_linear_in_the_constants():
     for p in (2, 4, 7):
         for n in (8, 4 * K, 16 * M):
-            a, b, c = ({"alpha": 1.0, "beta": 0.0, "gamma": 0.0}, {"alpha": 0.0, "beta": 1.0, "gamma": 0.0},
-                       {"alpha": 0.0, "beta": 0.0, "gamma": 1.0})
+            a, b, c = (
+                {"alpha": 1.0, "beta": 0.0, "gamma": 0.0},
+                {"alpha": 0.0, "beta": 1.0, "gamma": 0.0},
+                {"alpha": 0.0, "beta": 0.0, "gamma": 1.0},
+            )
             m = {"alpha": 2e-6, "beta": 3e-10, "gamma": 7e-11}
             ca, cb, cc, cm = (_core.costs(x, "allreduce", n, p) for x in (a, b, c, m))
             for name in cm:
@@ -127,8 +154,12 @@ def test_costs_are_linear_in_the_constants():
                 assert min(ca[name], cb[name], cc[name]) >= 0
 
 
-OTHER = {"allgather": ("direct", "ring"), "broadcast": ("direct", "chain"),
-         "reducescatter": ("direct", "ring"), "alltoall": ("direct", "pairwise")}
+OTHER = {
+    "allgather": ("direct", "ring"),
+    "broadcast": ("direct", "chain"),
+    "reducescatter": ("direct", "ring"),
+    "alltoall": ("direct", "pairwise"),
+}
 
 
 @needs_hooks
@@ -139,8 +170,11 @@ def test_other_collectives_have_costs(collective):
     at every size, and at 2 ranks for large messages; small ones at 2 ranks take one slot
     step against direct's two rounds (headers, then done), as allreduce's eager does."""
     assert tuple(name for name, _ in _core.algorithms(collective)) == OTHER[collective]
-    units = [{"alpha": 1.0, "beta": 0.0, "gamma": 0.0}, {"alpha": 0.0, "beta": 1.0, "gamma": 0.0},
-             {"alpha": 0.0, "beta": 0.0, "gamma": 1.0}]
+    units = [
+        {"alpha": 1.0, "beta": 0.0, "gamma": 0.0},
+        {"alpha": 0.0, "beta": 1.0, "gamma": 0.0},
+        {"alpha": 0.0, "beta": 0.0, "gamma": 1.0},
+    ]
     m = {"alpha": 2e-6, "beta": 3e-10, "gamma": 7e-11}
     default = _core.DEFAULT_COST_MODELS["local"]
     direct, slots = OTHER[collective]
@@ -150,8 +184,9 @@ def test_other_collectives_have_costs(collective):
             cm = _core.costs(m, collective, n, p)
             assert set(cm) == set(OTHER[collective])
             for name in cm:
-                assert cm[name] == pytest.approx(sum(k * c[name] for k, c in zip((2e-6, 3e-10, 7e-11), parts)),
-                                                 rel=1e-9, abs=1e-15)
+                assert cm[name] == pytest.approx(
+                    sum(k * c[name] for k, c in zip((2e-6, 3e-10, 7e-11), parts)), rel=1e-9, abs=1e-15
+                )
             d = _core.costs(default, collective, n, p)
             if p >= 3 or n >= M:
                 assert d[direct] <= d[slots], (p, n, d)
@@ -200,7 +235,9 @@ def _sel(res, nranks):
     for rec in res.select(kind="sel"):
         chose = rec["ran"].split(">")[0]
         res.check(rec["ok"], f"rank {rec['rank']}, {rec['bytes']} B: wrong result with {rec['ran']}")
-        res.check(chose == rec["selected"], f"rank {rec['rank']}: ran {rec['ran']}, selected_algorithm said {rec['selected']}")
+        res.check(
+            chose == rec["selected"], f"rank {rec['rank']}: ran {rec['ran']}, selected_algorithm said {rec['selected']}"
+        )
         table.setdefault(rec["bytes"], set()).add(chose)
     res.check(all(len(v) == 1 for v in table.values()), f"ranks chose differently: {table}")
     return {n: v.pop() for n, v in table.items()}
@@ -227,30 +264,42 @@ def test_rank0_tuning_file_reaches_every_rank(tmp_path):
     """Only rank 0 reads the file (alpha = beta = 0: reductions are all that cost, and
     direct reduces least, even at 8 B); every rank must choose by its constants."""
     path = tmp_path / "tuning.json"
-    _settings.write_tuning_file(str(path), [_settings.tuning_entry("shm", 3, {"alpha": 0.0, "beta": 0.0, "gamma": 1e-9})])
-    res = run_mpi([(1, ["env", f"RDMACOLL_TUNING_FILE={path}"]), (2, [])], "selection.py",
-                  args=[",".join(map(str, SIZES))], timeout=120)
+    _settings.write_tuning_file(
+        str(path), [_settings.tuning_entry("shm", 3, {"alpha": 0.0, "beta": 0.0, "gamma": 1e-9})]
+    )
+    res = run_mpi(
+        [(1, ["env", f"RDMACOLL_TUNING_FILE={path}"]), (2, [])],
+        "selection.py",
+        args=[",".join(map(str, SIZES))],
+        timeout=120,
+    )
     got = _sel(res, 3)
     assert set(got.values()) == {"direct"}, got
 
 
 def test_default_selection_without_tuning_file():
-    res = run_mpi(2, "selection.py", args=[",".join(map(str, SIZES))], env={"RDMACOLL_TUNING_FILE": "none"},
-                  timeout=120)
+    res = run_mpi(
+        2, "selection.py", args=[",".join(map(str, SIZES))], env={"RDMACOLL_TUNING_FILE": "none"}, timeout=120
+    )
     got = _sel(res, 2)
     assert got[8] == "eager" and got[M] == "direct", got
 
 
-@pytest.mark.parametrize("value, quoted", [
-    ("allreduce:0-64K:bogus,64K-inf:ring", "'bogus'"),
-    ("allreduce:0-64Q:ring", "'0-64Q'"),
-    ("allgathr:ring", "'allgathr'"),
-])
+@pytest.mark.parametrize(
+    "value, quoted",
+    [
+        ("allreduce:0-64K:bogus,64K-inf:ring", "'bogus'"),
+        ("allreduce:0-64Q:ring", "'0-64Q'"),
+        ("allgathr:ring", "'allgathr'"),
+    ],
+)
 def test_malformed_algo_fails_init_everywhere(value, quoted):
     res = run_mpi(2, "init_fails.py", env={"RDMACOLL_ALGO": value}, timeout=30)
     for rec in rank_records(res, 2, "init").values():
-        res.check(rec["error"] is not None and quoted in rec["error"],
-                  f"rank {rec['rank']}: init() with RDMACOLL_ALGO={value!r} gave {rec['error']!r}, expected {quoted}")
+        res.check(
+            rec["error"] is not None and quoted in rec["error"],
+            f"rank {rec['rank']}: init() with RDMACOLL_ALGO={value!r} gave {rec['error']!r}, expected {quoted}",
+        )
         res.check(not rec["initialized"], "is_initialized() after a failed init()")
 
 
@@ -268,12 +317,33 @@ def test_continuations_are_registered_entries():
         _testing.parse_algo_rules("direct>ring_slots")
 
 
-@pytest.mark.parametrize("nranks, want", [
-    (2, {"numpy 64K": "direct>recursive_doubling", "empty 64K": "direct", "numpy 2M": "direct>ring_slots",
-         "empty 2M": "direct", "mixed 2M": "direct>ring_slots", "numpy 32M": "direct"}),
-    (3, {"numpy 64K": "direct", "empty 64K": "direct", "numpy 2M": "direct>ring_slots",
-         "empty 2M": "direct", "mixed 2M": "direct>ring_slots", "numpy 32M": "direct"}),
-])
+@pytest.mark.parametrize(
+    "nranks, want",
+    [
+        (
+            2,
+            {
+                "numpy 64K": "direct>recursive_doubling",
+                "empty 64K": "direct",
+                "numpy 2M": "direct>ring_slots",
+                "empty 2M": "direct",
+                "mixed 2M": "direct>ring_slots",
+                "numpy 32M": "direct",
+            },
+        ),
+        (
+            3,
+            {
+                "numpy 64K": "direct",
+                "empty 64K": "direct",
+                "numpy 2M": "direct>ring_slots",
+                "empty 2M": "direct",
+                "mixed 2M": "direct>ring_slots",
+                "numpy 32M": "direct",
+            },
+        ),
+    ],
+)
 def test_forced_direct_reports_each_continuation(nranks, want):
     """direct continues after its call headers when some rank passed user memory (the
     slot ring from 1 to 16 MiB, recursive doubling at 2 ranks below 1 MiB): last_algorithm

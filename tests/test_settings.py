@@ -2,6 +2,7 @@
 grammar for every size, bounds and messages, where values come from (init(config=),
 the variable, its alias, the default), rank 0's job-wide values on every rank and each
 rank's own per-rank values."""
+
 from pathlib import Path
 
 import pytest
@@ -46,16 +47,19 @@ def test_bad_size_names_the_setting_and_the_forms(bad):
     assert "32768, 32K, 32KB, 32KiB or 1.5M" in msg, msg
 
 
-@pytest.mark.parametrize("var, value, words", [
-    ("RDMACOLL_SLOTS", "0", "between 1 and 64"),
-    ("RDMACOLL_SLOTS", "two", "not a whole number"),
-    ("RDMACOLL_SEGMENT_BYTES", "100", "at least 4096"),
-    ("RDMACOLL_SEGMENT_BYTES", "4100", "multiple of 64"),
-    ("RDMACOLL_TIMEOUT", "-1", "RDMACOLL_TIMEOUT"),
-    ("RDMACOLL_TIMEOUT", "soon", "not a number of seconds"),
-    ("RDMACOLL_TRANSPORT", "bogus", "'bogus' is not a transport"),
-    ("RDMACOLL_ALGO", "allreduce:0-1K:bogus", "'bogus'"),
-])
+@pytest.mark.parametrize(
+    "var, value, words",
+    [
+        ("RDMACOLL_SLOTS", "0", "between 1 and 64"),
+        ("RDMACOLL_SLOTS", "two", "not a whole number"),
+        ("RDMACOLL_SEGMENT_BYTES", "100", "at least 4096"),
+        ("RDMACOLL_SEGMENT_BYTES", "4100", "multiple of 64"),
+        ("RDMACOLL_TIMEOUT", "-1", "RDMACOLL_TIMEOUT"),
+        ("RDMACOLL_TIMEOUT", "soon", "not a number of seconds"),
+        ("RDMACOLL_TRANSPORT", "bogus", "'bogus' is not a transport"),
+        ("RDMACOLL_ALGO", "allreduce:0-1K:bogus", "'bogus'"),
+    ],
+)
 def test_bounds_and_checks_name_the_variable(var, value, words):
     with pytest.raises(RdmacollError) as e:
         _settings.resolve({var: value})
@@ -88,54 +92,83 @@ def test_spellings_under_mpiexec_and_rank0_wins():
         res = run_mpi(2, "settings.py", ["report"], env={"RDMACOLL_EAGER_BYTES": text}, timeout=60)
         for r, rec in _settings_of(res, 2).items():
             res.check(rec["values"]["eager_bytes"] == 32768, f"rank {r}: {text} gave {rec['values']['eager_bytes']}")
-    res = run_mpi([(1, ["env", "RDMACOLL_IB_GID_INDEX=3"]),
-                   (1, ["env", "RDMACOLL_EAGER_BYTES=1K", "RDMACOLL_IB_GID_INDEX=5"])], "settings.py", ["report"],
-                  timeout=60)
+    res = run_mpi(
+        [(1, ["env", "RDMACOLL_IB_GID_INDEX=3"]), (1, ["env", "RDMACOLL_EAGER_BYTES=1K", "RDMACOLL_IB_GID_INDEX=5"])],
+        "settings.py",
+        ["report"],
+        timeout=60,
+    )
     got = _settings_of(res, 2)
     default = _settings.TABLE["eager_bytes"]["default"]
-    res.check(all(rec["values"]["eager_bytes"] == default for rec in got.values()),
-              f"rank 1's RDMACOLL_EAGER_BYTES reached a rank: {got}")
+    res.check(
+        all(rec["values"]["eager_bytes"] == default for rec in got.values()),
+        f"rank 1's RDMACOLL_EAGER_BYTES reached a rank: {got}",
+    )
     res.check([got[r]["values"]["ib_gid_index"] for r in (0, 1)] == [3, 5], f"per-rank values: {got}")
 
 
 def test_config_overrides_the_environment_everywhere():
     res = run_mpi(2, "settings.py", ["config"], env={"RDMACOLL_EAGER_BYTES": "16K"}, timeout=60)
     for r, rec in _settings_of(res, 2).items():
-        res.check(rec["values"]["eager_bytes"] == 65536 and rec["values"]["slots"] == 3,
-                  f"rank {r}: {rec['values']}")
+        res.check(rec["values"]["eager_bytes"] == 65536 and rec["values"]["slots"] == 3, f"rank {r}: {rec['values']}")
         res.check(rec["sources"]["eager_bytes"] == "init(config=)", f"rank {r}: {rec['sources']}")
 
 
 def test_config_that_differs_between_ranks_fails_everywhere():
     res = run_mpi(2, "settings.py", ["mismatch"], timeout=60)
     for r, rec in rank_records(res, 2, "init").items():
-        res.check(rec["error"] and "differs between ranks" in rec["error"] and "slots" in rec["error"],
-                  f"rank {r}: {rec['error']!r}")
+        res.check(
+            rec["error"] and "differs between ranks" in rec["error"] and "slots" in rec["error"],
+            f"rank {r}: {rec['error']!r}",
+        )
 
 
 # --------------------------------------------------------------------------- Horovod's variables
 
 
-@pytest.mark.parametrize("env,name,value,source", [
-    ({"HOROVOD_STALL_CHECK_TIME_SECONDS": "5"}, "stall_warning", 5.0, "HOROVOD_STALL_CHECK_TIME_SECONDS"),
-    ({"HOROVOD_STALL_CHECK_TIME_SECONDS": "5", "RDMACOLL_STALL_WARNING_SECONDS": "7"}, "stall_warning", 7.0,
-     "RDMACOLL_STALL_WARNING_SECONDS"),
-    ({"HOROVOD_STALL_SHUTDOWN_TIME_SECONDS": "30"}, "stall_shutdown", 30.0, "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS"),
-    ({"HOROVOD_STALL_CHECK_DISABLE": "1", "HOROVOD_STALL_CHECK_TIME_SECONDS": "5"}, "stall_warning", 0.0,
-     "HOROVOD_STALL_CHECK_DISABLE"),
-    ({"HOROVOD_STALL_CHECK_DISABLE": "1", "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS": "30"}, "stall_shutdown", 0.0,
-     "HOROVOD_STALL_CHECK_DISABLE"),
-    ({"HOROVOD_STALL_CHECK_DISABLE": "1", "RDMACOLL_STALL_WARNING_SECONDS": "9"}, "stall_warning", 9.0,
-     "RDMACOLL_STALL_WARNING_SECONDS"),
-    ({"HOROVOD_STALL_CHECK_DISABLE": "0", "HOROVOD_STALL_CHECK_TIME_SECONDS": "5"}, "stall_warning", 5.0,
-     "HOROVOD_STALL_CHECK_TIME_SECONDS"),
-    ({"HOROVOD_HIERARCHICAL_ALLREDUCE": "1"}, "algo", "allreduce:hierarchical", "HOROVOD_HIERARCHICAL_ALLREDUCE"),
-    ({"HOROVOD_HIERARCHICAL_ALLREDUCE": "0"}, "algo", "", "default"),
-    ({"HOROVOD_HIERARCHICAL_ALLREDUCE": "1", "RDMACOLL_ALGO": "ring"}, "algo", "ring", "RDMACOLL_ALGO"),
-    ({"HOROVOD_TIMELINE": "/tmp/t.json"}, "timeline", "/tmp/t.json", "HOROVOD_TIMELINE"),
-    ({"HOROVOD_FUSION_THRESHOLD": "1048576"}, "fusion_threshold", 1 << 20, "HOROVOD_FUSION_THRESHOLD"),
-    ({"HOROVOD_LOG_LEVEL": "TRACE"}, "log_level", "debug", "HOROVOD_LOG_LEVEL"),
-])
+@pytest.mark.parametrize(
+    "env,name,value,source",
+    [
+        ({"HOROVOD_STALL_CHECK_TIME_SECONDS": "5"}, "stall_warning", 5.0, "HOROVOD_STALL_CHECK_TIME_SECONDS"),
+        (
+            {"HOROVOD_STALL_CHECK_TIME_SECONDS": "5", "RDMACOLL_STALL_WARNING_SECONDS": "7"},
+            "stall_warning",
+            7.0,
+            "RDMACOLL_STALL_WARNING_SECONDS",
+        ),
+        ({"HOROVOD_STALL_SHUTDOWN_TIME_SECONDS": "30"}, "stall_shutdown", 30.0, "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS"),
+        (
+            {"HOROVOD_STALL_CHECK_DISABLE": "1", "HOROVOD_STALL_CHECK_TIME_SECONDS": "5"},
+            "stall_warning",
+            0.0,
+            "HOROVOD_STALL_CHECK_DISABLE",
+        ),
+        (
+            {"HOROVOD_STALL_CHECK_DISABLE": "1", "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS": "30"},
+            "stall_shutdown",
+            0.0,
+            "HOROVOD_STALL_CHECK_DISABLE",
+        ),
+        (
+            {"HOROVOD_STALL_CHECK_DISABLE": "1", "RDMACOLL_STALL_WARNING_SECONDS": "9"},
+            "stall_warning",
+            9.0,
+            "RDMACOLL_STALL_WARNING_SECONDS",
+        ),
+        (
+            {"HOROVOD_STALL_CHECK_DISABLE": "0", "HOROVOD_STALL_CHECK_TIME_SECONDS": "5"},
+            "stall_warning",
+            5.0,
+            "HOROVOD_STALL_CHECK_TIME_SECONDS",
+        ),
+        ({"HOROVOD_HIERARCHICAL_ALLREDUCE": "1"}, "algo", "allreduce:hierarchical", "HOROVOD_HIERARCHICAL_ALLREDUCE"),
+        ({"HOROVOD_HIERARCHICAL_ALLREDUCE": "0"}, "algo", "", "default"),
+        ({"HOROVOD_HIERARCHICAL_ALLREDUCE": "1", "RDMACOLL_ALGO": "ring"}, "algo", "ring", "RDMACOLL_ALGO"),
+        ({"HOROVOD_TIMELINE": "/tmp/t.json"}, "timeline", "/tmp/t.json", "HOROVOD_TIMELINE"),
+        ({"HOROVOD_FUSION_THRESHOLD": "1048576"}, "fusion_threshold", 1 << 20, "HOROVOD_FUSION_THRESHOLD"),
+        ({"HOROVOD_LOG_LEVEL": "TRACE"}, "log_level", "debug", "HOROVOD_LOG_LEVEL"),
+    ],
+)
 def test_horovods_variables(env, name, value, source):
     values, sources = _settings.resolve(env=env)
     assert (values[name], sources[name]) == (value, source)
@@ -147,8 +180,18 @@ def test_horovod_switch_that_is_not_a_number():
 
 
 def test_horovod_variables_without_meaning_here():
-    env = {"HOROVOD_CYCLE_TIME": "5", "HOROVOD_CACHE_CAPACITY": "0", "HOROVOD_GPU_OPERATIONS": "NCCL",
-           "HOROVOD_TIMELINE_MARK_CYCLES": "1", "HOROVOD_FUSION_THRESHOLD": "1", "HOROVOD_STALL_CHECK_DISABLE": "1",
-           "RDMACOLL_ALGO": "ring"}
-    assert _settings.horovod_ignored(env) == ["HOROVOD_CACHE_CAPACITY", "HOROVOD_CYCLE_TIME", "HOROVOD_GPU_OPERATIONS",
-                                              "HOROVOD_TIMELINE_MARK_CYCLES"]
+    env = {
+        "HOROVOD_CYCLE_TIME": "5",
+        "HOROVOD_CACHE_CAPACITY": "0",
+        "HOROVOD_GPU_OPERATIONS": "NCCL",
+        "HOROVOD_TIMELINE_MARK_CYCLES": "1",
+        "HOROVOD_FUSION_THRESHOLD": "1",
+        "HOROVOD_STALL_CHECK_DISABLE": "1",
+        "RDMACOLL_ALGO": "ring",
+    }
+    assert _settings.horovod_ignored(env) == [
+        "HOROVOD_CACHE_CAPACITY",
+        "HOROVOD_CYCLE_TIME",
+        "HOROVOD_GPU_OPERATIONS",
+        "HOROVOD_TIMELINE_MARK_CYCLES",
+    ]

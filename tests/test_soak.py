@@ -6,6 +6,7 @@ second, identical pass must need no new file descriptor, rdmacoll mapping or poo
 memory, and hardly any RSS.
 
 CI runs 2,000 distinct operations (each twice); RDMACOLL_SOAK_OPS=10000 the full soak."""
+
 import os
 
 import pytest
@@ -16,8 +17,11 @@ NRANKS = 3
 TOTAL_OPS = int(os.environ.get("RDMACOLL_SOAK_OPS", "2000"))
 FULL = TOTAL_OPS >= 10000
 # The cost model's choice (every algorithm it picks by size), then forced ones.
-ALGOS = (["default", "ring_slots", "tree", "halving_doubling", "recursive_doubling", "ring", "direct"]
-         if FULL else ["default", "tree"])
+ALGOS = (
+    ["default", "ring_slots", "tree", "halving_doubling", "recursive_doubling", "ring", "direct"]
+    if FULL
+    else ["default", "tree"]
+)
 MAPS_SLACK = 4
 RSS_SLACK = 48 << 20  # allocator noise; a leak per operation grows far beyond it
 
@@ -37,14 +41,19 @@ def test_soak(algo):
         res.check(end["fds"] <= warm["fds"], f"rank {r}: file descriptors grew {warm['fds']} -> {end['fds']}")
         # (a peer's result may land in another of its pool blocks in the second pass, which
         # this rank then maps once: a few mappings, where a leak would add hundreds)
-        res.check(end["maps"] <= warm["maps"] + MAPS_SLACK,
-                  f"rank {r}: rdmacoll mappings grew {warm['maps']} -> {end['maps']}")
+        res.check(
+            end["maps"] <= warm["maps"] + MAPS_SLACK,
+            f"rank {r}: rdmacoll mappings grew {warm['maps']} -> {end['maps']}",
+        )
         res.check(end["pool"] <= warm["pool"], f"rank {r}: pool memory grew {warm['pool']} -> {end['pool']}")
-        res.check(end["rss"] <= warm["rss"] + RSS_SLACK,
-                  f"rank {r}: RSS grew {warm['rss'] >> 20} -> {end['rss'] >> 20} MiB")
+        res.check(
+            end["rss"] <= warm["rss"] + RSS_SLACK, f"rank {r}: RSS grew {warm['rss'] >> 20} -> {end['rss'] >> 20} MiB"
+        )
     res.check(res.returncode == 0, "the launch failed")
     r0 = recs[0]
     w, e = r0["samples"]["warm"], r0["samples"]["end"]
-    print(f"soak {algo}: {ops} ops (x2 passes) x {NRANKS} ranks in {r0['seconds']:.1f} s, 0 wrong; rank 0 "
-          f"fds {w['fds']}->{e['fds']}, maps {w['maps']}->{e['maps']}, pool {w['pool'] >> 20}->{e['pool'] >> 20} MiB, "
-          f"RSS {w['rss'] >> 20}->{e['rss'] >> 20} MiB; kinds {r0['kinds']}")
+    print(
+        f"soak {algo}: {ops} ops (x2 passes) x {NRANKS} ranks in {r0['seconds']:.1f} s, 0 wrong; rank 0 "
+        f"fds {w['fds']}->{e['fds']}, maps {w['maps']}->{e['maps']}, pool {w['pool'] >> 20}->{e['pool'] >> 20} MiB, "
+        f"RSS {w['rss'] >> 20}->{e['rss'] >> 20} MiB; kinds {r0['kinds']}"
+    )

@@ -1,6 +1,7 @@
 """Sub-communicators (the core's Communicator.split, which torch's dist.new_group uses):
 overlapping subsets of 3 and 4 ranks on the world's connections, interleaved and in
 flight together with the world's collectives, against NumPy references."""
+
 import pytest
 
 from mpi_util import rank_records, run_mpi

@@ -15,15 +15,22 @@ def _warnings(res):
 
 @pytest.mark.parametrize("late,count", [(2, 1000), (0, 1 << 20)], ids=["rank2-late-eager", "rank0-late-ring"])
 def test_stall_warning_names_missing_ranks(late, count):
-    res = run_mpi(NRANKS, "stall.py", ["--late", late, "--sleep", 3, "--count", count],
-                  env={"RDMACOLL_STALL_WARNING_SECONDS": 1}, timeout=90)
+    res = run_mpi(
+        NRANKS,
+        "stall.py",
+        ["--late", late, "--sleep", 3, "--count", count],
+        env={"RDMACOLL_STALL_WARNING_SECONDS": 1},
+        timeout=90,
+    )
     for rec in rank_records(res, NRANKS, "result").values():
         res.check(rec["error"] is None and rec["ok"], f"rank {rec['rank']}: {rec}")
     speaker = 0 if late != 0 else 1  # the lowest rank that started the call
     warnings = _warnings(res)
     res.check(warnings, "no stall warning was logged")
     for w in warnings:
-        res.check(w.startswith(f"rdmacoll WARNING [rank {speaker}] stall warning:"), f"warning from the wrong rank: {w!r}")
+        res.check(
+            w.startswith(f"rdmacoll WARNING [rank {speaker}] stall warning:"), f"warning from the wrong rank: {w!r}"
+        )
         res.check(f"ranks [{late}] have not started it" in w, f"warning does not name rank {late}: {w!r}")
         res.check("allreduce(#" in w and "name='grad.w'" in w, f"warning does not name the call: {w!r}")
     res.check(res.returncode == 0, "the launch failed")
@@ -31,16 +38,28 @@ def test_stall_warning_names_missing_ranks(late, count):
 
 
 def test_stall_shutdown_raises_everywhere():
-    res = run_mpi(NRANKS, "stall.py", ["--late", 2, "--sleep", 6, "--count", 1000],
-                  env={"RDMACOLL_STALL_WARNING_SECONDS": 1, "RDMACOLL_STALL_SHUTDOWN_SECONDS": 2}, timeout=90)
+    res = run_mpi(
+        NRANKS,
+        "stall.py",
+        ["--late", 2, "--sleep", 6, "--count", 1000],
+        env={"RDMACOLL_STALL_WARNING_SECONDS": 1, "RDMACOLL_STALL_SHUTDOWN_SECONDS": 2},
+        timeout=90,
+    )
     recs = rank_records(res, NRANKS, "result")
     for r, rec in recs.items():
         e = rec["error"]
-        res.check(e is not None and "RDMACOLL_STALL_SHUTDOWN_SECONDS" in e and "ranks [2] have not started" in e,
-                  f"rank {r}: expected a stall shutdown naming rank 2, got {e!r}")
+        res.check(
+            e is not None and "RDMACOLL_STALL_SHUTDOWN_SECONDS" in e and "ranks [2] have not started" in e,
+            f"rank {r}: expected a stall shutdown naming rank 2, got {e!r}",
+        )
     for r in (0, 1):
-        res.check(recs[r]["seconds"] < 6, f"rank {r} raised only after {recs[r]['seconds']:.1f} s: not by the inspector")
+        res.check(
+            recs[r]["seconds"] < 6, f"rank {r} raised only after {recs[r]['seconds']:.1f} s: not by the inspector"
+        )
     for rec in rank_records(res, NRANKS, "later").values():
         res.check(rec["error"] is not None, f"rank {rec['rank']}: a call after the shutdown succeeded")
     res.check(res.returncode == 0, "the launch failed")
-    print("stall shutdown after 2 s: " + ", ".join(f"rank {r} raised after {recs[r]['seconds']:.2f} s" for r in sorted(recs)))
+    print(
+        "stall shutdown after 2 s: "
+        + ", ".join(f"rank {r} raised after {recs[r]['seconds']:.2f} s" for r in sorted(recs))
+    )

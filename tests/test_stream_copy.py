@@ -1,6 +1,7 @@
 """The core's streaming copy (reduce/stream_copy.h), in process: bytes equal to the source
 for every size around the threshold and every alignment, overlapping views, and the
 errors of a bad destination; and the torch adapter's copy_into that uses it."""
+
 import numpy as np
 import pytest
 
@@ -16,11 +17,11 @@ def test_bytes_equal_source(nbytes, dst_off, src_off):
     src_buf = rng.integers(0, 256, nbytes + src_off, dtype=np.uint8)
     dst_buf = np.full(nbytes + dst_off + 64, 0xAB, np.uint8)
     src = src_buf[src_off:]
-    dst = dst_buf[dst_off:dst_off + nbytes]
+    dst = dst_buf[dst_off : dst_off + nbytes]
     _core.stream_copy(dst, src)
     assert np.array_equal(dst, src)
     # nothing written before or after the destination
-    assert (dst_buf[:dst_off] == 0xAB).all() and (dst_buf[dst_off + nbytes:] == 0xAB).all()
+    assert (dst_buf[:dst_off] == 0xAB).all() and (dst_buf[dst_off + nbytes :] == 0xAB).all()
 
 
 def test_dtypes_and_shapes():
@@ -57,15 +58,15 @@ def test_torch_copy_into():
     torch = pytest.importorskip("torch")
     from rdmacoll.frameworks.torch._tensors import copy_into
 
-    big = torch.randn(MIN // 4 + 3)                     # streamed
+    big = torch.randn(MIN // 4 + 3)  # streamed
     dst = torch.zeros_like(big)
     copy_into(dst, big)
     assert torch.equal(dst, big)
     cl = torch.randn(4, 64, 32, 32).contiguous(memory_format=torch.channels_last)
     dst = torch.zeros(4, 64, 32, 32).contiguous(memory_format=torch.channels_last)
-    copy_into(dst, cl.contiguous())                      # strides differ: torch's copy
+    copy_into(dst, cl.contiguous())  # strides differ: torch's copy
     assert torch.equal(dst, cl)
     half = torch.randn(MIN // 2).half()
     dst = torch.zeros(MIN // 2)
-    copy_into(dst, half)                                 # dtypes differ: torch's copy
+    copy_into(dst, half)  # dtypes differ: torch's copy
     assert torch.equal(dst, half.float())

@@ -5,6 +5,7 @@ and ranks on several "hosts" (network namespaces joined by veth pairs).
 
 Every launch forces RDMACOLL_TRANSPORT=tcp, so all peers talk over sockets even on one
 host (loopback, or the first non-loopback interface)."""
+
 import os
 import re
 import shutil
@@ -17,9 +18,20 @@ from pathlib import Path
 
 import pytest
 
-from mpi_util import (ROTATED_MATRIX, UNMAPPED_ALGORITHMS, UNMAPPED_RULES, Launch, check_async,
-                      check_default_selection, check_forced_algorithms, check_killed_peer, keep_siblings_flags,
-                      matrix_results, require_mpiexec, run_mpi)
+from mpi_util import (
+    ROTATED_MATRIX,
+    UNMAPPED_ALGORITHMS,
+    UNMAPPED_RULES,
+    Launch,
+    check_async,
+    check_default_selection,
+    check_forced_algorithms,
+    check_killed_peer,
+    keep_siblings_flags,
+    matrix_results,
+    require_mpiexec,
+    run_mpi,
+)
 
 TCP = {"RDMACOLL_TRANSPORT": "tcp"}
 REPO = Path(__file__).resolve().parent.parent
@@ -70,6 +82,7 @@ def test_frame_parser_fuzz():
 
 # --------------------------------------------------------------------------- contract
 
+
 def _results(res):
     results = res.select(kind="result")
     res.check(results, "no checks reported")
@@ -90,8 +103,7 @@ def test_conformance():
 
 @pytest.mark.parametrize("who", ["writer-exits", "reader-exits"])
 def test_teardown_with_writes_pending(who):
-    res = run_mpi(2, "transport.py", [who, "--transport", "tcp"], timeout=90,
-                  extra_launcher_args=keep_siblings_flags())
+    res = run_mpi(2, "transport.py", [who, "--transport", "tcp"], timeout=90, extra_launcher_args=keep_siblings_flags())
     results = _results(res)
     failed = [f"rank {r['rank']}: {r['name']}: {r['detail']}" for r in results if not r["ok"]]
     res.check(not failed, "\n".join(failed))
@@ -107,15 +119,16 @@ def test_hostile_frames_close_the_connection():
     results = _results(res)
     failed = [f"rank {r['rank']}: {r['name']}: {r['detail']}" for r in results if not r["ok"]]
     res.check(not failed, "\n".join(failed))
-    res.check({(r["rank"], r["name"]) for r in results} ==
-              {(k, c) for k in (0, 1) for c in ("length", "region", "put64")}, f"results: {results}")
+    res.check(
+        {(r["rank"], r["name"]) for r in results} == {(k, c) for k in (0, 1) for c in ("length", "region", "put64")},
+        f"results: {results}",
+    )
     res.check(res.returncode == 0, "the launch failed")
 
 
 # --------------------------------------------------------------------------- allreduce
 
-SMALL = {"RDMACOLL_SEGMENT_BYTES": 4096, "RDMACOLL_SLOT_BYTES": 4096, "RDMACOLL_SLOTS": 2,
-         "RDMACOLL_EAGER_BYTES": 256}
+SMALL = {"RDMACOLL_SEGMENT_BYTES": 4096, "RDMACOLL_SLOT_BYTES": 4096, "RDMACOLL_SLOTS": 2, "RDMACOLL_EAGER_BYTES": 256}
 # Elements (bytes depend on the dtype): empty, tiny, odd, multi-segment, multi-MiB.
 SIZES = "0,1,7,1023,4097,100003"
 ON_TCP = UNMAPPED_ALGORITHMS  # direct and ring need map/read: never chosen on tcp

@@ -3,6 +3,7 @@ or kill -9 of any rank: no rdmacoll file in /dev/shm, no rdmacoll socket file, n
 of the launch; shutdown() releases every descriptor and mapping; a forked child (a
 DataLoader worker) holds none of the core's descriptors, so its parent's death is still
 seen by the peers."""
+
 import os
 import re
 import signal
@@ -58,9 +59,11 @@ def test_uncaught_exception_leaves_nothing():
     check_nothing_left(res)
 
 
-@pytest.mark.parametrize("sig,victim", [(signal.SIGINT, 0), (signal.SIGTERM, 2), (signal.SIGKILL, 0),
-                                        (signal.SIGKILL, 2)], ids=["sigint-rank0", "sigterm-rank2",
-                                                                   "kill9-rank0", "kill9-rank2"])
+@pytest.mark.parametrize(
+    "sig,victim",
+    [(signal.SIGINT, 0), (signal.SIGTERM, 2), (signal.SIGKILL, 0), (signal.SIGKILL, 2)],
+    ids=["sigint-rank0", "sigterm-rank2", "kill9-rank0", "kill9-rank2"],
+)
 def test_signal_leaves_nothing(sig, victim):
     launch = Launch(NRANKS, "teardown.py", ["loop"], timeout=120, extra_launcher_args=keep_siblings_flags())
     with launch:
@@ -74,13 +77,17 @@ def test_signal_leaves_nothing(sig, victim):
     res.check(set(errors) == set(survivors), f"survivors that raised: {sorted(errors)}, expected {survivors}")
     took = {r: e["time"] - t0 for r, e in errors.items()}
     for r, e in errors.items():
-        res.check(re.search(rf"\brank {victim}\b", e["message"]), f"rank {r}: {e['message']!r} does not name rank {victim}")
+        res.check(
+            re.search(rf"\brank {victim}\b", e["message"]), f"rank {r}: {e['message']!r} does not name rank {victim}"
+        )
         res.check(took[r] < DETECTION_BOUND_S, f"rank {r} took {took[r]:.1f} s")
     if sig == signal.SIGINT:
         res.check(res.select(kind="interrupted", rank=victim), "the interrupted rank did not raise KeyboardInterrupt")
     check_nothing_left(res)
-    print(f"{signal.Signals(sig).name} of rank {victim}: " +
-          ", ".join(f"rank {r} raised after {s * 1e3:.0f} ms" for r, s in sorted(took.items())))
+    print(
+        f"{signal.Signals(sig).name} of rank {victim}: "
+        + ", ".join(f"rank {r} raised after {s * 1e3:.0f} ms" for r, s in sorted(took.items()))
+    )
 
 
 def test_forked_child_keeps_no_descriptor_and_parent_death_is_seen():
@@ -99,11 +106,15 @@ def test_forked_child_keeps_no_descriptor_and_parent_death_is_seen():
         res = launch.finish()
     res.check(child["pid"] != rec["pid"], "the child record came from the parent")
     res.check(not child["fds"], f"the forked child kept the core's descriptors: {child['fds']}")
-    res.check(child["error"] is not None and "forked child" in child["error"],
-              f"touching rdmacoll in the child gave {child['error']!r}")
+    res.check(
+        child["error"] is not None and "forked child" in child["error"],
+        f"touching rdmacoll in the child gave {child['error']!r}",
+    )
     res.check(child_alive, "the child was gone before its parent's death was detected (the test proves nothing)")
     for e in errs:
         res.check(re.search(rf"\brank {victim}\b", e["message"]), f"rank {e['rank']}: {e['message']!r}")
     check_nothing_left(res)
-    print("fork, then kill -9 of the parent: " +
-          ", ".join(f"rank {e['rank']} raised after {(e['time'] - t0) * 1e3:.0f} ms" for e in errs))
+    print(
+        "fork, then kill -9 of the parent: "
+        + ", ".join(f"rank {e['rank']} raised after {(e['time'] - t0) * 1e3:.0f} ms" for e in errs)
+    )

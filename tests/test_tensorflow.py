@@ -4,6 +4,7 @@ workers/tf_checks.py (each test below reads its part), one launch each at 3 and 
 runs the checks whose results depend on the number of ranks (process sets, errors, TF1
 sessions), and a last one runs the Keras example, a Horovod script whose only change is
 its import line."""
+
 import importlib.util
 from pathlib import Path
 
@@ -11,8 +12,10 @@ import pytest
 
 from mpi_util import rank_records, run_mpi
 
-pytestmark = pytest.mark.skipif(importlib.util.find_spec("tensorflow") is None,
-                                reason="TensorFlow is not installed (pip install '.[test]' brings tensorflow-cpu)")
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("tensorflow") is None,
+    reason="TensorFlow is not installed (pip install '.[test]' brings tensorflow-cpu)",
+)
 
 NRANKS = 2
 TF_ENV = {"TF_CPP_MIN_LOG_LEVEL": "2", "CUDA_VISIBLE_DEVICES": ""}
@@ -151,10 +154,17 @@ def test_mismatched_models_raise_on_every_rank(checks):
 def test_horovod_keras_script_runs_with_only_its_import_changed():
     text = EXAMPLE.read_text()
     imports = [ln for ln in text.splitlines() if "hvd" in ln and ln.lstrip().startswith("import")]
-    assert imports == ["import rdmacoll.frameworks.tensorflow.keras as hvd  # was: import horovod.tensorflow.keras "
-                       "as hvd  # noqa: E402"], imports
-    res = run_mpi(NRANKS, EXAMPLE, ["--epochs", "2", "--steps-per-epoch", "6", "--batch-size", "16",
-                                    "--threads", "1"], env=TF_ENV, timeout=200)
+    assert imports == [
+        "import rdmacoll.frameworks.tensorflow.keras as hvd  # was: import horovod.tensorflow.keras "
+        "as hvd  # noqa: E402"
+    ], imports
+    res = run_mpi(
+        NRANKS,
+        EXAMPLE,
+        ["--epochs", "2", "--steps-per-epoch", "6", "--batch-size", "16", "--threads", "1"],
+        env=TF_ENV,
+        timeout=200,
+    )
     out = res.output()
     res.check(res.returncode == 0, "the example failed")
     res.check("Epoch 2/2" in out and "lr:" in out, "the example did not train two epochs")

@@ -1,6 +1,7 @@
 """RDMACOLL_TIMELINE writes a Chrome trace per rank (pid = rank): every operation, its
 negotiate / transfer / reduce (or copy) phases nested inside it, and its queueing as an
 async slice when it waited for work ahead of it."""
+
 import json
 import os
 import shutil
@@ -18,11 +19,15 @@ def _check_rank(res, r, doc, calls):
     res.check(all(e["pid"] == r for e in events), f"rank {r}: an event with another pid")
     ops = sorted((e for e in events if e.get("cat") == "op"), key=lambda e: e["ts"])
     phases = [e for e in events if e.get("cat") == "phase"]
-    res.check([o["args"]["seq"] for o in ops] == sorted(o["args"]["seq"] for o in ops),
-              f"rank {r}: operations out of submission order")
+    res.check(
+        [o["args"]["seq"] for o in ops] == sorted(o["args"]["seq"] for o in ops),
+        f"rank {r}: operations out of submission order",
+    )
     names = [o["name"] for o in ops]  # (shutdown() may add a barrier of its own)
-    res.check(names[:len(calls)] == calls and set(names[len(calls):]) <= {"barrier"},
-              f"rank {r}: ops {names}, expected {calls}")
+    res.check(
+        names[: len(calls)] == calls and set(names[len(calls) :]) <= {"barrier"},
+        f"rank {r}: ops {names}, expected {calls}",
+    )
     for a, b in zip(ops, ops[1:]):
         res.check(a["ts"] + a["dur"] <= b["ts"] + EPS, f"rank {r}: operations {a} and {b} overlap")
     by_op = {}
@@ -37,16 +42,20 @@ def _check_rank(res, r, doc, calls):
         if o["name"] in ("allreduce", "reducescatter"):
             res.check("copy" not in got, f"rank {r}: a reduction with a copy phase: {got}")
     large = next(o for o in ops if o["args"].get("name") == "large")
-    res.check({"transfer", "reduce"} <= by_op[large["args"]["seq"]],
-              f"rank {r}: the 4 MiB allreduce ({large['args']['algorithm']}) has phases {by_op[large['args']['seq']]}")
+    res.check(
+        {"transfer", "reduce"} <= by_op[large["args"]["seq"]],
+        f"rank {r}: the 4 MiB allreduce ({large['args']['algorithm']}) has phases {by_op[large['args']['seq']]}",
+    )
     # Queueing: "b"/"e" pairs (id = sequence) ending where their operation starts.
     begins = {e["id"]: e for e in events if e.get("cat") == "queue" and e["ph"] == "b"}
     ends = {e["id"]: e for e in events if e.get("cat") == "queue" and e["ph"] == "e"}
     res.check(set(begins) == set(ends), f"rank {r}: unpaired queue events")
     start = {o["args"]["seq"]: o for o in ops}
     for i, e in ends.items():
-        res.check(begins[i]["ts"] <= e["ts"] and abs(e["ts"] - start[i]["ts"]) <= EPS,
-                  f"rank {r}: queue slice {begins[i]} .. {e} does not end where operation #{i} starts")
+        res.check(
+            begins[i]["ts"] <= e["ts"] and abs(e["ts"] - start[i]["ts"]) <= EPS,
+            f"rank {r}: queue slice {begins[i]} .. {e} does not end where operation #{i} starts",
+        )
     queued = {start[i]["args"].get("name", "") for i in ends}
     res.check(any(n.startswith("async.") for n in queued), f"rank {r}: no asynchronous operation was queued ({queued})")
     return {p["name"] for p in phases} | ({"queue"} if ends else set())

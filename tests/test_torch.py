@@ -1,6 +1,7 @@
 """rdmacoll.frameworks.torch under mpiexec: the API against NumPy references, training
 that matches a single process on the union batch, misuse errors, and a Horovod script
 that runs with only its import line changed. Few launches, many checks each."""
+
 import io
 import tokenize
 from pathlib import Path
@@ -13,19 +14,46 @@ pytest.importorskip("torch")
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "torch_synthetic_train.py"
 TRAIN_BENCH = Path(__file__).resolve().parent.parent / "benchmarks" / "train_torch.py"
-CASES = ["sgd", "sgd_views", "adam_passes2", "passes3_fewer", "fp16", "bf16", "unused", "predivide",
-         "op_sum", "clip", "sparse", "channels_last", "rebuild", "restore_diverged", "model_mismatch",
-         "join"]
-SMALL_BUCKETS = {"RDMACOLL_FUSION_THRESHOLD": "1K"}   # several buckets even for small models
+CASES = [
+    "sgd",
+    "sgd_views",
+    "adam_passes2",
+    "passes3_fewer",
+    "fp16",
+    "bf16",
+    "unused",
+    "predivide",
+    "op_sum",
+    "clip",
+    "sparse",
+    "channels_last",
+    "rebuild",
+    "restore_diverged",
+    "model_mismatch",
+    "join",
+]
+SMALL_BUCKETS = {"RDMACOLL_FUSION_THRESHOLD": "1K"}  # several buckets even for small models
 # workers/torch_frozen.py's cases. rdmacoll: every one identical on every rank and equal
 # to the single-process reference. Real Horovod 0.28.1, as measured (docs/torch.md): it
 # never reduces parameters that were frozen when the optimizer was wrapped or that came
 # later through add_param_group (ranks drift apart), and gives parameters frozen after
 # wrapping a zero gradient (momentum and weight decay keep moving them).
-FROZEN_CASES = ["frozen", "frozen_adam_passes2", "unused_odd_steps", "unused_rank0_only",
-                "unfreeze", "unfreeze_passes2", "freeze_later", "add_group"]
-HOROVOD_FROZEN = {"unfreeze": "ranks differ", "unfreeze_passes2": "ranks differ",
-                  "add_group": "ranks differ", "freeze_later": "differs from the reference"}
+FROZEN_CASES = [
+    "frozen",
+    "frozen_adam_passes2",
+    "unused_odd_steps",
+    "unused_rank0_only",
+    "unfreeze",
+    "unfreeze_passes2",
+    "freeze_later",
+    "add_group",
+]
+HOROVOD_FROZEN = {
+    "unfreeze": "ranks differ",
+    "unfreeze_passes2": "ranks differ",
+    "add_group": "ranks differ",
+    "freeze_later": "differs from the reference",
+}
 
 
 def frozen_outcomes(res, nranks):
@@ -76,8 +104,10 @@ def test_two_ranks_api_training_and_errors():
         # copied into its bucket once per step (4 steps); set_to_none=False copies none.
         res.check(sgd["stats"]["copies"] == 7 * 4, f"rank {r}: copies {sgd['stats']}")
         res.check(views["stats"]["copies"] == 0, f"rank {r}: copies with views kept {views['stats']}")
-        res.check(len(sgd["buckets"]) > 2 and sgd["stats"]["launched_in_backward"] > 0,
-                  f"rank {r}: buckets {sgd['buckets']}, {sgd['stats']}")
+        res.check(
+            len(sgd["buckets"]) > 2 and sgd["stats"]["launched_in_backward"] > 0,
+            f"rank {r}: buckets {sgd['buckets']}, {sgd['stats']}",
+        )
         res.check(recs["passes3_fewer"][r]["stats"]["launched_in_step"] > 0, "fewer passes: launched at step")
         res.check(recs["rebuild"][r]["stats"]["rebuilds"] == 1, f"rank {r}: {recs['rebuild'][r]['stats']}")
     errors = {(e["rank"], e["case"]): e for e in res.select(kind="error_case")}
@@ -117,11 +147,28 @@ def test_horovod_script_with_only_the_import_changed():
     # rdmacoll appears in the code (not in comments or strings) on the import line only
     text = EXAMPLE.read_text()
     lines = text.splitlines()
-    rows = {tok.start[0] for tok in tokenize.generate_tokens(io.StringIO(text).readline)
-            if tok.type == tokenize.NAME and tok.string == "rdmacoll"}
+    rows = {
+        tok.start[0]
+        for tok in tokenize.generate_tokens(io.StringIO(text).readline)
+        if tok.type == tokenize.NAME and tok.string == "rdmacoll"
+    }
     assert [lines[i - 1] for i in sorted(rows)] == ["import rdmacoll.frameworks.torch as hvd"]
-    res = run_mpi(2, EXAMPLE, ["--epochs", "2", "--train-size", "512", "--test-size", "256",
-                               "--batches-per-allreduce", "2", "--fp16-allreduce"], timeout=300)
+    res = run_mpi(
+        2,
+        EXAMPLE,
+        [
+            "--epochs",
+            "2",
+            "--train-size",
+            "512",
+            "--test-size",
+            "256",
+            "--batches-per-allreduce",
+            "2",
+            "--fp16-allreduce",
+        ],
+        timeout=300,
+    )
     out = res.output()
     res.check(res.returncode == 0, "the script failed")
     res.check("Test set: Average loss" in out and "done: final accuracy" in out, "the script did not finish")
@@ -130,8 +177,12 @@ def test_horovod_script_with_only_the_import_changed():
 def test_training_benchmark_runs():
     """benchmarks/train_torch.py end to end on a tiny model, every configuration (the
     numbers are not checked: speed goals live in the benchmark, never in tests)."""
-    res = run_mpi(2, TRAIN_BENCH, ["--width", "64", "--layers", "2", "--rounds", "2", "--steps", "1",
-                                   "--warmup", "1", "--png", "chart.png"], timeout=300)
+    res = run_mpi(
+        2,
+        TRAIN_BENCH,
+        ["--width", "64", "--layers", "2", "--rounds", "2", "--steps", "1", "--warmup", "1", "--png", "chart.png"],
+        timeout=300,
+    )
     out = res.output()
     res.check(res.returncode == 0, "the benchmark failed")
     for row in ("compute", "rdmacoll", "rdmacoll-views", "ddp-gloo", "ddp-rdmacoll", "ddp-nocomm"):

@@ -1,4 +1,5 @@
 """rdmacoll.frameworks._common (framework-neutral: no torch needed), in process."""
+
 import pytest
 
 from rdmacoll import RdmacollError
@@ -32,15 +33,15 @@ def test_plan_buckets():
     f, d = "float32", "float64"
     assert c.plan_buckets([], 100) == []
     assert c.plan_buckets([(f, 40), (f, 40), (f, 40)], 100) == [[0, 1], [2]]
-    assert c.plan_buckets([(f, 400), (f, 4)], 100) == [[0], [1]]          # too big: alone
+    assert c.plan_buckets([(f, 400), (f, 4)], 100) == [[0], [1]]  # too big: alone
     assert c.plan_buckets([(f, 4), (d, 8), (d, 8), (f, 4)], 100) == [[0], [1, 2], [3]]
     assert c.plan_buckets([(f, 4)] * 3, 0) == [[0], [1], [2]]
 
 
 def test_dense_span_and_align():
     assert c.dense_span((2, 3), (3, 1)) == 6
-    assert c.dense_span((2, 3, 4, 5), (60, 1, 15, 3)) == 120       # channels_last
-    assert c.dense_span((3, 2), (1, 3)) == 6                       # transposed
+    assert c.dense_span((2, 3, 4, 5), (60, 1, 15, 3)) == 120  # channels_last
+    assert c.dense_span((3, 2), (1, 3)) == 6  # transposed
     assert c.dense_span((0, 5), (5, 1)) == 0
     assert c.dense_span((), ()) == 1
     assert c.align_up(0, 64) == 0 and c.align_up(1, 64) == 64 and c.align_up(128, 64) == 128

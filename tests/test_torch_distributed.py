@@ -2,6 +2,7 @@
 torchrun: every op against references at 2, 3 and 4 processes, sync and async, groups of
 subsets, uneven splits; DDP and FSDP trained over gloo and over rdmacoll from the same
 seed end with the same parameters; a mismatch raises DistBackendError on every rank."""
+
 import importlib.util
 
 import pytest
@@ -16,14 +17,18 @@ def test_every_op_matches_the_reference(n):
     res = run_torchrun(n, "torch_dist.py", ["ops"], timeout=240)
     done = rank_records(res, n, "done")
     bad = [c for c in res.select(kind="check") if not c["ok"]]
-    res.check(not bad, f"{len(bad)} wrong: " + "; ".join(f"rank {c['rank']} {c['name']}: {c['detail']}" for c in bad[:6]))
+    res.check(
+        not bad, f"{len(bad)} wrong: " + "; ".join(f"rank {c['rank']} {c['name']}: {c['detail']}" for c in bad[:6])
+    )
     names = {r: {c["name"] for c in res.select(kind="check") if c["rank"] == r} for r in done}
     # the same checks everywhere, but for groups and a gather's root (its results live there)
     plain = {r: {x.split(":")[0] for x in ns if not x.startswith(("group ", "gather "))} for r, ns in names.items()}
     for r, ns in names.items():
         res.check({f"gather to {r} from {q}" for q in range(n)} <= ns, f"rank {r} did not check its gather")
-    res.check(len({frozenset(v) for v in plain.values()}) == 1 and len(plain[0]) > 60,
-              f"ranks ran different checks: {[len(v) for v in plain.values()]}")
+    res.check(
+        len({frozenset(v) for v in plain.values()}) == 1 and len(plain[0]) > 60,
+        f"ranks ran different checks: {[len(v) for v in plain.values()]}",
+    )
     subsets = [[0, n - 1], list(range(1, n)), list(range(n))]  # as the worker makes them
     for r, ns in names.items():
         seen = {x.split("]")[0] + "]" for x in ns if x.startswith("group ")}

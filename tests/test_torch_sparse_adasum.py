@@ -12,6 +12,7 @@ venv, as tests/test_horovod_parity.py), the worker also runs under Horovod: the 
 references must hold for Horovod, and every outcome must equal rdmacoll's but for the
 differences listed in ON_PURPOSE.
 """
+
 import json
 import math
 
@@ -29,15 +30,19 @@ ON_PURPOSE = {
 # a raised error matches Horovod's when rdmacoll's is of every class Horovod's is
 # (RdmacollValueError is a ValueError and a RuntimeError: Horovod's int32 Adasum error is
 # a RuntimeError, its bfloat16 one a ValueError)
-TRAINING = ["sparse training sgd Average", "sparse training sgd Sum", "sparse training sgd Average sparse_as_dense",
-            "sparse training sparseadam Average", "sparse training sparseadam Average sparse_as_dense"]
+TRAINING = [
+    "sparse training sgd Average",
+    "sparse training sgd Sum",
+    "sparse training sgd Average sparse_as_dense",
+    "sparse training sparseadam Average",
+    "sparse training sparseadam Average sparse_as_dense",
+]
 
 
 def run_worker(module, nranks, tmp_path):
     out = tmp_path / f"{module.replace('.', '_')}_{nranks}"
     out.mkdir()
-    res = run_mpi(nranks, "torch_sparse_adasum.py", env={"RC_TEST_HVD": module, "RC_TEST_PARITY_DIR": out},
-                  timeout=300)
+    res = run_mpi(nranks, "torch_sparse_adasum.py", env={"RC_TEST_HVD": module, "RC_TEST_PARITY_DIR": out}, timeout=300)
     rank_records(res, nranks, "done")
     res.check(res.returncode == 0, f"the {module} launch failed")
     return {r: json.loads((out / f"rank{r}.json").read_text()) for r in range(nranks)}
@@ -53,8 +58,12 @@ def _close(got, ref, tol):
 
 
 def reference_problems(runs):
-    return [f"rank {r} {name}: {err:.3g} from the reference (tolerance {tol})"
-            for r, run in runs.items() for name, (err, tol) in run["errors"].items() if not err <= tol]
+    return [
+        f"rank {r} {name}: {err:.3g} from the reference (tolerance {tol})"
+        for r, run in runs.items()
+        for name, (err, tol) in run["errors"].items()
+        if not err <= tol
+    ]
 
 
 def expected_problems(runs, n):
@@ -77,7 +86,7 @@ def expected_problems(runs, n):
         for name in TRAINING:
             want(name, "ok")
             layout = cases[name][1][-3:]
-            dense = "sparse_as_dense" in name   # Horovod: to_sparse() of the dense sum; else the gathered rows
+            dense = "sparse_as_dense" in name  # Horovod: to_sparse() of the dense sum; else the gathered rows
             if cases[name][0] == "ok" and layout != ["torch.sparse_coo", 2 if dense else 1, dense]:
                 problems.append(f"rank {r} {name}: the embedding's gradient is {layout}")
         for name in [c for c in cases if c.startswith("adasum")]:
@@ -99,8 +108,12 @@ def expected_problems(runs, n):
 def same_on_every_rank(runs):
     """Every case's outcome (results are reduced: the same everywhere) equals rank 0's."""
     first = runs[0]["cases"]
-    return [f"rank {r} {name}: {str(c)[:120]} but rank 0 {str(first[name])[:120]}"
-            for r, run in runs.items() for name, c in run["cases"].items() if c != first[name]]
+    return [
+        f"rank {r} {name}: {str(c)[:120]} but rank 0 {str(first[name])[:120]}"
+        for r, run in runs.items()
+        for name, c in run["cases"].items()
+        if c != first[name]
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -147,7 +160,9 @@ def test_side_by_side_with_real_horovod(nranks, rdmacoll_runs, tmp_path):
     diff = differences(hvd_runs, rdmacoll_runs(nranks))
     assert not diff, f"{len(diff)} differences from Horovod, first: " + "; ".join(diff[:6])
     # the references and the outcomes written out above are Horovod's own
-    problems = reference_problems(hvd_runs) + [p for p in expected_problems(hvd_runs, nranks)
-                                               if "Max" not in p and "adasum int32" not in p
-                                               and "adasum bfloat16" not in p]
+    problems = reference_problems(hvd_runs) + [
+        p
+        for p in expected_problems(hvd_runs, nranks)
+        if "Max" not in p and "adasum int32" not in p and "adasum bfloat16" not in p
+    ]
     assert not problems, "the references misdescribe Horovod: " + "; ".join(problems[:5])

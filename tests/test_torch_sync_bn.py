@@ -1,6 +1,7 @@
 """hvd.SyncBatchNorm (CPU) under mpiexec at 3 ranks with different batch sizes: every
 rank's output, gradients and running statistics equal torch's BatchNorm on the union of
 the batches (workers/torch_sync_bn.py)."""
+
 import importlib.util
 
 import pytest

@@ -1,6 +1,7 @@
 """Conformance of the shared-memory transport to the one-sided contract
 (csrc/transport/transport.h), through rdmacoll._core._testing.TransportProbe on 2 ranks (tcp:
 tests/test_tcp.py; ibverbs below, where this host has a usable RDMA port)."""
+
 import pytest
 from rdmacoll import _core
 
@@ -16,8 +17,10 @@ def _results(res):
 
 
 EXPECTED = ["capabilities", "zero_length_writes", "many_outstanding", "malformed_region"] + [
-    f"{check}[{kind}]" for kind in ("allocated", "registered")
-    for check in ("immediate_after_payload", "unaligned_writes", "put64_visible", "read_and_map")]
+    f"{check}[{kind}]"
+    for kind in ("allocated", "registered")
+    for check in ("immediate_after_payload", "unaligned_writes", "put64_visible", "read_and_map")
+]
 
 
 def test_conformance():
@@ -48,9 +51,12 @@ def test_teardown_with_writes_pending(who):
     res = run_mpi(2, "transport.py", [who], timeout=90, extra_launcher_args=keep_siblings_flags())
     got = _results(res)
     expected = {
-        "writer-exits": [(0, "writer tore down"), (1, "reader sees the writer dead"),
-                         (1, "pending writes drained after the writer died"),
-                         (1, "operations on a dead peer raise or complete, never crash")],
+        "writer-exits": [
+            (0, "writer tore down"),
+            (1, "reader sees the writer dead"),
+            (1, "pending writes drained after the writer died"),
+            (1, "operations on a dead peer raise or complete, never crash"),
+        ],
         "reader-exits": [(1, "reader leaving"), (0, "writer blocked on a dead reader raises")],
     }[who]
     missing = [e for e in expected if e not in got]

@@ -2,6 +2,7 @@
 checked against synthetic timings made from known constants) and the tuning file (tied to
 host, CPU, cores, rdmacoll version, transport and ranks per host; used only where all
 match, else ignored with a log line saying why)."""
+
 import json
 import logging
 import socket
@@ -177,23 +178,32 @@ def test_default_location_and_none(tmp_path):
     _settings.write_tuning_file(path, [_settings.tuning_entry("shm", 2, CONSTS)])
     assert _settings.tuning_for(_settings.job(env), 2) == {"shm": CONSTS}
     assert _settings.job(dict(env, RDMACOLL_TUNING_FILE="none"))["tuning"] is None
-    assert _settings.tuning_verdict(None, 2, "shm") == (logging.INFO, "no tuning file: using the shipped "
-                                                                      "cost-model constants")
+    assert _settings.tuning_verdict(None, 2, "shm") == (
+        logging.INFO,
+        "no tuning file: using the shipped cost-model constants",
+    )
 
 
 def _other(**changes):
     return dict(_settings.tuning_entry("shm", 2, CONSTS), **changes)
 
 
-@pytest.mark.parametrize("entry, ranks_per_host, transport, words", [
-    (_other(host="elsewhere", cpu="Other CPU 9000", cores=64), 2, "shm",
-     ["was measured on host elsewhere (CPU Other CPU 9000, 64 cores), this is host " + socket.gethostname()]),
-    (_other(cpu="Other CPU 9000"), 2, "shm", ["was measured on host", "CPU Other CPU 9000", "this is host"]),
-    (_other(cores=_settings.this_host()["cores"] + 1), 2, "shm", ["was measured on host", "this is host"]),
-    (_other(rdmacoll="0.0.1"), 2, "shm", ["measured here with rdmacoll 0.0.1, this is rdmacoll"]),
-    (_other(), 4, "shm", ["no entry for 4 ranks per host on this host (it holds shm at 2 ranks per host)"]),
-    (_other(), 2, "tcp", ["no entry for transport tcp at 2 ranks per host", "RDMACOLL_TRANSPORT=tcp mpiexec -n 2"]),
-])
+@pytest.mark.parametrize(
+    "entry, ranks_per_host, transport, words",
+    [
+        (
+            _other(host="elsewhere", cpu="Other CPU 9000", cores=64),
+            2,
+            "shm",
+            ["was measured on host elsewhere (CPU Other CPU 9000, 64 cores), this is host " + socket.gethostname()],
+        ),
+        (_other(cpu="Other CPU 9000"), 2, "shm", ["was measured on host", "CPU Other CPU 9000", "this is host"]),
+        (_other(cores=_settings.this_host()["cores"] + 1), 2, "shm", ["was measured on host", "this is host"]),
+        (_other(rdmacoll="0.0.1"), 2, "shm", ["measured here with rdmacoll 0.0.1, this is rdmacoll"]),
+        (_other(), 4, "shm", ["no entry for 4 ranks per host on this host (it holds shm at 2 ranks per host)"]),
+        (_other(), 2, "tcp", ["no entry for transport tcp at 2 ranks per host", "RDMACOLL_TRANSPORT=tcp mpiexec -n 2"]),
+    ],
+)
 def test_file_that_does_not_match_is_ignored_saying_why(tmp_path, caplog, entry, ranks_per_host, transport, words):
     path = _file(tmp_path, entry)
     job = _job(path)
@@ -211,8 +221,13 @@ def test_file_that_does_not_match_is_ignored_saying_why(tmp_path, caplog, entry,
 
 def test_entries_per_transport_and_layout_each_picked(tmp_path):
     tcp = dict(CONSTS, alpha=9e-6)
-    path = _file(tmp_path, _settings.tuning_entry("shm", 2, CONSTS), _settings.tuning_entry("tcp", 2, tcp),
-                 _settings.tuning_entry("shm", 4, dict(CONSTS, beta=1e-9)), _other(host="elsewhere"))
+    path = _file(
+        tmp_path,
+        _settings.tuning_entry("shm", 2, CONSTS),
+        _settings.tuning_entry("tcp", 2, tcp),
+        _settings.tuning_entry("shm", 4, dict(CONSTS, beta=1e-9)),
+        _other(host="elsewhere"),
+    )
     job = _job(path)
     assert _settings.tuning_for(job, 2) == {"shm": CONSTS, "tcp": tcp}
     assert _settings.tuning_for(job, 4) == {"shm": dict(CONSTS, beta=1e-9)}
@@ -252,16 +267,19 @@ def _v3(entry_changes):
     return json.dumps({"version": 3, "entries": [dict(_settings.tuning_entry("shm", 2, CONSTS), **entry_changes)]})
 
 
-@pytest.mark.parametrize("content, words", [
-    ("{not json", "unreadable"),
-    ("[]", "not a JSON object"),
-    (json.dumps({"version": 3}), "'entries'"),
-    (json.dumps({"version": 3, "entries": [3]}), "entries[0] is not an object"),
-    (_v3({"cost_model": {"alpha": -1}}), "'alpha'"),
-    (_v3({"cost_model": {"beta": "fast"}}), "'beta'"),
-    (_v3({"host": None}), "'host'"),
-    (_v3({"ranks_per_host": "2"}), "'ranks_per_host'"),
-])
+@pytest.mark.parametrize(
+    "content, words",
+    [
+        ("{not json", "unreadable"),
+        ("[]", "not a JSON object"),
+        (json.dumps({"version": 3}), "'entries'"),
+        (json.dumps({"version": 3, "entries": [3]}), "entries[0] is not an object"),
+        (_v3({"cost_model": {"alpha": -1}}), "'alpha'"),
+        (_v3({"cost_model": {"beta": "fast"}}), "'beta'"),
+        (_v3({"host": None}), "'host'"),
+        (_v3({"ranks_per_host": "2"}), "'ranks_per_host'"),
+    ],
+)
 def test_malformed_tuning_file_is_an_error(tmp_path, content, words):
     path = tmp_path / "t.json"
     path.write_text(content)
@@ -293,8 +311,10 @@ def test_file_from_another_host_is_ignored_at_init_with_a_log_line(tmp_path):
     res = run_mpi(2, "selection.py", args=["8,4096"], env={"RDMACOLL_TUNING_FILE": path}, timeout=120)
     assert _chosen(res, 2)[8] == "eager"
     warned = [ln.text for ln in res.lines if ln.stream == "err" and "was measured on host elsewhere" in ln.text]
-    res.check(len(warned) == 1 and "ignored, using the shipped constants" in warned[0],
-              f"one warning, from rank 0, naming the other host: {warned}")
+    res.check(
+        len(warned) == 1 and "ignored, using the shipped constants" in warned[0],
+        f"one warning, from rank 0, naming the other host: {warned}",
+    )
     # the same constants measured here, with 2 ranks on shm: used
     path = _file(tmp_path, _settings.tuning_entry("shm", 2, zero), name="here.json")
     res = run_mpi(2, "selection.py", args=["8,4096"], env={"RDMACOLL_TUNING_FILE": path}, timeout=120)
@@ -312,8 +332,10 @@ def test_tune_stores_each_transport_under_its_own_key_with_progress(tmp_path):
         res.check(rec["code"] == 0, f"--tune exited {rec['code']}")
     progress = [ln.text for ln in res.lines if ln.stream == "err" and ln.text.startswith("rdmacoll-bench: --tune ")]
     res.check(len(progress) == 2 * len(ALLREDUCE), f"a progress line per algorithm and size: {progress}")
-    res.check(any(f"--tune ring 16 KiB ({2 * ALLREDUCE.index('ring') + 2}/{2 * len(ALLREDUCE)})" in t for t in progress),
-              f"progress names algorithm, size and step: {progress}")
+    res.check(
+        any(f"--tune ring 16 KiB ({2 * ALLREDUCE.index('ring') + 2}/{2 * len(ALLREDUCE)})" in t for t in progress),
+        f"progress names algorithm, size and step: {progress}",
+    )
     [tcp] = json.loads(path.read_text())["entries"]
     assert (tcp["transport"], tcp["ranks_per_host"], tcp["host"]) == ("tcp", 2, socket.gethostname())
     assert tcp["measured"]["ranks"] == 2 and set(tcp["cost_model"]) == {"alpha", "beta", "gamma"}

@@ -1,5 +1,6 @@
 """How ranks wait: Ctrl-C gets through, long waits release the GIL, communicators are
 objects (two at once in one process)."""
+
 import os
 import signal
 import time
@@ -16,10 +17,14 @@ def test_ctrl_c_interrupts_a_waiting_rank_and_errors_the_others():
     recs = rank_records(res, 2, "result")
     res.check(recs[0]["outcome"] == "KeyboardInterrupt", f"rank 0: {recs[0]}")
     res.check(recs[0]["seconds"] < 4, f"rank 0 took {recs[0]['seconds']:.2f} s to raise KeyboardInterrupt")
-    res.check(recs[1]["outcome"] == "RdmacollError" and "interrupted" in recs[1]["message"],
-              f"rank 1 should hear that rank 0 was interrupted: {recs[1]}")
-    print(f"SIGINT: rank 0 raised KeyboardInterrupt {recs[0]['seconds'] - 0.5:.2f} s after the signal "
-          f"(+0.5 s before it); rank 1: {recs[1]['message']!r}")
+    res.check(
+        recs[1]["outcome"] == "RdmacollError" and "interrupted" in recs[1]["message"],
+        f"rank 1 should hear that rank 0 was interrupted: {recs[1]}",
+    )
+    print(
+        f"SIGINT: rank 0 raised KeyboardInterrupt {recs[0]['seconds'] - 0.5:.2f} s after the signal "
+        f"(+0.5 s before it); rank 1: {recs[1]['message']!r}"
+    )
 
 
 def test_long_waits_release_the_gil():
@@ -27,8 +32,10 @@ def test_long_waits_release_the_gil():
     recs = rank_records(res, 2, "result")
     res.check(recs[0]["value"] == 2.0 and recs[1]["value"] == 2.0, f"wrong sums: {recs}")
     # While rank 0 waited ~2 s for rank 1, a Python thread must have run.
-    res.check(recs[0]["thread_iterations"] > 10000,
-              f"a Python thread made only {recs[0]['thread_iterations']} steps while rank 0 waited")
+    res.check(
+        recs[0]["thread_iterations"] > 10000,
+        f"a Python thread made only {recs[0]['thread_iterations']} steps while rank 0 waited",
+    )
 
 
 def test_two_communicators_in_one_process():

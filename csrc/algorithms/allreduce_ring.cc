@@ -67,7 +67,8 @@ void allreduceRing(Communicator& c, Call& call) {
           void* stage = c.staging(static_cast<int>(k & 1));
           const void* src = j == 0 ? prim::inputAt(prev, theirs, off, len, stage)
                                    : prim::outputAt(prev, theirs, off, len, stage);
-          reduce2(call.dtype, call.op, dst, at(call.in, E, seg.begin), src, seg.n, j == p - 2 ? call.scale : 1.0);
+          reduce2(call.dtype, call.op, dst, at(call.in, E, seg.begin), src, seg.n,
+                  j == p - 2 ? call.scale : 1.0);
         } else {  // allgather: prev's finished chunk
           prim::readOutput(prev, theirs, off, dst, len);
         }
@@ -89,7 +90,12 @@ void allreduceRingSlots(Communicator& c, Call& call) {
 void ringSlotsAfterHeaders(Communicator& c, Call& call) {
   const int p = c.size();
   const ring::Bounds chunks(call.count, p);
-  const SlotRing slots{nullptr, p, c.rank(), chunks.data(), 0, call.elemBytes,
+  const SlotRing slots{nullptr,
+                       p,
+                       c.rank(),
+                       chunks.data(),
+                       0,
+                       call.elemBytes,
                        c.protocol().slotSegment(call.elemBytes) / call.elemBytes};
   ringAllreduce(c, call, slots, call.in, call.out, call.scale);
 }

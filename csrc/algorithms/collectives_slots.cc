@@ -110,7 +110,12 @@ void reducescatterRing(Communicator& c, Call& call) {
   std::vector<const CallHeader*> h;
   headers(c, call, &h, [](int, uint64_t*) {});
   const ring::Bounds shares(rows, p, rowElems);
-  const SlotRing ring{nullptr, p, c.rank(), shares.data(), -1, call.elemBytes,
+  const SlotRing ring{nullptr,
+                      p,
+                      c.rank(),
+                      shares.data(),
+                      -1,
+                      call.elemBytes,
                       c.protocol().slotSegment(call.elemBytes) / call.elemBytes};
   ringReduceScatter(c, call, ring, call.in, call.out, call.scale);
 }
@@ -137,8 +142,8 @@ void alltoallPairwise(Communicator& c, Call& call) {
   std::memcpy(dst + firstRecv[r] * rowBytes, in + firstSent[r] * rowBytes, splits[r] * rowBytes);
   for (int k = 1; k < p; ++k) {
     const int to = (r + k) % p, from = (r - k + p) % p;
-    pairwise::shift(c, c.peer(to), in + firstSent[to] * rowBytes, splits[to] * rowBytes, c.peer(from),
-                    dst + firstRecv[from] * rowBytes, received[from] * rowBytes, seg);
+    pairwise::shift(c, c.peer(to), in + firstSent[to] * rowBytes, splits[to] * rowBytes,
+                    c.peer(from), dst + firstRecv[from] * rowBytes, received[from] * rowBytes, seg);
   }
   call.resultRows = firstRecv[p];
 }

@@ -66,7 +66,7 @@ inline int rdPartner(int r, int p, int s) {
 
 // ---- halving-doubling
 inline int hdSteps(int p) { return log2Floor(p); }  // per phase
-inline int hdPartner(int r, int p, int s) {  // reduce-scatter step s (allgather: s reversed)
+inline int hdPartner(int r, int p, int s) {         // reduce-scatter step s (allgather: s reversed)
   const int n = foldNewRank(r, p);
   return n < 0 ? -1 : foldOldRank(n ^ (pow2Floor(p) >> (s + 1)), p);
 }

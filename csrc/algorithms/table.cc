@@ -48,8 +48,8 @@ double recursiveDoublingCost(const Costs& k, const Situation& s) {
 }
 double halvingDoublingCost(const Costs& k, const Situation& s) {
   const CostModel& m = k.flat;
-  const double n = double(s.bytes), P = schedule::pow2Floor(s.ranks), lg = schedule::log2Floor(s.ranks),
-               f = foldSteps(s.ranks);
+  const double n = double(s.bytes), P = schedule::pow2Floor(s.ranks),
+               lg = schedule::log2Floor(s.ranks), f = foldSteps(s.ranks);
   return (2 * lg + 2 * f) * m.alpha + m.beta * (2.0 * (P - 1) / P + f) * n +
          m.gamma * (2.0 * (P - 1) / P + 2 * f) * n;
 }
@@ -77,7 +77,8 @@ double gatherDirectCost(const Costs& k, const Situation& s) {
   return 2 * k.flat.alpha + k.flat.beta * (s.ranks - 1.0) / s.ranks * double(s.bytes);
 }
 double gatherSlotsCost(const Costs& k, const Situation& s) {
-  return (s.ranks - 1) * k.flat.alpha + k.flat.beta * 2.0 * (s.ranks - 1.0) / s.ranks * double(s.bytes);
+  return (s.ranks - 1) * k.flat.alpha +
+         k.flat.beta * 2.0 * (s.ranks - 1.0) / s.ranks * double(s.bytes);
 }
 double broadcastDirectCost(const Costs& k, const Situation& s) {
   return 2 * k.flat.alpha + k.flat.beta * double(s.bytes);
@@ -87,7 +88,8 @@ double broadcastChainCost(const Costs& k, const Situation& s) {
 }
 double reducescatterDirectCost(const Costs& k, const Situation& s) {
   const CostModel& m = k.flat;
-  return 2 * m.alpha + m.beta * (s.ranks - 1.0) / s.ranks * double(s.bytes) + m.gamma * double(s.bytes);
+  return 2 * m.alpha + m.beta * (s.ranks - 1.0) / s.ranks * double(s.bytes) +
+         m.gamma * double(s.bytes);
 }
 double reducescatterRingCost(const Costs& k, const Situation& s) {
   const CostModel& m = k.flat;
@@ -101,48 +103,79 @@ using C = Collective;
 std::vector<Algorithm> build() {
   std::vector<Algorithm> all = {
       // allreduce
-      {C::kAllreduce, "eager", "every rank sends its whole input to every peer, each reduces p inputs in rank order: 1 step, for small messages",
+      {C::kAllreduce, "eager",
+       "every rank sends its whole input to every peer, each reduces p inputs in rank order: 1 "
+       "step, for small messages",
        small, eagerCost, allreduceEager},
-      {C::kAllreduce, "direct", "each rank reduces its 1/p straight from every peer's input and stores the result straight into every peer's output: one pass, same host",
+      {C::kAllreduce, "direct",
+       "each rank reduces its 1/p straight from every peer's input and stores the result straight "
+       "into every peer's output: one pass, same host",
        mappable, directCost, allreduceDirect},
-      {C::kAllreduce, "ring", "pipelined ring reduce-scatter + allgather reading the predecessor's memory in place (map or cross-memory read)",
+      {C::kAllreduce, "ring",
+       "pipelined ring reduce-scatter + allgather reading the predecessor's memory in place (map "
+       "or cross-memory read)",
        readable, ringCost, allreduceRing},
-      {C::kAllreduce, "ring_slots", "pipelined ring reduce-scatter + allgather through one-sided writes into the successor's receive slots",
+      {C::kAllreduce, "ring_slots",
+       "pipelined ring reduce-scatter + allgather through one-sided writes into the successor's "
+       "receive slots",
        always, ringCost, allreduceRingSlots},
-      {C::kAllreduce, "recursive_doubling", "log2 p steps, each exchanging the whole vector with the rank 2^s away through slots (extra ranks folded in): for small messages",
+      {C::kAllreduce, "recursive_doubling",
+       "log2 p steps, each exchanging the whole vector with the rank 2^s away through slots (extra "
+       "ranks folded in): for small messages",
        always, recursiveDoublingCost, allreduceRecursiveDoubling},
-      {C::kAllreduce, "halving_doubling", "Rabenseifner: reduce-scatter by recursive halving + allgather by recursive doubling through slots, any p (extra ranks folded in)",
+      {C::kAllreduce, "halving_doubling",
+       "Rabenseifner: reduce-scatter by recursive halving + allgather by recursive doubling "
+       "through slots, any p (extra ranks folded in)",
        always, halvingDoublingCost, allreduceHalvingDoubling},
-      {C::kAllreduce, "tree", "pipelined double binary tree (NCCL): two complementary trees each reduce half the vector up and broadcast it down, by segment, through slots",
+      {C::kAllreduce, "tree",
+       "pipelined double binary tree (NCCL): two complementary trees each reduce half the vector "
+       "up and broadcast it down, by segment, through slots",
        always, treeCost, allreduceTree},
-      {C::kAllreduce, "hierarchical", "ring reduce-scatter within each host, ring allreduce of each share across hosts, ring allgather within each host: the network carries 1/l of the data (several hosts, same ranks per host)",
+      {C::kAllreduce, "hierarchical",
+       "ring reduce-scatter within each host, ring allreduce of each share across hosts, ring "
+       "allgather within each host: the network carries 1/l of the data (several hosts, same ranks "
+       "per host)",
        severalRegularHosts, hierarchicalCost, allreduceHierarchical},
-      {C::kAllreduce, "direct>ring_slots", "direct, after the call headers showed user memory of 1-16 MiB on some rank: continues as ring_slots (faster there than staging or cross-memory calls)",
+      {C::kAllreduce, "direct>ring_slots",
+       "direct, after the call headers showed user memory of 1-16 MiB on some rank: continues as "
+       "ring_slots (faster there than staging or cross-memory calls)",
        nullptr, nullptr, ringSlotsAfterHeaders, "direct"},
-      {C::kAllreduce, "direct>recursive_doubling", "direct at 2 ranks below 1 MiB, after the call headers showed user memory on some rank: continues as one recursive-doubling exchange through slots",
+      {C::kAllreduce, "direct>recursive_doubling",
+       "direct at 2 ranks below 1 MiB, after the call headers showed user memory on some rank: "
+       "continues as one recursive-doubling exchange through slots",
        nullptr, nullptr, recursiveDoublingAfterHeaders, "direct"},
       // allgather
-      {C::kAllgather, "direct", "every rank copies every peer's part straight out of its memory (same host)",
-       readable, gatherDirectCost, allgatherDirect},
-      {C::kAllgather, "ring", "parts travel around the ring through slot messages, p-1 steps (any transport)",
-       always, gatherSlotsCost, allgatherRing},
+      {C::kAllgather, "direct",
+       "every rank copies every peer's part straight out of its memory (same host)", readable,
+       gatherDirectCost, allgatherDirect},
+      {C::kAllgather, "ring",
+       "parts travel around the ring through slot messages, p-1 steps (any transport)", always,
+       gatherSlotsCost, allgatherRing},
       // broadcast
-      {C::kBroadcast, "direct", "every rank copies the root's buffer straight out of its memory (same host)",
-       readable, broadcastDirectCost, broadcastDirect},
-      {C::kBroadcast, "chain", "the root's buffer is pipelined root -> root+1 -> ... through slot messages (any transport)",
+      {C::kBroadcast, "direct",
+       "every rank copies the root's buffer straight out of its memory (same host)", readable,
+       broadcastDirectCost, broadcastDirect},
+      {C::kBroadcast, "chain",
+       "the root's buffer is pipelined root -> root+1 -> ... through slot messages (any transport)",
        always, broadcastChainCost, broadcastChain},
       // reducescatter
-      {C::kReducescatter, "direct", "every rank reduces its share straight from every peer's input (same host)",
-       readable, reducescatterDirectCost, reducescatterDirect},
-      {C::kReducescatter, "ring", "partial sums of each share travel around the ring through slot messages (any transport)",
+      {C::kReducescatter, "direct",
+       "every rank reduces its share straight from every peer's input (same host)", readable,
+       reducescatterDirectCost, reducescatterDirect},
+      {C::kReducescatter, "ring",
+       "partial sums of each share travel around the ring through slot messages (any transport)",
        always, reducescatterRingCost, reducescatterRing},
       // alltoall
-      {C::kAlltoall, "direct", "every rank copies what each peer sends it straight out of the peer's memory (same host)",
+      {C::kAlltoall, "direct",
+       "every rank copies what each peer sends it straight out of the peer's memory (same host)",
        readable, gatherDirectCost, alltoallDirect},
-      {C::kAlltoall, "pairwise", "at step k every rank sends to rank+k and receives from rank-k through slot messages (any transport)",
+      {C::kAlltoall, "pairwise",
+       "at step k every rank sends to rank+k and receives from rank-k through slot messages (any "
+       "transport)",
        always, gatherSlotsCost, alltoallPairwise},
       // barrier
-      {C::kBarrier, "headers", "every rank sends its call header to every peer and returns once it has all of theirs",
+      {C::kBarrier, "headers",
+       "every rank sends its call header to every peer and returns once it has all of theirs",
        always, headersCost, barrierHeaders},
   };
   for (size_t i = 0; i < all.size(); ++i) all[i].id = static_cast<uint8_t>(i + 1);
@@ -158,7 +191,8 @@ const std::vector<Algorithm>& table() {
 
 const Algorithm& byId(uint8_t id) {
   const auto& all = table();
-  if (id == 0 || id > all.size()) throw Error("internal: no algorithm with id " + std::to_string(id));
+  if (id == 0 || id > all.size())
+    throw Error("internal: no algorithm with id " + std::to_string(id));
   return all[id - 1];
 }
 
@@ -179,7 +213,8 @@ const Algorithm& continuation(const char* name) {
 std::string names(Collective collective) {
   std::string s;
   for (const Algorithm& a : table()) {
-    if (a.collective == collective && !a.continues) s += (s.empty() ? "" : ", ") + std::string(a.name);
+    if (a.collective == collective && !a.continues)
+      s += (s.empty() ? "" : ", ") + std::string(a.name);
   }
   return s;
 }

@@ -22,16 +22,16 @@ class ResultBuffer {
 
 struct Call {
   const void* in = nullptr;
-  void* out = nullptr;          // (allgather, alltoall: from `result`, once sizes are known)
+  void* out = nullptr;  // (allgather, alltoall: from `result`, once sizes are known)
   // Elements in the descriptor: the input's (allreduce, broadcast, reducescatter), one
   // row's (allgather, alltoall: ranks contribute different row counts).
   size_t count = 0;
   DataType dtype = DataType::kFloat32;
   ReduceOp op = ReduceOp::kSum;
-  double scale = 1;             // 1/size for Average, else 1
+  double scale = 1;  // 1/size for Average, else 1
   size_t elemBytes = 0;
   uint64_t seq = 0;
-  HashedDescriptor hd{};        // descriptor and its hash, identical on all ranks when correct
+  HashedDescriptor hd{};  // descriptor and its hash, identical on all ranks when correct
   // Arguments of some collectives.
   int root = -1;                     // broadcast
   size_t rows = 0;                   // allgather: my rows

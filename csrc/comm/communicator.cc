@@ -18,25 +18,39 @@
 namespace rdmacoll {
 
 Communicator::Communicator(int rank, int size, int localSize, const Protocol& protocol,
-                           const transport::Options& options, const JobLayout& job, std::shared_ptr<WaitHooks> hooks,
-                           std::shared_ptr<const Log> log)
-    : rank_(rank), size_(size), localSize_(localSize), protocol_(protocol), job_(job),
+                           const transport::Options& options, const JobLayout& job,
+                           std::shared_ptr<WaitHooks> hooks, std::shared_ptr<const Log> log)
+    : rank_(rank),
+      size_(size),
+      localSize_(localSize),
+      protocol_(protocol),
+      job_(job),
       hooks_(hooks ? std::move(hooks) : std::make_shared<WaitHooks>()),
-      log_(log ? std::move(log) : std::make_shared<const Log>(rank, LogLevel::kWarning, nullptr)), world_(true),
-      ctrlLayout_(size, protocol), pid_(getpid()) {
-  RC_CHECK(size >= 1 && rank >= 0 && rank < size, "invalid rank " + std::to_string(rank) +
-                                                       " for size " + std::to_string(size));
+      log_(log ? std::move(log) : std::make_shared<const Log>(rank, LogLevel::kWarning, nullptr)),
+      world_(true),
+      ctrlLayout_(size, protocol),
+      pid_(getpid()) {
+  RC_CHECK(size >= 1 && rank >= 0 && rank < size,
+           "invalid rank " + std::to_string(rank) + " for size " + std::to_string(size));
   if (job_.hostOf.empty()) job_.hostOf.assign(size, 0);  // a communicator of one host
   RC_CHECK(static_cast<int>(job_.hostOf.size()) == size, "hosts: expected one host index per rank");
   for (int r = 0; r < size; ++r) members_.push_back(r);
-  links_ = std::make_shared<Links>(transport::createJobDevice(options, rank, job_.hostOf, job_.networkOffers), rank,
-                                   size, protocol_.timelinePath);
+  links_ = std::make_shared<Links>(
+      transport::createJobDevice(options, rank, job_.hostOf, job_.networkOffers), rank, size,
+      protocol_.timelinePath);
   setUp(localSize);
 }
 
 Communicator::Communicator(const Communicator& parent, const std::vector<int>& members, int rank)
-    : rank_(rank), size_(static_cast<int>(members.size())), protocol_(parent.protocol_), job_(parent.job_),
-      hooks_(parent.hooks_), log_(parent.log_), links_(parent.links_), world_(false), ctrlLayout_(size_, parent.protocol_),
+    : rank_(rank),
+      size_(static_cast<int>(members.size())),
+      protocol_(parent.protocol_),
+      job_(parent.job_),
+      hooks_(parent.hooks_),
+      log_(parent.log_),
+      links_(parent.links_),
+      world_(false),
+      ctrlLayout_(size_, parent.protocol_),
       pid_(getpid()) {
   job_.hostOf.clear();
   job_.networkOffers.clear();
@@ -82,10 +96,12 @@ Communicator::~Communicator() {
 std::unique_ptr<Communicator> Communicator::split(const std::vector<int>& members) const {
   int me = -1;
   for (size_t i = 0; i < members.size(); ++i) {
-    RC_CHECK(members[i] >= 0 && members[i] < size_, "split: rank " + std::to_string(members[i]) +
-                                                          " is not a rank of this communicator (size " +
-                                                          std::to_string(size_) + ")");
-    for (size_t k = 0; k < i; ++k) RC_CHECK(members[k] != members[i], "split: rank " + std::to_string(members[i]) + " is listed twice");
+    RC_CHECK(members[i] >= 0 && members[i] < size_,
+             "split: rank " + std::to_string(members[i]) +
+                 " is not a rank of this communicator (size " + std::to_string(size_) + ")");
+    for (size_t k = 0; k < i; ++k)
+      RC_CHECK(members[k] != members[i],
+               "split: rank " + std::to_string(members[i]) + " is listed twice");
     if (members[i] == rank_) me = static_cast<int>(i);
   }
   RC_CHECK(me >= 0, "split: this rank (" + std::to_string(rank_) + ") is not among the members");
@@ -107,8 +123,9 @@ transport::Bytes Communicator::address() const {
 
 void Communicator::connect(const std::vector<transport::Bytes>& addresses) {
   RC_CHECK(!connected_, "communicator already connected");
-  RC_CHECK(static_cast<int>(addresses.size()) == size_,
-           "expected " + std::to_string(size_) + " addresses, got " + std::to_string(addresses.size()));
+  RC_CHECK(
+      static_cast<int>(addresses.size()) == size_,
+      "expected " + std::to_string(size_) + " addresses, got " + std::to_string(addresses.size()));
   // A sub-communicator's address ends with the channels in use at that member: its
   // channel is the lowest free at every member.
   const size_t tail = world_ ? 0 : sizeof(uint64_t);
@@ -144,8 +161,9 @@ void Communicator::connect(const std::vector<transport::Bytes>& addresses) {
     p.ep->unpack(pm, &p.ctrl);
     p.ep->map(&p.ctrl);  // where the transport maps, writes then skip the mapping lookup
     RC_CHECK(p.ctrl.len == ctrlLayout_.total(),
-             "rank " + std::to_string(r) + " has a different control layout: the ranks run "
-             "different rdmacoll versions or settings");
+             "rank " + std::to_string(r) +
+                 " has a different control layout: the ranks run "
+                 "different rdmacoll versions or settings");
     uint32_t caps = p.ep->capabilities();
     if (!(caps & transport::kCanRead) && !(caps & transport::kCanMap)) peersReadable_ = false;
     if (!(caps & transport::kCanMap)) peersMappable_ = false;
@@ -217,12 +235,13 @@ void Communicator::checkDevice() {
 
 void Communicator::fail(const std::string& message) {
   if (!broken_.empty()) throw Error(broken_);
-  checkAbortWord();  // a peer's abort is the cause; this error is its symptom
-  checkDevice();     // so is a device that went away under this rank
+  checkAbortWord();         // a peer's abort is the cause; this error is its symptom
+  checkDevice();            // so is a device that went away under this rank
   for (Peer& p : peers_) {  // so is a dead peer (e.g. ESRCH from a cross-memory read)
     if (p.ep && !p.ep->alive()) {
       abortAll(AbortCode::kPeerDied, "rank " + std::to_string(p.rank) + " (" + p.ep->describe() +
-                                         ") died; detected by rank " + std::to_string(rank_) + ": " + message);
+                                         ") died; detected by rank " + std::to_string(rank_) +
+                                         ": " + message);
     }
   }
   abortAll(AbortCode::kError, "rank " + std::to_string(rank_) + ": " + message);
@@ -234,7 +253,8 @@ void Communicator::raisePeerAbort() const {
   if (src < 0 || src >= size_) src = 0;
   char msg[kAbortMessageBytes];
   std::memcpy(msg, ctrl() + ctrlLayout_.abortMessage(src), sizeof(msg));
-  if (broken_.empty()) broken_ = printableUtf8(msg, sizeof(msg)) + " (reported by rank " + std::to_string(src) + ")";
+  if (broken_.empty())
+    broken_ = printableUtf8(msg, sizeof(msg)) + " (reported by rank " + std::to_string(src) + ")";
   throw Error(broken_);
 }
 
@@ -244,18 +264,28 @@ void Communicator::checkDescriptor(const HashedDescriptor& mine, const HashedDes
   const Descriptor& a = mine.desc;
   const Descriptor& b = theirs.desc;
   std::string what;
-  if (a.collective != b.collective) what = "different collectives";
-  else if (a.count != b.count) what = "different counts";
-  else if (a.dtype != b.dtype) what = "different dtypes";
-  else if (a.op != b.op) what = "different ops";
-  else if (a.root != b.root) what = "different root ranks";
-  else if (a.nameHash != b.nameHash) what = "different names";
-  else if (a.seq != b.seq) what = "calls out of order";
-  else if (a.algorithm != b.algorithm) what = "different algorithms (RDMACOLL_ALGO differs?)";
-  else what = "different settings";
-  abortAll(AbortCode::kMismatch,
-           "collective mismatch (" + what + "): rank " + std::to_string(rank_) + " called " +
-               describeCall(a) + " but rank " + std::to_string(peer) + " called " + describeCall(b));
+  if (a.collective != b.collective)
+    what = "different collectives";
+  else if (a.count != b.count)
+    what = "different counts";
+  else if (a.dtype != b.dtype)
+    what = "different dtypes";
+  else if (a.op != b.op)
+    what = "different ops";
+  else if (a.root != b.root)
+    what = "different root ranks";
+  else if (a.nameHash != b.nameHash)
+    what = "different names";
+  else if (a.seq != b.seq)
+    what = "calls out of order";
+  else if (a.algorithm != b.algorithm)
+    what = "different algorithms (RDMACOLL_ALGO differs?)";
+  else
+    what = "different settings";
+  abortAll(AbortCode::kMismatch, "collective mismatch (" + what + "): rank " +
+                                     std::to_string(rank_) + " called " + describeCall(a) +
+                                     " but rank " + std::to_string(peer) + " called " +
+                                     describeCall(b));
 }
 
 }  // namespace rdmacoll

@@ -48,13 +48,13 @@ class WaitHooks {
 };
 
 struct Peer {
-  int rank = -1;                 // in this communicator
-  int link = -1;                 // its rank in the world: the Links entry
+  int rank = -1;                      // in this communicator
+  int link = -1;                      // its rank in the world: the Links entry
   transport::Endpoint* ep = nullptr;  // the link's endpoint (owned by the Links)
-  transport::RemoteMemory ctrl;  // the peer's control region (of this communicator)
-  uint64_t progressSeen = 0;     // units of this peer counted in earlier calls
-  uint64_t msgsSent = 0;         // slot messages sent to this peer
-  uint64_t msgsReceived = 0;     // slot messages received from it
+  transport::RemoteMemory ctrl;       // the peer's control region (of this communicator)
+  uint64_t progressSeen = 0;          // units of this peer counted in earlier calls
+  uint64_t msgsSent = 0;              // slot messages sent to this peer
+  uint64_t msgsReceived = 0;          // slot messages received from it
 };
 
 // A user buffer as the peers will address it.
@@ -63,17 +63,24 @@ struct BufferRef {
   size_t bytes = 0;
   bool allocated = false;  // inside pool memory (peers can map it)
   transport::PackedMemory packed{};
-  uint64_t offset = 0;     // of ptr inside the packed region
+  uint64_t offset = 0;  // of ptr inside the packed region
 };
 
 enum class AbortCode : uint32_t {
-  kMismatch = 1, kPeerDied = 2, kInterrupted = 3, kTimeout = 4, kError = 5, kStall = 6, kPeerLeft = 7
+  kMismatch = 1,
+  kPeerDied = 2,
+  kInterrupted = 3,
+  kTimeout = 4,
+  kError = 5,
+  kStall = 6,
+  kPeerLeft = 7
 };
 
 class Communicator {
  public:
-  Communicator(int rank, int size, int localSize, const Protocol& protocol, const transport::Options& options,
-               const JobLayout& layout, std::shared_ptr<WaitHooks> hooks, std::shared_ptr<const Log> log = nullptr);
+  Communicator(int rank, int size, int localSize, const Protocol& protocol,
+               const transport::Options& options, const JobLayout& layout,
+               std::shared_ptr<WaitHooks> hooks, std::shared_ptr<const Log> log = nullptr);
   ~Communicator();
   Communicator(const Communicator&) = delete;
   Communicator& operator=(const Communicator&) = delete;
@@ -124,7 +131,9 @@ class Communicator {
     return *reinterpret_cast<std::atomic<uint64_t>*>(ctrl() + off);
   }
   // Staging segments for reads of peer memory: max(2, size) of segmentBytes each.
-  void* staging(int i) const { return static_cast<char*>(staging_->data()) + i * protocol_.segmentBytes; }
+  void* staging(int i) const {
+    return static_cast<char*>(staging_->data()) + i * protocol_.segmentBytes;
+  }
   bool peersReadable() const { return peersReadable_; }
   bool peersMappable() const { return peersMappable_; }
   bool oversubscribed() const { return oversubscribed_; }
@@ -252,9 +261,9 @@ class Communicator {
   bool peersMappable_ = false;  // every peer endpoint maps peer memory (same host)
   uint64_t seq_ = 0;
   uint64_t progressBase_ = 0;
-  Descriptor current_{};          // the call started last (announce)
-  uint32_t callTag_ = 0;          // its hash's top 8 bits
-  uint64_t publishedSeq_ = 0;     // last seq pushed to the peers' submitted words
+  Descriptor current_{};        // the call started last (announce)
+  uint32_t callTag_ = 0;        // its hash's top 8 bits
+  uint64_t publishedSeq_ = 0;   // last seq pushed to the peers' submitted words
   mutable std::string broken_;  // set once the communicator aborted: every later call raises it
   pid_t pid_;
   uint64_t forkGeneration_;

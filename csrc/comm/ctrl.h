@@ -19,13 +19,13 @@ namespace rdmacoll {
 
 // Counters written by one source rank into my region. All only grow.
 struct alignas(64) PeerWords {
-  std::atomic<uint64_t> progress;  // units of the current algorithm finished by the source
-  std::atomic<uint64_t> done;      // last call sequence whose reads of my memory finished
-  std::atomic<uint64_t> credit;    // how many of my slot messages the source consumed
-                                   // (it writes this into my region; I poll it locally)
-  std::atomic<uint64_t> submitted; // last call sequence the source started, for the stall
-                                   // inspector: pushed by the source while it waits; in
-                                   // my own words (src = me), stored by me at every call
+  std::atomic<uint64_t> progress;   // units of the current algorithm finished by the source
+  std::atomic<uint64_t> done;       // last call sequence whose reads of my memory finished
+  std::atomic<uint64_t> credit;     // how many of my slot messages the source consumed
+                                    // (it writes this into my region; I poll it locally)
+  std::atomic<uint64_t> submitted;  // last call sequence the source started, for the stall
+                                    // inspector: pushed by the source while it waits; in
+                                    // my own words (src = me), stored by me at every call
 };
 
 // What every collective tells its peers: who it is (the descriptor, whose hash peers
@@ -34,7 +34,7 @@ struct Descriptor {
   uint8_t collective = 0;  // 1 = allreduce
   uint8_t dtype = 0;
   uint8_t op = 0;
-  uint8_t algorithm = 0;   // id in the algorithm table of what runs (after a continuation: its id)
+  uint8_t algorithm = 0;  // id in the algorithm table of what runs (after a continuation: its id)
   int32_t root = -1;
   uint64_t seq = 0;
   uint64_t count = 0;
@@ -52,11 +52,11 @@ static_assert(sizeof(HashedDescriptor) == 64, "one cache line");
 struct alignas(64) CallHeader {
   uint64_t hash;  // hash of the descriptor; first thing a peer checks
   Descriptor desc;
-  transport::PackedMemory in;   // the sender's input, when the algorithm reads it
-  transport::PackedMemory out;  // the sender's output
+  transport::PackedMemory in;    // the sender's input, when the algorithm reads it
+  transport::PackedMemory out;   // the sender's output
   uint64_t inOffset, outOffset;  // byte offsets of the buffers inside those regions
-  uint64_t extra[2];  // per-destination values (allgather: my rows; alltoall: the first
-                      // row and the rows I send to this peer), not part of the hash
+  uint64_t extra[2];             // per-destination values (allgather: my rows; alltoall: the first
+                                 // row and the rows I send to this peer), not part of the hash
 };
 
 constexpr size_t kAbortMessageBytes = 512;
@@ -64,8 +64,11 @@ constexpr size_t kHeaderSlot = (sizeof(CallHeader) + 63) / 64 * 64;
 
 class CtrlLayout {
  public:
-  CtrlLayout(int size, const Protocol& c) : size_(size), eagerBytes_(round(c.eagerBytes + 128)),
-        slotBytes_(c.slotBytes), slots_(c.slots) {
+  CtrlLayout(int size, const Protocol& c)
+      : size_(size),
+        eagerBytes_(round(c.eagerBytes + 128)),
+        slotBytes_(c.slotBytes),
+        slots_(c.slots) {
     wordsOff_ = 0;
     msgOff_ = wordsOff_ + 64 + sizeof(PeerWords) * size;
     hdrOff_ = msgOff_ + kAbortMessageBytes * size;
@@ -81,13 +84,17 @@ class CtrlLayout {
   size_t credit(int src) const { return words(src) + offsetof(PeerWords, credit); }
   size_t submitted(int src) const { return words(src) + offsetof(PeerWords, submitted); }
   size_t abortMessage(int src) const { return msgOff_ + kAbortMessageBytes * src; }
-  size_t header(int src, uint64_t seq) const { return hdrOff_ + kHeaderSlot * (2 * src + (seq & 1)); }
+  size_t header(int src, uint64_t seq) const {
+    return hdrOff_ + kHeaderSlot * (2 * src + (seq & 1));
+  }
   // Eager message: a 64-byte line with the full {hash, descriptor} (read only to name a
   // mismatch, so it stays in the writer's cache), then {hash, payload} from the second
   // line on: 8 bytes of payload cost the receiver one line. Double-buffered by call
   // parity (a rank starts call n+2 only after every peer finished call n+1, which
   // needed my message n+1, sent after I finished reading message n: so slots never clash).
-  size_t eager(int src, uint64_t seq) const { return eagerOff_ + eagerBytes_ * (2 * src + (seq & 1)); }
+  size_t eager(int src, uint64_t seq) const {
+    return eagerOff_ + eagerBytes_ * (2 * src + (seq & 1));
+  }
   size_t eagerCapacity() const { return eagerBytes_; }
   size_t slot(int src, uint64_t msg) const {
     return slotOff_ + slotBytes_ * (slots_ * src + msg % slots_);

@@ -54,8 +54,9 @@ void recvReduce(Communicator& c, Peer& from, const Call& call, void* dst, const 
   }
 }
 
-void shiftReduce(Communicator& c, Peer& to, const void* send, size_t sendBytes, Peer& from, const Call& call,
-                 void* dst, const void* mine, size_t recvBytes, size_t segBytes, bool theirsFirst, double scale) {
+void shiftReduce(Communicator& c, Peer& to, const void* send, size_t sendBytes, Peer& from,
+                 const Call& call, void* dst, const void* mine, size_t recvBytes, size_t segBytes,
+                 bool theirsFirst, double scale) {
   const char* s = static_cast<const char*>(send);
   char* d = static_cast<char*>(dst);
   const char* m = static_cast<const char*>(mine);
@@ -63,8 +64,8 @@ void shiftReduce(Communicator& c, Peer& to, const void* send, size_t sendBytes, 
   for (size_t i = 0; i < std::max(ns, nr); ++i) {
     if (i < ns) prim::sendSlot(c, to, s + i * segBytes, pieceLen(sendBytes, segBytes, i));
     if (i < nr) {
-      recvReducePiece(c, from, call, d + i * segBytes, m + i * segBytes, pieceLen(recvBytes, segBytes, i),
-                      theirsFirst, scale);
+      recvReducePiece(c, from, call, d + i * segBytes, m + i * segBytes,
+                      pieceLen(recvBytes, segBytes, i), theirsFirst, scale);
     }
   }
 }

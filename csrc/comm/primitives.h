@@ -35,8 +35,8 @@ inline uint32_t tagKind(uint32_t imm) { return imm >> 30; }
 void continueAs(Communicator& c, Call& call, uint8_t algorithm);
 
 // ---- call headers: hash + descriptor (+ buffer locations), double-buffered by parity
-void sendHeader(Communicator& c, Peer& to, const Call& call, const BufferRef* in, const BufferRef* out,
-                const uint64_t* extra = nullptr);
+void sendHeader(Communicator& c, Peer& to, const Call& call, const BufferRef* in,
+                const BufferRef* out, const uint64_t* extra = nullptr);
 // Wait for `from`'s header of this call and compare descriptors (abort on mismatch).
 const CallHeader& recvHeader(Communicator& c, Peer& from, const Call& call);
 

@@ -7,8 +7,8 @@
 // kOversubscribedYieldMicros (spinning with 4 ranks on 2 cores costs milliseconds;
 // yielding alone does not hand the core to a peer queued on the other CPU).
 // The interpreter lock is released before sleeping. Every kCheckMillis: the abort word,
-// every peer's liveness, the timeout, stalls (comm/stall.cc), and pending signals (Ctrl-C aborts the peers, then
-// raises Interrupted so that the binding re-raises KeyboardInterrupt).
+// every peer's liveness, the timeout, stalls (comm/stall.cc), and pending signals (Ctrl-C aborts
+// the peers, then raises Interrupted so that the binding re-raises KeyboardInterrupt).
 #include <sched.h>
 
 #include <string>
@@ -37,7 +37,11 @@ constexpr int kCheckMillis = 100;
 }  // namespace
 
 Communicator::WaitState::WaitState(Communicator& c, int peer, const char* what)
-    : c_(c), peer_(peer), what_(what), start_(std::chrono::steady_clock::now()), now_(start_),
+    : c_(c),
+      peer_(peer),
+      what_(what),
+      start_(std::chrono::steady_clock::now()),
+      now_(start_),
       nextCheck_(start_ + std::chrono::milliseconds(kCheckMillis)),
       patient_(c.oversubscribed_ || threadRole().patient()) {}
 
@@ -88,18 +92,17 @@ void Communicator::WaitState::periodicChecks() {
   c.checkDevice();
   for (Peer& p : c.peers_) {
     if (p.ep && !p.ep->alive()) {
-      c.abortAll(AbortCode::kPeerDied,
-                 "rank " + std::to_string(p.rank) + " (" + p.ep->describe() +
-                     ") died; detected by rank " + std::to_string(c.rank_) + " while waiting for " +
-                     what_);
+      c.abortAll(AbortCode::kPeerDied, "rank " + std::to_string(p.rank) + " (" + p.ep->describe() +
+                                           ") died; detected by rank " + std::to_string(c.rank_) +
+                                           " while waiting for " + what_);
     }
   }
   double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
   if (waited > c.protocol_.timeoutSeconds) {
     c.abortAll(AbortCode::kTimeout,
-               "timed out after " + std::to_string(static_cast<int>(waited)) + " s (RDMACOLL_TIMEOUT) on rank " +
-                   std::to_string(c.rank_) + " waiting for " + what_ +
-                   (peer_ >= 0 ? " from rank " + std::to_string(peer_) : std::string()));
+               "timed out after " + std::to_string(static_cast<int>(waited)) +
+                   " s (RDMACOLL_TIMEOUT) on rank " + std::to_string(c.rank_) + " waiting for " +
+                   what_ + (peer_ >= 0 ? " from rank " + std::to_string(peer_) : std::string()));
   }
   checkStall(waited);
   if (released_) c.hooks_->acquireInterpreter();
@@ -107,8 +110,8 @@ void Communicator::WaitState::periodicChecks() {
   if (released_) c.hooks_->releaseInterpreter();
   if (sig) {
     try {
-      c.abortAll(AbortCode::kInterrupted, "rank " + std::to_string(c.rank_) +
-                                              " was interrupted (signal) during " + what_);
+      c.abortAll(AbortCode::kInterrupted,
+                 "rank " + std::to_string(c.rank_) + " was interrupted (signal) during " + what_);
     } catch (const Error&) {
     }
     throw Interrupted();

@@ -29,7 +29,7 @@ std::string sysError(const std::string& what, int err);
 
 }  // namespace rdmacoll
 
-#define RC_CHECK(cond, msg)                               \
-  do {                                                    \
+#define RC_CHECK(cond, msg)                                 \
+  do {                                                      \
     if (!(cond)) throw ::rdmacoll::Error(std::string(msg)); \
   } while (0)

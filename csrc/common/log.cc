@@ -16,7 +16,8 @@ const char* const kNames[] = {"error", "warning", "info", "debug"};
 LogLevel parseLogLevel(const std::string& text) {
   std::string t;
   for (char c : text) {
-    if (!std::isspace(static_cast<unsigned char>(c))) t += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    if (!std::isspace(static_cast<unsigned char>(c)))
+      t += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   }
   if (t == "fatal") return LogLevel::kError;
   if (t == "trace") return LogLevel::kDebug;
@@ -28,7 +29,8 @@ LogLevel parseLogLevel(const std::string& text) {
 
 const char* logLevelName(LogLevel level) { return kNames[static_cast<int>(level)]; }
 
-Log::Log(int rank, LogLevel level, std::shared_ptr<LogSink> sink) : rank_(rank), level_(level), sink_(std::move(sink)) {}
+Log::Log(int rank, LogLevel level, std::shared_ptr<LogSink> sink)
+    : rank_(rank), level_(level), sink_(std::move(sink)) {}
 
 void Log::write(LogLevel level, const std::string& message) const {
   if (!enabled(level)) return;

@@ -41,9 +41,9 @@ enum class Check : uint8_t { kNone, kAlgoRules, kTransport, kLogLevel };
 constexpr uint64_t kInf = UINT64_MAX;  // `inf` where a size may be unlimited
 
 struct Setting {
-  const char* name;         // "eager_bytes"
-  const char* env;          // "RDMACOLL_EAGER_BYTES"
-  const char* alias;        // another variable read when env is unset, or nullptr
+  const char* name;   // "eager_bytes"
+  const char* env;    // "RDMACOLL_EAGER_BYTES"
+  const char* alias;  // another variable read when env is unset, or nullptr
   Kind kind;
   Scope scope;
   const char* defaultText;  // in the grammar of `kind`
@@ -79,7 +79,7 @@ const char* bytesForms();
 // Every setting's value: defaults until set. What the binding hands to each layer.
 class Values {
  public:
-  Values();  // every setting at its default
+  Values();                                                    // every setting at its default
   void set(const std::string& name, const std::string& text);  // parse() and store
   uint64_t bytes(const char* name) const { return at(name, Kind::kBytes).bytes; }
   int64_t count(const char* name) const { return at(name, Kind::kCount).count; }

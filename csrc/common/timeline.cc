@@ -18,11 +18,16 @@ constexpr int64_t kMergeNs = 2000;
 
 const char* phaseName(Timeline::Phase p) {
   switch (p) {
-    case Timeline::kNegotiate: return "negotiate";
-    case Timeline::kTransfer: return "transfer";
-    case Timeline::kReduce: return "reduce";
-    case Timeline::kCopy: return "copy";
-    case Timeline::kIdle: break;
+    case Timeline::kNegotiate:
+      return "negotiate";
+    case Timeline::kTransfer:
+      return "transfer";
+    case Timeline::kReduce:
+      return "reduce";
+    case Timeline::kCopy:
+      return "copy";
+    case Timeline::kIdle:
+      break;
   }
   return "idle";
 }
@@ -68,12 +73,16 @@ std::unique_ptr<Timeline> Timeline::open(const std::string& path, int rank) {
   return std::unique_ptr<Timeline>(new Timeline(f, std::move(mine), rank));
 }
 
-Timeline::Timeline(std::FILE* f, std::string path, int rank) : f_(f), path_(std::move(path)), rank_(rank) {
+Timeline::Timeline(std::FILE* f, std::string path, int rank)
+    : f_(f), path_(std::move(path)), rank_(rank) {
   std::fputs("{\"traceEvents\":[\n", f_);
   std::fprintf(f_,
-               "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,\"args\":{\"name\":\"rank %d\"}},\n"
-               "{\"name\":\"process_sort_index\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,\"args\":{\"sort_index\":%d}},\n"
-               "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,\"args\":{\"name\":\"collectives\"}}",
+               "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,\"args\":{\"name\":"
+               "\"rank %d\"}},\n"
+               "{\"name\":\"process_sort_index\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,\"args\":{"
+               "\"sort_index\":%d}},\n"
+               "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,\"args\":{\"name\":"
+               "\"collectives\"}}",
                rank, rank, rank, rank, rank);
   first_ = false;
 }
@@ -90,8 +99,11 @@ int64_t Timeline::nowNs() {
   return (static_cast<int64_t>(ts.tv_sec) - kEpochSeconds) * 1000000000 + ts.tv_nsec;
 }
 
-void Timeline::event(const char* name, const char* cat, int64_t startNs, int64_t durNs, const std::string& args) {
-  std::fprintf(f_, "%s\n{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":%d,\"tid\":0,\"ts\":%lld.%03lld,\"dur\":%lld.%03lld",
+void Timeline::event(const char* name, const char* cat, int64_t startNs, int64_t durNs,
+                     const std::string& args) {
+  std::fprintf(f_,
+               "%s\n{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":%d,\"tid\":0,\"ts\":%lld.%"
+               "03lld,\"dur\":%lld.%03lld",
                first_ ? "" : ",", name, cat, rank_, static_cast<long long>(startNs / 1000),
                static_cast<long long>(startNs % 1000), static_cast<long long>(durNs / 1000),
                static_cast<long long>(durNs % 1000));
@@ -121,12 +133,14 @@ void Timeline::switchTo(Phase p) {
 
 void Timeline::flushPending() {
   if (pending_.phase != kIdle && pending_.endNs > pending_.startNs) {
-    event(phaseName(pending_.phase), "phase", pending_.startNs, pending_.endNs - pending_.startNs, "");
+    event(phaseName(pending_.phase), "phase", pending_.startNs, pending_.endNs - pending_.startNs,
+          "");
   }
   pending_.phase = kIdle;
 }
 
-void Timeline::beginOp(const char* name, bool reduces, uint64_t seq, int64_t queuedNs, const std::string& argsJson) {
+void Timeline::beginOp(const char* name, bool reduces, uint64_t seq, int64_t queuedNs,
+                       const std::string& argsJson) {
   const int64_t now = nowNs();
   opName_ = name;
   opArgs_ = argsJson;
@@ -136,10 +150,12 @@ void Timeline::beginOp(const char* name, bool reduces, uint64_t seq, int64_t que
     // (nestable "b"/"e", id = sequence), not a child of the operation.
     for (int i = 0; i < 2; ++i) {
       const int64_t t = i == 0 ? queuedNs : now;
-      std::fprintf(f_, "%s\n{\"name\":\"queue\",\"cat\":\"queue\",\"ph\":\"%c\",\"id\":%llu,\"pid\":%d,\"tid\":0,"
+      std::fprintf(f_,
+                   "%s\n{\"name\":\"queue\",\"cat\":\"queue\",\"ph\":\"%c\",\"id\":%llu,\"pid\":%d,"
+                   "\"tid\":0,"
                    "\"ts\":%lld.%03lld,\"args\":{\"seq\":%llu,\"op\":\"%s\"}}",
-                   first_ ? "" : ",", i == 0 ? 'b' : 'e', static_cast<unsigned long long>(seq), rank_,
-                   static_cast<long long>(t / 1000), static_cast<long long>(t % 1000),
+                   first_ ? "" : ",", i == 0 ? 'b' : 'e', static_cast<unsigned long long>(seq),
+                   rank_, static_cast<long long>(t / 1000), static_cast<long long>(t % 1000),
                    static_cast<unsigned long long>(seq), name);
       first_ = false;
     }
@@ -163,9 +179,12 @@ void Timeline::endOp(bool failed) {
 }
 
 void Timeline::instant(const char* name, const std::string& text) {
-  std::fprintf(f_, "%s\n{\"name\":\"%s\",\"cat\":\"stall\",\"ph\":\"i\",\"s\":\"p\",\"pid\":%d,\"tid\":0,\"ts\":%lld,"
+  std::fprintf(f_,
+               "%s\n{\"name\":\"%s\",\"cat\":\"stall\",\"ph\":\"i\",\"s\":\"p\",\"pid\":%d,\"tid\":"
+               "0,\"ts\":%lld,"
                "\"args\":{\"message\":\"%s\"}}",
-               first_ ? "" : ",", name, rank_, static_cast<long long>(nowNs() / 1000), escaped(text).c_str());
+               first_ ? "" : ",", name, rank_, static_cast<long long>(nowNs() / 1000),
+               escaped(text).c_str());
   first_ = false;
   std::fflush(f_);
 }

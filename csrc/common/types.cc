@@ -10,23 +10,27 @@ namespace rdmacoll {
 size_t dtypeSize(DataType t) {
   switch (t) {
     case DataType::kFloat16:
-    case DataType::kBFloat16: return 2;
+    case DataType::kBFloat16:
+      return 2;
     case DataType::kFloat32:
-    case DataType::kInt32: return 4;
+    case DataType::kInt32:
+      return 4;
     case DataType::kFloat64:
-    case DataType::kInt64: return 8;
-    case DataType::kInt16: return 2;
+    case DataType::kInt64:
+      return 8;
+    case DataType::kInt16:
+      return 2;
     case DataType::kUInt8:
     case DataType::kInt8:
-    case DataType::kBool: return 1;
+    case DataType::kBool:
+      return 1;
   }
   return 0;
 }
 
 const char* dtypeName(DataType t) {
-  static const char* names[] = {"float16", "bfloat16", "float32", "float64",
-                                "int32",   "int64",    "uint8",   "int8",
-                                "int16",   "bool"};
+  static const char* names[] = {"float16", "bfloat16", "float32", "float64", "int32",
+                                "int64",   "uint8",    "int8",    "int16",   "bool"};
   int i = static_cast<int>(t);
   return i < kNumDataTypes ? names[i] : "invalid";
 }
@@ -39,12 +43,18 @@ const char* opName(ReduceOp op) {
 
 const char* collectiveName(Collective c) {
   switch (c) {
-    case Collective::kAllreduce: return "allreduce";
-    case Collective::kAllgather: return "allgather";
-    case Collective::kBroadcast: return "broadcast";
-    case Collective::kReducescatter: return "reducescatter";
-    case Collective::kAlltoall: return "alltoall";
-    case Collective::kBarrier: return "barrier";
+    case Collective::kAllreduce:
+      return "allreduce";
+    case Collective::kAllgather:
+      return "allgather";
+    case Collective::kBroadcast:
+      return "broadcast";
+    case Collective::kReducescatter:
+      return "reducescatter";
+    case Collective::kAlltoall:
+      return "alltoall";
+    case Collective::kBarrier:
+      return "barrier";
   }
   return "?";
 }
@@ -68,8 +78,6 @@ bool isFloating(DataType t) {
 
 bool isReducible(DataType t) { return t != DataType::kBool; }
 
-std::string sysError(const std::string& what, int err) {
-  return what + ": " + std::strerror(err);
-}
+std::string sysError(const std::string& what, int err) { return what + ": " + std::strerror(err); }
 
 }  // namespace rdmacoll

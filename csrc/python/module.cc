@@ -50,8 +50,9 @@ PYBIND11_MODULE(_core, m) {
   py::dict ops;
   for (int i = 0; i < kNumReduceOps; ++i) ops[opName(static_cast<ReduceOp>(i))] = i;
   m.attr("OPS") = ops;
-  m.def("_view", [](py::handle x) { return asArray(x, "input"); },
-        "An ndarray view of x without copying (ndarray, DLPack, buffer protocol).");
+  m.def(
+      "_view", [](py::handle x) { return asArray(x, "input"); },
+      "An ndarray view of x without copying (ndarray, DLPack, buffer protocol).");
 
   m.def(
       "stream_copy",

@@ -35,7 +35,7 @@ struct Prepared {
   py::object keepIn, keepOut;    // the arrays whose memory the request uses
   py::object ready;              // the result, when known before the run
   Finish finish = Finish::kReady;
-  py::dtype dtype;               // kRows, kAlltoall: of the result
+  py::dtype dtype;  // kRows, kAlltoall: of the result
   std::vector<py::ssize_t> dims;
 
   Owned& own() {
@@ -59,7 +59,9 @@ class Handle {
   Handle() = default;
   // Leaf: a queued operation.
   Handle(std::shared_ptr<AsyncEngine> engine, AsyncEngine::Handle op, Prepared p)
-      : engine_(std::move(engine)), op_(std::move(op)), prepared_(std::make_unique<Prepared>(std::move(p))) {}
+      : engine_(std::move(engine)),
+        op_(std::move(op)),
+        prepared_(std::make_unique<Prepared>(std::move(p))) {}
   // parts: None, a Handle or a list of Handles; then(result): applied to the part's result
   // (a list of them for a list); without parts, to `value`.
   static Handle combine(py::object parts, py::object then, py::object value);

@@ -38,44 +38,60 @@ algorithms::Situation oneHostSituation(Collective coll, size_t bytes, int p) {
 }
 
 void bindTuning(py::module_& m) {
-  m.def("reduce_local", [](int dtype, int op, py::array out, std::vector<py::array> inputs, double scale) {
-    if (dtype < 0 || dtype >= kNumDataTypes || op < 0 || op >= kNumReduceOps) throw Error("bad dtype/op");
-    if (inputs.empty()) throw Error("need at least one input");
-    std::vector<const void*> ptrs;
-    const size_t n = static_cast<size_t>(out.size());
-    const size_t bytes = n * dtypeSize(static_cast<DataType>(dtype));
-    if (static_cast<size_t>(out.nbytes()) != bytes) throw Error("out size does not match dtype");
-    for (auto& a : inputs) {
-      if (static_cast<size_t>(a.nbytes()) != bytes) throw Error("input size mismatch");
-      ptrs.push_back(a.data());
-    }
-    void* dst = out.mutable_data();
-    py::gil_scoped_release r;
-    reduceN(static_cast<DataType>(dtype), static_cast<ReduceOp>(op), dst, ptrs.data(),
-            static_cast<int>(ptrs.size()), n, scale);
-  }, "out = inputs[0] op inputs[1] op ..., then * scale: the kernels, without any transport.");
-  m.def("cost_model_for", [](const py::dict& model, double ranksPerCpu) {
-    return costModelToDict(fullCostModel(model).forRanksPerCpu(ranksPerCpu));
-  }, "The constants a communicator uses where ranks_per_cpu ranks share each CPU.");
-  m.def("costs", [](const py::dict& model, const std::string& collective, size_t bytes, int p) {
-    const CostModel cm = fullCostModel(model);
-    const algorithms::Costs k{cm, cm, cm};
-    const Collective coll = collectiveNamed(collective);
-    const algorithms::Situation s = oneHostSituation(coll, bytes, p);
-    py::dict out;
-    for (const algorithms::Algorithm& a : algorithms::table()) {
-      if (a.collective == coll && a.cost) out[a.name] = a.cost(k, s);
-    }
-    return out;
-  }, "Predicted seconds of every algorithm of a collective for (bytes, p) under the model.");
-  m.def("select", [](const py::dict& model, const std::string& collective, size_t bytes, int p,
-                     const std::vector<std::string>& usable, const std::string& rules) {
-    const std::set<std::string> ok(usable.begin(), usable.end());
-    const CostModel cm = fullCostModel(model);
-    const auto* a = tuning::choose(tuning::parseAlgoRules(rules, &tuning::knownAlgorithm),
-                                   algorithms::Costs{cm, cm, cm}, oneHostSituation(collectiveNamed(collective), bytes, p),
-                                   [&](const algorithms::Algorithm& x) { return ok.count(x.name) > 0; });
-    return a ? py::object(py::str(a->name)) : py::object(py::none());
-  }, py::arg("model"), py::arg("collective"), py::arg("bytes"), py::arg("p"), py::arg("usable"),
-        py::arg("rules") = "", "What selection picks among the algorithms named usable (rules: RDMACOLL_ALGO).");
+  m.def(
+      "reduce_local",
+      [](int dtype, int op, py::array out, std::vector<py::array> inputs, double scale) {
+        if (dtype < 0 || dtype >= kNumDataTypes || op < 0 || op >= kNumReduceOps)
+          throw Error("bad dtype/op");
+        if (inputs.empty()) throw Error("need at least one input");
+        std::vector<const void*> ptrs;
+        const size_t n = static_cast<size_t>(out.size());
+        const size_t bytes = n * dtypeSize(static_cast<DataType>(dtype));
+        if (static_cast<size_t>(out.nbytes()) != bytes)
+          throw Error("out size does not match dtype");
+        for (auto& a : inputs) {
+          if (static_cast<size_t>(a.nbytes()) != bytes) throw Error("input size mismatch");
+          ptrs.push_back(a.data());
+        }
+        void* dst = out.mutable_data();
+        py::gil_scoped_release r;
+        reduceN(static_cast<DataType>(dtype), static_cast<ReduceOp>(op), dst, ptrs.data(),
+                static_cast<int>(ptrs.size()), n, scale);
+      },
+      "out = inputs[0] op inputs[1] op ..., then * scale: the kernels, without any transport.");
+  m.def(
+      "cost_model_for",
+      [](const py::dict& model, double ranksPerCpu) {
+        return costModelToDict(fullCostModel(model).forRanksPerCpu(ranksPerCpu));
+      },
+      "The constants a communicator uses where ranks_per_cpu ranks share each CPU.");
+  m.def(
+      "costs",
+      [](const py::dict& model, const std::string& collective, size_t bytes, int p) {
+        const CostModel cm = fullCostModel(model);
+        const algorithms::Costs k{cm, cm, cm};
+        const Collective coll = collectiveNamed(collective);
+        const algorithms::Situation s = oneHostSituation(coll, bytes, p);
+        py::dict out;
+        for (const algorithms::Algorithm& a : algorithms::table()) {
+          if (a.collective == coll && a.cost) out[a.name] = a.cost(k, s);
+        }
+        return out;
+      },
+      "Predicted seconds of every algorithm of a collective for (bytes, p) under the model.");
+  m.def(
+      "select",
+      [](const py::dict& model, const std::string& collective, size_t bytes, int p,
+         const std::vector<std::string>& usable, const std::string& rules) {
+        const std::set<std::string> ok(usable.begin(), usable.end());
+        const CostModel cm = fullCostModel(model);
+        const auto* a = tuning::choose(
+            tuning::parseAlgoRules(rules, &tuning::knownAlgorithm), algorithms::Costs{cm, cm, cm},
+            oneHostSituation(collectiveNamed(collective), bytes, p),
+            [&](const algorithms::Algorithm& x) { return ok.count(x.name) > 0; });
+        return a ? py::object(py::str(a->name)) : py::object(py::none());
+      },
+      py::arg("model"), py::arg("collective"), py::arg("bytes"), py::arg("p"), py::arg("usable"),
+      py::arg("rules") = "",
+      "What selection picks among the algorithms named usable (rules: RDMACOLL_ALGO).");
 }

@@ -362,8 +362,7 @@ struct BF16Vec {
     const __m256i x = _mm256_castps_si256(f);
     const __m256i nan = _mm256_castps_si256(_mm256_cmp_ps(f, f, _CMP_UNORD_Q));
     const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(x, 16), _mm256_set1_epi32(1));
-    const __m256i bias =
-        _mm256_andnot_si256(nan, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7FFF)));
+    const __m256i bias = _mm256_andnot_si256(nan, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7FFF)));
     const __m256i r = _mm256_srli_epi32(_mm256_add_epi32(x, bias), 16);
     return _mm256_or_si256(r, _mm256_and_si256(nan, _mm256_set1_epi32(0x0040)));
   }
@@ -377,8 +376,8 @@ struct BF16Vec {
 
 // Not always_inline: it is called from kernelBody, which has no target attribute itself.
 template <class V, class Op, bool kScale>
-RC_TARGET_AVX2 void avx2Reduce16(uint16_t* out, const uint16_t* const* in, int nin,
-                                 size_t count, float s) {
+RC_TARGET_AVX2 void avx2Reduce16(uint16_t* out, const uint16_t* const* in, int nin, size_t count,
+                                 float s) {
   const __m256 vs = _mm256_set1_ps(s);
   const size_t count16 = count & ~size_t(15);
   if (nin == 1) {
@@ -438,17 +437,48 @@ RC_TARGET_AVX2 void avx2Reduce16(uint16_t* out, const uint16_t* const* in, int n
 // 4. Entries, dispatch, public functions
 // ---------------------------------------------------------------------------------------
 
-template <DataType D> struct Storage;
-template <> struct Storage<DataType::kFloat16> { using type = uint16_t; };
-template <> struct Storage<DataType::kBFloat16> { using type = uint16_t; };
-template <> struct Storage<DataType::kFloat32> { using type = float; };
-template <> struct Storage<DataType::kFloat64> { using type = double; };
-template <> struct Storage<DataType::kInt32> { using type = int32_t; };
-template <> struct Storage<DataType::kInt64> { using type = int64_t; };
-template <> struct Storage<DataType::kUInt8> { using type = uint8_t; };
-template <> struct Storage<DataType::kInt8> { using type = int8_t; };
-template <> struct Storage<DataType::kInt16> { using type = int16_t; };
-template <> struct Storage<DataType::kBool> { using type = uint8_t; };  // (rejected before use)
+template <DataType D>
+struct Storage;
+template <>
+struct Storage<DataType::kFloat16> {
+  using type = uint16_t;
+};
+template <>
+struct Storage<DataType::kBFloat16> {
+  using type = uint16_t;
+};
+template <>
+struct Storage<DataType::kFloat32> {
+  using type = float;
+};
+template <>
+struct Storage<DataType::kFloat64> {
+  using type = double;
+};
+template <>
+struct Storage<DataType::kInt32> {
+  using type = int32_t;
+};
+template <>
+struct Storage<DataType::kInt64> {
+  using type = int64_t;
+};
+template <>
+struct Storage<DataType::kUInt8> {
+  using type = uint8_t;
+};
+template <>
+struct Storage<DataType::kInt8> {
+  using type = int8_t;
+};
+template <>
+struct Storage<DataType::kInt16> {
+  using type = int16_t;
+};
+template <>
+struct Storage<DataType::kBool> {
+  using type = uint8_t;
+};  // (rejected before use)
 
 // Horovod's ScaleBuffer for integers: T(scale * v) computed in float64, truncated toward
 // zero. Out-of-range products saturate to int64 and then wrap to T (defined behaviour,
@@ -469,8 +499,7 @@ RC_INLINE T scaleInteger(T v, double s) {
 
 // One body for both ISAs; kAvx2 picks the intrinsic float16/bfloat16 kernels.
 template <DataType D, class Op, bool kScale, bool kAvx2>
-RC_INLINE void kernelBody(void* out, const void* const* in, int nin, size_t count,
-                          double scale) {
+RC_INLINE void kernelBody(void* out, const void* const* in, int nin, size_t count, double scale) {
   using T = typename Storage<D>::type;
   T* o = static_cast<T*>(out);
   const T* const* i = reinterpret_cast<const T* const*>(in);
@@ -495,8 +524,7 @@ RC_INLINE void kernelBody(void* out, const void* const* in, int nin, size_t coun
   }
 }
 
-using KernelFn = void (*)(void* out, const void* const* in, int nin, size_t count,
-                          double scale);
+using KernelFn = void (*)(void* out, const void* const* in, int nin, size_t count, double scale);
 
 // bool entries exist only to fill the table (selectKernel rejects bool): no scaled copy.
 template <DataType D>
@@ -513,8 +541,8 @@ __attribute__((noinline)) void entryBaseline(void* out, const void* const* in, i
 
 #if RC_HAVE_AVX2_PATH
 template <DataType D, class Op>
-RC_TARGET_AVX2 __attribute__((noinline)) void entryAvx2(void* out, const void* const* in,
-                                                        int nin, size_t count, double scale) {
+RC_TARGET_AVX2 __attribute__((noinline)) void entryAvx2(void* out, const void* const* in, int nin,
+                                                        size_t count, double scale) {
   if constexpr (kScalable<D>) {
     if (scale != 1.0) return kernelBody<D, Op, true, true>(out, in, nin, count, scale);
   }
@@ -525,15 +553,13 @@ RC_TARGET_AVX2 __attribute__((noinline)) void entryAvx2(void* out, const void* c
 // Rows follow DataType, columns follow ReduceOp (Sum, Average, Min, Max, Product);
 // Average is Sum with a scale.
 #define RC_ROW(ENTRY, D) \
-  { ENTRY<D, OpSum>, ENTRY<D, OpSum>, ENTRY<D, OpMin>, ENTRY<D, OpMax>, ENTRY<D, OpProduct> }
-#define RC_TABLE(ENTRY)                                                                     \
-  {                                                                                         \
-    RC_ROW(ENTRY, DataType::kFloat16), RC_ROW(ENTRY, DataType::kBFloat16),                  \
-        RC_ROW(ENTRY, DataType::kFloat32), RC_ROW(ENTRY, DataType::kFloat64),               \
-        RC_ROW(ENTRY, DataType::kInt32), RC_ROW(ENTRY, DataType::kInt64),                   \
-        RC_ROW(ENTRY, DataType::kUInt8), RC_ROW(ENTRY, DataType::kInt8),                    \
-        RC_ROW(ENTRY, DataType::kInt16), RC_ROW(ENTRY, DataType::kBool)                     \
-  }
+  {ENTRY<D, OpSum>, ENTRY<D, OpSum>, ENTRY<D, OpMin>, ENTRY<D, OpMax>, ENTRY<D, OpProduct>}
+#define RC_TABLE(ENTRY)                                                   \
+  {RC_ROW(ENTRY, DataType::kFloat16), RC_ROW(ENTRY, DataType::kBFloat16), \
+   RC_ROW(ENTRY, DataType::kFloat32), RC_ROW(ENTRY, DataType::kFloat64),  \
+   RC_ROW(ENTRY, DataType::kInt32),   RC_ROW(ENTRY, DataType::kInt64),    \
+   RC_ROW(ENTRY, DataType::kUInt8),   RC_ROW(ENTRY, DataType::kInt8),     \
+   RC_ROW(ENTRY, DataType::kInt16),   RC_ROW(ENTRY, DataType::kBool)}
 
 const KernelFn kBaselineTable[kNumDataTypes][kNumReduceOps] = RC_TABLE(entryBaseline);
 #if RC_HAVE_AVX2_PATH
@@ -570,8 +596,8 @@ KernelFn selectKernel(DataType dtype, ReduceOp op, double scale) {
 
 }  // namespace
 
-void reduceN(DataType dtype, ReduceOp op, void* out, const void* const* in, int nin,
-             size_t count, double scale) {
+void reduceN(DataType dtype, ReduceOp op, void* out, const void* const* in, int nin, size_t count,
+             double scale) {
   KernelFn fn = selectKernel(dtype, op, scale);
   RC_CHECK(nin >= 1, "reduce: need at least one input, got " + std::to_string(nin));
   if (count == 0) return;

@@ -20,8 +20,8 @@ void checkReduceOp(DataType dtype, ReduceOp op) {
   // (Average on integers is Horovod's: the sum times 1/size in float64, truncated.)
   if (!isReducible(dtype)) {
     throw ArgumentError(std::string(dtypeName(dtype)) +
-                " cannot be reduced (allreduce, reducescatter); it travels by allgather, "
-                "broadcast and alltoall");
+                        " cannot be reduced (allreduce, reducescatter); it travels by allgather, "
+                        "broadcast and alltoall");
   }
 }
 
@@ -32,9 +32,12 @@ size_t selectionBytes(const Request& r, int size) {
   const size_t e = dtypeSize(r.dtype);
   switch (r.collective) {
     case Collective::kAllgather:
-    case Collective::kAlltoall: return r.count * e * size;
-    case Collective::kBarrier: return 0;
-    default: return r.count * e;
+    case Collective::kAlltoall:
+      return r.count * e * size;
+    case Collective::kBarrier:
+      return 0;
+    default:
+      return r.count * e;
   }
 }
 
@@ -95,12 +98,14 @@ class OpTrace {
     exceptions_ = std::uncaught_exceptions();
     const Descriptor& d = call.hd.desc;
     const Collective coll = static_cast<Collective>(d.collective);
-    std::string args = "\"seq\":" + std::to_string(d.seq) + ",\"count\":" + std::to_string(d.count) +
-                       ",\"dtype\":\"" + dtypeName(call.dtype) + "\",\"algorithm\":\"" + algorithm + "\"";
+    std::string args = "\"seq\":" + std::to_string(d.seq) +
+                       ",\"count\":" + std::to_string(d.count) + ",\"dtype\":\"" +
+                       dtypeName(call.dtype) + "\",\"algorithm\":\"" + algorithm + "\"";
     const bool reduces = coll == Collective::kAllreduce || coll == Collective::kReducescatter;
     if (reduces) args += std::string(",\"op\":\"") + opName(call.op) + "\"";
     if (d.root >= 0) args += ",\"root\":" + std::to_string(d.root);
-    if (d.name[0]) args += ",\"name\":" + Timeline::jsonString(printableUtf8(d.name, sizeof(d.name)));
+    if (d.name[0])
+      args += ",\"name\":" + Timeline::jsonString(printableUtf8(d.name, sizeof(d.name)));
     t_->beginOp(collectiveName(coll), reduces, d.seq, AsyncEngine::queuedSinceNs(), args);
   }
   Timeline* t_;
@@ -128,7 +133,8 @@ size_t runLocal(Communicator& c, const Request& r) {
       r.received[0] = r.splits[0];
       std::memcpy(r.result->allocate(r.splits[0] * r.count * e), r.in, r.splits[0] * r.count * e);
       return r.splits[0];
-    case Collective::kBarrier: return 0;
+    case Collective::kBarrier:
+      return 0;
   }
   return 0;
 }
@@ -143,31 +149,38 @@ void validate(const Request& r, int size) {
       const size_t bytes = r.count * dtypeSize(r.dtype);
       const char *a = static_cast<const char*>(r.in), *b = static_cast<const char*>(r.out);
       if (a != b && bytes > 0 && a < b + bytes && b < a + bytes) {
-        throw ArgumentError("allreduce: out partially overlaps the input; pass out=x for in place, or a separate array");
+        throw ArgumentError(
+            "allreduce: out partially overlaps the input; pass out=x for in place, or a separate "
+            "array");
       }
       break;
     }
-    case Collective::kReducescatter: checkReduceOp(r.dtype, r.op); break;
+    case Collective::kReducescatter:
+      checkReduceOp(r.dtype, r.op);
+      break;
     case Collective::kBroadcast:
       if (r.root < 0 || r.root >= size) {
-        throw ArgumentError("broadcast: root_rank " + std::to_string(r.root) + " is not a rank of this job (size " +
-                    std::to_string(size) + ")");
+        throw ArgumentError("broadcast: root_rank " + std::to_string(r.root) +
+                            " is not a rank of this job (size " + std::to_string(size) + ")");
       }
       break;
     case Collective::kAlltoall: {
       uint64_t total = 0;
       for (int q = 0; q < size; ++q) total += r.splits[q];
       if (total != r.rows) {
-        throw ArgumentError("alltoall: splits sum to " + std::to_string(total) + " but the first dimension is " +
-                    std::to_string(r.rows));
+        throw ArgumentError("alltoall: splits sum to " + std::to_string(total) +
+                            " but the first dimension is " + std::to_string(r.rows));
       }
       break;
     }
-    default: break;
+    default:
+      break;
   }
 }
 
-size_t reducescatterRows(size_t rows, int size, int rank) { return ring::chunkCount(rows, size, rank); }
+size_t reducescatterRows(size_t rows, int size, int rank) {
+  return ring::chunkCount(rows, size, rank);
+}
 
 Group::Group(std::unique_ptr<Communicator> comm, tuning::Policy policy)
     : comm_(std::move(comm)), policy_(std::move(policy)) {}
@@ -224,10 +237,11 @@ void Group::logChoice(const algorithms::Situation& s, const algorithms::Algorith
   if (seen & (uint64_t(1) << width)) return;
   seen |= uint64_t(1) << width;
   const size_t lo = width ? size_t(1) << (width - 1) : 0;
-  comm_->log().write(LogLevel::kDebug, std::string(collectiveName(s.collective)) + " of " + std::to_string(s.bytes) +
-                                          " B (first call in [" + std::to_string(lo) + ", " +
-                                          std::to_string(width ? lo * 2 : 1) + ") B): " + a.name + " (" +
-                                          tuning::explain(policy_, costs_, s, a) + ")");
+  comm_->log().write(LogLevel::kDebug, std::string(collectiveName(s.collective)) + " of " +
+                                           std::to_string(s.bytes) + " B (first call in [" +
+                                           std::to_string(lo) + ", " +
+                                           std::to_string(width ? lo * 2 : 1) + ") B): " + a.name +
+                                           " (" + tuning::explain(policy_, costs_, s, a) + ")");
 }
 
 size_t Group::execute(const Request& r) {
@@ -250,7 +264,8 @@ size_t Group::execute(const Request& r) {
     c.fail(e.what());  // aborts the peers (unless they already did), rethrows
   }
   // A continuation renamed what ran (prim::continueAs).
-  if (call.hd.desc.algorithm != a.id) last_.store(algorithms::byId(call.hd.desc.algorithm).name, std::memory_order_relaxed);
+  if (call.hd.desc.algorithm != a.id)
+    last_.store(algorithms::byId(call.hd.desc.algorithm).name, std::memory_order_relaxed);
   return call.resultRows;
 }
 

@@ -71,8 +71,8 @@ class Group {
 
   std::unique_ptr<Communicator> comm_;
   tuning::Policy policy_;
-  algorithms::Costs costs_{};        // of the connected communicator's links
-  algorithms::Situation base_{};     // the job's part of every call's situation
+  algorithms::Costs costs_{};     // of the connected communicator's links
+  algorithms::Situation base_{};  // the job's part of every call's situation
   std::atomic<const char*> last_{""};
   // Size classes (bit width of the bytes) whose choice the debug log showed, per
   // collective; touched only by execute(), which runs one call at a time.

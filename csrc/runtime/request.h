@@ -13,7 +13,7 @@ namespace rdmacoll {
 struct Request {
   Collective collective = Collective::kAllreduce;
   const void* in = nullptr;
-  void* out = nullptr;   // allreduce, broadcast (may equal in), reducescatter
+  void* out = nullptr;  // allreduce, broadcast (may equal in), reducescatter
   // allreduce, broadcast, reducescatter: elements of the input; allgather, alltoall:
   // elements of one row (the first dimension's rows may differ between ranks).
   size_t count = 0;

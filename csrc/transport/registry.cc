@@ -45,15 +45,18 @@ TransportReport probeTransport(const std::string& name, const Options& options) 
   }
 }
 
-std::unique_ptr<Device> createDevice(const std::string& name, int rank, int size, const Options& options) {
+std::unique_ptr<Device> createDevice(const std::string& name, int rank, int size,
+                                     const Options& options) {
   if (name == "shm") return std::make_unique<shm::ShmDevice>(rank, size);
   if (name == "tcp") return std::make_unique<tcp::TcpDevice>(rank, size, options);
 #ifdef RDMACOLL_WITH_IBVERBS
   if (name == "ibverbs") return std::make_unique<ibverbs::IbvDevice>(rank, size, options);
 #else
   if (name == "ibverbs") {
-    throw Error("transport 'ibverbs' is not compiled into this build (the verbs headers were missing: install "
-                "libibverbs-dev or rdma-core-devel, then reinstall rdmacoll); use shm or tcp");
+    throw Error(
+        "transport 'ibverbs' is not compiled into this build (the verbs headers were missing: "
+        "install "
+        "libibverbs-dev or rdma-core-devel, then reinstall rdmacoll); use shm or tcp");
   }
 #endif
   std::string names;

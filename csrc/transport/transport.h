@@ -180,7 +180,10 @@ class Device {
   // where no thread sees this backend's events while nobody polls it: the sleeper must
   // then poll it itself. Call once, before connect(); the device keeps the hook until
   // it is destroyed.
-  virtual bool setWakeHook(std::function<void()> hook) { (void)hook; return false; }
+  virtual bool setWakeHook(std::function<void()> hook) {
+    (void)hook;
+    return false;
+  }
   // Wake this device's sleepers as a delivery would (what another device's hook calls).
   // Any thread; cheap when nobody sleeps.
   virtual void wakeSleepers() {}
@@ -188,7 +191,8 @@ class Device {
 
 // Create the device of a backend by name ("shm"). Throws Error naming the alternatives
 // when the backend does not exist or cannot run on this host.
-std::unique_ptr<Device> createDevice(const std::string& name, int rank, int size, const Options& options);
+std::unique_ptr<Device> createDevice(const std::string& name, int rank, int size,
+                                     const Options& options);
 
 // Which backend reaches which peer: the one place that decides it (job.cc).
 //
@@ -202,7 +206,8 @@ std::string networkOffer(const Options& options);
 // to the others, the first network backend of rank 0's offer that every rank offers
 // (hybrid/); a backend's name uses that backend for every peer. hostOf[r] = host index of
 // rank r; offers[r] = rank r's networkOffer() (may be empty on one host).
-std::unique_ptr<Device> createJobDevice(const Options& options, int rank, const std::vector<int>& hostOf,
+std::unique_ptr<Device> createJobDevice(const Options& options, int rank,
+                                        const std::vector<int>& hostOf,
                                         const std::vector<std::string>& offers);
 // Throws Error quoting `value` unless it is "auto" or a backend's name (RDMACOLL_TRANSPORT).
 void checkTransportSetting(const std::string& value);

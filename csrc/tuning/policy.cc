@@ -9,12 +9,16 @@ namespace rdmacoll {
 namespace tuning {
 
 void checkCostModel(const CostModel& m, const std::string& where) {
-  const struct { const char* name; double v; } constants[] = {{"alpha", m.alpha}, {"beta", m.beta}, {"gamma", m.gamma}};
+  const struct {
+    const char* name;
+    double v;
+  } constants[] = {{"alpha", m.alpha}, {"beta", m.beta}, {"gamma", m.gamma}};
   for (const auto& k : constants) {
     if (std::isnan(k.v)) continue;
     if (!std::isfinite(k.v) || k.v < 0) {
       throw Error(where + "['" + k.name + "']=" + std::to_string(k.v) +
-                  " must be a finite number >= 0 (check RDMACOLL_TUNING_FILE or rerun rdmacoll-bench --tune)");
+                  " must be a finite number >= 0 (check RDMACOLL_TUNING_FILE or rerun "
+                  "rdmacoll-bench --tune)");
     }
   }
 }

@@ -27,8 +27,8 @@ constexpr size_t kNoLimit = SIZE_MAX;  // 'inf' (settings::kInf)
 
 struct AlgoRule {
   Collective collective = Collective::kAllreduce;
-  size_t lo = 0;           // bytes, inclusive
-  size_t hi = kNoLimit;    // bytes, exclusive (kNoLimit: no upper bound, inclusive of SIZE_MAX)
+  size_t lo = 0;         // bytes, inclusive
+  size_t hi = kNoLimit;  // bytes, exclusive (kNoLimit: no upper bound, inclusive of SIZE_MAX)
   std::string algorithm;
   bool covers(size_t bytes) const { return bytes >= lo && (hi == kNoLimit || bytes < hi); }
 };

@@ -8,6 +8,7 @@ alltoall: one rank's send buffer) and `count` the elements one call argument nam
 algbw = bytes / time; busbw = algbw * bus_factor: the share of the data each rank's link
 must carry in an optimal algorithm, which compares across rank counts.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -40,8 +41,7 @@ def counts(collective: str, nbytes: int, itemsize: int, nranks: int) -> tuple[in
     return total, total
 
 
-def sizes(minbytes: int, maxbytes: int, factor: int, collective: str, itemsize: int, nranks: int,
-          step: int = 0):
+def sizes(minbytes: int, maxbytes: int, factor: int, collective: str, itemsize: int, nranks: int, step: int = 0):
     """[(bytes, total elements, count)] of the sweep: minbytes times powers of factor, or
     (factor 1, as nccl-tests' -f 1 -i step) minbytes plus multiples of step; maxbytes last
     where the steps jump over it; sizes that round to the same element count are listed
@@ -100,8 +100,9 @@ def _reduced(nranks: int, start: int, n: int, dtype: np.dtype, op: str) -> np.nd
     return np.resize(acc.astype(dtype), n)
 
 
-def expected(collective: str, rank: int, nranks: int, total: int, count: int, dtype: np.dtype,
-             op: str, root: int = 0) -> np.ndarray:
+def expected(
+    collective: str, rank: int, nranks: int, total: int, count: int, dtype: np.dtype, op: str, root: int = 0
+) -> np.ndarray:
     """What rank must hold after the collective (broadcast: root's input)."""
     if collective == "allreduce":
         return _reduced(nranks, 0, total, dtype, op)
@@ -126,6 +127,6 @@ def count_wrong(got, want: np.ndarray) -> int:
         return 0
     if want.dtype.kind in "iu":
         return int(np.count_nonzero(got != want))
-    eps = float(np.finfo(want.dtype).eps) if want.dtype.kind == "f" else 2.0 ** -7  # bfloat16
+    eps = float(np.finfo(want.dtype).eps) if want.dtype.kind == "f" else 2.0**-7  # bfloat16
     g, w = got.astype(np.float64), want.astype(np.float64)
     return int(np.count_nonzero(~np.isclose(g, w, rtol=4 * eps, atol=0)))

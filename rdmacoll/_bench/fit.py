@@ -11,6 +11,7 @@ least-squares solution on its own support, so solving on each of the 8 subsets o
 unknowns and keeping the best non-negative one finds it. scipy.optimize.nnls (an active
 set method) solves the same problem when SciPy is installed; SciPy is not a dependency.
 """
+
 from __future__ import annotations
 
 import itertools

@@ -7,6 +7,7 @@ root 0 only): run() performs one call (the part that is timed), reset() restores
 what an in-place call overwrote (untimed, before every call), result() is this rank's
 output after the last call (checked against the NumPy reference).
 """
+
 from __future__ import annotations
 
 from typing import Callable, NamedTuple
@@ -29,6 +30,7 @@ def nothing() -> None:
 def restore(buf: np.ndarray, src: np.ndarray) -> Callable[[], None]:
     def reset() -> None:
         buf[...] = src
+
     return reset
 
 
@@ -80,6 +82,7 @@ class Rdmacoll:
 
         def run():
             last[0] = call()
+
         return Prepared(run, nothing, lambda: last[0])
 
     def close(self) -> None:

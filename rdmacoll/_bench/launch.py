@@ -1,5 +1,6 @@
 """rdmacoll-bench --np N: the same command, launched through mpiexec with N local ranks;
 and what to say when no launcher started it."""
+
 from __future__ import annotations
 
 import os
@@ -32,8 +33,10 @@ def how_to_launch(argv: list[str]) -> str:
     """The message for a run without a launcher: the same command, launched."""
     rest = " ".join(shlex.quote(a) for a in argv)
     rest = f" {rest}" if rest else ""
-    return (f"rdmacoll-bench: no launcher started this process, so there is nobody to communicate with. Run it as\n"
-            f"  mpiexec -n 2 rdmacoll-bench{rest}\n"
-            f"  rdmacoll-bench --np 2{rest}          (launches itself through mpiexec)\n"
-            f"  torchrun --nproc-per-node 2 -m rdmacoll.bench{rest}   (with PyTorch)\n"
-            f"(one rank on purpose: --np 1)")
+    return (
+        f"rdmacoll-bench: no launcher started this process, so there is nobody to communicate with. Run it as\n"
+        f"  mpiexec -n 2 rdmacoll-bench{rest}\n"
+        f"  rdmacoll-bench --np 2{rest}          (launches itself through mpiexec)\n"
+        f"  torchrun --nproc-per-node 2 -m rdmacoll.bench{rest}   (with PyTorch)\n"
+        f"(one rank on purpose: --np 1)"
+    )

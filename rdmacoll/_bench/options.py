@@ -1,5 +1,6 @@
 """rdmacoll-bench's command line: nccl-tests' options plus rdmacoll's, checked up front so
 that a bad value costs one line on stderr, not a launch that fails halfway."""
+
 from __future__ import annotations
 
 import argparse
@@ -16,12 +17,23 @@ FLOATS = ("float16", "bfloat16", "float32", "float64")
 # nccl-tests' spellings (common.cu: test_typenames, test_opnames), as printed in the table's
 # type and redop columns; rdmacoll's own spellings are accepted too, in any case.
 # In nccl-tests' order, which -d all / -o all follow.
-NCCL_TYPES = {"int8": "int8", "uint8": "uint8", "int32": "int32", "int64": "int64", "float16": "half",
-              "float32": "float", "float64": "double", "bfloat16": "bfloat16"}
+NCCL_TYPES = {
+    "int8": "int8",
+    "uint8": "uint8",
+    "int32": "int32",
+    "int64": "int64",
+    "float16": "half",
+    "float32": "float",
+    "float64": "double",
+    "bfloat16": "bfloat16",
+}
 NCCL_OPS = {"Sum": "sum", "Product": "prod", "Max": "max", "Min": "min", "Average": "avg"}
 # nccl-tests' names the core has no counterpart for
-NOT_HERE = {"uint32": "the core has no uint32", "uint64": "the core has no uint64",
-            "mulsum": "the core has no pre-multiplied sum"}
+NOT_HERE = {
+    "uint32": "the core has no uint32",
+    "uint64": "the core has no uint64",
+    "mulsum": "the core has no pre-multiplied sum",
+}
 # -a: how each rank's time becomes the one reported (nccl-tests' --average)
 AVERAGE = {0: "rank 0's", 1: "the mean over ranks", 2: "the fastest rank's", 3: "the slowest rank's"}
 
@@ -40,6 +52,7 @@ def _choice(kind: str, table: dict[str, str], canonical: tuple[str, ...]):
             return [names[key]]
         why = f": {NOT_HERE[key]}" if key in NOT_HERE else ""
         raise argparse.ArgumentTypeError(f"unknown {kind} {text!r}{why} (accepted, any case: {accepted})")
+
     parse.__name__ = kind
     return parse
 
@@ -78,6 +91,7 @@ def _int_at_least(low: int):
         if v < low:
             raise argparse.ArgumentTypeError(f"must be >= {low}: {text!r}")
         return v
+
     parse.__name__ = f"integer >= {low}"
     return parse
 
@@ -118,59 +132,126 @@ class OneLineParser(argparse.ArgumentParser):
 
 
 def build_parser(description: str | None = None) -> argparse.ArgumentParser:
-    ap = OneLineParser(prog="rdmacoll-bench", description=description,
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("collectives", nargs="*", metavar="COLLECTIVE", default=[],
-                    help=f"{' '.join(COLLECTIVES)} or all (default: allreduce)")
+    ap = OneLineParser(
+        prog="rdmacoll-bench", description=description, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument(
+        "collectives",
+        nargs="*",
+        metavar="COLLECTIVE",
+        default=[],
+        help=f"{' '.join(COLLECTIVES)} or all (default: allreduce)",
+    )
     ap.add_argument("-b", "--minbytes", type=parse_size, default=parse_size("8"), help="smallest size (default 8)")
     ap.add_argument("-e", "--maxbytes", type=parse_size, default=parse_size("64M"), help="largest size (default 64M)")
-    ap.add_argument("-f", "--stepfactor", type=positive_int, default=None,
-                    help="size multiplier; 1: add -i instead (default 4, or 1 when only -i is given)")
-    ap.add_argument("-i", "--stepbytes", type=parse_size, default=None,
-                    help="size increment when -f is 1 or not given (default 1M)")
+    ap.add_argument(
+        "-f",
+        "--stepfactor",
+        type=positive_int,
+        default=None,
+        help="size multiplier; 1: add -i instead (default 4, or 1 when only -i is given)",
+    )
+    ap.add_argument(
+        "-i", "--stepbytes", type=parse_size, default=None, help="size increment when -f is 1 or not given (default 1M)"
+    )
     ap.add_argument("-n", "--iters", type=positive_int, default=20, help="timed iterations per size (default 20)")
-    ap.add_argument("-w", "--warmup", "--warmup_iters", type=_int_at_least(0), default=5,
-                    help="warm-up iterations (default 5)")
-    ap.add_argument("-c", "--check", type=_int_at_least(0), default=1,
-                    help="verify results: 0 no, N > 0 yes, once per size and placement (default 1)")
-    ap.add_argument("-d", "--dtype", "--datatype", type=dtype_list, default=["float32"],
-                    help="half float double bfloat16 int8 uint8 int32 int64 (nccl-tests' names), float16 float32 "
-                         "float64 (rdmacoll's), or all; any case (default float)")
-    ap.add_argument("-o", "--op", type=op_list, default=["Sum"],
-                    help="sum prod min max avg (nccl-tests' names), Average Product (rdmacoll's), or all; "
-                         "any case (default sum)")
+    ap.add_argument(
+        "-w", "--warmup", "--warmup_iters", type=_int_at_least(0), default=5, help="warm-up iterations (default 5)"
+    )
+    ap.add_argument(
+        "-c",
+        "--check",
+        type=_int_at_least(0),
+        default=1,
+        help="verify results: 0 no, N > 0 yes, once per size and placement (default 1)",
+    )
+    ap.add_argument(
+        "-d",
+        "--dtype",
+        "--datatype",
+        type=dtype_list,
+        default=["float32"],
+        help="half float double bfloat16 int8 uint8 int32 int64 (nccl-tests' names), float16 float32 "
+        "float64 (rdmacoll's), or all; any case (default float)",
+    )
+    ap.add_argument(
+        "-o",
+        "--op",
+        type=op_list,
+        default=["Sum"],
+        help="sum prod min max avg (nccl-tests' names), Average Product (rdmacoll's), or all; any case (default sum)",
+    )
     ap.add_argument("-r", "--root", type=_int_at_least(0), default=0, help="broadcast's root rank (default 0)")
-    ap.add_argument("-a", "--average", type=int, choices=sorted(AVERAGE), default=None,
-                    help="how ranks' times combine: 0 rank 0's, 1 mean, 2 fastest, 3 slowest "
-                         "(default 3 per call; 1 with --back-to-back, as nccl-tests)")
-    ap.add_argument("-z", "--blocking", type=int, choices=(0, 1), default=0,
-                    help="with --back-to-back: a barrier after every call (nccl-tests' -z 1); without it every "
-                         "call is already barrier-aligned")
-    ap.add_argument("--back-to-back", action="store_true",
-                    help="time as nccl-tests does: -n calls back to back, each rank's average per call")
-    ap.add_argument("--algo", default=None,
-                    help="force an algorithm: a name (applied to every collective swept) or RDMACOLL_ALGO rules")
+    ap.add_argument(
+        "-a",
+        "--average",
+        type=int,
+        choices=sorted(AVERAGE),
+        default=None,
+        help="how ranks' times combine: 0 rank 0's, 1 mean, 2 fastest, 3 slowest "
+        "(default 3 per call; 1 with --back-to-back, as nccl-tests)",
+    )
+    ap.add_argument(
+        "-z",
+        "--blocking",
+        type=int,
+        choices=(0, 1),
+        default=0,
+        help="with --back-to-back: a barrier after every call (nccl-tests' -z 1); without it every "
+        "call is already barrier-aligned",
+    )
+    ap.add_argument(
+        "--back-to-back",
+        action="store_true",
+        help="time as nccl-tests does: -n calls back to back, each rank's average per call",
+    )
+    ap.add_argument(
+        "--algo",
+        default=None,
+        help="force an algorithm: a name (applied to every collective swept) or RDMACOLL_ALGO rules",
+    )
     ap.add_argument("--transport", default=None, help="RDMACOLL_TRANSPORT for this run (default: shm)")
-    ap.add_argument("--inplace", type=int, choices=(0, 1), default=None,
-                    help="only in place (1) or only out of place (0); default both, side by side")
-    ap.add_argument("--memory", choices=("user", "empty"), default="user",
-                    help="user: plain NumPy arrays; empty: arrays from rc.empty (zero-copy)")
-    ap.add_argument("--compare", type=peer_list, default=[], metavar="PEERS",
-                    help="also time these, same sizes, same processes: mpi,gloo,horovod")
+    ap.add_argument(
+        "--inplace",
+        type=int,
+        choices=(0, 1),
+        default=None,
+        help="only in place (1) or only out of place (0); default both, side by side",
+    )
+    ap.add_argument(
+        "--memory",
+        choices=("user", "empty"),
+        default="user",
+        help="user: plain NumPy arrays; empty: arrays from rc.empty (zero-copy)",
+    )
+    ap.add_argument(
+        "--compare",
+        type=peer_list,
+        default=[],
+        metavar="PEERS",
+        help="also time these, same sizes, same processes: mpi,gloo,horovod",
+    )
     ap.add_argument("--json", metavar="FILE", default=None, help="write every row as JSON (rank 0)")
     ap.add_argument("--plot", metavar="FILE.png", default=None, help="draw busbw and time against size (matplotlib)")
-    ap.add_argument("--from", dest="from_json", metavar="FILE.json", default=None,
-                    help="with --plot: redraw from a saved --json file (runs nothing, needs no launcher)")
+    ap.add_argument(
+        "--from",
+        dest="from_json",
+        metavar="FILE.json",
+        default=None,
+        help="with --plot: redraw from a saved --json file (runs nothing, needs no launcher)",
+    )
     ap.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
     ap.add_argument("--list", action="store_true", help="list the allreduce algorithms and exit")
-    ap.add_argument("--np", type=positive_int, default=None,
-                    help="launch this many local ranks through mpiexec")
-    ap.add_argument("--tune", action="store_true",
-                    help="measure the cost model constants and write the tuning file")
-    ap.add_argument("--tune-file", default=None,
-                    help="where --tune writes (default: $RDMACOLL_TUNING_FILE, else ~/.cache/rdmacoll/tuning.json)")
-    ap.add_argument("--tune-sizes", default="8,1K,4K,16K,32K,64K,256K,1M,4M",
-                    help="message sizes --tune times (comma-separated)")
+    ap.add_argument("--np", type=positive_int, default=None, help="launch this many local ranks through mpiexec")
+    ap.add_argument("--tune", action="store_true", help="measure the cost model constants and write the tuning file")
+    ap.add_argument(
+        "--tune-file",
+        default=None,
+        help="where --tune writes (default: $RDMACOLL_TUNING_FILE, else ~/.cache/rdmacoll/tuning.json)",
+    )
+    ap.add_argument(
+        "--tune-sizes", default="8,1K,4K,16K,32K,64K,256K,1M,4M", help="message sizes --tune times (comma-separated)"
+    )
     return ap
 
 

@@ -2,6 +2,7 @@
 row of two panels per collective, log axes, drawn from JSON rows (those of the run just
 made, or a saved --json file: --plot FILE.png --from FILE.json). matplotlib is imported
 here only, and only when a plot is asked for."""
+
 from __future__ import annotations
 
 import json
@@ -12,11 +13,15 @@ from .options import human
 
 def title_of(rows: list[dict]) -> str:
     """What was run, from the rows themselves."""
+
     def listed(key):
         return ", ".join(dict.fromkeys(str(r.get(key, "?")) for r in rows))
+
     ops = ", ".join(dict.fromkeys(r["op"] for r in rows if r.get("op", "none") != "none"))
-    return (f"rdmacoll-bench {listed('collective')}: {listed('ranks')} ranks on {listed('hosts')} host(s), "
-            f"{listed('dtype')}{', ' + ops if ops else ''}; rdmacoll {listed('version')}, timing {listed('timing')}")
+    return (
+        f"rdmacoll-bench {listed('collective')}: {listed('ranks')} ranks on {listed('hosts')} host(s), "
+        f"{listed('dtype')}{', ' + ops if ops else ''}; rdmacoll {listed('version')}, timing {listed('timing')}"
+    )
 
 
 def plot_saved(path: str, source: str) -> int:
@@ -56,8 +61,10 @@ def plot(path: str, rows: list[dict], title: str | None = None) -> None:
         ticks = sorted({r.bytes for r in shown})
         if len(ticks) > 10:
             ticks = ticks[:: -(-len(ticks) // 10)]
-        for ax, ylabel, what in ((bw, "busbw (GB/s)", "bus bandwidth, higher is better"),
-                                 (lat, "time per call (us)", "time per call, lower is better")):
+        for ax, ylabel, what in (
+            (bw, "busbw (GB/s)", "bus bandwidth, higher is better"),
+            (lat, "time per call (us)", "time per call, lower is better"),
+        ):
             ax.set_xscale("log", base=2)
             ax.set_yscale("log")
             if ticks:

@@ -1,6 +1,7 @@
 """The table on stdout (nccl-tests' columns, out of place and in place side by side, then
 algo and transport, plus time ratios per comparison peer), nccl-tests' closing lines, the
 JSON rows, and progress on stderr."""
+
 from __future__ import annotations
 
 import json
@@ -12,9 +13,29 @@ from dataclasses import dataclass
 
 from .options import human_bytes
 
-JSON_KEYS = ("impl", "collective", "placement", "bytes", "count", "dtype", "op", "root", "algo", "transport",
-             "time_us", "min_us", "median_us", "max_us", "algbw", "busbw", "wrong", "ranks", "hosts", "version",
-             "timing")
+JSON_KEYS = (
+    "impl",
+    "collective",
+    "placement",
+    "bytes",
+    "count",
+    "dtype",
+    "op",
+    "root",
+    "algo",
+    "transport",
+    "time_us",
+    "min_us",
+    "median_us",
+    "max_us",
+    "algbw",
+    "busbw",
+    "wrong",
+    "ranks",
+    "hosts",
+    "version",
+    "timing",
+)
 PLACEMENTS = ("out-of-place", "in-place")
 SHORT = {"out-of-place": "oop", "in-place": "ip"}
 
@@ -23,37 +44,56 @@ SHORT = {"out-of-place": "oop", "in-place": "ip"}
 class Row:
     impl: str
     collective: str
-    placement: str     # out-of-place, in-place
+    placement: str  # out-of-place, in-place
     bytes: int
     count: int
-    dtype: str         # NumPy's name (float32); the table prints nccl-tests' (float)
-    op: str            # rdmacoll's name (Sum), "none" where the collective does not reduce
-    root: int          # broadcast's root, -1 elsewhere (as nccl-tests prints it)
+    dtype: str  # NumPy's name (float32); the table prints nccl-tests' (float)
+    op: str  # rdmacoll's name (Sum), "none" where the collective does not reduce
+    root: int  # broadcast's root, -1 elsewhere (as nccl-tests prints it)
     algo: str
     transport: str
-    time_us: float     # the reported time: the median per call, or back to back the -a combination
-    min_us: float      # spread over calls (per call) or over ranks (back to back)
+    time_us: float  # the reported time: the median per call, or back to back the -a combination
+    min_us: float  # spread over calls (per call) or over ranks (back to back)
     median_us: float
     max_us: float
-    algbw: float       # GB/s
-    busbw: float       # GB/s
+    algbw: float  # GB/s
+    busbw: float  # GB/s
     wrong: int | None  # None: not checked
     ranks: int
     hosts: int
     version: str
-    timing: str        # "per call, -a 3" or "back to back, -a 1"
+    timing: str  # "per call, -a 3" or "back to back, -a 1"
 
     def json(self) -> dict:
         return {k: getattr(self, k) for k in JSON_KEYS}
 
 
-def make_row(impl, collective, placement, nbytes, count, dtype, op, root, algo, transport, times, factor, wrong,
-             job: dict) -> Row:
+def make_row(
+    impl, collective, placement, nbytes, count, dtype, op, root, algo, transport, times, factor, wrong, job: dict
+) -> Row:
     """job: ranks, hosts, version, timing (the same for every row of a run)."""
     t = times.time
     algbw = nbytes / t / 1e9 if t > 0 else 0.0
-    return Row(impl, collective, placement, nbytes, count, dtype, op, root, algo, transport, t * 1e6,
-               times.min * 1e6, times.median * 1e6, times.max * 1e6, algbw, algbw * factor, wrong, **job)
+    return Row(
+        impl,
+        collective,
+        placement,
+        nbytes,
+        count,
+        dtype,
+        op,
+        root,
+        algo,
+        transport,
+        t * 1e6,
+        times.min * 1e6,
+        times.median * 1e6,
+        times.max * 1e6,
+        algbw,
+        algbw * factor,
+        wrong,
+        **job,
+    )
 
 
 def nccl_time(us: float) -> str:
@@ -76,17 +116,29 @@ class Table:
     def _extra_names(self) -> str:
         text = f"  {'algo':<18} {'transport':<9}"
         if self.peers:
-            text += f" {'impl':<8}" + "".join(f" {p + ':' + SHORT[pl]:>9}" for p in self.peers for pl in self.placements)
+            text += f" {'impl':<8}" + "".join(
+                f" {p + ':' + SHORT[pl]:>9}" for p in self.peers for pl in self.placements
+            )
         return text
 
     def header(self) -> None:
         ratios = "   peer time / rdmacoll time" if self.peers else ""
-        print(f"# {'':>10}  {'':>12}  {'':>8}  {'':>6}  {'':>6}           out-of-place                       "
-              f"in-place{ratios and ' ' * 38 + ratios}", file=self.out)
-        print(f"# {'size':>10}  {'count':>12}  {'type':>8}  {'redop':>6}  {'root':>6}" +
-              f"  {'time':>7}  {'algbw':>6}  {'busbw':>6} {'#wrong':>6}" * 2 + self._extra_names(), file=self.out)
-        print(f"# {'(B)':>10}  {'(elements)':>12}  {'':>8}  {'':>6}  {'':>6}" +
-              (f"  {'(us)':>7}  {'(GB/s)':>6}  {'(GB/s)':>6}  {'':>5}" * 2).rstrip(), file=self.out)
+        print(
+            f"# {'':>10}  {'':>12}  {'':>8}  {'':>6}  {'':>6}           out-of-place                       "
+            f"in-place{ratios and ' ' * 38 + ratios}",
+            file=self.out,
+        )
+        print(
+            f"# {'size':>10}  {'count':>12}  {'type':>8}  {'redop':>6}  {'root':>6}"
+            + f"  {'time':>7}  {'algbw':>6}  {'busbw':>6} {'#wrong':>6}" * 2
+            + self._extra_names(),
+            file=self.out,
+        )
+        print(
+            f"# {'(B)':>10}  {'(elements)':>12}  {'':>8}  {'':>6}  {'':>6}"
+            + (f"  {'(us)':>7}  {'(GB/s)':>6}  {'(GB/s)':>6}  {'':>5}" * 2).rstrip(),
+            file=self.out,
+        )
 
     @staticmethod
     def _cells(r: Row | None) -> str:
@@ -105,10 +157,12 @@ class Table:
             mine = [by.get((impl, pl)) for pl in PLACEMENTS]
             first = next(r for r in mine if r is not None)
             algos = list(dict.fromkeys(r.algo for r in mine if r is not None))
-            line = (f"{first.bytes:12d}  {first.count:12d}  {NCCL_TYPES.get(first.dtype, first.dtype):>8}  "
-                    f"{NCCL_OPS.get(first.op, first.op):>6}  {first.root:6d}"
-                    + "".join(self._cells(r) for r in mine)
-                    + f"  {'/'.join(algos):<18} {first.transport:<9}")
+            line = (
+                f"{first.bytes:12d}  {first.count:12d}  {NCCL_TYPES.get(first.dtype, first.dtype):>8}  "
+                f"{NCCL_OPS.get(first.op, first.op):>6}  {first.root:6d}"
+                + "".join(self._cells(r) for r in mine)
+                + f"  {'/'.join(algos):<18} {first.transport:<9}"
+            )
             if self.peers:
                 line += f" {impl:<8}"
                 if impl == impls[0]:
@@ -135,12 +189,18 @@ class Table:
                 print(f"# Avg bus bandwidth    : {statistics.mean(bus):g}{label}", file=self.out)
         for peer in impls[1:]:
             theirs = {(r.bytes, r.placement, r.dtype, r.op): r.time_us for r in rows if r.impl == peer}
-            ratios = [theirs[k] / r.time_us for r in mine
-                      if (k := (r.bytes, r.placement, r.dtype, r.op)) in theirs and r.time_us > 0]
+            ratios = [
+                theirs[k] / r.time_us
+                for r in mine
+                if (k := (r.bytes, r.placement, r.dtype, r.op)) in theirs and r.time_us > 0
+            ]
             if ratios:
                 geo = math.exp(statistics.mean(math.log(x) for x in ratios))
-                print(f"# {peer} time / {impls[0]} time: {geo:.2f} (geometric mean over {len(ratios)} sizes and "
-                      f"placements; range {min(ratios):.2f}-{max(ratios):.2f})", file=self.out)
+                print(
+                    f"# {peer} time / {impls[0]} time: {geo:.2f} (geometric mean over {len(ratios)} sizes and "
+                    f"placements; range {min(ratios):.2f}-{max(ratios):.2f})",
+                    file=self.out,
+                )
         print("#", file=self.out)
         self.out.flush()
 

@@ -1,5 +1,6 @@
 """The sweep: for every collective and size, every implementation in turn (rdmacoll, then
 the --compare peers) in the same processes on the same inputs, timed, checked, printed."""
+
 from __future__ import annotations
 
 import sys
@@ -34,15 +35,18 @@ def _available_memory() -> int | None:
     return None
 
 
-def too_big(maxbytes: int, peers: int, check: bool, local_ranks: int, available: int | None,
-            placements: int = 1) -> str | None:
+def too_big(
+    maxbytes: int, peers: int, check: bool, local_ranks: int, available: int | None, placements: int = 1
+) -> str | None:
     """Why the largest size cannot fit in this host's memory, or None."""
     # per rank: send and receive buffers of every implementation and placement (all
     # prepared at once), the input pattern and the reference (at most maxbytes each)
     need = maxbytes * (2 * (1 + peers) * placements + 2 + 2 * int(check)) * local_ranks
     if available is not None and need > 0.9 * available:
-        return (f"-e {human_bytes(maxbytes)} does not fit in memory: about {need / 2**30:.1f} GiB for "
-                f"{local_ranks} ranks on this host, {available / 2**30:.1f} GiB available (lower --maxbytes)")
+        return (
+            f"-e {human_bytes(maxbytes)} does not fit in memory: about {need / 2**30:.1f} GiB for "
+            f"{local_ranks} ranks on this host, {available / 2**30:.1f} GiB available (lower --maxbytes)"
+        )
     return None
 
 
@@ -80,14 +84,17 @@ def _job(args, lead: bool) -> dict:
     where = rc.allgather_object((os.getpid(), socket.gethostname()))
     version = rc.__version__
     how = "back to back" if args.back_to_back else "per call"
-    job = dict(ranks=rc.size(), hosts=len({h for _, h in where}), version=version,
-               timing=f"{how}, -a {args.average}")
+    job = dict(ranks=rc.size(), hosts=len({h for _, h in where}), version=version, timing=f"{how}, -a {args.average}")
     if lead:
         step = f"{args.stepfactor}(factor)" if args.stepfactor > 1 else f"{args.stepbytes}(bytes)"
-        print(f"# rdmacoll-bench {version}: {job['ranks']} ranks on {job['hosts']} host"
-              f"{'s' if job['hosts'] > 1 else ''}, transport {rc._comm.transport}")
-        print(f"# minBytes {args.minbytes} maxBytes {args.maxbytes} step: {step} warmup iters: {args.warmup} "
-              f"iters: {args.iters} validation: {args.check}")
+        print(
+            f"# rdmacoll-bench {version}: {job['ranks']} ranks on {job['hosts']} host"
+            f"{'s' if job['hosts'] > 1 else ''}, transport {rc._comm.transport}"
+        )
+        print(
+            f"# minBytes {args.minbytes} maxBytes {args.maxbytes} step: {step} warmup iters: {args.warmup} "
+            f"iters: {args.iters} validation: {args.check}"
+        )
         print(f"# timing: {timing_note(args)}")
         print("#\n# Using ranks")
         for r, (pid, host) in enumerate(where):
@@ -100,10 +107,14 @@ def timing_note(args) -> str:
     """One line on how times were taken, and how that differs from nccl-tests."""
     who = AVERAGE[args.average]
     if args.back_to_back:
-        return (f"{args.iters} calls back to back{', a barrier after each (-z 1)' if args.blocking else ''}, "
-                f"each rank's mean per call, then {who} (-a {args.average}): as nccl-tests")
-    return (f"a barrier before every call, {who} time per call (-a {args.average}), the median over "
-            f"{args.iters} calls (nccl-tests: calls back to back, the mean over ranks: --back-to-back)")
+        return (
+            f"{args.iters} calls back to back{', a barrier after each (-z 1)' if args.blocking else ''}, "
+            f"each rank's mean per call, then {who} (-a {args.average}): as nccl-tests"
+        )
+    return (
+        f"a barrier before every call, {who} time per call (-a {args.average}), the median over "
+        f"{args.iters} calls (nccl-tests: calls back to back, the mean over ranks: --back-to-back)"
+    )
 
 
 def placements(args, coll: str) -> list[str]:
@@ -124,15 +135,37 @@ def _one_size(args, coll, impls, where, dtype_name, op, step, job) -> list:
     cases = [(impl, pl) for impl in impls for pl in where]
     extra = {"root": args.root} if args.root else {}
     prepared = [impl.prepare(coll, send, op, pl == "in-place", **extra) for impl, pl in cases]
-    timed = measure([(pr, lambda impl=impl: impl.algo) for pr, (impl, _) in zip(prepared, cases)],
-                    args.iters, args.warmup, args.average, args.back_to_back, bool(args.blocking))
+    timed = measure(
+        [(pr, lambda impl=impl: impl.algo) for pr, (impl, _) in zip(prepared, cases)],
+        args.iters,
+        args.warmup,
+        args.average,
+        args.back_to_back,
+        bool(args.blocking),
+    )
     shown_op = op if coll in C.REDUCING else "none"
     root = args.root if coll == "broadcast" else -1
     rows = []
     for (impl, pl), pr, times in zip(cases, prepared, timed):
         wrong = total(C.count_wrong(pr.result(), want)) if args.check else None
-        rows.append(make_row(impl.name, coll, pl, nbytes, count, dtype.name, shown_op, root, times.algo,
-                             impl.transport, times, C.bus_factor(coll, p), wrong, job))
+        rows.append(
+            make_row(
+                impl.name,
+                coll,
+                pl,
+                nbytes,
+                count,
+                dtype.name,
+                shown_op,
+                root,
+                times.algo,
+                impl.transport,
+                times,
+                C.bus_factor(coll, p),
+                wrong,
+                job,
+            )
+        )
     return rows
 
 
@@ -158,8 +191,10 @@ def _sweep(args, plan, impls, notes, progress, lead, job) -> list:
         runs = {(d, o): _runnable(args, coll, impls, d, o, coll_notes) for d, o, _ in combos}
         table = Table([i.name for i in impls[1:]], where)
         if lead:
-            print(f"# rdmacoll-bench {coll}: {rc.size()} ranks, memory {args.memory}, {args.iters} iters, "
-                  f"{args.warmup} warm-up")
+            print(
+                f"# rdmacoll-bench {coll}: {rc.size()} ranks, memory {args.memory}, {args.iters} iters, "
+                f"{args.warmup} warm-up"
+            )
             for line in dict.fromkeys(coll_notes):
                 print(line)
             table.header()
@@ -196,8 +231,18 @@ def run(args) -> int:
         if lead:
             print(text, file=sys.stderr, flush=True)
 
-    why = too_big(args.maxbytes, len(args.compare), args.check, rc.local_size(), _available_memory(),
-                  max(len(placements(args, c)) for c in args.collectives)) if lead else None
+    why = (
+        too_big(
+            args.maxbytes,
+            len(args.compare),
+            args.check,
+            rc.local_size(),
+            _available_memory(),
+            max(len(placements(args, c)) for c in args.collectives),
+        )
+        if lead
+        else None
+    )
     if args.root >= rc.size() and "broadcast" in args.collectives:
         why = f"-r {args.root}: the root must be a rank, 0 to {rc.size() - 1}"
     why = rc.broadcast_object(why)  # rank 0 decides for all: they must sweep alike
@@ -212,11 +257,30 @@ def run(args) -> int:
     plan = []
     for coll in args.collectives:
         combos = args.pairs if coll in C.REDUCING else [(d, "Sum") for d in args.dtype]
-        plan.append((coll, [(d, o, C.sizes(args.minbytes, args.maxbytes, args.stepfactor, coll,
-                                           numpy_dtype(d).itemsize, rc.size(), args.stepbytes))
-                            for d, o in combos]))
-    progress = Progress([(coll, n) for coll, combos in plan for _, _, steps in combos for n, _, _ in steps],
-                        lead and not args.quiet)
+        plan.append(
+            (
+                coll,
+                [
+                    (
+                        d,
+                        o,
+                        C.sizes(
+                            args.minbytes,
+                            args.maxbytes,
+                            args.stepfactor,
+                            coll,
+                            numpy_dtype(d).itemsize,
+                            rc.size(),
+                            args.stepbytes,
+                        ),
+                    )
+                    for d, o in combos
+                ],
+            )
+        )
+    progress = Progress(
+        [(coll, n) for coll, combos in plan for _, _, steps in combos for n, _, _ in steps], lead and not args.quiet
+    )
     try:
         rows = _sweep(args, plan, impls, notes, progress, lead, job)
     finally:

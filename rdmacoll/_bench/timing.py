@@ -10,6 +10,7 @@
   by -a (default 1: the mean, nccl-tests' default). min/median/max are then over ranks.
 
 Implementations compared at one size take turns in rounds."""
+
 from __future__ import annotations
 
 import time
@@ -35,12 +36,13 @@ def total(value: int) -> int:
 def combine(per_rank: np.ndarray, average: int) -> np.ndarray:
     """Every rank's values (axis 0: ranks) as one, by nccl-tests' -a: 0 rank 0's, 1 the
     mean, 2 the minimum, 3 the maximum."""
-    return {0: lambda a: a[0], 1: lambda a: a.mean(axis=0), 2: lambda a: a.min(axis=0),
-            3: lambda a: a.max(axis=0)}[average](per_rank)
+    return {0: lambda a: a[0], 1: lambda a: a.mean(axis=0), 2: lambda a: a.min(axis=0), 3: lambda a: a.max(axis=0)}[
+        average
+    ](per_rank)
 
 
 class Times(NamedTuple):
-    time: float    # the reported time (seconds per call)
+    time: float  # the reported time (seconds per call)
     min: float
     median: float
     max: float
@@ -54,8 +56,9 @@ def _spread(values: np.ndarray, reported: float, algo: str) -> Times:
     return Times(float(reported), float(values.min()), float(np.median(values)), float(values.max()), algo)
 
 
-def measure(cases, iters: int, warmup: int, average: int = 3, back_to_back: bool = False,
-            blocking: bool = False) -> list[Times]:
+def measure(
+    cases, iters: int, warmup: int, average: int = 3, back_to_back: bool = False, blocking: bool = False
+) -> list[Times]:
     """Seconds per call of every case's prepared.run(), timed per call or back to back
     (module docstring), ranks combined by `average` (-a).
 

@@ -12,6 +12,7 @@ csrc/transport/job.cc, the cost model's scale from the layout), never here.
 The exchange interface (MpiExchange, StoreExchange, LocalExchange): rank, size, name,
 bcast(obj) from rank 0, allgather(obj), barrier().
 """
+
 from __future__ import annotations
 
 import logging
@@ -20,7 +21,6 @@ import socket
 
 from .. import _core, _log, _settings
 from . import launcher
-
 
 
 class LocalExchange:
@@ -49,8 +49,10 @@ def choose(config=None, env=None, comm=None):
     kind = mine["bootstrap"] if mine["bootstrap"] != "auto" else launcher.detect(env)
     if comm is not None:
         if kind == "torch":
-            raise _core.RdmacollValueError("rdmacoll.init(comm=...) names an MPI job, but this process was "
-                                           "started by torchrun (or RDMACOLL_BOOTSTRAP=torch): leave comm out")
+            raise _core.RdmacollValueError(
+                "rdmacoll.init(comm=...) names an MPI job, but this process was "
+                "started by torchrun (or RDMACOLL_BOOTSTRAP=torch): leave comm out"
+            )
         from .mpi import exchange as mpi_exchange
 
         return mpi_exchange(comm)
@@ -104,7 +106,7 @@ class World:
         self.sources = sources
         self.tuning_file = tuning_file
         self.exchange = exchange  # what bootstrapped it (mpi, torch's store, or none)
-        self.host_of = host_of    # each rank's host, numbered in order of the hosts' first ranks
+        self.host_of = host_of  # each rank's host, numbered in order of the hosts' first ranks
 
 
 def _everywhere(world, err, what):
@@ -125,15 +127,25 @@ def _describe(rank, host_of, core, settings, sources):
         if d:
             kinds.setdefault(d.split()[0], []).append(r)
     where = getattr(core, "listen_address", "")
-    say(f"host {host_of[rank]} of {len(set(host_of))}, transport {core.transport}: "
+    say(
+        f"host {host_of[rank]} of {len(set(host_of))}, transport {core.transport}: "
         + ("; ".join(f"{k} to ranks {v}" for k, v in kinds.items()) or "no peers")
-        + (f"; listening on {where}" if where else ""))
+        + (f"; listening on {where}" if where else "")
+    )
     changed = [(name, sources[name]) for name in settings if sources.get(name, "default") != "default"]
     job_wide = {name for name, row in _settings.TABLE.items() if row["scope"] == "job"}
-    say("settings changed from their defaults: " + (", ".join(
-        f"{name}={settings[name]!r} ({'rank 0' if name in job_wide and rank else 'this rank'}'s {source})"
-        if source != "init(config=)" else f"{name}={settings[name]!r} (init(config=))"
-        for name, source in changed) or "none"))
+    say(
+        "settings changed from their defaults: "
+        + (
+            ", ".join(
+                f"{name}={settings[name]!r} ({'rank 0' if name in job_wide and rank else 'this rank'}'s {source})"
+                if source != "init(config=)"
+                else f"{name}={settings[name]!r} (init(config=))"
+                for name, source in changed
+            )
+            or "none"
+        )
+    )
 
 
 def bootstrap(config=None, exchange=None, comm=None) -> World:
@@ -164,8 +176,10 @@ def bootstrap(config=None, exchange=None, comm=None) -> World:
     passed = world.allgather(given)
     if any(p != passed[0] for p in passed):
         first = next(r for r, p in enumerate(passed) if p != passed[0])
-        raise _core.RdmacollError(f"rdmacoll.init(): init(config=...) differs between ranks: rank 0 passed "
-                                  f"{passed[0]}, rank {first} passed {passed[first]} (job-wide settings must agree)")
+        raise _core.RdmacollError(
+            f"rdmacoll.init(): init(config=...) differs between ranks: rank 0 passed "
+            f"{passed[0]}, rank {first} passed {passed[first]} (job-wide settings must agree)"
+        )
     settings = dict(job["settings"], **mine)
     sources = dict(job["sources"], **mine_sources)
     # The logger's level (the setting where it is set) is the level the core logs at.
@@ -194,8 +208,9 @@ def bootstrap(config=None, exchange=None, comm=None) -> World:
     # Every rank creates its endpoint first; a failure anywhere is reported everywhere.
     core, err = None, None
     try:
-        core = _core.Communicator(rank, size, local_size, settings, layout,
-                                  _settings.tuning_for(job, max(ranks.values())), log=_log.emit)
+        core = _core.Communicator(
+            rank, size, local_size, settings, layout, _settings.tuning_for(job, max(ranks.values())), log=_log.emit
+        )
         addr = core.address()
     except Exception as e:  # noqa: BLE001 - re-raised below on every rank
         err, addr = f"rank {rank}: {e}", b""

@@ -5,6 +5,7 @@ store from it (the bootstrap setting, RDMACOLL_BOOTSTRAP=auto|mpi|torch), and re
 world that is smaller than the launcher says: a job launched as N processes that each see
 a world of one would train N times alone, silently.
 """
+
 from __future__ import annotations
 
 from .. import _core
@@ -50,11 +51,14 @@ def check_size(size: int, bootstrap: str, env) -> None:
         return
     seen = ", ".join(f"{var}={n}" for var, n in said.items())
     if bootstrap == "mpi":
-        fix = ("if torchrun started the job, set RDMACOLL_BOOTSTRAP=torch (or use init_process_group"
-               "(\"rdmacoll\")); under srun, use an MPI built with Slurm's PMI (srun --mpi=pmix or pmi2) or "
-               "launch with mpiexec")
+        fix = (
+            "if torchrun started the job, set RDMACOLL_BOOTSTRAP=torch (or use init_process_group"
+            '("rdmacoll")); under srun, use an MPI built with Slurm\'s PMI (srun --mpi=pmix or pmi2) or '
+            "launch with mpiexec"
+        )
     else:
         fix = "if mpiexec or srun started the job, set RDMACOLL_BOOTSTRAP=mpi"
     raise _core.RdmacollError(
         f"rdmacoll.init(): the launcher says the job has more processes ({seen}) than the {bootstrap} "
-        f"bootstrap found ({size}): every process would run alone. {fix[0].upper()}{fix[1:]}.")
+        f"bootstrap found ({size}): every process would run alone. {fix[0].upper()}{fix[1:]}."
+    )

@@ -1,6 +1,7 @@
 """MPI as a bootstrap (the only module that imports mpi4py, and only when MPI bootstraps):
 MPI_COMM_WORLD tells the ranks; its bcast and allgather move bootstrap's few objects.
 No collective of rdmacoll goes through MPI afterwards."""
+
 from __future__ import annotations
 
 import sys
@@ -37,31 +38,37 @@ def exchange(comm=None) -> MpiExchange:
     except ImportError as e:  # pragma: no cover - depends on the install
         raise _core.RdmacollError(
             "rdmacoll needs mpi4py to start under an MPI launcher (pip install mpi4py, plus an MPI such as "
-            "'pip install rdmacoll[mpich]' on machines without one): " + str(e)) from e
+            "'pip install rdmacoll[mpich]' on machines without one): " + str(e)
+        ) from e
     if comm is not None and not isinstance(comm, MPI.Comm):
         ranks = _ranks(comm)
-        comm = None if not ranks else ranks   # an empty list is MPI_COMM_WORLD, as in Horovod
+        comm = None if not ranks else ranks  # an empty list is MPI_COMM_WORLD, as in Horovod
     if not MPI.Is_initialized():
         MPI.Init_thread(MPI.THREAD_MULTIPLE)
     if comm is None:
         return MpiExchange(MPI.COMM_WORLD)
     if isinstance(comm, MPI.Comm):
         if comm == MPI.COMM_NULL or comm.Is_inter():
-            raise _core.RdmacollValueError("rdmacoll.init(comm=...): expected an intracommunicator this process "
-                                           "belongs to (got MPI.COMM_NULL or an intercommunicator)")
+            raise _core.RdmacollValueError(
+                "rdmacoll.init(comm=...): expected an intracommunicator this process "
+                "belongs to (got MPI.COMM_NULL or an intercommunicator)"
+            )
         return MpiExchange(comm.Dup())
     world = MPI.COMM_WORLD
     bad = sorted({r for r in comm if not 0 <= r < world.Get_size()} | {r for r in comm if comm.count(r) > 1})
     if bad:
-        raise _core.RdmacollValueError(f"rdmacoll.init(comm={comm}): ranks {bad} are out of range (MPI_COMM_WORLD "
-                                       f"has {world.Get_size()}) or listed twice")
+        raise _core.RdmacollValueError(
+            f"rdmacoll.init(comm={comm}): ranks {bad} are out of range (MPI_COMM_WORLD "
+            f"has {world.Get_size()}) or listed twice"
+        )
     if world.Get_rank() not in comm:
         raise _core.RdmacollValueError(
             f"rdmacoll.init(comm={comm}): this process, rank {world.Get_rank()} of MPI_COMM_WORLD, is not in "
-            "the list of ranks, so it is not part of the job: call init() with the list only on its ranks")
+            "the list of ranks, so it is not part of the job: call init() with the list only on its ranks"
+        )
     group = world.Get_group().Incl(comm)
     try:
-        return MpiExchange(world.Create_group(group))   # collective over the listed ranks only
+        return MpiExchange(world.Create_group(group))  # collective over the listed ranks only
     finally:
         group.Free()
 
@@ -73,8 +80,9 @@ def _ranks(comm):
     try:
         ranks = list(comm)
     except TypeError:
-        raise _core.RdmacollValueError("Invalid type of argument comm. Expected list of rank integers or "
-                                       "mpi4py.MPI.Comm object.") from None
+        raise _core.RdmacollValueError(
+            "Invalid type of argument comm. Expected list of rank integers or mpi4py.MPI.Comm object."
+        ) from None
     if any(not isinstance(r, numbers.Integral) or isinstance(r, bool) for r in ranks):
         raise TypeError(f"init(comm=...): ranks must be integers, got {ranks!r}")
     return [int(r) for r in ranks]

@@ -10,6 +10,7 @@ generation counts the bootstraps over one store (each rank adds 1 to a counter w
 exchange is made): init() after shutdown() in the same job starts on fresh keys, never on
 the previous bootstrap's last round (which a fast rank would read as this one's).
 """
+
 from __future__ import annotations
 
 import pickle

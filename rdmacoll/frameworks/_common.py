@@ -10,6 +10,7 @@ Nothing here imports a framework. The adapters may rely on these names (a stable
 - ``Compressor`` / ``NoneCompressor``: Horovod's compression interface.
 - ``signature_digest(rows)`` / ``first_difference(lists)``: compare per-rank descriptions.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -17,7 +18,7 @@ import hashlib
 from .. import _core, _settings
 
 DEFAULT_FUSION_THRESHOLD = _settings.TABLE["fusion_threshold"]["default"]  # DDP uses 25 MiB, Horovod 128 MiB
-BUCKET_ALIGN = 64                     # bytes: every gradient starts on a cache line
+BUCKET_ALIGN = 64  # bytes: every gradient starts on a cache line
 
 
 def parse_bytes(text: str) -> int:

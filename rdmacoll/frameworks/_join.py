@@ -51,6 +51,7 @@ join() ends when a CONTROL round counts no training rank; then one Max allreduce
 (rounds before joining) * size + rank names the last rank to join (ties: the higher
 rank), which every rank returns.
 """
+
 from __future__ import annotations
 
 import weakref
@@ -60,11 +61,11 @@ import numpy as np
 import rdmacoll as rc
 from rdmacoll import Handle, RdmacollError, global_process_set
 
-CONTROL = "join.control"      # (names reach error messages cut to 15 characters)
+CONTROL = "join.control"  # (names reach error messages cut to 15 characters)
 CONTROL_MORE = "join.control+"
 LAST = "join.last"
 FAILED = "join.failed"
-CONTROL_LEN = 16              # int64 values: one cache line and a half; 14 descriptor words
+CONTROL_LEN = 16  # int64 values: one cache line and a half; 14 descriptor words
 _INLINE = CONTROL_LEN - 2
 
 ALLREDUCE, GROUPED, BARRIER, STEP, BUCKETS, REFUSED = 1, 2, 3, 4, 5, 6
@@ -72,14 +73,13 @@ DTYPES = ("float32", "float64", "float16", "bfloat16", "int8", "int16", "int32",
 _DTYPE_CODE = {name: i for i, name in enumerate(DTYPES)}
 # Horovod's texts (controller.cc), by the collective a training rank issued
 REFUSED_TEXT = (
-    "Allgather is not supported with Join at this time. Specify sparse_to_dense=True if using "
-    "DistributedOptimizer",
+    "Allgather is not supported with Join at this time. Specify sparse_to_dense=True if using DistributedOptimizer",
     "Broadcast is not supported with Join at this time.",
     "Alltoall is not supported with Join at this time.",
     "Reducescatter is not supported with Join at this time.",
 )
 ALLGATHER, BROADCAST, ALLTOALL, REDUCESCATTER = range(4)
-_TEMPLATES_MAX = 4096         # distinct collectives kept; then the cache starts again
+_TEMPLATES_MAX = 4096  # distinct collectives kept; then the cache starts again
 
 
 def _is_global(process_set):
@@ -100,7 +100,7 @@ def _read_name(words, i):
     if n == 0:
         return None, i + 1
     k = (n - 1 + 3) // 4
-    raw = np.asarray(words[i + 1:i + 1 + k], "<u4").tobytes()[:n - 1]
+    raw = np.asarray(words[i + 1 : i + 1 + k], "<u4").tobytes()[: n - 1]
     return raw.decode(), i + 1 + k
 
 
@@ -122,11 +122,11 @@ class JoinState:
 
     def __init__(self):
         self.rounds = 0
-        self.templates = {}         # key -> (input, output) arrays of the CONTROL round(s)
-        self.retired = []           # (templates, handle): cleared caches, until handle is done
-        self.last = None            # the latest CONTROL round's handle
+        self.templates = {}  # key -> (input, output) arrays of the CONTROL round(s)
+        self.retired = []  # (templates, handle): cleared caches, until handle is done
+        self.last = None  # the latest CONTROL round's handle
         self.scratch = np.zeros(CONTROL_LEN + 4096, np.int64)  # training ranks' results (unread)
-        self.steppers = []          # weak references, never removed: indices stay put
+        self.steppers = []  # weak references, never removed: indices stay put
 
     # ------------------------------------------------------------------ training ranks
     def register(self, optimizer):
@@ -141,8 +141,10 @@ class JoinState:
         ref = self.steppers[index] if index < len(self.steppers) else None
         opt = ref() if ref is not None else None
         if opt is None:
-            self._fail(f"join(): the training ranks stepped DistributedOptimizer #{index}, which "
-                       "does not exist (any more) on this rank")
+            self._fail(
+                f"join(): the training ranks stepped DistributedOptimizer #{index}, which "
+                "does not exist (any more) on this rank"
+            )
         return opt
 
     def template(self, key, words):
@@ -153,7 +155,7 @@ class JoinState:
         head = np.zeros(CONTROL_LEN, np.int64)
         head[0] = 1
         head[1] = len(words)
-        head[2:2 + min(len(words), _INLINE)] = words[:_INLINE]
+        head[2 : 2 + min(len(words), _INLINE)] = words[:_INLINE]
         arrays = [head]
         if len(words) > _INLINE:
             arrays.append(np.asarray(words[_INLINE:], np.int64))
@@ -163,8 +165,7 @@ class JoinState:
             if self.last is not None:
                 self.retired.append((self.templates, self.last))
             self.templates = {}
-        out = tuple((a, self.scratch[:a.size] if a.size <= self.scratch.size else np.empty_like(a))
-                    for a in arrays)
+        out = tuple((a, self.scratch[: a.size] if a.size <= self.scratch.size else np.empty_like(a)) for a in arrays)
         self.templates[key] = out
         return out
 
@@ -194,8 +195,7 @@ class JoinState:
         for; raises Horovod's error (on every training rank alike) when some rank is."""
         training = self.training(self.announce((REFUSED, which), [REFUSED, which], result=True))
         if training < rc.size():
-            raise RdmacollError(f"{REFUSED_TEXT[which]} ({rc.size() - training} of {rc.size()} "
-                                "ranks are in join())")
+            raise RdmacollError(f"{REFUSED_TEXT[which]} ({rc.size() - training} of {rc.size()} ranks are in join())")
 
     # ------------------------------------------------------------------ joined ranks
     def join(self):
@@ -222,7 +222,7 @@ class JoinState:
             if count == 0:
                 return None
             n = total // count
-            words = buf[2:2 + min(n, _INLINE)]
+            words = buf[2 : 2 + min(n, _INLINE)]
             if n > _INLINE:
                 more = np.zeros(n - _INLINE, np.int64)
                 rc.allreduce(more, op=rc.Sum, name=CONTROL_MORE, out=more)
@@ -231,10 +231,13 @@ class JoinState:
             raise RdmacollError(
                 f"join(): while this rank was joined, another rank issued a collective that joined "
                 f"ranks are not told about (of the plain rdmacoll API or torch.distributed: the "
-                f"framework adapters' collectives are told): {e}") from e
+                f"framework adapters' collectives are told): {e}"
+            ) from e
         if total % count or np.any(words % count):
-            self._fail(f"join(): the {count} training ranks announced different collectives "
-                       f"(each rank must issue the same collectives in the same order)")
+            self._fail(
+                f"join(): the {count} training ranks announced different collectives "
+                f"(each rank must issue the same collectives in the same order)"
+            )
         return (words // count).tolist()
 
     def _serve(self, words):
@@ -246,7 +249,7 @@ class JoinState:
             rc.allreduce(z, op=op, name=name, out=z)
         elif kind == GROUPED:
             op, groups = words[1:3]
-            parts = [words[3 + 3 * g:6 + 3 * g] for g in range(groups)]
+            parts = [words[3 + 3 * g : 6 + 3 * g] for g in range(groups)]
             name, _ = _read_name(words, 3 + 3 * groups)
             zs = [_zeros(dtype, lo | hi << 32) for dtype, lo, hi in parts]
             rc.grouped_allreduce(zs, op=op, name=name, out=zs)
@@ -282,7 +285,7 @@ def allreduce_async(x, op=rc.Average, name=None, out=None, process_set=None):
     if not _is_global(process_set):
         return rc.allreduce_async(x, op, name, out, process_set)
     a = x if isinstance(x, np.ndarray) else rc._core._view(x)
-    key = (a.dtype.num, a.size, op, name)    # (dtype.name costs microseconds: only when new)
+    key = (a.dtype.num, a.size, op, name)  # (dtype.name costs microseconds: only when new)
     words = None
     if key not in STATE.templates:
         words = [ALLREDUCE, op, _DTYPE_CODE[a.dtype.name]] + _elements(a.size) + _name_words(name)
@@ -297,7 +300,7 @@ def allreduce(x, op=rc.Average, name=None, out=None, process_set=None):
 def grouped_allreduce_async(xs, op=rc.Average, name=None, out=None, process_set=None):
     if not _is_global(process_set):
         return rc.grouped_allreduce_async(xs, op, name, out, process_set)
-    groups = {}   # the dtype groups rdmacoll.grouped_allreduce_async makes, in its order
+    groups = {}  # the dtype groups rdmacoll.grouped_allreduce_async makes, in its order
     for x in xs:
         a = x if isinstance(x, np.ndarray) else rc._core._view(x)
         groups[a.dtype] = groups.get(a.dtype, 0) + a.size
@@ -339,6 +342,7 @@ def _refused_async(which, call, process_set):
 
         def raise_it(_):
             raise error
+
         return Handle(None, raise_it)
     return call()
 
@@ -360,8 +364,7 @@ def broadcast(x, root_rank, name=None, out=None, process_set=None):
 
 
 def broadcast_async(x, root_rank, name=None, out=None, process_set=None):
-    return _refused_async(BROADCAST, lambda: rc.broadcast_async(x, root_rank, name, out, process_set),
-                          process_set)
+    return _refused_async(BROADCAST, lambda: rc.broadcast_async(x, root_rank, name, out, process_set), process_set)
 
 
 def reducescatter(x, op=rc.Average, name=None, process_set=None):
@@ -373,18 +376,17 @@ def reducescatter_async(x, op=rc.Average, name=None, process_set=None):
 
 
 def grouped_reducescatter_async(xs, op=rc.Average, name=None, process_set=None):
-    return _refused_async(REDUCESCATTER, lambda: rc.grouped_reducescatter_async(xs, op, name, process_set),
-                          process_set)
+    return _refused_async(REDUCESCATTER, lambda: rc.grouped_reducescatter_async(xs, op, name, process_set), process_set)
 
 
 def alltoall(x, splits=None, name=None, return_received_splits=False, process_set=None):
-    return _refused(ALLTOALL, lambda: rc.alltoall(x, splits, name, return_received_splits, process_set),
-                    process_set)
+    return _refused(ALLTOALL, lambda: rc.alltoall(x, splits, name, return_received_splits, process_set), process_set)
 
 
 def alltoall_async(x, splits=None, name=None, return_received_splits=False, process_set=None):
-    return _refused_async(ALLTOALL, lambda: rc.alltoall_async(x, splits, name, return_received_splits,
-                                                              process_set), process_set)
+    return _refused_async(
+        ALLTOALL, lambda: rc.alltoall_async(x, splits, name, return_received_splits, process_set), process_set
+    )
 
 
 def broadcast_object(obj, root_rank=0, name=None, process_set=None):

@@ -6,10 +6,10 @@ The probes answer for rdmacoll, not for what Horovod would be (reasoning in docs
 (through mpi4py) only starts the job. The verbose argument of horovod.common.util's
 probes is accepted and ignored.
 """
+
 from __future__ import annotations
 
 from rdmacoll import RdmacollValueError, is_initialized
-
 
 
 def mpi_built(verbose=False) -> bool:
@@ -21,7 +21,7 @@ def gloo_built(verbose=False) -> bool:
 
 
 def nccl_built(verbose=False) -> int:
-    return 0    # Horovod returns NCCL_VERSION_CODE, or 0 without NCCL
+    return 0  # Horovod returns NCCL_VERSION_CODE, or 0 without NCCL
 
 
 def ccl_built(verbose=False) -> bool:
@@ -41,7 +41,7 @@ def rocm_built(verbose=False) -> bool:
 
 
 def mpi_enabled() -> bool:
-    return False    # no collective, and no control message, goes through MPI
+    return False  # no collective, and no control message, goes through MPI
 
 
 def gloo_enabled() -> bool:
@@ -77,5 +77,17 @@ def stop_timeline():
     _world_core().restart_timeline("")
 
 
-__all__ = ["mpi_built", "gloo_built", "nccl_built", "ccl_built", "ddl_built", "cuda_built", "rocm_built",
-           "mpi_enabled", "gloo_enabled", "mpi_threads_supported", "start_timeline", "stop_timeline"]
+__all__ = [
+    "mpi_built",
+    "gloo_built",
+    "nccl_built",
+    "ccl_built",
+    "ddl_built",
+    "cuda_built",
+    "rocm_built",
+    "mpi_enabled",
+    "gloo_enabled",
+    "mpi_threads_supported",
+    "start_timeline",
+    "stop_timeline",
+]

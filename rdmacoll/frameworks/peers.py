@@ -10,6 +10,7 @@ rdmacoll/frameworks/, and this module is, besides rdmacoll/bootstrap/mpi.py (whi
 MPI-launched jobs), the only one of the package that imports mpi4py: MPI is a peer being
 measured here, never a path rdmacoll's own collectives take.
 """
+
 from __future__ import annotations
 
 import datetime
@@ -21,8 +22,11 @@ import numpy as np
 import rdmacoll as rc
 from rdmacoll._bench.impl import Prepared, nothing, restore
 
-_INSTALL = {"mpi": "pip install mpi4py", "gloo": "pip install torch",
-            "horovod": "pip install horovod, built against your torch"}
+_INSTALL = {
+    "mpi": "pip install mpi4py",
+    "gloo": "pip install torch",
+    "horovod": "pip install horovod, built against your torch",
+}
 _MODULE = {"mpi": "mpi4py", "gloo": "torch", "horovod": "horovod"}
 
 
@@ -46,8 +50,7 @@ def _average(buf, nranks: int) -> None:
 
 def _mpi_name(version: str) -> str:
     """A short name of the MPI library for the algo column (it chooses inside)."""
-    for prefix, name in (("Open MPI", "openmpi"), ("MPICH", "mpich"), ("Intel", "intelmpi"),
-                         ("MVAPICH", "mvapich")):
+    for prefix, name in (("Open MPI", "openmpi"), ("MPICH", "mpich"), ("Intel", "intelmpi"), ("MVAPICH", "mvapich")):
         if version.startswith(prefix):
             return name
     words = version.split()
@@ -83,10 +86,12 @@ class MpiPeer:
         x = send.copy()
         if collective == "allreduce":
             if inplace:
+
                 def run():
                     comm.Allreduce(MPI.IN_PLACE, x, op=mop)
                     if avg:
                         _average(x, p)
+
                 return Prepared(run, restore(x, send), lambda: x)
             out = np.empty_like(x)
 
@@ -94,6 +99,7 @@ class MpiPeer:
                 comm.Allreduce(x, out, op=mop)
                 if avg:
                     _average(out, p)
+
             return Prepared(run, nothing, lambda: out)
         if collective == "broadcast":  # always in place in MPI
             return Prepared(lambda: comm.Bcast(x, root=0), restore(x, send), lambda: x)
@@ -107,6 +113,7 @@ class MpiPeer:
                 comm.Reduce_scatter_block(x, out, op=mop)
                 if avg:
                     _average(out, p)
+
             return Prepared(run, nothing, lambda: out)
         if collective == "alltoall":
             out = np.empty_like(x)
@@ -158,13 +165,23 @@ class GlooPeer:
                 s.bind(("127.0.0.1", 0))
                 port = s.getsockname()[1]
         port = rc.broadcast_object(port)
-        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rc.rank(),
-                                world_size=self.nranks, timeout=datetime.timedelta(seconds=120))
+        dist.init_process_group(
+            "gloo",
+            init_method=f"tcp://127.0.0.1:{port}",
+            rank=rc.rank(),
+            world_size=self.nranks,
+            timeout=datetime.timedelta(seconds=120),
+        )
         self._allgather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
         self._reducescatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
         R = dist.ReduceOp
-        self._ops = {"Sum": R.SUM, "Average": getattr(R, "AVG", R.SUM), "Min": R.MIN, "Max": R.MAX,
-                     "Product": R.PRODUCT}
+        self._ops = {
+            "Sum": R.SUM,
+            "Average": getattr(R, "AVG", R.SUM),
+            "Min": R.MIN,
+            "Max": R.MAX,
+            "Product": R.PRODUCT,
+        }
         self._scale_after = not hasattr(R, "AVG")
 
     def supports(self, collective: str, dtype: np.dtype, op: str) -> str | None:
@@ -178,10 +195,12 @@ class GlooPeer:
         tx = _torch_view(self.torch, x)
         if collective == "allreduce":
             if inplace:
+
                 def run():
                     dist.all_reduce(tx, op=top)
                     if avg:
                         tx.div_(p)
+
                 return Prepared(run, restore(x, send), lambda: x)
             out = np.empty_like(x)
             tout = _torch_view(self.torch, out)
@@ -191,6 +210,7 @@ class GlooPeer:
                 dist.all_reduce(tout, op=top)
                 if avg:
                     tout.div_(p)
+
             return Prepared(run, nothing, lambda: out)
         if collective == "broadcast":
             if inplace:
@@ -201,6 +221,7 @@ class GlooPeer:
             def run():
                 tout.copy_(tx)
                 dist.broadcast(tout, src=0)
+
             return Prepared(run, nothing, lambda: out)
         if collective == "allgather":
             out = np.empty(x.size * p, x.dtype)
@@ -214,6 +235,7 @@ class GlooPeer:
                 self._reducescatter(tout, tx, op=top)
                 if avg:
                     tout.div_(p)
+
             return Prepared(run, nothing, lambda: out)
         if collective == "alltoall":
             out = np.empty_like(x)
@@ -239,8 +261,13 @@ class HorovodPeer:
 
         self.hvd, self.torch = hvd, torch
         hvd.init()
-        self._ops = {"Sum": hvd.Sum, "Average": hvd.Average, "Min": getattr(hvd, "Min", None),
-                     "Max": getattr(hvd, "Max", None), "Product": getattr(hvd, "Product", None)}
+        self._ops = {
+            "Sum": hvd.Sum,
+            "Average": hvd.Average,
+            "Min": getattr(hvd, "Min", None),
+            "Max": getattr(hvd, "Max", None),
+            "Product": getattr(hvd, "Product", None),
+        }
         self._n = 0
 
     def supports(self, collective: str, dtype: np.dtype, op: str) -> str | None:
@@ -261,6 +288,7 @@ class HorovodPeer:
 
         def result():
             return _numpy_of(last[0], send.dtype)
+
         if collective == "allreduce":
             return Prepared(lambda: hvd.allreduce_(tx, op=hop, name=name), restore(x, send), result)
         if collective == "broadcast":
@@ -273,6 +301,7 @@ class HorovodPeer:
 
         def run():
             last[0] = call()
+
         return Prepared(run, nothing, result)
 
     def close(self) -> None:

@@ -13,6 +13,7 @@ results. The ranks take turns computing the NumPy reference (one checker per cou
 and op): the others' results are right when their bytes equal the checker's, which every
 rank compares.
 """
+
 import argparse
 
 import numpy as np
@@ -59,8 +60,12 @@ def body():
     ap = argparse.ArgumentParser()
     ap.add_argument("--sizes", default=",".join(map(str, SIZES)))
     ap.add_argument("--big-mib", type=int, default=0)
-    ap.add_argument("--rotate-above", type=int, default=None,
-                    help="sizes above this many elements run one mode per (dtype, op), in turn (default: every mode)")
+    ap.add_argument(
+        "--rotate-above",
+        type=int,
+        default=None,
+        help="sizes above this many elements run one mode per (dtype, op), in turn (default: every mode)",
+    )
     ap.add_argument("--dtypes", default=",".join(DTYPES), help="a subset of reference.DTYPES")
     ap.add_argument("--ops", default=",".join(OPS), help="a subset of reference.OPS")
     ap.add_argument("--algos", default="default", help="algorithms to force in turn")
@@ -162,8 +167,14 @@ def matrix(rc, a, algo: str, big_mib: int, drawn: dict) -> None:
 
     everyone = MPI.COMM_WORLD.allgather(hashes)
     differing = [case for i, (case, h) in enumerate(hashes) if any(o[i][1] != h for o in everyone)]
-    emit("done", algo=algo, cases=cases, failures=failures, differing=differing[:20],
-         algorithms={k: sorted(v) for k, v in algos.items()})
+    emit(
+        "done",
+        algo=algo,
+        cases=cases,
+        failures=failures,
+        differing=differing[:20],
+        algorithms={k: sorted(v) for k, v in algos.items()},
+    )
 
 
 main(body)

@@ -1,5 +1,6 @@
 """Asynchronous collectives: many in flight, waited in reverse order, mixed with
 synchronous calls; poll never blocks; errors surface at synchronize."""
+
 import sys
 
 import numpy as np
@@ -24,17 +25,24 @@ def check() -> None:
         inflight.append((f"allreduce {i}", h, lambda res, x=x, want=want: res is x and np.array_equal(x, want)))
         if i % 4 == 1:
             g = rc.allgather_async(np.full(r + 1, r, np.int64))
-            inflight.append((f"allgather {i}", g, lambda res: np.array_equal(
-                res, np.concatenate([np.full(q + 1, q, np.int64) for q in range(p)]))))
+            inflight.append(
+                (
+                    f"allgather {i}",
+                    g,
+                    lambda res: np.array_equal(res, np.concatenate([np.full(q + 1, q, np.int64) for q in range(p)])),
+                )
+            )
         if i % 4 == 2:
             b = rc.broadcast_async(np.full(5, r, np.float64), p - 1)
             inflight.append((f"broadcast {i}", b, lambda res: (res == p - 1).all()))
             s = rc.reducescatter_async(np.ones((2 * p + 1, 2), np.float32), op=rc.Sum)
             rows = (2 * p + 1) // p + (1 if r < (2 * p + 1) % p else 0)
-            inflight.append((f"reducescatter {i}", s, lambda res, rows=rows: res.shape == (rows, 2) and (res == p).all()))
+            inflight.append(
+                (f"reducescatter {i}", s, lambda res, rows=rows: res.shape == (rows, 2) and (res == p).all())
+            )
         if i % 4 == 3:
             t = rc.alltoall_async(np.arange(2 * p, dtype=np.float32) + 100 * r)
-            want_t = np.concatenate([np.arange(2 * p, dtype=np.float32)[2 * r:2 * r + 2] + 100 * q for q in range(p)])
+            want_t = np.concatenate([np.arange(2 * p, dtype=np.float32)[2 * r : 2 * r + 2] + 100 * q for q in range(p)])
             inflight.append((f"alltoall {i}", t, lambda res, w=want_t: np.array_equal(res, w)))
             xs = [np.full(3, r, np.float32), np.full(2, r, np.int64)]
             ga = rc.grouped_allreduce_async(xs, op=rc.Sum)

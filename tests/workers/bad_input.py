@@ -7,6 +7,7 @@ text, or None when nothing was raised), then "byteorder" (a big-endian array is 
 correctly), "after" (valid calls still work), then
 "shutdown" (what happens once the communicator is gone).
 """
+
 import numpy as np
 
 from common import emit, init, main, raises
@@ -36,8 +37,10 @@ def bad_calls(rc, p):
         "broadcast root out of range": (lambda: rc.broadcast(x, p + 2), ["root_rank", "not a rank"]),
         "alltoall splits sum": (lambda: rc.alltoall(x, splits=[65] + [0] * (p - 1)), ["splits sum to 65"]),
         "alltoall splits length": (lambda: rc.alltoall(x, splits=[64] * (p + 1)), ["entries"]),
-        "alltoall negative split": (lambda: rc.alltoall(x, splits=[-1] + [65] + [0] * (p - 2)
-                                                        if p > 1 else [-1]), ["negative split"]),
+        "alltoall negative split": (
+            lambda: rc.alltoall(x, splits=[-1] + [65] + [0] * (p - 2) if p > 1 else [-1]),
+            ["negative split"],
+        ),
         "name not a str": (lambda: rc.allreduce(x, name=5), ["name"]),
     }
 
@@ -73,17 +76,21 @@ def body():
         problems.append("read-only input gave a wrong result")
     if float(rc.allreduce(np.array(2.0), op=rc.Sum)) != 2.0 * p:
         problems.append("0-d array gave a wrong result")
-    if not np.array_equal(rc.allreduce(memoryview(np.arange(5, dtype=np.int64)), op=rc.Sum),
-                          np.arange(5) * p):
+    if not np.array_equal(rc.allreduce(memoryview(np.arange(5, dtype=np.int64)), op=rc.Sum), np.arange(5) * p):
         problems.append("memoryview input gave a wrong result")
     emit("after", problems=problems)
 
     kept = rc.empty(1000, "float32")
     kept[:] = 7
     rc.shutdown()
-    emit("shutdown", initialized=rc.is_initialized(),
-         allreduce=raises(rc.allreduce, x), empty=raises(rc.empty, 4), rank_call=raises(rc.rank),
-         kept_array_readable=bool((kept == 7).all()))
+    emit(
+        "shutdown",
+        initialized=rc.is_initialized(),
+        allreduce=raises(rc.allreduce, x),
+        empty=raises(rc.empty, 4),
+        rank_call=raises(rc.rank),
+        kept_array_readable=bool((kept == 7).all()),
+    )
 
 
 main(body)

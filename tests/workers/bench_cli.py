@@ -1,5 +1,6 @@
 """Runs rdmacoll-bench's main() with this script's arguments (as the console script would
 under mpiexec), then reports its exit status and which optional modules it imported."""
+
 import sys
 
 from common import emit, main

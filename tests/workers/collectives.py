@@ -7,6 +7,7 @@ NumPy references computed from every rank's deterministic input.
     collectives.py mismatch   ranks disagree (root, dtype, row shape, collective): every
                               rank must raise RdmacollError naming the difference
 """
+
 import sys
 import time
 
@@ -39,12 +40,20 @@ def check() -> None:
         cases += 1
         got = np.asarray(got)
         ok = got.shape == want.shape and (
-            np.array_equal(got.astype(np.float64), want.astype(np.float64)) if exact else
-            np.allclose(got.astype(np.float64), want.astype(np.float64), rtol=1e-2, atol=1e-2))
+            np.array_equal(got.astype(np.float64), want.astype(np.float64))
+            if exact
+            else np.allclose(got.astype(np.float64), want.astype(np.float64), rtol=1e-2, atol=1e-2)
+        )
         if not ok:
             failures.append(name)
-            emit("fail", case=name, got=str(got.ravel()[:8]), want=str(want.ravel()[:8]),
-                 got_shape=got.shape, want_shape=want.shape)
+            emit(
+                "fail",
+                case=name,
+                got=str(got.ravel()[:8]),
+                want=str(want.ravel()[:8]),
+                got_shape=got.shape,
+                want_shape=want.shape,
+            )
 
     dtypes = [np.float32, np.float64, np.int32, np.int64, np.uint8, np.float16] + ([BF16] if BF16 else [])
     if "--dtypes" in sys.argv:
@@ -75,7 +84,7 @@ def check() -> None:
                 for q in range(p):
                     sq = [(q + j + base) % 3 for j in range(p)]
                     xq = data(q, sum(sq), row_shape, dt)
-                    parts.append(xq[sum(sq[:r]):sum(sq[:r]) + sq[r]])
+                    parts.append(xq[sum(sq[:r]) : sum(sq[:r]) + sq[r]])
                 expect(f"alltoall {tag}", got, np.concatenate(parts))
                 expect(f"alltoall received {tag}", received, np.array([(q + r + base) % 3 for q in range(p)]))
         # reducescatter: every op, rows not divisible by p
@@ -88,14 +97,19 @@ def check() -> None:
                     xs = [(x.astype(np.float32) % 2 + 1).astype(dt) for x in xs]
                 acc = xs[0].astype(np.float64)
                 for q in range(1, p):
-                    acc = {"Sum": np.add, "Average": np.add, "Min": np.minimum, "Max": np.maximum,
-                           "Product": np.multiply}[op_name](acc, xs[q].astype(np.float64))
+                    acc = {
+                        "Sum": np.add,
+                        "Average": np.add,
+                        "Min": np.minimum,
+                        "Max": np.maximum,
+                        "Product": np.multiply,
+                    }[op_name](acc, xs[q].astype(np.float64))
                 if op_name == "Average":
                     acc = acc / p
                 if np.dtype(dt).kind in "iu":
                     acc = np.asarray(acc, np.int64).astype(dt)  # wraps like the library
                 first = [rows // p * q + min(q, rows % p) for q in range(p + 1)]
-                want = acc[first[r]:first[r + 1]]
+                want = acc[first[r] : first[r + 1]]
                 exact = np.dtype(dt).kind in "iu" or op_name in ("Min", "Max")
                 got = rc.reducescatter(xs[r], op=getattr(rc, op_name))
                 expect(f"reducescatter {op_name} {np.dtype(dt).name} rows {rows}", got, want, exact)
@@ -104,11 +118,18 @@ def check() -> None:
     for row in ((2048,), (3, 1000)):
         xs = [data(q, p + 1, row, np.float32) for q in range(p)]
         first = [(p + 1) // p * q + min(q, (p + 1) % p) for q in range(p + 1)]
-        expect(f"reducescatter long rows {row}", rc.reducescatter(xs[r], op=rc.Sum),
-               sum(x.astype(np.float64) for x in xs)[first[r]:first[r + 1]].astype(np.float32))
+        expect(
+            f"reducescatter long rows {row}",
+            rc.reducescatter(xs[r], op=rc.Sum),
+            sum(x.astype(np.float64) for x in xs)[first[r] : first[r + 1]].astype(np.float32),
+        )
     # the default alltoall splits evenly; a first dimension not divisible by size is an error
     x = data(r, 2 * p, (2,), np.float32)
-    expect("alltoall even", rc.alltoall(x), np.concatenate([data(q, 2 * p, (2,), np.float32)[2 * r:2 * r + 2] for q in range(p)]))
+    expect(
+        "alltoall even",
+        rc.alltoall(x),
+        np.concatenate([data(q, 2 * p, (2,), np.float32)[2 * r : 2 * r + 2] for q in range(p)]),
+    )
     if p > 1:
         try:
             rc.alltoall(data(r, 2 * p + 1, (), np.float32))
@@ -121,8 +142,11 @@ def check() -> None:
     expect("allgather 0-d", rc.allgather(scalar), np.arange(p, dtype=np.float32) + 0.5)
     expect("allgather_async 0-d", rc.synchronize(rc.allgather_async(scalar)), np.arange(p, dtype=np.float32) + 0.5)
     expect("broadcast 0-d", rc.broadcast(scalar, p - 1), np.array(p - 0.5, np.float32))
-    expect("reducescatter 0-d", rc.reducescatter(scalar, op=rc.Sum),
-           np.array([p * p / 2], np.float32)[:1 if r == 0 else 0])
+    expect(
+        "reducescatter 0-d",
+        rc.reducescatter(scalar, op=rc.Sum),
+        np.array([p * p / 2], np.float32)[: 1 if r == 0 else 0],
+    )
     # grouped_allreduce: mixed dtypes, out of place and in place
     xs = [data(r, 5, (), np.float32), data(r, 3, (2,), np.int64), data(r, 1, (), np.float32)]
     want = [sum(data(q, *a) for q in range(p)) for a in ((5, (), np.float32), (3, (2,), np.int64), (1, (), np.float32))]
@@ -137,8 +161,9 @@ def check() -> None:
     got_obj = rc.broadcast_object(obj if r == p - 1 else None, root_rank=p - 1)
     expect("broadcast_object", np.array([got_obj == obj]), np.array([True]))
     gathered = rc.allgather_object(("rank", r, "y" * (r * 517)))
-    expect("allgather_object", np.array([gathered == [("rank", q, "y" * (q * 517)) for q in range(p)]]),
-           np.array([True]))
+    expect(
+        "allgather_object", np.array([gathered == [("rank", q, "y" * (q * 517)) for q in range(p)]]), np.array([True])
+    )
     for _ in range(3):
         rc.barrier()
     emit("done", cases=cases, failures=len(failures), result=digest(np.array([cases])))
@@ -170,21 +195,33 @@ def chosen() -> None:
     rc = init()
     r, p = rc.rank(), rc.size()
     calls = {
-        "allgather": lambda: (rc.allgather(data(r, 3 + 40 * r, (4,), np.float32)),
-                              np.concatenate([data(q, 3 + 40 * q, (4,), np.float32) for q in range(p)])),
-        "broadcast": lambda: (rc.broadcast(data(r, 1000, (), np.float32), root_rank=p - 1),
-                              data(p - 1, 1000, (), np.float32)),
-        "reducescatter": lambda: (rc.reducescatter(data(r, 4 * p, (8,), np.float32), op=rc.Sum),
-                                  sum(data(q, 4 * p, (8,), np.float32) for q in range(p))[4 * r:4 * r + 4]),
-        "alltoall": lambda: (rc.alltoall(data(r, (5 + r) * p, (2,), np.float32)),
-                             np.concatenate([data(q, (5 + q) * p, (2,), np.float32)[(5 + q) * r:(5 + q) * (r + 1)]
-                                             for q in range(p)])),
+        "allgather": lambda: (
+            rc.allgather(data(r, 3 + 40 * r, (4,), np.float32)),
+            np.concatenate([data(q, 3 + 40 * q, (4,), np.float32) for q in range(p)]),
+        ),
+        "broadcast": lambda: (
+            rc.broadcast(data(r, 1000, (), np.float32), root_rank=p - 1),
+            data(p - 1, 1000, (), np.float32),
+        ),
+        "reducescatter": lambda: (
+            rc.reducescatter(data(r, 4 * p, (8,), np.float32), op=rc.Sum),
+            sum(data(q, 4 * p, (8,), np.float32) for q in range(p))[4 * r : 4 * r + 4],
+        ),
+        "alltoall": lambda: (
+            rc.alltoall(data(r, (5 + r) * p, (2,), np.float32)),
+            np.concatenate([data(q, (5 + q) * p, (2,), np.float32)[(5 + q) * r : (5 + q) * (r + 1)] for q in range(p)]),
+        ),
     }
     for name, call in calls.items():
         try:
             got, want = call()
-            emit("chosen", collective=name, algo=rc._comm.last_algorithm, error=None,
-                 ok=bool(np.array_equal(np.asarray(got), want)))
+            emit(
+                "chosen",
+                collective=name,
+                algo=rc._comm.last_algorithm,
+                error=None,
+                ok=bool(np.array_equal(np.asarray(got), want)),
+            )
         except rc.RdmacollError as e:
             emit("chosen", collective=name, algo=None, error=str(e), ok=False)
 

@@ -3,6 +3,7 @@
 Workers report through emit(): one line "@@rc {json}" per record, read by
 tests/mpi_util.py. Everything else a worker prints is shown when a test fails.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -36,8 +37,7 @@ def set_rank(rank: int) -> None:
 
 
 def emit(kind: str, **fields) -> None:
-    rec = {"kind": kind, "rank": launcher_rank() if _rank is None else _rank, "pid": os.getpid(),
-           "t": time.time()}
+    rec = {"kind": kind, "rank": launcher_rank() if _rank is None else _rank, "pid": os.getpid(), "t": time.time()}
     rec.update(fields)
     sys.stdout.write("@@rc " + json.dumps(rec, default=str) + "\n")
     sys.stdout.flush()

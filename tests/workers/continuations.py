@@ -3,6 +3,7 @@ for each kind of memory and size, and whether its result was right.
 
 Records: "ran" per case {case, ran, ok}; then "done".
 """
+
 import numpy as np
 
 from common import emit, init, main

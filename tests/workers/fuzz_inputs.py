@@ -3,6 +3,7 @@ headers, descriptors, bootstrap address blobs. Random and mutated cases from a f
 (argv[1]); argv[2] scales the number of cases. Runs in its own process so that a crash
 is a test failure, not a dead pytest. Records: one "target" per fuzz target with the
 outcome counts, samples, and the outcome of the unmutated templates."""
+
 import collections
 import random
 import struct
@@ -10,8 +11,25 @@ import sys
 
 from common import emit, main
 
-INTERESTING64 = [0, 1, 7, 8, 63, 64, 4095, 4096, (1 << 31) - 1, 1 << 31, (1 << 32) - 1, 1 << 32,
-                 (1 << 48), (1 << 63) - 1, 1 << 63, (1 << 64) - 8, (1 << 64) - 1]
+INTERESTING64 = [
+    0,
+    1,
+    7,
+    8,
+    63,
+    64,
+    4095,
+    4096,
+    (1 << 31) - 1,
+    1 << 31,
+    (1 << 32) - 1,
+    1 << 32,
+    (1 << 48),
+    (1 << 63) - 1,
+    1 << 63,
+    (1 << 64) - 8,
+    (1 << 64) - 1,
+]
 
 
 def mutate(rng: random.Random, data: bytes) -> bytes:
@@ -22,21 +40,21 @@ def mutate(rng: random.Random, data: bytes) -> bytes:
             i = rng.randrange(len(b))
             b[i] ^= 1 << rng.randrange(8)
         elif kind == 1 and b:  # an interesting byte
-            b[rng.randrange(len(b))] = rng.choice([0, 1, 0x7f, 0x80, 0xff])
+            b[rng.randrange(len(b))] = rng.choice([0, 1, 0x7F, 0x80, 0xFF])
         elif kind == 2 and len(b) >= 8:  # an interesting 64-bit field (aligned)
             i = rng.randrange(len(b) // 8) * 8
-            b[i:i + 8] = struct.pack("<Q", rng.choice(INTERESTING64))
+            b[i : i + 8] = struct.pack("<Q", rng.choice(INTERESTING64))
         elif kind == 3 and len(b) >= 4:  # an interesting 32-bit field
             i = rng.randrange(len(b) // 4) * 4
-            b[i:i + 4] = struct.pack("<I", rng.choice(INTERESTING64) & 0xffffffff)
+            b[i : i + 4] = struct.pack("<I", rng.choice(INTERESTING64) & 0xFFFFFFFF)
         elif kind == 4 and b:  # truncate
-            del b[rng.randrange(len(b)):]
+            del b[rng.randrange(len(b)) :]
         elif kind == 5:  # extend
             b += bytes(rng.randrange(256) for _ in range(rng.randint(1, 16)))
         elif b:  # random span
             i = rng.randrange(len(b))
             n = rng.randint(1, 16)
-            b[i:i + n] = bytes(rng.randrange(256) for _ in range(min(n, len(b) - i)))
+            b[i : i + n] = bytes(rng.randrange(256) for _ in range(min(n, len(b) - i)))
     return bytes(b)
 
 
@@ -53,8 +71,17 @@ def summarize(name, results, templates_ok, cases):
             samples.setdefault(key, r[7:200])
         else:
             bad.append(r)
-    emit("target", target=name, cases=cases, results=len(results), ok=kinds["ok"], errors=kinds["error"],
-         bad=bad[:5], samples=list(samples.values())[:8], templates_ok=templates_ok)
+    emit(
+        "target",
+        target=name,
+        cases=cases,
+        results=len(results),
+        ok=kinds["ok"],
+        errors=kinds["error"],
+        bad=bad[:5],
+        samples=list(samples.values())[:8],
+        templates_ok=templates_ok,
+    )
 
 
 def body():
@@ -115,8 +142,10 @@ def body():
             c.close()
 
     ok = [connect(blob)]
-    cases = [bytes(rng.randrange(256) for _ in range(rng.choice([0, 8, len(blob) - 1, len(blob), len(blob) + 1])))
-             for _ in range(n(200))]
+    cases = [
+        bytes(rng.randrange(256) for _ in range(rng.choice([0, 8, len(blob) - 1, len(blob), len(blob) + 1])))
+        for _ in range(n(200))
+    ]
     cases += [mutate(rng, blob) for _ in range(n(800))]
     summarize("connect", [connect(b) for b in cases], ok, len(cases))
     peer.close()

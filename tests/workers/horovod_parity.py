@@ -10,6 +10,7 @@ see — the result (dtype and values), or the exception (which of the builtin cl
 `except` clause would name it by), and the warnings (category and text).
 tests/test_horovod_parity.py compares the two runs.
 """
+
 import importlib
 import json
 import os
@@ -24,8 +25,18 @@ import torch  # noqa: E402
 
 hvd = importlib.import_module(os.environ.get("RC_TEST_HVD", "rdmacoll.frameworks.torch"))
 
-DTYPES = [torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16,
-          torch.bfloat16, torch.float32, torch.float64, torch.bool]
+DTYPES = [
+    torch.uint8,
+    torch.int8,
+    torch.int16,
+    torch.int32,
+    torch.int64,
+    torch.float16,
+    torch.bfloat16,
+    torch.float32,
+    torch.float64,
+    torch.bool,
+]
 CLASSES = (ValueError, TypeError, RuntimeError, NotImplementedError, AssertionError)
 
 
@@ -71,53 +82,69 @@ def cases(r, n, extra):
         out[f"{d} allreduce average=True"] = lambda t=t, d=d: hvd.allreduce(t, average=True, name=f"at.{d}")
         out[f"{d} allreduce Min"] = lambda t=t, d=d: hvd.allreduce(t, op=hvd.Min, name=f"mi.{d}")
         out[f"{d} allreduce Max"] = lambda t=t, d=d: hvd.allreduce(t, op=hvd.Max, name=f"ma.{d}")
-        for pre, post, op in ((0.5, 1.0, "Sum"), (1.0, 1.5, "Sum"), (3.0, 0.3, "Average"),
-                              (-0.7, 1.0, "Average"), (1.0, 2.5, "Average")):
+        for pre, post, op in (
+            (0.5, 1.0, "Sum"),
+            (1.0, 1.5, "Sum"),
+            (3.0, 0.3, "Average"),
+            (-0.7, 1.0, "Average"),
+            (1.0, 2.5, "Average"),
+        ):
             tag = f"pre={pre} post={post} {op}"
-            out[f"{d} allreduce {tag}"] = (
-                lambda t=t, d=d, pre=pre, post=post, op=op, tag=tag: hvd.allreduce(
-                    t, op=getattr(hvd, op), prescale_factor=pre, postscale_factor=post, name=f"p.{d}.{tag}"))
-            out[f"{d} allreduce_ {tag}"] = (
-                lambda t=t, d=d, pre=pre, post=post, op=op, tag=tag: hvd.allreduce_(
-                    t.clone(), op=getattr(hvd, op), prescale_factor=pre, postscale_factor=post,
-                    name=f"pi.{d}.{tag}"))
-            out[f"{d} grouped_allreduce {tag}"] = (
-                lambda t=t, d=d, pre=pre, post=post, op=op, tag=tag: hvd.grouped_allreduce(
-                    [t, t[:3]], op=getattr(hvd, op), prescale_factor=pre, postscale_factor=post,
-                    name=f"g.{d}.{tag}"))
-            out[f"{d} reducescatter {tag}"] = (
-                lambda t=t, d=d, pre=pre, post=post, op=op, tag=tag: hvd.reducescatter(
-                    t, op=getattr(hvd, op), prescale_factor=pre, postscale_factor=post, name=f"r.{d}.{tag}"))
+            out[f"{d} allreduce {tag}"] = lambda t=t, d=d, pre=pre, post=post, op=op, tag=tag: hvd.allreduce(
+                t, op=getattr(hvd, op), prescale_factor=pre, postscale_factor=post, name=f"p.{d}.{tag}"
+            )
+            out[f"{d} allreduce_ {tag}"] = lambda t=t, d=d, pre=pre, post=post, op=op, tag=tag: hvd.allreduce_(
+                t.clone(), op=getattr(hvd, op), prescale_factor=pre, postscale_factor=post, name=f"pi.{d}.{tag}"
+            )
+            out[f"{d} grouped_allreduce {tag}"] = lambda t=t, d=d, pre=pre, post=post, op=op, tag=tag: (
+                hvd.grouped_allreduce(
+                    [t, t[:3]], op=getattr(hvd, op), prescale_factor=pre, postscale_factor=post, name=f"g.{d}.{tag}"
+                )
+            )
+            out[f"{d} reducescatter {tag}"] = lambda t=t, d=d, pre=pre, post=post, op=op, tag=tag: hvd.reducescatter(
+                t, op=getattr(hvd, op), prescale_factor=pre, postscale_factor=post, name=f"r.{d}.{tag}"
+            )
         out[f"{d} reducescatter Average"] = lambda t=t, d=d: hvd.reducescatter(t, name=f"ra.{d}")
         out[f"{d} allgather"] = lambda t=t, d=d: hvd.allgather(t, name=f"ag.{d}")
         out[f"{d} broadcast"] = lambda t=t, d=d: hvd.broadcast(t, n - 1, name=f"b.{d}")
         out[f"{d} broadcast_"] = lambda t=t, d=d: hvd.broadcast_(t.clone(), 0, name=f"bi.{d}")
-        out[f"{d} alltoall"] = lambda t=t, d=d: hvd.alltoall(t[:n * (len(t) // n)], name=f"aa.{d}")
+        out[f"{d} alltoall"] = lambda t=t, d=d: hvd.alltoall(t[: n * (len(t) // n)], name=f"aa.{d}")
 
     x = torch.arange(10.0) + r
     even = [10 // n] * n
     even[-1] += 10 - sum(even)
     out["alltoall splits list"] = lambda: hvd.alltoall(x, splits=even, name="sp.list")
     out["alltoall splits int32 tensor"] = lambda: hvd.alltoall(
-        x, splits=torch.tensor(even, dtype=torch.int32), name="sp.t32")
+        x, splits=torch.tensor(even, dtype=torch.int32), name="sp.t32"
+    )
     out["alltoall splits sum below rows"] = lambda: hvd.alltoall(x, splits=[1] * n, name="sp.short")
     out["alltoall splits int64 tensor"] = lambda: hvd.alltoall(
-        x, splits=torch.tensor(even, dtype=torch.int64), name="sp.t64")
+        x, splits=torch.tensor(even, dtype=torch.int64), name="sp.t64"
+    )
     out["alltoall splits float tensor"] = lambda: hvd.alltoall(
-        x, splits=torch.tensor(even, dtype=torch.float32), name="sp.tf")
-    out["alltoall splits 2-D"] = lambda: hvd.alltoall(
-        x, splits=torch.tensor([even], dtype=torch.int32), name="sp.2d")
+        x, splits=torch.tensor(even, dtype=torch.float32), name="sp.tf"
+    )
+    out["alltoall splits 2-D"] = lambda: hvd.alltoall(x, splits=torch.tensor([even], dtype=torch.int32), name="sp.2d")
     out["alltoall splits too many"] = lambda: hvd.alltoall(x, splits=[1] * (n + 1), name="sp.long")
     out["alltoall splits too few"] = lambda: hvd.alltoall(x, splits=[1] * (n - 1), name="sp.few")
     out["alltoall splits sum above rows"] = lambda: hvd.alltoall(x, splits=[11] * n, name="sp.big")
-    out["alltoall no splits, rows not divisible"] = lambda: hvd.alltoall(
-        torch.arange(float(n + 1)), name="sp.odd")
+    out["alltoall no splits, rows not divisible"] = lambda: hvd.alltoall(torch.arange(float(n + 1)), name="sp.odd")
     out["allreduce op and average"] = lambda: hvd.allreduce(x, average=True, op=hvd.Sum, name="opavg")
     out["same name in flight"] = lambda: same_name_in_flight(r)
     opt = optimizer_cases()
     out.update(opt)
-    for probe in ("mpi_built", "gloo_built", "nccl_built", "ccl_built", "ddl_built", "cuda_built",
-                  "rocm_built", "mpi_enabled", "gloo_enabled", "mpi_threads_supported"):
+    for probe in (
+        "mpi_built",
+        "gloo_built",
+        "nccl_built",
+        "ccl_built",
+        "ddl_built",
+        "cuda_built",
+        "rocm_built",
+        "mpi_enabled",
+        "gloo_enabled",
+        "mpi_threads_supported",
+    ):
         out[f"probe {probe}"] = lambda probe=probe: type(getattr(hvd, probe)()).__name__
     return out
 
@@ -157,8 +184,7 @@ def optimizer_cases():
     return {
         "optimizer duplicate names": lambda: make(lambda m: [("w", p) for p in m.parameters()]) and "built",
         "optimizer missing names": lambda: make(lambda m: list(m.named_parameters())[:1]) and "built",
-        "optimizer names not tuples": lambda: make(lambda m: [[k, v] for k, v in m.named_parameters()])
-        and "built",
+        "optimizer names not tuples": lambda: make(lambda m: [[k, v] for k, v in m.named_parameters()]) and "built",
         "optimizer step": lambda: step(False, False),
         "optimizer step after synchronize": lambda: step(True, False),
         "optimizer step after synchronize, skip_synchronize": lambda: step(True, True),
@@ -221,122 +247,266 @@ def surface_cases(r, n, ps):
         for op, pre, post in (("Sum", 0.5, 3.0), ("Average", 1.0, 1.0), ("Average", 2.0, 0.5)):
             scale = pre * post / (k if op == "Average" else 1)
             tag = f"{op} pre={pre} post={post}"
-            add(f"grad allreduce {tag}",
+            add(
+                f"grad allreduce {tag}",
                 lambda op=op, pre=pre, post=post, P=P, tag=tag, where=where: grad_case(
-                    lambda xs: hvd.allreduce(xs[0], op=getattr(hvd, op), prescale_factor=pre,
-                                             postscale_factor=post, process_set=P, name=f"gar.{tag}.{where}"),
-                    [base(r, 3)], r),
-                lambda scale=scale: ["ok", [describe(allred(lambda q: base(q, 3), scale)),
-                                            describe(allred(lambda q: weight(q, (3, 2)), scale))], []])
-            add(f"grad grouped_allreduce {tag}",
+                    lambda xs: hvd.allreduce(
+                        xs[0],
+                        op=getattr(hvd, op),
+                        prescale_factor=pre,
+                        postscale_factor=post,
+                        process_set=P,
+                        name=f"gar.{tag}.{where}",
+                    ),
+                    [base(r, 3)],
+                    r,
+                ),
+                lambda scale=scale: [
+                    "ok",
+                    [
+                        describe(allred(lambda q: base(q, 3), scale)),
+                        describe(allred(lambda q: weight(q, (3, 2)), scale)),
+                    ],
+                    [],
+                ],
+            )
+            add(
+                f"grad grouped_allreduce {tag}",
                 lambda op=op, pre=pre, post=post, P=P, tag=tag, where=where: grad_case(
-                    lambda xs: hvd.grouped_allreduce(xs, op=getattr(hvd, op), prescale_factor=pre,
-                                                     postscale_factor=post, process_set=P,
-                                                     name=f"ggar.{tag}.{where}"),
-                    [base(r, 2), base(r, 1, 3) * 2], r),
-                lambda scale=scale: ["ok", [describe(allred(lambda q: base(q, 2), scale)),
-                                            describe(allred(lambda q: base(q, 1, 3) * 2, scale)),
-                                            describe(allred(lambda q: weight(q, (2, 2)), scale)),
-                                            describe(allred(lambda q: weight(q, (1, 3)), scale))], []])
+                    lambda xs: hvd.grouped_allreduce(
+                        xs,
+                        op=getattr(hvd, op),
+                        prescale_factor=pre,
+                        postscale_factor=post,
+                        process_set=P,
+                        name=f"ggar.{tag}.{where}",
+                    ),
+                    [base(r, 2), base(r, 1, 3) * 2],
+                    r,
+                ),
+                lambda scale=scale: [
+                    "ok",
+                    [
+                        describe(allred(lambda q: base(q, 2), scale)),
+                        describe(allred(lambda q: base(q, 1, 3) * 2, scale)),
+                        describe(allred(lambda q: weight(q, (2, 2)), scale)),
+                        describe(allred(lambda q: weight(q, (1, 3)), scale)),
+                    ],
+                    [],
+                ],
+            )
             rows = [shares(5, k), shares(3, k)]
-            add(f"grad reducescatter {tag}",
+            add(
+                f"grad reducescatter {tag}",
                 lambda op=op, pre=pre, post=post, P=P, tag=tag, where=where: grad_case(
-                    lambda xs: hvd.reducescatter(xs[0], op=getattr(hvd, op), prescale_factor=pre,
-                                                 postscale_factor=post, process_set=P, name=f"grs.{tag}.{where}"),
-                    [base(r, 5)], r),
-                lambda scale=scale, op=op, rows=rows, i=i: ["ok", [
-                    describe(allred(lambda q: base(q, 5), scale)[sum(rows[0][:i]):sum(rows[0][:i + 1])]),
-                    describe(torch.cat([weight(q, (rows[0][j], 2)) for j, q in enumerate(S)])
-                             * pre * post * (k if op == "Sum" else 1))], []])
-            add(f"grad grouped_reducescatter {tag}",
+                    lambda xs: hvd.reducescatter(
+                        xs[0],
+                        op=getattr(hvd, op),
+                        prescale_factor=pre,
+                        postscale_factor=post,
+                        process_set=P,
+                        name=f"grs.{tag}.{where}",
+                    ),
+                    [base(r, 5)],
+                    r,
+                ),
+                lambda scale=scale, op=op, rows=rows, i=i: [
+                    "ok",
+                    [
+                        describe(allred(lambda q: base(q, 5), scale)[sum(rows[0][:i]) : sum(rows[0][: i + 1])]),
+                        describe(
+                            torch.cat([weight(q, (rows[0][j], 2)) for j, q in enumerate(S)])
+                            * pre
+                            * post
+                            * (k if op == "Sum" else 1)
+                        ),
+                    ],
+                    [],
+                ],
+            )
+            add(
+                f"grad grouped_reducescatter {tag}",
                 lambda op=op, pre=pre, post=post, P=P, tag=tag, where=where: grad_case(
-                    lambda xs: hvd.grouped_reducescatter(xs, op=getattr(hvd, op), prescale_factor=pre,
-                                                         postscale_factor=post, process_set=P,
-                                                         name=f"ggrs.{tag}.{where}"),
-                    [base(r, 5), base(r, 3, 1)], r),
-                lambda scale=scale, op=op, rows=rows, i=i: ["ok", [
-                    describe(allred(lambda q: base(q, 5), scale)[sum(rows[0][:i]):sum(rows[0][:i + 1])]),
-                    describe(allred(lambda q: base(q, 3, 1), scale)[sum(rows[1][:i]):sum(rows[1][:i + 1])]),
-                    describe(torch.cat([weight(q, (rows[0][j], 2)) for j, q in enumerate(S)])
-                             * pre * post * (k if op == "Sum" else 1)),
-                    describe(torch.cat([weight(q, (rows[1][j], 1)) for j, q in enumerate(S)])
-                             * pre * post * (k if op == "Sum" else 1))], []])
+                    lambda xs: hvd.grouped_reducescatter(
+                        xs,
+                        op=getattr(hvd, op),
+                        prescale_factor=pre,
+                        postscale_factor=post,
+                        process_set=P,
+                        name=f"ggrs.{tag}.{where}",
+                    ),
+                    [base(r, 5), base(r, 3, 1)],
+                    r,
+                ),
+                lambda scale=scale, op=op, rows=rows, i=i: [
+                    "ok",
+                    [
+                        describe(allred(lambda q: base(q, 5), scale)[sum(rows[0][:i]) : sum(rows[0][: i + 1])]),
+                        describe(allred(lambda q: base(q, 3, 1), scale)[sum(rows[1][:i]) : sum(rows[1][: i + 1])]),
+                        describe(
+                            torch.cat([weight(q, (rows[0][j], 2)) for j, q in enumerate(S)])
+                            * pre
+                            * post
+                            * (k if op == "Sum" else 1)
+                        ),
+                        describe(
+                            torch.cat([weight(q, (rows[1][j], 1)) for j, q in enumerate(S)])
+                            * pre
+                            * post
+                            * (k if op == "Sum" else 1)
+                        ),
+                    ],
+                    [],
+                ],
+            )
         if member:
             gathered = sum(j + 1 for j in range(k))
             start = sum(j + 1 for j in range(i))
-        add("grad allgather",
+        add(
+            "grad allgather",
             lambda P=P, i=i, where=where: grad_case(
-                lambda xs: hvd.allgather(xs[0], process_set=P, name=f"gag.{where}"), [base(r, i + 1)], r),
-            lambda: ["ok", [describe(torch.cat([base(q, j + 1) for j, q in enumerate(S)])),
-                            describe(allred(lambda q: weight(q, (gathered, 2)), 1 / k)[start:start + i + 1])], []])
-        add("grad grouped_allgather",
+                lambda xs: hvd.allgather(xs[0], process_set=P, name=f"gag.{where}"), [base(r, i + 1)], r
+            ),
+            lambda: [
+                "ok",
+                [
+                    describe(torch.cat([base(q, j + 1) for j, q in enumerate(S)])),
+                    describe(allred(lambda q: weight(q, (gathered, 2)), 1 / k)[start : start + i + 1]),
+                ],
+                [],
+            ],
+        )
+        add(
+            "grad grouped_allgather",
             lambda P=P, i=i, where=where: grad_case(
                 lambda xs: hvd.grouped_allgather(xs, process_set=P, name=f"ggag.{where}"),
-                [base(r, i + 1), base(r, 2, 1) * 3], r),
-            lambda: ["ok", [describe(torch.cat([base(q, j + 1) for j, q in enumerate(S)])),
-                            describe(torch.cat([base(q, 2, 1) * 3 for q in S])),
-                            describe(allred(lambda q: weight(q, (gathered, 2)), 1 / k)[start:start + i + 1]),
-                            describe(allred(lambda q: weight(q, (2 * k, 1)), 1 / k)[2 * i:2 * i + 2])], []])
+                [base(r, i + 1), base(r, 2, 1) * 3],
+                r,
+            ),
+            lambda: [
+                "ok",
+                [
+                    describe(torch.cat([base(q, j + 1) for j, q in enumerate(S)])),
+                    describe(torch.cat([base(q, 2, 1) * 3 for q in S])),
+                    describe(allred(lambda q: weight(q, (gathered, 2)), 1 / k)[start : start + i + 1]),
+                    describe(allred(lambda q: weight(q, (2 * k, 1)), 1 / k)[2 * i : 2 * i + 2]),
+                ],
+                [],
+            ],
+        )
         root = S[-1]
-        add("grad broadcast",
+        add(
+            "grad broadcast",
             lambda P=P, root=root, where=where: grad_case(
-                lambda xs: hvd.broadcast(xs[0], root, process_set=P, name=f"gbc.{where}"), [base(r, 2)], r),
-            lambda root=root: ["ok", [describe(base(root, 2)),
-                                      describe(allred(lambda q: weight(q, (2, 2)), 1 / k) * (r == root))], []])
+                lambda xs: hvd.broadcast(xs[0], root, process_set=P, name=f"gbc.{where}"), [base(r, 2)], r
+            ),
+            lambda root=root: [
+                "ok",
+                [describe(base(root, 2)), describe(allred(lambda q: weight(q, (2, 2)), 1 / k) * (r == root))],
+                [],
+            ],
+        )
         # alltoall: member j gets j + 1 rows from every member
         if member:
             offsets = [sum(range(1, j + 1)) for j in range(k + 1)]
-        add("grad alltoall splits",
+        add(
+            "grad alltoall splits",
             lambda P=P, k=k, where=where: grad_case(
-                lambda xs: hvd.alltoall(xs[0], splits=[j + 1 for j in range(k)], process_set=P,
-                                        name=f"gaa.{where}")[0],
-                [base(r, k * (k + 1) // 2)], r),
-            lambda k=k: ["ok", [
-                describe(torch.cat([base(q, k * (k + 1) // 2)[offsets[i]:offsets[i + 1]] for q in S])),
-                describe(torch.cat([weight(q, (k * (j + 1), 2))[i * (j + 1):(i + 1) * (j + 1)]
-                                    for j, q in enumerate(S)]))], []])
-        add("grad alltoall even",
+                lambda xs: hvd.alltoall(xs[0], splits=[j + 1 for j in range(k)], process_set=P, name=f"gaa.{where}")[0],
+                [base(r, k * (k + 1) // 2)],
+                r,
+            ),
+            lambda k=k: [
+                "ok",
+                [
+                    describe(torch.cat([base(q, k * (k + 1) // 2)[offsets[i] : offsets[i + 1]] for q in S])),
+                    describe(
+                        torch.cat(
+                            [weight(q, (k * (j + 1), 2))[i * (j + 1) : (i + 1) * (j + 1)] for j, q in enumerate(S)]
+                        )
+                    ),
+                ],
+                [],
+            ],
+        )
+        add(
+            "grad alltoall even",
             lambda P=P, k=k, where=where: grad_case(
-                lambda xs: hvd.alltoall(xs[0], process_set=P, name=f"gae.{where}"), [base(r, 2 * k)], r),
-            lambda k=k: ["ok", [describe(torch.cat([base(q, 2 * k)[2 * i:2 * i + 2] for q in S])),
-                                describe(torch.cat([weight(q, (2 * k, 2))[2 * i:2 * i + 2] for q in S]))], []])
+                lambda xs: hvd.alltoall(xs[0], process_set=P, name=f"gae.{where}"), [base(r, 2 * k)], r
+            ),
+            lambda k=k: [
+                "ok",
+                [
+                    describe(torch.cat([base(q, 2 * k)[2 * i : 2 * i + 2] for q in S])),
+                    describe(torch.cat([weight(q, (2 * k, 2))[2 * i : 2 * i + 2] for q in S])),
+                ],
+                [],
+            ],
+        )
         # forward only: several dtypes in one call, the handles of the _async forms
-        mixed = lambda q, rows: [base(q, rows).float(), torch.arange(q + 2, dtype=torch.int32),  # noqa: E731
-                                 base(q, 1, 3).long()]
-        add("grouped_allgather dtypes",
-            lambda P=P, i=i, where=where: hvd.grouped_allgather(mixed(r, i + 1), process_set=P,
-                                                                name=f"ga.d.{where}"),
-            lambda: ["ok", [describe(torch.cat([mixed(q, j + 1)[m] for j, q in enumerate(S)])) for m in range(3)], []])
-        add("grouped_allgather_async",
-            lambda P=P, i=i, where=where: hvd.synchronize(hvd.grouped_allgather_async(
-                mixed(r, i + 1), process_set=P, name=f"ga.a.{where}")),
-            lambda: ["ok", [describe(torch.cat([mixed(q, j + 1)[m] for j, q in enumerate(S)])) for m in range(3)], []])
+        mixed = lambda q, rows: [
+            base(q, rows).float(),
+            torch.arange(q + 2, dtype=torch.int32),  # noqa: E731
+            base(q, 1, 3).long(),
+        ]
+        add(
+            "grouped_allgather dtypes",
+            lambda P=P, i=i, where=where: hvd.grouped_allgather(mixed(r, i + 1), process_set=P, name=f"ga.d.{where}"),
+            lambda: ["ok", [describe(torch.cat([mixed(q, j + 1)[m] for j, q in enumerate(S)])) for m in range(3)], []],
+        )
+        add(
+            "grouped_allgather_async",
+            lambda P=P, i=i, where=where: hvd.synchronize(
+                hvd.grouped_allgather_async(mixed(r, i + 1), process_set=P, name=f"ga.a.{where}")
+            ),
+            lambda: ["ok", [describe(torch.cat([mixed(q, j + 1)[m] for j, q in enumerate(S)])) for m in range(3)], []],
+        )
         both = lambda q: [base(q, 5).float(), base(q, 3, 1), torch.arange(6, dtype=torch.int64) + q]  # noqa: E731
-        for op in ("Sum", "Average"):   # (Horovod's reducescatter has no other op)
+        for op in ("Sum", "Average"):  # (Horovod's reducescatter has no other op)
+
             def ref(op=op):
                 total = [torch.stack([both(q)[j] for q in S]) for j in range(3)]
                 # (integer Average as Horovod: the sum times 1/k in float64, toward zero)
                 # (float Average as Horovod: the sum times 1/k rounded to the dtype)
-                total = [t.sum(0) if op == "Sum" else t.sum(0) * torch.tensor(1.0 / k, dtype=t.dtype)
-                         if t.is_floating_point() else torch.trunc(t.sum(0).double() * (1.0 / k)).long()
-                         for t in total]
-                return ["ok", [describe(t[sum(shares(t.shape[0], k)[:i]):sum(shares(t.shape[0], k)[:i + 1])])
-                               for t in total], []]
+                total = [
+                    t.sum(0)
+                    if op == "Sum"
+                    else t.sum(0) * torch.tensor(1.0 / k, dtype=t.dtype)
+                    if t.is_floating_point()
+                    else torch.trunc(t.sum(0).double() * (1.0 / k)).long()
+                    for t in total
+                ]
+                return [
+                    "ok",
+                    [describe(t[sum(shares(t.shape[0], k)[:i]) : sum(shares(t.shape[0], k)[: i + 1])]) for t in total],
+                    [],
+                ]
 
-            add(f"grouped_reducescatter dtypes {op}",
+            add(
+                f"grouped_reducescatter dtypes {op}",
                 lambda op=op, P=P, where=where: hvd.grouped_reducescatter(
-                    both(r), op=getattr(hvd, op), process_set=P, name=f"grs.d.{op}.{where}"), ref)
-        add("grouped_reducescatter_async Sum",
-            lambda P=P, where=where: hvd.synchronize(hvd.grouped_reducescatter_async(
-                both(r), op=hvd.Sum, process_set=P, name=f"grs.a.{where}")),
-            lambda: ref("Sum"))
+                    both(r), op=getattr(hvd, op), process_set=P, name=f"grs.d.{op}.{where}"
+                ),
+                ref,
+            )
+        add(
+            "grouped_reducescatter_async Sum",
+            lambda P=P, where=where: hvd.synchronize(
+                hvd.grouped_reducescatter_async(both(r), op=hvd.Sum, process_set=P, name=f"grs.a.{where}")
+            ),
+            lambda: ref("Sum"),
+        )
     out["allgather scalar"] = lambda: hvd.allgather(torch.tensor(1.0), name="ag.scalar")
     out["reducescatter scalar"] = lambda: hvd.reducescatter(torch.tensor(1.0), name="rs.scalar")
     out["reducescatter compression fp16"] = lambda: hvd.reducescatter(
-        base(r, 4), compression=hvd.Compression.fp16, op=hvd.Sum, name="rs.fp16")
+        base(r, 4), compression=hvd.Compression.fp16, op=hvd.Sum, name="rs.fp16"
+    )
     rows = shares(4, n)
-    refs["reducescatter compression fp16"] = ["ok", describe(
-        sum(base(q, 4) for q in range(n))[sum(rows[:r]):sum(rows[:r + 1])]), []]
+    refs["reducescatter compression fp16"] = [
+        "ok",
+        describe(sum(base(q, 4) for q in range(n))[sum(rows[:r]) : sum(rows[: r + 1])]),
+        [],
+    ]
     out.update(optimizer_state_cases(r, n))
     return out, refs
 
@@ -360,7 +530,7 @@ OPTIMIZERS = {
     "LBFGS": lambda ps, lr: torch.optim.LBFGS(ps, lr=lr, history_size=3, max_iter=3),
     "SparseAdam": lambda ps, lr: torch.optim.SparseAdam(ps, lr=lr),
 }
-if hasattr(torch.optim, "Adafactor"):   # state tensors shaped unlike their parameters
+if hasattr(torch.optim, "Adafactor"):  # state tensors shaped unlike their parameters
     OPTIMIZERS["Adafactor"] = lambda ps, lr: torch.optim.Adafactor(ps, lr=lr)
 
 
@@ -389,6 +559,7 @@ def train(name, r, steps, lr, unused=True):
     params = list(model.parameters())
     opt = OPTIMIZERS[name](params, lr)
     for s in range(steps):
+
         def closure(s=s):
             opt.zero_grad()
             if name == "SparseAdam":
@@ -412,8 +583,12 @@ def optimizer_state_cases(r, n):
     start one, and Horovod waits forever for the root's broadcast of it."""
     out = {}
     for name in OPTIMIZERS:
-        for how, steps, unused in (("stepped", r + 1, True), ("fresh", 0, True), ("root only", 2 * (r == 0), False),
-                                   ("root only, no gradient", 2 * (r == 0), True)):
+        for how, steps, unused in (
+            ("stepped", r + 1, True),
+            ("fresh", 0, True),
+            ("root only", 2 * (r == 0), False),
+            ("root only, no gradient", 2 * (r == 0), True),
+        ):
             if how == "root only, no gradient" and hvd.__name__ == "horovod.torch":
                 continue
 
@@ -421,8 +596,14 @@ def optimizer_state_cases(r, n):
                 model, opt = train(name, r, steps, lr=0.01 * (r + 1), unused=unused)
                 before = json.dumps(plain(opt.state_dict()), sort_keys=True)
                 hvd.broadcast_optimizer_state(opt, root_rank=0, **({"model": model} if name == "SparseAdam" else {}))
-                return json.dumps({"state": plain(opt.state_dict()), "params": plain(list(model.parameters())),
-                                   "before": before if r == 0 else None}, sort_keys=True)
+                return json.dumps(
+                    {
+                        "state": plain(opt.state_dict()),
+                        "params": plain(list(model.parameters())),
+                        "before": before if r == 0 else None,
+                    },
+                    sort_keys=True,
+                )
 
             out[f"optimizer state {name} {how}"] = case
     return out
@@ -441,10 +622,16 @@ def comm_cases(w, n):
     out = {}
 
     def job():
-        return json.dumps({"rank": hvd.rank(), "size": hvd.size(), "local": [hvd.local_rank(), hvd.local_size()],
+        return json.dumps(
+            {
+                "rank": hvd.rank(),
+                "size": hvd.size(),
+                "local": [hvd.local_rank(), hvd.local_size()],
                 "allgather": hvd.allgather(torch.tensor([w])).tolist(),
                 "allreduce": hvd.allreduce(torch.tensor([float(w)]), op=hvd.Sum).tolist(),
-                "broadcast": hvd.broadcast(torch.tensor([w]), root_rank=0).tolist()})
+                "broadcast": hvd.broadcast(torch.tensor([w]), root_rank=0).tolist(),
+            }
+        )
 
     hvd.shutdown()
     split = MPI.COMM_WORLD.Split(w % 2, w)
@@ -471,11 +658,11 @@ def timeline(r, out_dir):
     hvd.start_timeline(os.path.join(out_dir, "t.json"))
     hvd.allreduce(torch.ones(3), name="during")
     h = hvd.allreduce_async(torch.ones(1000), name="during.async")
-    hvd.start_timeline(os.path.join(out_dir, "u.json"), mark_cycles=True)   # waits for h to run
+    hvd.start_timeline(os.path.join(out_dir, "u.json"), mark_cycles=True)  # waits for h to run
     hvd.allgather(torch.ones(2), name="second")
     hvd.synchronize(h)
     hvd.stop_timeline()
-    hvd.stop_timeline()   # a second stop does nothing
+    hvd.stop_timeline()  # a second stop does nothing
     hvd.allreduce(torch.ones(3), name="after")
     files = {}
     for f in ("t", "u"):

@@ -7,6 +7,7 @@ Records: "where" once per rank (host, local rank/size, the device, how each peer
 reached); per algorithm and case "case" with the algorithm that ran and whether the
 result was right; "done" at the end.
 """
+
 import socket
 import sys
 
@@ -28,9 +29,15 @@ def body():
         r, p = rc.rank(), rc.size()
         set_rank(r)
         if first:
-            emit("where", host=socket.gethostname(), local_rank=rc.local_rank(), local_size=rc.local_size(),
-                 transport=rc._comm.transport, peers=rc._comm.peer_transports(),
-                 cross=[rc.cross_rank(), rc.cross_size(), rc.is_homogeneous()])
+            emit(
+                "where",
+                host=socket.gethostname(),
+                local_rank=rc.local_rank(),
+                local_size=rc.local_size(),
+                transport=rc._comm.transport,
+                peers=rc._comm.peer_transports(),
+                cross=[rc.cross_rank(), rc.cross_size(), rc.is_homogeneous()],
+            )
             first = False
         for n in SIZES:
             for dtype, op in ((np.float32, rc.Sum), (np.int64, rc.Sum), (np.float64, rc.Average)):
@@ -39,15 +46,33 @@ def body():
                 if op is rc.Average:
                     want = want / p
                 got = rc.allreduce(x, op=op)
-                emit("case", algo=algo, ran=rc._comm.last_algorithm, n=n, dtype=np.dtype(dtype).name,
-                     ok=bool(np.allclose(got.astype(np.float64), want, rtol=1e-6, atol=0)))
+                emit(
+                    "case",
+                    algo=algo,
+                    ran=rc._comm.last_algorithm,
+                    n=n,
+                    dtype=np.dtype(dtype).name,
+                    ok=bool(np.allclose(got.astype(np.float64), want, rtol=1e-6, atol=0)),
+                )
         # the other collectives once per algorithm setting (their slot forms cross hosts)
         g = rc.allgather(data(r, r + 2, np.float32))
-        emit("case", algo=algo, ran="allgather", n=0, dtype="float32",
-             ok=bool(np.array_equal(g, np.concatenate([data(q, q + 2, np.float32) for q in range(p)]))))
+        emit(
+            "case",
+            algo=algo,
+            ran="allgather",
+            n=0,
+            dtype="float32",
+            ok=bool(np.array_equal(g, np.concatenate([data(q, q + 2, np.float32) for q in range(p)]))),
+        )
         b = rc.broadcast(data(r, 5000, np.float32), root_rank=p - 1)
-        emit("case", algo=algo, ran="broadcast", n=5000, dtype="float32",
-             ok=bool(np.array_equal(b, data(p - 1, 5000, np.float32))))
+        emit(
+            "case",
+            algo=algo,
+            ran="broadcast",
+            n=5000,
+            dtype="float32",
+            ok=bool(np.array_equal(b, data(p - 1, 5000, np.float32))),
+        )
         rc.shutdown()
     emit("done")
 

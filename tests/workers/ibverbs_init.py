@@ -12,6 +12,7 @@ same test checks the data path on RDMA hardware instead of only the refusal.
                         them; records "fork" (the parent's results, the child's status),
                         then keeps those arrays past shutdown() and writes them
 """
+
 import ctypes
 import os
 import resource

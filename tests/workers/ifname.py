@@ -3,6 +3,7 @@ size against NumPy (tests/test_ifname.py: RDMACOLL_SOCKET_IFNAME's rules end to 
 
 Records: "where" (transport, listen_address, peer_transports), "case" per size, "done".
 """
+
 import numpy as np
 from common import emit, init, main
 

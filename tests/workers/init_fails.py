@@ -3,6 +3,7 @@
 Records: "init" with the error text (None when init() succeeded), whether rdmacoll then
 claims to be initialised, and what a later allreduce raises.
 """
+
 import numpy as np
 
 from common import emit, main, raises
@@ -12,8 +13,7 @@ def body():
     import rdmacoll as rc
 
     error = raises(rc.init)
-    emit("init", error=error, initialized=rc.is_initialized(),
-         later=raises(rc.allreduce, np.ones(4, np.float32)))
+    emit("init", error=error, initialized=rc.is_initialized(), later=raises(rc.allreduce, np.ones(4, np.float32)))
 
 
 main(body)

@@ -1,5 +1,6 @@
 """Inputs that are not NumPy arrays: DLPack producers and buffer-protocol objects,
 reduced without copies (in place through them)."""
+
 import array
 
 import numpy as np

@@ -16,6 +16,7 @@ Horovod's run).
 RC_TEST_JOIN_EXTRAS=1 (rdmacoll only: Horovod 0.28.1 crashes a joined rank on these)
 adds a barrier and named allgathers to the phases.
 """
+
 import os
 import sys
 
@@ -77,8 +78,10 @@ def make_optimizers():
     out = {}
     for label, inside in (("optimizer step", False), ("optimizer step, allreduce in backward", True)):
         model = Layer(inside)
-        opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.5),
-                                       named_parameters=[(f"{label}.{k}", v) for k, v in model.named_parameters()])
+        opt = hvd.DistributedOptimizer(
+            torch.optim.SGD(model.parameters(), lr=0.5),
+            named_parameters=[(f"{label}.{k}", v) for k, v in model.named_parameters()],
+        )
         out[label] = (model, opt)
     return out
 
@@ -103,11 +106,11 @@ def phase_cases(r, n, p, optimizers, pair):
         "allreduce Min": lambda: hvd.allreduce(x, op=hvd.Min, name=f"min.{p}"),
         "allreduce Product": lambda: hvd.allreduce(x, op=hvd.Product, name=f"prod.{p}"),
         "allreduce named": lambda: hvd.allreduce(x, op=hvd.Sum, name="metric"),
-        "allreduce_ pre/post": lambda: hvd.allreduce_(x.clone(), op=hvd.Average, prescale_factor=2.0,
-                                                      postscale_factor=0.5, name=f"scaled.{p}"),
+        "allreduce_ pre/post": lambda: hvd.allreduce_(
+            x.clone(), op=hvd.Average, prescale_factor=2.0, postscale_factor=0.5, name=f"scaled.{p}"
+        ),
         "allreduce_async": lambda: hvd.synchronize(hvd.allreduce_async(x, op=hvd.Sum, name=f"async.{p}")),
-        "grouped_allreduce": lambda: hvd.grouped_allreduce([x, xi.double(), x[:2]], op=hvd.Sum,
-                                                           name=f"grouped.{p}"),
+        "grouped_allreduce": lambda: hvd.grouped_allreduce([x, xi.double(), x[:2]], op=hvd.Sum, name=f"grouped.{p}"),
         "allgather": lambda: hvd.allgather(x[: r + 1], name=f"gather.{p}"),
         "allgather_async": lambda: hvd.synchronize(hvd.allgather_async(x, name=f"gathera.{p}")),
         "broadcast": lambda: hvd.broadcast(x, 0, name=f"bcast.{p}"),
@@ -123,8 +126,7 @@ def phase_cases(r, n, p, optimizers, pair):
         cases[label] = lambda model=model, opt=opt: step(model, opt, r, p)
     if pair is not None and pair.included() and p <= min(LAST_PHASE[0], LAST_PHASE[1]):
         # a process set without the ranks that joined: Horovod's join is the global set's
-        cases["process set allreduce"] = lambda: hvd.allreduce(x, op=hvd.Sum, name=f"pair.{p}",
-                                                                 process_set=pair)
+        cases["process set allreduce"] = lambda: hvd.allreduce(x, op=hvd.Sum, name=f"pair.{p}", process_set=pair)
     if os.environ.get("RC_TEST_JOIN_EXTRAS"):
         cases["barrier"] = lambda: hvd.barrier()
         cases["allgather named"] = lambda: hvd.allgather(x, name="gathered")

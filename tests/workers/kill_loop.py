@@ -5,6 +5,7 @@ that survive "error" with the message and the time it was raised, and "later" wi
 the next call raises (the communicator stays broken). Survivors exit without
 MPI_Finalize: the launcher's world has a dead member.
 """
+
 import argparse
 import os
 import sys

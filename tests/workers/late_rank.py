@@ -5,6 +5,7 @@ Rank 0 tells rank 1 (over MPI, outside rdmacoll) once it has raised, so the test
 sit out the whole sleep; rank 1 then joins and must raise too: the job is aborted.
 Records: "result" per rank with the error text and the seconds the call took.
 """
+
 import argparse
 import time
 

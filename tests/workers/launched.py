@@ -3,6 +3,7 @@ the reference, or the error init() raised.
 
 Records: "init" {size, bootstrap, mpi4py (whether mpi4py was imported), ok, error}; "done".
 """
+
 import sys
 
 import numpy as np

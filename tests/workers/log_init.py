@@ -2,6 +2,7 @@
 (no logging set-up), "user" (logging.basicConfig with the user's own format on stderr,
 before init) or "logger-debug" (the rdmacoll logger set to DEBUG by the user, no
 handler). Records: "result" {ok}."""
+
 import logging
 import sys
 

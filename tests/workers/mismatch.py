@@ -5,6 +5,7 @@ every rank times its call until the RdmacollError, checks that a later call rais
 (the communicator stays broken), then shutdown() and init() start the next case afresh.
 Records: one "mismatch" per case and rank, then "done".
 """
+
 import time
 
 import numpy as np

@@ -10,6 +10,7 @@ from every rank's deterministic input; "outcome" {name, value}: what a call gave
 digest of its result, or the exception's type), which test_process_sets.py compares
 between rdmacoll and Horovod; "done".
 """
+
 import importlib
 import os
 import sys
@@ -40,7 +41,7 @@ def flush_records(rank, size):
             for kind, fields in _RECORDS:
                 emit(kind, **fields)
         hvd.allreduce(torch.zeros(1), name=f"turn.{q}")
-        time.sleep(0.2)     # the launcher drains this rank's output before the next writes
+        time.sleep(0.2)  # the launcher drains this rank's output before the next writes
 
 
 def data(rank, n, salt=0):
@@ -111,8 +112,9 @@ class TorchCalls:
         return hvd.synchronize(hvd.allreduce_async_(y, op=hvd.Sum, name=nm("ar_", ps), process_set=ps)).numpy()
 
     def grouped(self, xs, ps):
-        return [r.numpy() for r in hvd.grouped_allreduce([t(x) for x in xs], op=hvd.Sum, name=nm("gr", ps),
-                                                         process_set=ps)]
+        return [
+            r.numpy() for r in hvd.grouped_allreduce([t(x) for x in xs], op=hvd.Sum, name=nm("gr", ps), process_set=ps)
+        ]
 
     def allgather(self, x, ps):
         return hvd.allgather(t(x), name=nm("ag", ps), process_set=ps).numpy()
@@ -121,8 +123,9 @@ class TorchCalls:
         return hvd.broadcast(t(x), root, name=nm("bc", ps), process_set=ps).numpy()
 
     def alltoall(self, x, splits, ps):
-        out, received = hvd.alltoall(t(x), splits=torch.tensor(splits, dtype=torch.int32), name=nm("a2a", ps),
-                                     process_set=ps)
+        out, received = hvd.alltoall(
+            t(x), splits=torch.tensor(splits, dtype=torch.int32), name=nm("a2a", ps), process_set=ps
+        )
         return out.numpy(), received.numpy()
 
     def reducescatter(self, x, ps):
@@ -194,17 +197,29 @@ def collectives(ck, calls, ps, salt):
     m, i = len(members), members.index(ck.rank)
     tag = f"{calls.label} {members}"
     for n in (1, 1000, 70001):
-        ck.check(f"{tag} allreduce sum {n}", calls.allreduce(data(r, n, salt), ps, hvd.Sum),
-                 sum(data(q, n, salt) for q in members))
-        ck.check(f"{tag} allreduce average {n}", calls.allreduce(data(r, n, salt + 1), ps, hvd.Average),
-                 sum(data(q, n, salt + 1) for q in members) / m)
-    ck.check(f"{tag} allreduce_async_", calls.allreduce_async_(data(r, 33, salt), ps),
-             sum(data(q, 33, salt) for q in members))
+        ck.check(
+            f"{tag} allreduce sum {n}",
+            calls.allreduce(data(r, n, salt), ps, hvd.Sum),
+            sum(data(q, n, salt) for q in members),
+        )
+        ck.check(
+            f"{tag} allreduce average {n}",
+            calls.allreduce(data(r, n, salt + 1), ps, hvd.Average),
+            sum(data(q, n, salt + 1) for q in members) / m,
+        )
+    ck.check(
+        f"{tag} allreduce_async_",
+        calls.allreduce_async_(data(r, 33, salt), ps),
+        sum(data(q, 33, salt) for q in members),
+    )
     got = calls.grouped([data(r, 5, salt), data(r, 7, salt + 2)], ps)
     ck.check(f"{tag} grouped 0", got[0], sum(data(q, 5, salt) for q in members))
     ck.check(f"{tag} grouped 1", got[1], sum(data(q, 7, salt + 2) for q in members))
-    ck.check(f"{tag} allgather", calls.allgather(data(r, 3 * (r + 1), salt).reshape(r + 1, 3), ps),
-             np.concatenate([data(q, 3 * (q + 1), salt).reshape(q + 1, 3) for q in members]))
+    ck.check(
+        f"{tag} allgather",
+        calls.allgather(data(r, 3 * (r + 1), salt).reshape(r + 1, 3), ps),
+        np.concatenate([data(q, 3 * (q + 1), salt).reshape(q + 1, 3) for q in members]),
+    )
     root = members[-1]
     ck.check(f"{tag} broadcast from {root}", calls.broadcast(data(r, 50, salt), root, ps), data(root, 50, salt))
 
@@ -216,15 +231,18 @@ def collectives(ck, calls, ps, salt):
         return data(q, 2 * sum(splits_of(k)), salt).reshape(-1, 2)
 
     out, received = calls.alltoall(rows_of(i), splits_of(i), ps)
-    blocks = [rows_of(k)[sum(splits_of(k)[:i]):sum(splits_of(k)[:i + 1])] for k in range(m)]
+    blocks = [rows_of(k)[sum(splits_of(k)[:i]) : sum(splits_of(k)[: i + 1])] for k in range(m)]
     ck.check(f"{tag} alltoall", out, np.concatenate(blocks))
     ck.check(f"{tag} alltoall received", received, [splits_of(k)[i] for k in range(m)])
     rows = 2 * m + 1
     total = sum(data(q, rows * 2, salt).reshape(rows, 2) for q in members)
     start = i * (rows // m) + min(i, rows % m)
     mine = rows // m + (1 if i < rows % m else 0)
-    ck.check(f"{tag} reducescatter", calls.reducescatter(data(r, rows * 2, salt).reshape(rows, 2), ps),
-             total[start:start + mine])
+    ck.check(
+        f"{tag} reducescatter",
+        calls.reducescatter(data(r, rows * 2, salt).reshape(rows, 2), ps),
+        total[start : start + mine],
+    )
     calls.barrier(ps)
     got = calls.broadcast_object({"from": r, "salt": salt}, root, ps)
     ck.check(f"{tag} broadcast_object", [got["from"], got["salt"]], [root, salt])
@@ -247,8 +265,7 @@ def refused(ck, calls, ps, label):
 
 
 def describe(ck, ps, label):
-    record("outcome", name=f"{label} {ps.ranks} id/size/included",
-         value=[ps.process_set_id, ps.size(), ps.included()])
+    record("outcome", name=f"{label} {ps.ranks} id/size/included", value=[ps.process_set_id, ps.size(), ps.included()])
     if ps.included():
         record("outcome", name=f"{label} {ps.ranks} rank", value=ps.rank())
         ck.check(f"{label} {ps.ranks} rank", ps.rank(), ps.ranks.index(ck.rank))
@@ -257,6 +274,7 @@ def describe(ck, ps, label):
 def optimizer_case(ck, ps):
     """DistributedOptimizer(process_set=ps): members step with the set's average gradient,
     the others with their own (as Horovod)."""
+
     def model():
         torch.manual_seed(3)
         return torch.nn.Linear(6, 4)
@@ -265,11 +283,14 @@ def optimizer_case(ck, ps):
         net = model()
         x = t(data(q, 30).reshape(5, 6))
         net(x).pow(2).sum().backward()
-        return [p.grad.detach().numpy().copy() for p in net.parameters()], [p.detach().numpy().copy() for p in net.parameters()]
+        return [p.grad.detach().numpy().copy() for p in net.parameters()], [
+            p.detach().numpy().copy() for p in net.parameters()
+        ]
 
     net = model()
-    opt = hvd.DistributedOptimizer(torch.optim.SGD(net.parameters(), lr=0.01),
-                                   named_parameters=net.named_parameters(), process_set=ps)
+    opt = hvd.DistributedOptimizer(
+        torch.optim.SGD(net.parameters(), lr=0.01), named_parameters=net.named_parameters(), process_set=ps
+    )
     x = t(data(ck.rank, 30).reshape(5, 6))
     for _ in range(1):
         opt.zero_grad()
@@ -292,8 +313,10 @@ def broadcast_state_case(ck, ps):
     net(t(data(ck.rank, 8).reshape(2, 4))).sum().backward()
     opt.step()
     if not ps.included():
-        ck.outcome(f"broadcast_parameters {ps.ranks} outside",
-                   lambda: hvd.broadcast_parameters(net.state_dict(), root, process_set=ps))
+        ck.outcome(
+            f"broadcast_parameters {ps.ranks} outside",
+            lambda: hvd.broadcast_parameters(net.state_dict(), root, process_set=ps),
+        )
         return
     hvd.broadcast_parameters(net.state_dict(), root_rank=root, process_set=ps)
     hvd.broadcast_optimizer_state(opt, root_rank=root, process_set=ps)
@@ -301,7 +324,7 @@ def broadcast_state_case(ck, ps):
     mine += [opt.state[p]["momentum_buffer"].numpy().copy() for p in net.parameters()]
     every = hvd.allgather_object(mine, process_set=ps)
     ck.check(f"allgather_object {ps.ranks} length", len(every), len(ps.ranks))
-    want = every[ps.ranks.index(root)]   # (the ranks started from different seeds and data)
+    want = every[ps.ranks.index(root)]  # (the ranks started from different seeds and data)
     for q, theirs in zip(ps.ranks, every):
         for k, (a, b) in enumerate(zip(theirs, want)):
             ck.check(f"broadcast state {ps.ranks} rank {q} tensor {k}", a, b)
@@ -324,12 +347,16 @@ def static(ck, size):
             else:
                 refused(ck, calls, ps, "static")
         # the world between the sets' calls
-        ck.check(f"world after {ps.ranks}", hvd.allreduce(t(data(ck.rank, 9)), op=hvd.Sum, name=nm("w", None)).numpy(),
-                 sum(data(q, 9) for q in range(size)))
+        ck.check(
+            f"world after {ps.ranks}",
+            hvd.allreduce(t(data(ck.rank, 9)), op=hvd.Sum, name=nm("w", None)).numpy(),
+            sum(data(q, 9) for q in range(size)),
+        )
     # in flight together: every set of this rank's and the world's, waited in reverse order
     for calls in every:
-        mine = [(ps, calls.allreduce_async(data(ck.rank, 4000, 50 + k), ps))
-                for k, ps in enumerate(sets) if ps.included()]
+        mine = [
+            (ps, calls.allreduce_async(data(ck.rank, 4000, 50 + k), ps)) for k, ps in enumerate(sets) if ps.included()
+        ]
         hw = calls.allreduce_async(data(ck.rank, 4000, 99), hvd.global_process_set)
         ck.check(f"{calls.label} world in flight", calls.wait(hw), sum(data(q, 4000, 99) for q in range(size)))
         for ps, h in reversed(mine):
@@ -352,7 +379,7 @@ def dynamic(ck, size, how):
     else:
         hvd.init()
     every = [TorchCalls()] + ([] if UNDER_HOROVOD else [PlainCalls()])
-    ends = hvd.add_process_set([size - 1, 0] if size > 2 else [0])   # proper subsets only
+    ends = hvd.add_process_set([size - 1, 0] if size > 2 else [0])  # proper subsets only
     record("outcome", name="dynamic ends", value=[ends.ranks, ends.process_set_id])
     tail = hvd.ProcessSet(list(range(1, size)))
     h = {c.label: c.allreduce_async(data(ck.rank, 3000, 7), ends) for c in every if ends.included()}
@@ -361,7 +388,9 @@ def dynamic(ck, size, how):
     record("outcome", name="dynamic tail", value=[got is tail, tail.process_set_id])
     for c in every:
         if ends.included():
-            ck.check(f"{c.label} ends in flight across add", c.wait(h[c.label]), sum(data(q, 3000, 7) for q in ends.ranks))
+            ck.check(
+                f"{c.label} ends in flight across add", c.wait(h[c.label]), sum(data(q, 3000, 7) for q in ends.ranks)
+            )
     for calls in every:
         for salt, ps in enumerate((ends, tail)):
             if ps.included():
@@ -378,8 +407,9 @@ def dynamic(ck, size, how):
     record("outcome", name="dynamic removed id", value=ends.process_set_id)
     for c in every:
         if tail.included():
-            ck.check(f"{c.label} tail in flight across remove", c.wait(h[c.label]),
-                     sum(data(q, 3000, 8) for q in tail.ranks))
+            ck.check(
+                f"{c.label} tail in flight across remove", c.wait(h[c.label]), sum(data(q, 3000, 8) for q in tail.ranks)
+            )
     record("outcome", name="dynamic remove again", value=hvd.remove_process_set(ends))
     record("outcome", name="dynamic remove global", value=hvd.remove_process_set(hvd.global_process_set))
     one = hvd.add_process_set([size - 1] if size > 2 else [0])
@@ -389,8 +419,11 @@ def dynamic(ck, size, how):
             collectives(ck, calls, one, 5)
         if tail.included():
             collectives(ck, calls, tail, 6)
-    ck.check("world after", hvd.allreduce(t(data(ck.rank, 9)), op=hvd.Sum, name=nm("w", None)).numpy(),
-             sum(data(q, 9) for q in range(size)))
+    ck.check(
+        "world after",
+        hvd.allreduce(t(data(ck.rank, 9)), op=hvd.Sum, name=nm("w", None)).numpy(),
+        sum(data(q, 9) for q in range(size)),
+    )
     record("outcome", name="dynamic remove one", value=hvd.remove_process_set(one))
     record("outcome", name="dynamic remove tail", value=hvd.remove_process_set(tail))
 
@@ -402,8 +435,11 @@ def run():
     set_rank(rank)
     ck = Checker(rank)
     ck.outcome("ProcessSet of non-integers", lambda: hvd.ProcessSet([0, 1.5]))
-    record("outcome", name="ProcessSet sorted, unregistered",
-         value=[hvd.ProcessSet([1, 0]).ranks, hvd.ProcessSet([1, 0]).size(), hvd.ProcessSet([1, 0]).rank()])
+    record(
+        "outcome",
+        name="ProcessSet sorted, unregistered",
+        value=[hvd.ProcessSet([1, 0]).ranks, hvd.ProcessSet([1, 0]).size(), hvd.ProcessSet([1, 0]).rank()],
+    )
     record("outcome", name="ProcessSet identity", value=hvd.ProcessSet([0]) == hvd.ProcessSet([0]))
     if how == "static":
         static(ck, size)

@@ -1,5 +1,6 @@
 """shutdown() then init() again in the same processes, several times; results stay right
 and every round gets a fresh communicator. Records: one "round" per round."""
+
 import numpy as np
 
 from common import emit, init, main
@@ -16,8 +17,11 @@ def body():
         e[:] = x
         rc.allreduce(e, op=rc.Sum, out=e)
         want = np.arange(100_000, dtype=np.float64) * (p * (p + 1) // 2)
-        ok = (np.array_equal(small, np.full(5, p * (p + 1) // 2, np.int32))
-              and np.array_equal(large, want) and np.array_equal(e, want))
+        ok = (
+            np.array_equal(small, np.full(5, p * (p + 1) // 2, np.int32))
+            and np.array_equal(large, want)
+            and np.array_equal(e, want)
+        )
         rc.shutdown()
         emit("round", round=round_, ok=ok, initialized_after=rc.is_initialized())
 

@@ -7,6 +7,7 @@ everywhere, since rank 0's constants are broadcast.
 Records: "sel" per size: the algorithm that ran, the one selected_algorithm() reports, and
 whether the result matched the reference.
 """
+
 import sys
 
 import numpy as np
@@ -25,8 +26,13 @@ def body():
         want = sum((np.arange(count, dtype=np.float32) % 7) + q for q in range(p))
         selected = rc._comm.selected_algorithm(nbytes)
         out = rc.allreduce(x, op=rc.Sum)
-        emit("sel", bytes=nbytes, ran=rc._comm.last_algorithm, selected=selected,
-             ok=bool(np.array_equal(np.asarray(out), want)))
+        emit(
+            "sel",
+            bytes=nbytes,
+            ran=rc._comm.last_algorithm,
+            selected=selected,
+            ok=bool(np.array_equal(np.asarray(out), want)),
+        )
     rc.shutdown()
     emit("done")
 

@@ -4,6 +4,7 @@ argv[1]: "report" (init(), report the settings), "config" (init(config=...) over
 environment), "mismatch" (ranks pass different init(config=...): every rank must raise).
 Records: "settings" {values, sources} or "init" {error}; then "done".
 """
+
 import sys
 
 from common import emit, launcher_rank, main
@@ -13,8 +14,11 @@ def body():
     import rdmacoll as rc
 
     mode = sys.argv[1]
-    config = {"report": None, "config": {"eager_bytes": "64K", "RDMACOLL_SLOTS": 3},
-              "mismatch": {"slots": 2 + launcher_rank()}}[mode]
+    config = {
+        "report": None,
+        "config": {"eager_bytes": "64K", "RDMACOLL_SLOTS": 3},
+        "mismatch": {"slots": 2 + launcher_rank()},
+    }[mode]
     try:
         rc.init(config=config)
     except rc.RdmacollError as e:

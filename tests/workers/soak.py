@@ -12,6 +12,7 @@ mapping, a pool block, memory) shows as growth between the two samples.
 Records: "soak" per rank: ops run (per pass), wrong results (first few described),
 resource samples after each pass.
 """
+
 import argparse
 import os
 import random
@@ -22,14 +23,24 @@ import numpy as np
 from common import emit, init, main
 
 DTYPES = ["int32", "int64", "uint8", "float32", "float64", "float16", "bfloat16"]
-COLLECTIVES = ["allreduce", "allreduce", "allreduce", "allreduce_async", "allgather", "broadcast",
-               "reducescatter", "alltoall", "barrier"]
+COLLECTIVES = [
+    "allreduce",
+    "allreduce",
+    "allreduce",
+    "allreduce_async",
+    "allgather",
+    "broadcast",
+    "reducescatter",
+    "alltoall",
+    "barrier",
+]
 OPS = ["Sum", "Min", "Max", "Product"]
 
 
 def np_dtype(name):
     if name == "bfloat16":
         import ml_dtypes
+
         return np.dtype(ml_dtypes.bfloat16)
     return np.dtype(name)
 
@@ -54,7 +65,11 @@ def inputs(rng_seed, p, shape, dtype, op):
 
 
 def reduce_ref(xs, op):
-    acc = xs[0].astype(np.float64) if xs[0].dtype.kind == "V" or xs[0].dtype.name in ("float16", "bfloat16") else xs[0].copy()
+    acc = (
+        xs[0].astype(np.float64)
+        if xs[0].dtype.kind == "V" or xs[0].dtype.name in ("float16", "bfloat16")
+        else xs[0].copy()
+    )
     for x in xs[1:]:
         y = x.astype(acc.dtype)
         if op == "Sum":
@@ -81,8 +96,16 @@ def body():
     for pass_ in ("warm", "end"):
         run_pass(rc, a, p, r, wrong, kinds)
         samples[pass_] = resources(rc)
-    emit("soak", ops=a.ops, wrong=len(wrong), first_wrong=wrong[:5], kinds=kinds, samples=samples,
-         seconds=time.monotonic() - t0, algorithm=os.environ.get("RDMACOLL_ALGO", "default"))
+    emit(
+        "soak",
+        ops=a.ops,
+        wrong=len(wrong),
+        first_wrong=wrong[:5],
+        kinds=kinds,
+        samples=samples,
+        seconds=time.monotonic() - t0,
+        algorithm=os.environ.get("RDMACOLL_ALGO", "default"),
+    )
     rc.shutdown()
 
 
@@ -127,7 +150,7 @@ def run_pass(rc, a, p, r, wrong, kinds):
                 full = reduce_ref(xs, op)
                 counts = [rows // p + (1 if q < rows % p else 0) for q in range(p)]
                 start = sum(counts[:r])
-                want = full[start:start + counts[r]]
+                want = full[start : start + counts[r]]
                 got = rc.reducescatter(xs[r], op=getattr(rc, op))
             elif coll == "alltoall":
                 splits = [[rng.randint(0, max(1, n // 16)) for _ in range(p)] for _ in range(p)]
@@ -135,14 +158,16 @@ def run_pass(rc, a, p, r, wrong, kinds):
                 parts = []
                 for q in range(p):  # rows rank q sends to me
                     off = sum(splits[q][:r])
-                    parts.append(xs[q][off:off + splits[q][r]])
+                    parts.append(xs[q][off : off + splits[q][r]])
                 want = np.concatenate(parts)
                 got = rc.alltoall(xs[r], splits=splits[r])
             else:
                 rc.barrier()
                 got = want = np.zeros(1)
-            if not np.array_equal(np.asarray(got).view(np.uint8), np.asarray(want).view(np.uint8)) \
-                    or np.asarray(got).shape != np.asarray(want).shape:
+            if (
+                not np.array_equal(np.asarray(got).view(np.uint8), np.asarray(want).view(np.uint8))
+                or np.asarray(got).shape != np.asarray(want).shape
+            ):
                 wrong.append(desc)
         except Exception as e:  # noqa: BLE001 - reported
             wrong.append(f"{desc}: {type(e).__name__}: {e}")

@@ -2,6 +2,7 @@
 of the ranks on the world's connections, their collectives interleaved with the world's
 (synchronous and in flight together), checked against NumPy references computed here
 from every rank's deterministic input. Records: "check" {name, ok, detail}; "done"."""
+
 import numpy as np
 
 import rdmacoll as rc
@@ -44,16 +45,19 @@ def run():
                 check(f"sub {s} size", np.array([c.size, c.rank]), np.array([len(s), s.index(r)]))
                 check(f"sub {s} world_ranks", np.array(c.world_ranks), np.array(s))
                 x = data(r, n, i)
-                check(f"sub {s} allreduce {n}", c.allreduce(x, None, int(rc.Sum), None),
-                      sum(data(q, n, i) for q in s))
-                check(f"sub {s} allgather {n}", c.allgather(data(r, n, i), None),
-                      np.concatenate([data(q, n, i) for q in s]))
+                check(f"sub {s} allreduce {n}", c.allreduce(x, None, int(rc.Sum), None), sum(data(q, n, i) for q in s))
+                check(
+                    f"sub {s} allgather {n}",
+                    c.allgather(data(r, n, i), None),
+                    np.concatenate([data(q, n, i) for q in s]),
+                )
                 y = data(r, n, i)
                 c.broadcast(y, len(s) - 1, y, None)
                 check(f"sub {s} broadcast {n}", y, data(s[-1], n, i))
             # the world between its groups' calls
-            check(f"world allreduce {n} after {s}", rc.allreduce(data(r, n), op=rc.Sum),
-                  sum(data(q, n) for q in range(p)))
+            check(
+                f"world allreduce {n} after {s}", rc.allreduce(data(r, n), op=rc.Sum), sum(data(q, n) for q in range(p))
+            )
         # in flight together: every group's and the world's, waited in reverse order
         hs = [(i, subs[i].allreduce_async(data(r, n, 50 + i), None, int(rc.Sum), None)) for i in sorted(subs)]
         hw = rc.allreduce_async(data(r, n, 99), op=rc.Sum)

@@ -4,6 +4,7 @@ Every rank but --late calls allreduce(name='grad.w') at once; --late sleeps --sl
 seconds first. Records: "result" per rank (error text or None, seconds in the call),
 then a second call's outcome ("later"), showing whether the communicator still works.
 """
+
 import argparse
 import time
 

@@ -10,6 +10,7 @@ case (a rejected connection stays closed). Records: "result" {name, ok, detail},
 Forging relies on the tcp descriptor's layout (csrc/transport/tcp/device.cc, Packed):
 u32 magic, u32 kind, i32 rank, u32 region id (bytes 12..16), u64 length (bytes 16..24).
 """
+
 import struct
 import time
 
@@ -43,7 +44,7 @@ def run_case(case):
     whole = np.zeros(GUARD + REGION + GUARD, np.uint8)
     packed = None
     if rank == 1:
-        packed = probe.pack(probe.register(whole[GUARD:GUARD + REGION]))
+        packed = probe.pack(probe.register(whole[GUARD : GUARD + REGION]))
     packed = WORLD.bcast(packed, root=1)
     detail = ""
     if rank == 0:

@@ -1,15 +1,16 @@
 """What a job leaves behind when it ends in different ways (the test checks the host).
 
-    teardown.py normal            collectives, then shutdown(): reports the core's
-                                  descriptors and mappings after init and after shutdown,
-                                  then init() again and one more collective
-    teardown.py exception VICTIM  the victim raises an uncaught exception mid-job
-    teardown.py loop              allreduce in a loop until the test signals a rank;
-                                  survivors report "error", the victim "interrupted" (SIGINT)
-    teardown.py fork VICTIM       like loop, but the victim first forks a child that stays
-                                  alive (a DataLoader worker): the child reports its
-                                  descriptors and what touching rdmacoll raises
+teardown.py normal            collectives, then shutdown(): reports the core's
+                              descriptors and mappings after init and after shutdown,
+                              then init() again and one more collective
+teardown.py exception VICTIM  the victim raises an uncaught exception mid-job
+teardown.py loop              allreduce in a loop until the test signals a rank;
+                              survivors report "error", the victim "interrupted" (SIGINT)
+teardown.py fork VICTIM       like loop, but the victim first forks a child that stays
+                              alive (a DataLoader worker): the child reports its
+                              descriptors and what touching rdmacoll raises
 """
+
 import os
 import sys
 import time
@@ -101,5 +102,4 @@ def loop(fork_victim=None):
 
 if __name__ == "__main__":
     mode = sys.argv[1]
-    main({"normal": normal, "exception": exception, "loop": loop,
-          "fork": lambda: loop(int(sys.argv[2]))}[mode])
+    main({"normal": normal, "exception": exception, "loop": loop, "fork": lambda: loop(int(sys.argv[2]))}[mode])

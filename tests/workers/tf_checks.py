@@ -8,6 +8,7 @@ Run under mpiexec with 2 ranks. Reports through common.emit():
                                      union of the ranks' batches
   done    {checks}
 """
+
 import json
 import os
 import re
@@ -53,10 +54,10 @@ def dataset(rank, size, passes=1):
     rows = BATCH * STEPS
     x = rng.standard_normal((size * rows, FEATURES)).astype(np.float32)
     y = (np.sin(x[:, :1]) + 0.5 * x[:, 1:2] ** 2).astype(np.float32)
-    shards = [(x[r * rows:(r + 1) * rows], y[r * rows:(r + 1) * rows]) for r in range(size)]
+    shards = [(x[r * rows : (r + 1) * rows], y[r * rows : (r + 1) * rows]) for r in range(size)]
     chunk = BATCH * passes
-    ux = np.concatenate([s[0][k:k + chunk] for k in range(0, rows, chunk) for s in shards])
-    uy = np.concatenate([s[1][k:k + chunk] for k in range(0, rows, chunk) for s in shards])
+    ux = np.concatenate([s[0][k : k + chunk] for k in range(0, rows, chunk) for s in shards])
+    uy = np.concatenate([s[1][k : k + chunk] for k in range(0, rows, chunk) for s in shards])
     return shards[rank], (ux, uy), chunk * size
 
 
@@ -64,8 +65,14 @@ def make_model(seed):
     import keras
 
     keras.utils.set_random_seed(seed)
-    return keras.Sequential([keras.Input((FEATURES,)), keras.layers.Dense(16, activation="tanh"),
-                             keras.layers.Dense(8, activation="tanh"), keras.layers.Dense(1)])
+    return keras.Sequential(
+        [
+            keras.Input((FEATURES,)),
+            keras.layers.Dense(16, activation="tanh"),
+            keras.layers.Dense(8, activation="tanh"),
+            keras.layers.Dense(1),
+        ]
+    )
 
 
 class EpochWeights:
@@ -111,8 +118,9 @@ def fit_run(hvd, run, passes=1):
         model.fit(xs, ys, batch_size=batch, epochs=EPOCHS, shuffle=False, verbose=0, callbacks=[rec])
         return rec.epochs
 
-    opt = hvd.DistributedOptimizer(keras.optimizers.SGD(0.05, momentum=0.9), backward_passes_per_step=passes,
-                                   average_aggregated_gradients=True)
+    opt = hvd.DistributedOptimizer(
+        keras.optimizers.SGD(0.05, momentum=0.9), backward_passes_per_step=passes, average_aggregated_gradients=True
+    )
     got = train(make_model(1), opt, x, y, BATCH)
     want = train(make_model(1), keras.optimizers.SGD(0.05, momentum=0.9), ux, uy, union_batch)
     report_epochs(run, got, want)
@@ -140,34 +148,64 @@ def collectives(hvd, tf, np):
     gathered = np.concatenate([np.full((r + 1, 2), r, np.int32) for r in range(size)])
 
     def ops(x, rows):
-        return [hvd.allreduce(x, op=hvd.Sum), hvd.allreduce(x), hvd.allreduce(x, op=hvd.Max),
-                *hvd.grouped_allreduce([x, tf.cast(x, tf.float64) * 2], op=hvd.Sum),
-                hvd.allgather(rows), hvd.broadcast(x, size - 1),
-                hvd.reducescatter(tf.reshape(tf.tile(x, [size]), [size, 5]), op=hvd.Sum),
-                *hvd.alltoall(tf.repeat(x[:size], 2), splits=[2] * size),   # element j of every rank, twice
-                hvd.allreduce(x, op=hvd.Sum, compression=hvd.Compression.fp16),
-                hvd.allreduce(x, op=hvd.Sum, prescale_factor=2.0, postscale_factor=0.5)]
+        return [
+            hvd.allreduce(x, op=hvd.Sum),
+            hvd.allreduce(x),
+            hvd.allreduce(x, op=hvd.Max),
+            *hvd.grouped_allreduce([x, tf.cast(x, tf.float64) * 2], op=hvd.Sum),
+            hvd.allgather(rows),
+            hvd.broadcast(x, size - 1),
+            hvd.reducescatter(tf.reshape(tf.tile(x, [size]), [size, 5]), op=hvd.Sum),
+            *hvd.alltoall(tf.repeat(x[:size], 2), splits=[2] * size),  # element j of every rank, twice
+            hvd.allreduce(x, op=hvd.Sum, compression=hvd.Compression.fp16),
+            hvd.allreduce(x, op=hvd.Sum, prescale_factor=2.0, postscale_factor=0.5),
+        ]
 
-    want = [total, total / size, base + size - 1, total, 2 * total, gathered, base + size - 1,
-            total[None, :], np.repeat([base[rank] + r for r in range(size)], 2),
-            np.full(size, 2, np.int32), total, total]
+    want = [
+        total,
+        total / size,
+        base + size - 1,
+        total,
+        2 * total,
+        gathered,
+        base + size - 1,
+        total[None, :],
+        np.repeat([base[rank] + r for r in range(size)], 2),
+        np.full(size, 2, np.int32),
+        total,
+        total,
+    ]
     for mode, fn in (("eager", ops), ("tf.function", tf.function(ops))):
         for i, (g, w) in enumerate(zip(fn(tf.constant(mine), tf.constant(rows)), want)):
             same(f"{mode} #{i}", g, w, 1e-3 if i == 10 else 1e-6)
-    sparse = hvd.allreduce(tf.IndexedSlices(tf.constant([[1.0, 2.0]]) * (rank + 1), tf.constant([rank]),
-                                            dense_shape=tf.constant([size, 2])), op=hvd.Sum)
-    same("IndexedSlices", tf.convert_to_tensor(sparse),
-         np.array([[r + 1.0, 2.0 * (r + 1)] for r in range(size)], np.float32))
-    slices = tf.IndexedSlices(tf.constant([[1.0, 2.0]]) * (rank + 1), tf.constant([rank]), dense_shape=tf.constant([size, 2]))
+    sparse = hvd.allreduce(
+        tf.IndexedSlices(
+            tf.constant([[1.0, 2.0]]) * (rank + 1), tf.constant([rank]), dense_shape=tf.constant([size, 2])
+        ),
+        op=hvd.Sum,
+    )
+    same(
+        "IndexedSlices",
+        tf.convert_to_tensor(sparse),
+        np.array([[r + 1.0, 2.0 * (r + 1)] for r in range(size)], np.float32),
+    )
+    slices = tf.IndexedSlices(
+        tf.constant([[1.0, 2.0]]) * (rank + 1), tf.constant([rank]), dense_shape=tf.constant([size, 2])
+    )
     avg = hvd.allreduce(slices)
-    same("IndexedSlices Average", tf.convert_to_tensor(avg),
-         np.array([[(r + 1.0) / size, 2.0 * (r + 1) / size] for r in range(size)], np.float32))
-    for kwargs, words in (({"op": hvd.Max}, "Only Sum and Average ops are supported with tf.IndexedSlices"),
-                          ({"prescale_factor": 2.0}, "Pre/postscale_factor are not supported with tf.IndexedSlices")):
+    same(
+        "IndexedSlices Average",
+        tf.convert_to_tensor(avg),
+        np.array([[(r + 1.0) / size, 2.0 * (r + 1) / size] for r in range(size)], np.float32),
+    )
+    for kwargs, words in (
+        ({"op": hvd.Max}, "Only Sum and Average ops are supported with tf.IndexedSlices"),
+        ({"prescale_factor": 2.0}, "Pre/postscale_factor are not supported with tf.IndexedSlices"),
+    ):
         try:
             hvd.allreduce(slices, **kwargs)
             bad.append(f"IndexedSlices {kwargs}: no error")
-        except NotImplementedError as e:   # Horovod's exception type and words
+        except NotImplementedError as e:  # Horovod's exception type and words
             if str(e) != words:
                 bad.append(f"IndexedSlices {kwargs}: {e}")
     if hvd.broadcast_object({"from": rank}, root_rank=size - 1) != {"from": size - 1}:
@@ -183,7 +221,7 @@ def gradients(hvd, tf, np):
     and in tf.function: loss = sum(W_r * y) on rank r, the gradient wrt this rank's input
     against the formula computed here from every rank's W."""
     rank, size = hvd.rank(), hvd.size()
-    w = [np.arange(8, dtype=np.float32) * (r + 1) + 1 for r in range(size)]     # rank r's weights
+    w = [np.arange(8, dtype=np.float32) * (r + 1) + 1 for r in range(size)]  # rank r's weights
     x = tf.constant(np.arange(4, dtype=np.float32) + rank)
     rows = sum(q + 1 for q in range(size))
     gather_w = [np.arange(rows * 2, dtype=np.float32).reshape(rows, 2) * (r + 1) for r in range(size)]
@@ -192,34 +230,58 @@ def gradients(hvd, tf, np):
     cases = {  # name: (f(x) -> list of outputs, the weights of each output on rank r, the expected gradient)
         "allreduce Sum": (lambda t: [hvd.allreduce(t, op=hvd.Sum)], lambda r: [w[r][:4]], sum(v[:4] for v in w)),
         "allreduce Average": (lambda t: [hvd.allreduce(t)], lambda r: [w[r][:4]], sum(v[:4] for v in w) / size),
-        "allreduce scaled": (lambda t: [hvd.allreduce(t, op=hvd.Sum, prescale_factor=2.0, postscale_factor=0.5)],
-                             lambda r: [w[r][:4]], sum(v[:4] for v in w)),
-        "grouped_allreduce": (lambda t: hvd.grouped_allreduce([t, 2 * t], op=hvd.Sum),
-                              lambda r: [w[r][:4], w[r][4:]], sum(v[:4] + 2 * v[4:] for v in w)),
-        "allgather": (lambda t: [hvd.allgather(tf.reshape(tf.tile(t[:1], [2 * (rank + 1)]), [rank + 1, 2]))],
-                      lambda r: [gather_w[r]], np.array([mean_g[start:start + rank + 1].sum()] + [0] * 3, np.float32)),
-        "broadcast": (lambda t: [hvd.broadcast(t, size - 1)], lambda r: [w[r][:4]],
-                      sum(v[:4] for v in w) / size * (rank == size - 1)),
-        "alltoall splits": (lambda t: [hvd.alltoall(t[:size], splits=[1] * size)[0]], lambda r: [w[r][:size]],
-                            np.array([w[q][rank] for q in range(size)] + [0] * (4 - size), np.float32)),
-        "alltoall even": (lambda t: [hvd.alltoall(t[:size])], lambda r: [w[r][:size]],
-                          np.array([w[q][rank] for q in range(size)] + [0] * (4 - size), np.float32)),
-        "reducescatter Sum": (lambda t: [hvd.reducescatter(tf.reshape(tf.tile(t[:2], [size]), [size, 2]), op=hvd.Sum)],
-                              lambda r: [w[r][:2].reshape(1, 2)], np.array(list(size * sum(v[:2] for v in w)) + [0, 0],
-                                                                            np.float32)),
-        "reducescatter Average": (lambda t: [hvd.reducescatter(tf.reshape(tf.tile(t[:2], [size]), [size, 2]))],
-                                  lambda r: [w[r][:2].reshape(1, 2)], np.array(list(sum(v[:2] for v in w)) + [0, 0],
-                                                                                np.float32)),
+        "allreduce scaled": (
+            lambda t: [hvd.allreduce(t, op=hvd.Sum, prescale_factor=2.0, postscale_factor=0.5)],
+            lambda r: [w[r][:4]],
+            sum(v[:4] for v in w),
+        ),
+        "grouped_allreduce": (
+            lambda t: hvd.grouped_allreduce([t, 2 * t], op=hvd.Sum),
+            lambda r: [w[r][:4], w[r][4:]],
+            sum(v[:4] + 2 * v[4:] for v in w),
+        ),
+        "allgather": (
+            lambda t: [hvd.allgather(tf.reshape(tf.tile(t[:1], [2 * (rank + 1)]), [rank + 1, 2]))],
+            lambda r: [gather_w[r]],
+            np.array([mean_g[start : start + rank + 1].sum()] + [0] * 3, np.float32),
+        ),
+        "broadcast": (
+            lambda t: [hvd.broadcast(t, size - 1)],
+            lambda r: [w[r][:4]],
+            sum(v[:4] for v in w) / size * (rank == size - 1),
+        ),
+        "alltoall splits": (
+            lambda t: [hvd.alltoall(t[:size], splits=[1] * size)[0]],
+            lambda r: [w[r][:size]],
+            np.array([w[q][rank] for q in range(size)] + [0] * (4 - size), np.float32),
+        ),
+        "alltoall even": (
+            lambda t: [hvd.alltoall(t[:size])],
+            lambda r: [w[r][:size]],
+            np.array([w[q][rank] for q in range(size)] + [0] * (4 - size), np.float32),
+        ),
+        "reducescatter Sum": (
+            lambda t: [hvd.reducescatter(tf.reshape(tf.tile(t[:2], [size]), [size, 2]), op=hvd.Sum)],
+            lambda r: [w[r][:2].reshape(1, 2)],
+            np.array(list(size * sum(v[:2] for v in w)) + [0, 0], np.float32),
+        ),
+        "reducescatter Average": (
+            lambda t: [hvd.reducescatter(tf.reshape(tf.tile(t[:2], [size]), [size, 2]))],
+            lambda r: [w[r][:2].reshape(1, 2)],
+            np.array(list(sum(v[:2] for v in w)) + [0, 0], np.float32),
+        ),
     }
     bad = []
     if isinstance(hvd.alltoall(tf.zeros([size, 3])), tuple):
         bad.append("alltoall without splits returned a tuple (Horovod returns the tensor)")
     for name, (f, weights, want) in cases.items():
+
         def grad_of(t, f=f, weights=weights):
             with tf.GradientTape() as tape:
                 tape.watch(t)
                 loss = tf.add_n([tf.reduce_sum(tf.constant(wt) * y) for wt, y in zip(weights(rank), f(t))])
             return tape.gradient(loss, t)
+
         for mode, fn in (("eager", grad_of), ("tf.function", tf.function(grad_of))):
             got = fn(x)
             if got is None or not np.allclose(got.numpy(), want, rtol=1e-6, atol=1e-6):
@@ -232,13 +294,14 @@ def layout_ops_and_the_rest(hvd, tf, np):
     """rank_op & co. eagerly and in a graph, cross_rank/size, broadcast_, grouped
     allgather/reducescatter, broadcast_object_fn, the capability probes and
     start/stop_timeline, against what they must be."""
-    import rdmacoll.frameworks.tensorflow as hvd   # (the layout ops are horovod.tensorflow's, not keras')
+    import rdmacoll.frameworks.tensorflow as hvd  # (the layout ops are horovod.tensorflow's, not keras')
 
     rank, size = hvd.rank(), hvd.size()
     bad = []
 
     def ops():
         return [hvd.rank_op(), hvd.size_op(), hvd.local_rank_op(), hvd.local_size_op(), hvd.process_set_included_op()]
+
     for mode, fn in (("eager", ops), ("tf.function", tf.function(ops))):
         got = [int(t.numpy()) for t in fn()]
         if got != [rank, size, hvd.local_rank(), hvd.local_size(), 1]:
@@ -246,20 +309,22 @@ def layout_ops_and_the_rest(hvd, tf, np):
     if (hvd.cross_rank(), hvd.cross_size(), hvd.is_homogeneous()) != (0, 1, True):
         bad.append(f"one host: cross {hvd.cross_rank(), hvd.cross_size(), hvd.is_homogeneous()}")
     unknown = [int(hvd.size_op(process_set_id=7)), int(hvd.process_set_included_op(process_set_id=7))]
-    if unknown != [-3, -3]:   # Horovod's HOROVOD_PROCESS_SET_ERROR_UNKNOWN_SET
+    if unknown != [-3, -3]:  # Horovod's HOROVOD_PROCESS_SET_ERROR_UNKNOWN_SET
         bad.append(f"size_op / process_set_included_op of a set that does not exist: {unknown}")
     v = tf.Variable(np.full(3, rank, np.float32))
     new = hvd.broadcast_([v], root_rank=size - 1)
     if not (np.array_equal(v.numpy(), np.full(3, size - 1)) and np.array_equal(new[0].numpy(), v.numpy())):
         bad.append(f"broadcast_ left {v.numpy().tolist()}")
     g = hvd.grouped_allgather([tf.fill([rank + 1], float(rank)), tf.constant([rank], tf.int64)])
-    if not (np.array_equal(g[0].numpy(), np.concatenate([np.full(r + 1, r, np.float32) for r in range(size)]))
-            and np.array_equal(g[1].numpy(), np.arange(size))):
+    if not (
+        np.array_equal(g[0].numpy(), np.concatenate([np.full(r + 1, r, np.float32) for r in range(size)]))
+        and np.array_equal(g[1].numpy(), np.arange(size))
+    ):
         bad.append(f"grouped_allgather {[t.numpy().tolist() for t in g]}")
     x = tf.reshape(tf.range(size * 2, dtype=tf.float32), [size, 2]) * (rank + 1)
     rs = hvd.grouped_reducescatter([x, 2 * x], op=hvd.Sum)
     total = sum(r + 1 for r in range(size))
-    want = np.arange(size * 2, dtype=np.float32).reshape(size, 2)[rank:rank + 1] * total
+    want = np.arange(size * 2, dtype=np.float32).reshape(size, 2)[rank : rank + 1] * total
     if not (np.array_equal(rs[0].numpy(), want) and np.array_equal(rs[1].numpy(), 2 * want)):
         bad.append(f"grouped_reducescatter {[t.numpy().tolist() for t in rs]}")
     bcast = hvd.broadcast_object_fn(root_rank=size - 1)
@@ -271,9 +336,21 @@ def layout_ops_and_the_rest(hvd, tf, np):
     import rdmacoll.frameworks.tensorflow.keras as hvdk
 
     for mod in (hvd, hvdk):
-        answers = [getattr(mod, p)() for p in ("mpi_built", "gloo_built", "ccl_built", "ddl_built", "cuda_built",
-                                               "rocm_built", "mpi_enabled", "gloo_enabled", "nccl_built",
-                                               "mpi_threads_supported")]
+        answers = [
+            getattr(mod, p)()
+            for p in (
+                "mpi_built",
+                "gloo_built",
+                "ccl_built",
+                "ddl_built",
+                "cuda_built",
+                "rocm_built",
+                "mpi_enabled",
+                "gloo_enabled",
+                "nccl_built",
+                "mpi_threads_supported",
+            )
+        ]
         if answers != [False] * 8 + [0, True]:
             bad.append(f"{mod.__name__} probes {answers}")
     import shutil
@@ -285,12 +362,15 @@ def layout_ops_and_the_rest(hvd, tf, np):
     hvd.stop_timeline()
     hvd.allreduce(tf.ones(2), name="after.timeline")
     mine = os.path.join(base, f"tl.rank{rank}.json")
-    names = [e.get("args", {}).get("name") for e in json.load(open(mine))["traceEvents"]
-             if e.get("cat") == "op"] if os.path.exists(mine) else None
-    named = {re.sub(r"(\.\d+)+$", "", str(n)) for n in names or ()}     # (TF adds ".<op>.<call>")
+    names = (
+        [e.get("args", {}).get("name") for e in json.load(open(mine))["traceEvents"] if e.get("cat") == "op"]
+        if os.path.exists(mine)
+        else None
+    )
+    named = {re.sub(r"(\.\d+)+$", "", str(n)) for n in names or ()}  # (TF adds ".<op>.<call>")
     if names is None or "in.timeline" not in named or "after.timeline" in named:
         bad.append(f"timeline {mine}: operations named {names}")
-    hvd.allreduce(tf.ones(1), name="timeline.read")   # every rank has read its file
+    hvd.allreduce(tf.ones(1), name="timeline.read")  # every rank has read its file
     if rank == 0:
         shutil.rmtree(base, ignore_errors=True)
     return not bad, "; ".join(bad[:4])
@@ -337,8 +417,11 @@ def partial_distributed(hvd, tf, np):
 
     for scale in (True, False):
         compare(f"tape scale={scale} eager", [g.numpy() for g in tape_grads(scale)], expect(scale))
-        compare(f"tape scale={scale} tf.function", [g.numpy() for g in tf.function(lambda: tape_grads(scale))()],
-                expect(scale))
+        compare(
+            f"tape scale={scale} tf.function",
+            [g.numpy() for g in tf.function(lambda: tape_grads(scale))()],
+            expect(scale),
+        )
     before = [v.numpy().copy() for v in model.trainable_variables]
     opt = hvd.PartialDistributedOptimizer(keras.optimizers.SGD(1.0), local_layers=local)
     with tf.GradientTape() as t:
@@ -385,8 +468,10 @@ def sync_batch_norm(hvd, tf, np):
         bad.append("output")
     if not np.allclose(dx.numpy(), udx.numpy()[mine], atol=1e-4):
         bad.append(f"input gradient {np.abs(dx.numpy() - udx.numpy()[mine]).max():.3g}")
-    for a, b, what in ((sync.moving_mean, plain.moving_mean, "moving mean"),
-                       (sync.moving_variance, plain.moving_variance, "moving variance")):
+    for a, b, what in (
+        (sync.moving_mean, plain.moving_mean, "moving mean"),
+        (sync.moving_variance, plain.moving_variance, "moving variance"),
+    ):
         # (BatchNormalization's moving variance uses the biased variance, as the sync one)
         if not np.allclose(np.asarray(a), np.asarray(b), atol=1e-4):
             bad.append(what)
@@ -415,6 +500,7 @@ def graph_order(hvd, tf, np):
     """Inside tf.function every collective op waits for the one before it in program
     order, also when that one sits in a tf.cond branch, so every rank runs them in the
     same order (independent ops would otherwise be unordered). Under XLA: a clear error."""
+
     @tf.function
     def independent(a, b, c, flag):
         first, gathered = hvd.allreduce(a, op=hvd.Sum), hvd.allgather(b)
@@ -425,17 +511,22 @@ def graph_order(hvd, tf, np):
     ops = independent.get_concrete_function(*args).graph.get_operations()
     order = [op for op in ops if op.type in ("PyFunc", "If", "StatelessIf")]
     chained = [order[i - 1] in ancestors(order[i]) for i in range(1, len(order))]
-    for _ in range(20):   # and it runs, repeatedly, with the same results on every rank
+    for _ in range(20):  # and it runs, repeatedly, with the same results on every rank
         out = independent(*args)
-    xla = None   # XLA cannot call Python: a clear error when traced, on every rank alike
+    xla = None  # XLA cannot call Python: a clear error when traced, on every rank alike
     try:
         tf.function(lambda a: hvd.allreduce(a), jit_compile=True)(args[0])
     except hvd.RdmacollError as e:
         xla = str(e)
-    ok = (len(order) == 6 and all(chained) and float(out[0][0]) == hvd.size()
-          and float(out[4][0]) == 4.0 * hvd.size() and xla and "jit_compile=False" in xla)
-    return ok, (f"{[op.type for op in order]} each after the one before: {chained}; "
-                f"under XLA: {xla and xla[-200:]}")
+    ok = (
+        len(order) == 6
+        and all(chained)
+        and float(out[0][0]) == hvd.size()
+        and float(out[4][0]) == 4.0 * hvd.size()
+        and xla
+        and "jit_compile=False" in xla
+    )
+    return ok, (f"{[op.type for op in order]} each after the one before: {chained}; under XLA: {xla and xla[-200:]}")
 
 
 class CountingComm:
@@ -449,10 +540,12 @@ class CountingComm:
     def __getattr__(self, name):
         attr = getattr(self.inner, name)
         if name.split("_")[0] in ("allreduce", "allgather", "broadcast", "reducescatter", "alltoall"):
+
             def counted(*a, **k):
                 if not any(isinstance(v, str) and v.startswith("join.") for v in a):
                     self.calls.append(name)
                 return attr(*a, **k)
+
             return counted
         return attr
 
@@ -482,7 +575,7 @@ def fusion(hvd, tf, np):
 
         want = len(plan_buckets(sizes, 400)) if threshold else 1
         for mode, fn in (("eager", grads), ("tf.function", tf.function(grads))):
-            fn(x, y)   # trace first
+            fn(x, y)  # trace first
             counter = CountingComm(rc._comm)
             rc._comm = counter
             try:
@@ -537,7 +630,7 @@ def tape_in_tf_function(hvd, tf, np):
         epochs = []
         for _ in range(EPOCHS):
             for k in range(STEPS):
-                step(xs[k * batch:(k + 1) * batch], ys[k * batch:(k + 1) * batch])
+                step(xs[k * batch : (k + 1) * batch], ys[k * batch : (k + 1) * batch])
             epochs.append([v.numpy().copy() for v in model.trainable_variables])
         return epochs
 
@@ -567,10 +660,23 @@ def broadcast_callback(hvd, tf, np):
 
     (x, y), _, _ = dataset(rank, size)
     model.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.Adam(0.01)), loss="mse")
-    model.fit(x, y, batch_size=BATCH, epochs=1, shuffle=False, verbose=0,
-              callbacks=[hvd.callbacks.BroadcastGlobalVariablesCallback(0), AtStart()])
-    emit("broadcast", initial=initial, at_start=seen["weights"], first_batch=seen["first_batch"],
-         optimizer=seen["optimizer"], final=weights_digest(model.get_weights()))
+    model.fit(
+        x,
+        y,
+        batch_size=BATCH,
+        epochs=1,
+        shuffle=False,
+        verbose=0,
+        callbacks=[hvd.callbacks.BroadcastGlobalVariablesCallback(0), AtStart()],
+    )
+    emit(
+        "broadcast",
+        initial=initial,
+        at_start=seen["weights"],
+        first_batch=seen["first_batch"],
+        optimizer=seen["optimizer"],
+        final=weights_digest(model.get_weights()),
+    )
     ok = seen["weights"] == root_initial == seen["first_batch"] and (rank == 0 or initial != root_initial)
     detail = f"initial {initial} root {root_initial} at start {seen['weights']}"
 
@@ -579,8 +685,15 @@ def broadcast_callback(hvd, tf, np):
     local = model.weights[0]
     mine, others = local.numpy().copy(), [w.numpy().copy() for w in model.weights[1:]]
     model.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.SGD(0.0)), loss="mse")
-    model.fit(x, y, batch_size=BATCH, epochs=1, shuffle=False, verbose=0,
-              callbacks=[hvd.callbacks.BroadcastGlobalVariablesCallback(0, local_variables=[local])])
+    model.fit(
+        x,
+        y,
+        batch_size=BATCH,
+        epochs=1,
+        shuffle=False,
+        verbose=0,
+        callbacks=[hvd.callbacks.BroadcastGlobalVariablesCallback(0, local_variables=[local])],
+    )
     root_others = hvd.broadcast_object([w.tolist() for w in others], root_rank=0)
     kept = np.array_equal(local.numpy(), mine)
     synced = all(np.array_equal(w.numpy(), np.array(r, np.float32)) for w, r in zip(model.weights[1:], root_others))
@@ -611,23 +724,36 @@ def metric_average_and_warmup(hvd, tf, np):
 
     raw = {}
 
-    class Raw(keras.callbacks.Callback):   # runs before the averaging callback
+    class Raw(keras.callbacks.Callback):  # runs before the averaging callback
         def on_epoch_end(self, epoch, logs=None):
             raw.setdefault("loss", []).append(logs["loss"])
 
     (x, y), _, _ = dataset(rank, size)
-    x = x * (rank + 1)   # ranks see different losses
-    hist = model.fit(x, y, batch_size=BATCH, epochs=3, shuffle=False, verbose=0,
-                     callbacks=[hvd.callbacks.BroadcastGlobalVariablesCallback(0), Raw(),
-                                hvd.callbacks.MetricAverageCallback(),
-                                hvd.callbacks.LearningRateWarmupCallback(lr, warmup_epochs=warmup), LrLog()])
+    x = x * (rank + 1)  # ranks see different losses
+    hist = model.fit(
+        x,
+        y,
+        batch_size=BATCH,
+        epochs=3,
+        shuffle=False,
+        verbose=0,
+        callbacks=[
+            hvd.callbacks.BroadcastGlobalVariablesCallback(0),
+            Raw(),
+            hvd.callbacks.MetricAverageCallback(),
+            hvd.callbacks.LearningRateWarmupCallback(lr, warmup_epochs=warmup),
+            LrLog(),
+        ],
+    )
     all_raw = hvd.allgather_object(raw["loss"])
     want_avg = np.mean(all_raw, axis=0)
     avg_ok = np.allclose(hist.history["loss"], want_avg, rtol=1e-6)
-    want_lr = [lr / size * ((e + (b + 1) / STEPS) * (size - 1) / warmup + 1)
-               for e in range(warmup) for b in range(STEPS)]
-    lr_ok = np.allclose(per_batch[:len(want_lr)], want_lr, rtol=1e-5) and np.allclose(
-        per_batch[len(want_lr):], per_batch[len(want_lr) - 1], rtol=1e-6)
+    want_lr = [
+        lr / size * ((e + (b + 1) / STEPS) * (size - 1) / warmup + 1) for e in range(warmup) for b in range(STEPS)
+    ]
+    lr_ok = np.allclose(per_batch[: len(want_lr)], want_lr, rtol=1e-5) and np.allclose(
+        per_batch[len(want_lr) :], per_batch[len(want_lr) - 1], rtol=1e-6
+    )
     emit("metrics", loss=hist.history["loss"])
     return bool(avg_ok and lr_ok), f"loss {hist.history['loss']} want {want_avg.tolist()}; lr {per_batch}"
 
@@ -645,8 +771,15 @@ def mixed_precision(hvd, tf, np):
         opt = hvd.DistributedOptimizer(keras.optimizers.SGD(0.01))
         model.compile(optimizer=opt, loss="mse")
         (x, y), _, _ = dataset(rank, size)
-        model.fit(x * (rank + 1), y, batch_size=BATCH, epochs=2, shuffle=False, verbose=0,
-                  callbacks=[hvd.callbacks.BroadcastGlobalVariablesCallback(0)])
+        model.fit(
+            x * (rank + 1),
+            y,
+            batch_size=BATCH,
+            epochs=2,
+            shuffle=False,
+            verbose=0,
+            callbacks=[hvd.callbacks.BroadcastGlobalVariablesCallback(0)],
+        )
     finally:
         keras.mixed_precision.set_global_policy("float32")
     state = (weights_digest(model.get_weights()), int(opt.iterations.numpy()), float(opt.dynamic_scale.numpy()))
@@ -698,9 +831,11 @@ def process_sets(hvd, tf, np):
         ranks, n = ps.ranks, len(ps.ranks)
         mine = np.arange(4, dtype=np.float32) * (rank + 1)
         if rank not in ranks:
-            for what, call in (("allreduce", lambda: hvdtf.allreduce(tf.constant(mine), process_set=ps)),
-                               ("allgather", lambda: hvdtf.allgather(tf.constant(mine), process_set=ps)),
-                               ("alltoall", lambda: hvdtf.alltoall(tf.constant(mine), process_set=ps))):
+            for what, call in (
+                ("allreduce", lambda: hvdtf.allreduce(tf.constant(mine), process_set=ps)),
+                ("allgather", lambda: hvdtf.allgather(tf.constant(mine), process_set=ps)),
+                ("alltoall", lambda: hvdtf.alltoall(tf.constant(mine), process_set=ps)),
+            ):
                 try:
                     call()
                     bad.append(f"{what} outside {ranks}: no error")
@@ -713,25 +848,43 @@ def process_sets(hvd, tf, np):
             v = tf.Variable(mine)
             with tf.GradientTape() as tape:
                 loss = tf.reduce_sum(v * v)
-            same(f"tape outside {ranks}", hvdtf.DistributedGradientTape(tape, process_set=ps).gradient(loss, [v])[0],
-                 2 * mine)
+            same(
+                f"tape outside {ranks}",
+                hvdtf.DistributedGradientTape(tape, process_set=ps).gradient(loss, [v])[0],
+                2 * mine,
+            )
             continue
         pos, root = ranks.index(rank), ranks[-1]
         every = [np.arange(4, dtype=np.float32) * (r + 1) for r in ranks]
         total = sum(every)
         rows = [np.full((r + 1, 2), r, np.int32) for r in ranks]
-        send = np.concatenate([np.full(2, 10 * rank + j, np.float32) for j in range(n)])   # 2 rows to each
+        send = np.concatenate([np.full(2, 10 * rank + j, np.float32) for j in range(n)])  # 2 rows to each
 
         def ops(x, rws, snd, ps=ps, n=n):
-            return [hvdtf.allreduce(x, op=hvd.Sum, process_set=ps), hvdtf.allreduce(x, process_set=ps),
-                    *hvdtf.grouped_allreduce([x, 2 * x], op=hvd.Sum, process_set=ps),
-                    hvdtf.allgather(rws, process_set=ps), hvdtf.broadcast(x, root, process_set=ps),
-                    hvdtf.alltoall(snd, splits=[2] * n, process_set=ps)[0],
-                    hvdtf.reducescatter(tf.reshape(tf.tile(x, [n]), [n, 4]), op=hvd.Sum, process_set=ps),
-                    hvdtf.size_op(ps.process_set_id), hvdtf.process_set_included_op(ps.process_set_id)]
+            return [
+                hvdtf.allreduce(x, op=hvd.Sum, process_set=ps),
+                hvdtf.allreduce(x, process_set=ps),
+                *hvdtf.grouped_allreduce([x, 2 * x], op=hvd.Sum, process_set=ps),
+                hvdtf.allgather(rws, process_set=ps),
+                hvdtf.broadcast(x, root, process_set=ps),
+                hvdtf.alltoall(snd, splits=[2] * n, process_set=ps)[0],
+                hvdtf.reducescatter(tf.reshape(tf.tile(x, [n]), [n, 4]), op=hvd.Sum, process_set=ps),
+                hvdtf.size_op(ps.process_set_id),
+                hvdtf.process_set_included_op(ps.process_set_id),
+            ]
 
-        want = [total, total / n, total, 2 * total, np.concatenate(rows), every[-1],
-                np.concatenate([np.full(2, 10 * r + pos, np.float32) for r in ranks]), total[None, :], n, 1]
+        want = [
+            total,
+            total / n,
+            total,
+            2 * total,
+            np.concatenate(rows),
+            every[-1],
+            np.concatenate([np.full(2, 10 * r + pos, np.float32) for r in ranks]),
+            total[None, :],
+            n,
+            1,
+        ]
         for mode, fn in (("eager", ops), ("tf.function", tf.function(ops))):
             for i, (g, w) in enumerate(zip(fn(tf.constant(mine), tf.constant(rows[pos]), tf.constant(send)), want)):
                 same(f"{ranks} {mode} #{i}", g, w)
@@ -742,15 +895,23 @@ def process_sets(hvd, tf, np):
         def grads(x, ps=ps, n=n):
             with tf.GradientTape(persistent=True) as tape:
                 tape.watch(x)
-                ys = [hvdtf.allreduce(x, process_set=ps), hvdtf.broadcast(x, root, process_set=ps),
-                      hvdtf.allgather(x, process_set=ps)]
-                losses = [tf.reduce_sum(tf.constant(wts[rank]) * ys[0]), tf.reduce_sum(tf.constant(wts[rank]) * ys[1]),
-                          tf.reduce_sum(tf.constant(np.tile(wts[rank], n)) * ys[2])]
+                ys = [
+                    hvdtf.allreduce(x, process_set=ps),
+                    hvdtf.broadcast(x, root, process_set=ps),
+                    hvdtf.allgather(x, process_set=ps),
+                ]
+                losses = [
+                    tf.reduce_sum(tf.constant(wts[rank]) * ys[0]),
+                    tf.reduce_sum(tf.constant(wts[rank]) * ys[1]),
+                    tf.reduce_sum(tf.constant(np.tile(wts[rank], n)) * ys[2]),
+                ]
             return [tape.gradient(loss, x) for loss in losses]
+
         mean_w = sum(wts.values()) / n
         for mode, fn in (("eager", grads), ("tf.function", tf.function(grads))):
-            for what, g, w in zip(("allreduce", "broadcast", "allgather"), fn(x),
-                                  (mean_w, mean_w * (rank == root), mean_w)):
+            for what, g, w in zip(
+                ("allreduce", "broadcast", "allgather"), fn(x), (mean_w, mean_w * (rank == root), mean_w)
+            ):
                 same(f"{ranks} {mode} gradient of {what}", g, w)
         v = tf.Variable(mine)
         hvdtf.broadcast_variables([v], root_rank=root, process_set=ps)
@@ -762,18 +923,27 @@ def process_sets(hvd, tf, np):
         v = tf.Variable(mine)
         with tf.GradientTape() as tape:
             loss = tf.reduce_sum(v * v)
-        same(f"{ranks} tape", hvdtf.DistributedGradientTape(tape, process_set=ps).gradient(loss, [v])[0],
-             2 * total / n)
-        sl = hvdtf.allreduce(tf.IndexedSlices(tf.constant([[1.0, 2.0]]) * (rank + 1), tf.constant([pos]),
-                                              dense_shape=tf.constant([n, 2])), process_set=ps)
-        same(f"{ranks} IndexedSlices Average", tf.convert_to_tensor(sl),
-             np.array([[(r + 1.0) / n, 2.0 * (r + 1) / n] for r in ranks], np.float32))
+        same(f"{ranks} tape", hvdtf.DistributedGradientTape(tape, process_set=ps).gradient(loss, [v])[0], 2 * total / n)
+        sl = hvdtf.allreduce(
+            tf.IndexedSlices(
+                tf.constant([[1.0, 2.0]]) * (rank + 1), tf.constant([pos]), dense_shape=tf.constant([n, 2])
+            ),
+            process_set=ps,
+        )
+        same(
+            f"{ranks} IndexedSlices Average",
+            tf.convert_to_tensor(sl),
+            np.array([[(r + 1.0) / n, 2.0 * (r + 1) / n] for r in ranks], np.float32),
+        )
     # dynamic sets: add, use, remove (collective over every rank)
     _reinit(process_sets="dynamic")
     ps = hvdtf.add_process_set(rest)
     if rank in rest:
-        same("added set allreduce", hvdtf.allreduce(tf.constant([float(rank)]), op=hvd.Sum, process_set=ps),
-             [float(sum(rest))])
+        same(
+            "added set allreduce",
+            hvdtf.allreduce(tf.constant([float(rank)]), op=hvd.Sum, process_set=ps),
+            [float(sum(rest))],
+        )
     removed = hvdtf.remove_process_set(ps)
     if not removed or int(hvdtf.size_op(ps.process_set_id or 99)) != -3:
         bad.append(f"remove_process_set {removed}, size_op after it {int(hvdtf.size_op(99))}")
@@ -803,32 +973,48 @@ def error_types(hvd, tf, np):
     size = hvd.size()
     bad = []
     x = tf.constant(np.arange(size + 1, dtype=np.float32))
-    cases = [("bad splits", lambda t: hvdtf.alltoall(t, splits=[1] * (size + 1))[0], "splits has"),
-             ("uneven alltoall", lambda t: hvdtf.alltoall(t), "not divisible"),
-             ("root outside the job", lambda t: hvdtf.broadcast(t, size), f"root_rank {size}")]
+    cases = [
+        ("bad splits", lambda t: hvdtf.alltoall(t, splits=[1] * (size + 1))[0], "splits has"),
+        ("uneven alltoall", lambda t: hvdtf.alltoall(t), "not divisible"),
+        ("root outside the job", lambda t: hvdtf.broadcast(t, size), f"root_rank {size}"),
+    ]
     for what, fn, words in cases:
-        _expect_error(bad, f"eager {what}", lambda: fn(x), (tf.errors.InvalidArgumentError, ValueError,
-                                                             rc.RdmacollError), words)
-        _expect_error(bad, f"tf.function {what}", lambda: tf.function(fn)(x), (tf.errors.InvalidArgumentError,),
-                      words)
+        _expect_error(
+            bad, f"eager {what}", lambda: fn(x), (tf.errors.InvalidArgumentError, ValueError, rc.RdmacollError), words
+        )
+        _expect_error(bad, f"tf.function {what}", lambda: tf.function(fn)(x), (tf.errors.InvalidArgumentError,), words)
         with tf.Graph().as_default():
             y = fn(tf.constant(np.arange(size + 1, dtype=np.float32)))
             with tf.compat.v1.Session() as sess:
                 _expect_error(bad, f"Session {what}", lambda: sess.run(y), (tf.errors.InvalidArgumentError,), words)
-    _expect_error(bad, "broadcast_global_variables eagerly", lambda: hvdtf.broadcast_global_variables(0),
-                  (RuntimeError,), "does not support eager execution")
+    _expect_error(
+        bad,
+        "broadcast_global_variables eagerly",
+        lambda: hvdtf.broadcast_global_variables(0),
+        (RuntimeError,),
+        "does not support eager execution",
+    )
     # the core's other failures (a dead peer, a timeout) are Horovod's shut-down error, UNKNOWN
     from rdmacoll.frameworks.tensorflow.errors import as_tf_error
-    for text, want in (("shm: rank 1 exited (pid 7)", tf.errors.UnknownError),
-                       ("timed out after 600 s (RDMACOLL_TIMEOUT) on rank 0", tf.errors.UnknownError),
-                       ("collective mismatch (different counts): ...", tf.errors.FailedPreconditionError)):
+
+    for text, want in (
+        ("shm: rank 1 exited (pid 7)", tf.errors.UnknownError),
+        ("timed out after 600 s (RDMACOLL_TIMEOUT) on rank 0", tf.errors.UnknownError),
+        ("collective mismatch (different counts): ...", tf.errors.FailedPreconditionError),
+    ):
         if not isinstance(as_tf_error(rc.RdmacollError(text)), want):
             bad.append(f"{text!r} is not {want.__name__}")
     rc.shutdown()
-    _expect_error(bad, "allreduce after shutdown", lambda: hvdtf.allreduce(x),
-                  (tf.errors.FailedPreconditionError, rc.RdmacollError), "not initialised")
-    _expect_error(bad, "size_op after shutdown", lambda: hvdtf.size_op(),
-                  (tf.errors.FailedPreconditionError,), "not initialised")
+    _expect_error(
+        bad,
+        "allreduce after shutdown",
+        lambda: hvdtf.allreduce(x),
+        (tf.errors.FailedPreconditionError, rc.RdmacollError),
+        "not initialised",
+    )
+    _expect_error(
+        bad, "size_op after shutdown", lambda: hvdtf.size_op(), (tf.errors.FailedPreconditionError,), "not initialised"
+    )
     rc.init()
     if float(hvdtf.allreduce(tf.constant([1.0]), op=hvd.Sum)[0]) != size:
         bad.append("the job is not usable after the argument errors")
@@ -858,33 +1044,62 @@ def adasum(hvd, tf, np):
 
     x = tf.constant(vec(r, 5, 1, np.float32))
     if n & (n - 1):
-        _expect_error(bad, "non-power-of-two size", lambda: hvdtf.allreduce(x, op=hvdtf.Adasum),
-                      (NotImplementedError,), "non-power of 2")
+        _expect_error(
+            bad,
+            "non-power-of-two size",
+            lambda: hvdtf.allreduce(x, op=hvdtf.Adasum),
+            (NotImplementedError,),
+            "non-power of 2",
+        )
         return not bad, "; ".join(bad[:4])
     tol = {np.float16: 2e-3, np.float32: 2e-6, np.float64: 1e-12}
     for dt in (np.float16, np.float32, np.float64):
         for count in (1, 7, 1000):
             got = hvdtf.allreduce(tf.constant(vec(r, count, count, dt)), op=hvdtf.Adasum)
-            close(f"allreduce {np.dtype(dt).name} {count}", got.numpy(),
-                  adasum_tree([vec(q, count, count, dt) for q in range(n)], dt), tol[dt])
+            close(
+                f"allreduce {np.dtype(dt).name} {count}",
+                got.numpy(),
+                adasum_tree([vec(q, count, count, dt) for q in range(n)], dt),
+                tol[dt],
+            )
     grouped = tf.function(lambda a, b: hvdtf.grouped_allreduce([a, b], op=hvdtf.Adasum))(
-        tf.constant(vec(r, 11, 6, np.float32)), tf.constant(vec(r, 4, 7, np.float32)))
-    for i, (count, seed) in enumerate(((11, 6), (4, 7))):   # each tensor its own coefficients
-        close(f"grouped in tf.function {i}", grouped[i].numpy(),
-              adasum_tree([vec(q, count, seed, np.float32) for q in range(n)], np.float32), tol[np.float32])
+        tf.constant(vec(r, 11, 6, np.float32)), tf.constant(vec(r, 4, 7, np.float32))
+    )
+    for i, (count, seed) in enumerate(((11, 6), (4, 7))):  # each tensor its own coefficients
+        close(
+            f"grouped in tf.function {i}",
+            grouped[i].numpy(),
+            adasum_tree([vec(q, count, seed, np.float32) for q in range(n)], np.float32),
+            tol[np.float32],
+        )
     w = tf.Variable(np.ones(6, np.float32))
-    with tf.GradientTape() as tape:   # d/dw of sum(w * v_r) is v_r
+    with tf.GradientTape() as tape:  # d/dw of sum(w * v_r) is v_r
         loss = tf.reduce_sum(w * tf.constant(vec(r, 6, 9, np.float32)))
     (g,) = hvdtf.DistributedGradientTape(tape, op=hvdtf.Adasum).gradient(loss, [w])
-    close("DistributedGradientTape", g.numpy(), adasum_tree([vec(q, 6, 9, np.float32) for q in range(n)],
-                                                             np.float32), tol[np.float32])
-    _expect_error(bad, "process set", lambda: hvdtf.allreduce(x, op=hvdtf.Adasum, process_set=hvd.ProcessSet([0])),
-                  (NotImplementedError,), "non-global process sets")
+    close(
+        "DistributedGradientTape",
+        g.numpy(),
+        adasum_tree([vec(q, 6, 9, np.float32) for q in range(n)], np.float32),
+        tol[np.float32],
+    )
+    _expect_error(
+        bad,
+        "process set",
+        lambda: hvdtf.allreduce(x, op=hvdtf.Adasum, process_set=hvd.ProcessSet([0])),
+        (NotImplementedError,),
+        "non-global process sets",
+    )
     sparse = tf.IndexedSlices(tf.constant([[1.0]]), tf.constant([0], tf.int64), tf.constant([2, 1], tf.int64))
-    _expect_error(bad, "sparse", lambda: hvdtf.allreduce(sparse, op=hvdtf.Adasum), (NotImplementedError,),
-                  "sparse_as_dense=True")
-    _expect_error(bad, "int32", lambda: hvdtf.allreduce(tf.constant([1, 2]), op=hvdtf.Adasum),
-                  (tf.errors.InvalidArgumentError, ValueError), "Adasum")
+    _expect_error(
+        bad, "sparse", lambda: hvdtf.allreduce(sparse, op=hvdtf.Adasum), (NotImplementedError,), "sparse_as_dense=True"
+    )
+    _expect_error(
+        bad,
+        "int32",
+        lambda: hvdtf.allreduce(tf.constant([1, 2]), op=hvdtf.Adasum),
+        (tf.errors.InvalidArgumentError, ValueError),
+        "Adasum",
+    )
     if float(hvdtf.allreduce(tf.constant([1.0]), op=hvd.Sum)[0]) != n:
         bad.append("the job is not usable after the refused calls")
     return not bad, "; ".join(bad[:4])
@@ -902,7 +1117,7 @@ def init_comm(hvd, tf, np):
     world, n = MPI.COMM_WORLD.rank, MPI.COMM_WORLD.size
     bad = []
     rc.shutdown()
-    order = list(range(n - 1, 0, -1))    # every rank but 0, reversed
+    order = list(range(n - 1, 0, -1))  # every rank but 0, reversed
     if world == 0:
         _expect_error(bad, "rank outside comm", lambda: hvdtf.init(comm=order), (ValueError,), "")
     else:
@@ -950,12 +1165,16 @@ def session_graphs(hvd, tf, np):
     with tf.Graph().as_default():
         x = tf.compat.v1.placeholder(tf.float32, [4])
         rows = tf.compat.v1.placeholder(tf.float32, [None, 2])
-        ops = {"allreduce": (hvdtf.allreduce(x, op=hvd.Sum), total),
-               "allgather": (hvdtf.allgather(rows), gathered),
-               "broadcast": (hvdtf.broadcast(x, size - 1), np.arange(4, dtype=np.float32) * size),
-               "average": (hvdtf.allreduce(x), total / size),
-               "reducescatter": (hvdtf.reducescatter(tf.reshape(tf.tile(x, [size]), [size, 4]), op=hvd.Sum),
-                                 total[None, :])}
+        ops = {
+            "allreduce": (hvdtf.allreduce(x, op=hvd.Sum), total),
+            "allgather": (hvdtf.allgather(rows), gathered),
+            "broadcast": (hvdtf.broadcast(x, size - 1), np.arange(4, dtype=np.float32) * size),
+            "average": (hvdtf.allreduce(x), total / size),
+            "reducescatter": (
+                hvdtf.reducescatter(tf.reshape(tf.tile(x, [size]), [size, 4]), op=hvd.Sum),
+                total[None, :],
+            ),
+        }
         # registered gradients: d/dx of sum(w * allreduce(x)) and of a broadcast, by tf.gradients
         w = np.arange(4, dtype=np.float32) + rank
         mean_w = sum(np.arange(4, dtype=np.float32) + r for r in range(size)) / size
@@ -964,15 +1183,15 @@ def session_graphs(hvd, tf, np):
         feed = {x: mine, rows: np.full((rank + 1, 2), rank, np.float32)}
         config = tf.compat.v1.ConfigProto(inter_op_parallelism_threads=len(ops) + 1)
         with tf.compat.v1.Session(config=config) as sess:
-            for name, (op, want) in ops.items():   # one collective per run
+            for name, (op, want) in ops.items():  # one collective per run
                 same(f"alone {name}", sess.run(op, feed), want)
-            for step in range(10):   # all fetched together: the order is agreed at run time
+            for step in range(10):  # all fetched together: the order is agreed at run time
                 got = sess.run([op for op, _ in ops.values()], feed)
                 for name, g, (_, want) in zip(ops, got, ops.values()):
                     same(f"together {name} run {step}", g, want)
             same("tf.gradients of allreduce", sess.run(g_avg, feed), mean_w)
             same("tf.gradients of broadcast", sess.run(g_bc, feed), mean_w * (rank == 0))
-        with tf.compat.v1.Session() as sess:   # default config: two independent collectives per run
+        with tf.compat.v1.Session() as sess:  # default config: two independent collectives per run
             for step in range(5):
                 a, b = sess.run([ops["allreduce"][0], ops["allgather"][0]], feed)
                 same(f"default session allreduce {step}", a, total)
@@ -980,9 +1199,14 @@ def session_graphs(hvd, tf, np):
 
     # linear regression: per-rank data, averaged gradients, against NumPy
     lr, steps = 0.1, 4
-    data = [(np.random.default_rng(r).normal(size=(8, 3)).astype(np.float32),
-             np.random.default_rng(100 + r).normal(size=(8, 1)).astype(np.float32)) for r in range(size)]
-    w_np = np.full((3, 1), 0.5, np.float32)   # rank 0's initial weights (broadcast to all)
+    data = [
+        (
+            np.random.default_rng(r).normal(size=(8, 3)).astype(np.float32),
+            np.random.default_rng(100 + r).normal(size=(8, 1)).astype(np.float32),
+        )
+        for r in range(size)
+    ]
+    w_np = np.full((3, 1), 0.5, np.float32)  # rank 0's initial weights (broadcast to all)
     history = []
     for _ in range(steps):
         g = sum(2 * xd.T @ (xd @ w_np - yd) / len(xd) for xd, yd in data) / size
@@ -1029,10 +1253,12 @@ def session_graphs(hvd, tf, np):
             with tf.compat.v1.Session() as sess:
                 for step in range(3):
                     a, b = sess.run([y, z], {x: mine})
-                    same(f"set {rest} allreduce {step}", a, sum(np.arange(4, dtype=np.float32) * (r + 1)
-                                                                for r in rest))
-                    same(f"set {rest} allgather {step}", b, np.concatenate(
-                        [np.arange(4, dtype=np.float32) * (r + 1) for r in rest]))
+                    same(f"set {rest} allreduce {step}", a, sum(np.arange(4, dtype=np.float32) * (r + 1) for r in rest))
+                    same(
+                        f"set {rest} allgather {step}",
+                        b,
+                        np.concatenate([np.arange(4, dtype=np.float32) * (r + 1) for r in rest]),
+                    )
     _reinit()
     return not bad, "; ".join(bad[:4])
 
@@ -1044,7 +1270,7 @@ def join_serves_allreduce(hvd, tf, np):
     by the size, as Horovod's do), grouped_allreduce, a DistributedGradientTape step and an
     allgather, which raises Horovod's error; join() returns the last rank to join (0),
     on every rank, and collectives work afterwards."""
-    import rdmacoll.frameworks.tensorflow as tf_hvd   # (join is not in Horovod's keras module)
+    import rdmacoll.frameworks.tensorflow as tf_hvd  # (join is not in Horovod's keras module)
 
     rank, size = hvd.rank(), hvd.size()
     got, want = {}, {}
@@ -1056,7 +1282,7 @@ def join_serves_allreduce(hvd, tf, np):
         want["average"] = (np.array([1.0, -2.0, 3.5], np.float32) / size).tolist()
         in_function = tf.function(lambda t: hvd.allreduce(t, op=hvd.Max, name="joined.max"))
         got["in tf.function"] = in_function(x).numpy().tolist()
-        want["in tf.function"] = [1.0, 0.0, 3.5]   # the joined ranks' zeros take part
+        want["in tf.function"] = [1.0, 0.0, 3.5]  # the joined ranks' zeros take part
         grouped = hvd.grouped_allreduce([x, tf.constant([4, 5], tf.int32)], op=hvd.Sum)
         got["grouped"] = [g.numpy().tolist() for g in grouped]
         want["grouped"] = [[1.0, -2.0, 3.5], [4, 5]]
@@ -1070,8 +1296,10 @@ def join_serves_allreduce(hvd, tf, np):
             got["allgather"] = "no error"
         except RuntimeError as e:
             got["allgather"] = str(e).split(" (")[0]
-        want["allgather"] = ("Allgather is not supported with Join at this time. Specify "
-                             "sparse_to_dense=True if using DistributedOptimizer")
+        want["allgather"] = (
+            "Allgather is not supported with Join at this time. Specify "
+            "sparse_to_dense=True if using DistributedOptimizer"
+        )
     got["join"] = int(tf_hvd.join())
     want["join"] = 0
     got["after"] = hvd.allreduce(tf.ones([2]), op=hvd.Sum).numpy().tolist()
@@ -1093,15 +1321,22 @@ def mismatch_raises(hvd, tf, np):
         return hvd.DistributedGradientTape(tape).gradient(loss, [v])
 
     seen = []
-    for mode, fn, want in (("eager", grads, tf.errors.FailedPreconditionError),
-                           ("tf.function", tf.function(grads), tf.errors.UnknownError)):
+    for mode, fn, want in (
+        ("eager", grads, tf.errors.FailedPreconditionError),
+        ("tf.function", tf.function(grads), tf.errors.UnknownError),
+    ):
         try:
             fn()
             seen.append((mode, "no error", False))
         except Exception as e:  # noqa: BLE001 - the type is checked below
             text = str(e)
-            seen.append((mode, f"{type(e).__name__}: ...{text[-300:]}",
-                         isinstance(e, want) and "collective mismatch (different counts)" in text))
+            seen.append(
+                (
+                    mode,
+                    f"{type(e).__name__}: ...{text[-300:]}",
+                    isinstance(e, want) and "collective mismatch (different counts)" in text,
+                )
+            )
     return all(ok for _, _, ok in seen), "; ".join(f"{m}: {t}" for m, t, _ in seen)
 
 

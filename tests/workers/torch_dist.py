@@ -10,6 +10,7 @@ from every rank's deterministic input.
 
 Records: "check" {name, ok, detail}; "params" {run, digest, diff}; "error" {text, type}; "done".
 """
+
 import sys
 
 import torch
@@ -35,19 +36,29 @@ def ops():
     results = []
 
     def check(name, got, want):
-        ok = torch.equal(got, want) if not got.dtype.is_floating_point else torch.allclose(got, want, rtol=1e-5, atol=1e-5)
+        ok = (
+            torch.equal(got, want)
+            if not got.dtype.is_floating_point
+            else torch.allclose(got, want, rtol=1e-5, atol=1e-5)
+        )
         results.append(ok)
-        emit("check", name=name, ok=bool(ok), detail="" if ok else f"got {got.reshape(-1)[:6].tolist()} "
-                                                                  f"want {want.reshape(-1)[:6].tolist()}")
+        emit(
+            "check",
+            name=name,
+            ok=bool(ok),
+            detail="" if ok else f"got {got.reshape(-1)[:6].tolist()} want {want.reshape(-1)[:6].tolist()}",
+        )
 
     def each(shape, dtype, ranks=range(p)):
         return [data(q, shape, dtype) for q in ranks]
 
-    reds = {dist.ReduceOp.SUM: lambda xs: sum(xs[1:], xs[0].clone()),
-            dist.ReduceOp.PRODUCT: lambda xs: torch.stack(xs).prod(0).to(xs[0].dtype),
-            dist.ReduceOp.MIN: lambda xs: torch.stack(xs).min(0).values,
-            dist.ReduceOp.MAX: lambda xs: torch.stack(xs).max(0).values,
-            dist.ReduceOp.AVG: lambda xs: sum(xs[1:], xs[0].clone()) / len(xs)}
+    reds = {
+        dist.ReduceOp.SUM: lambda xs: sum(xs[1:], xs[0].clone()),
+        dist.ReduceOp.PRODUCT: lambda xs: torch.stack(xs).prod(0).to(xs[0].dtype),
+        dist.ReduceOp.MIN: lambda xs: torch.stack(xs).min(0).values,
+        dist.ReduceOp.MAX: lambda xs: torch.stack(xs).max(0).values,
+        dist.ReduceOp.AVG: lambda xs: sum(xs[1:], xs[0].clone()) / len(xs),
+    }
     for dtype in (torch.float32, torch.float64, torch.int64, torch.bfloat16):
         for op, ref in reds.items():
             if op == dist.ReduceOp.AVG and not dtype.is_floating_point:
@@ -87,7 +98,7 @@ def ops():
     check("all_gather_into_tensor async", out, torch.cat(each((6,), torch.float32)))
     out = torch.empty(10)
     dist.reduce_scatter_tensor(out, data(r, (p * 10,)))
-    check("reduce_scatter_tensor", out, sum(each((p * 10,), torch.float32))[r * 10:(r + 1) * 10])
+    check("reduce_scatter_tensor", out, sum(each((p * 10,), torch.float32))[r * 10 : (r + 1) * 10])
     out = torch.empty(3, 2)
     dist.reduce_scatter(out, [data(r + q, (3, 2)) for q in range(p)])
     check("reduce_scatter list", out, sum(data(q + r, (3, 2)) for q in range(p)))
@@ -95,14 +106,18 @@ def ops():
     x = data(r, (2 * p, 3))
     y = torch.empty(2 * p, 3)
     dist.all_to_all_single(y, x)
-    check("all_to_all_single even", y, torch.cat([data(q, (2 * p, 3))[2 * r:2 * r + 2] for q in range(p)]))
+    check("all_to_all_single even", y, torch.cat([data(q, (2 * p, 3))[2 * r : 2 * r + 2] for q in range(p)]))
     ins = [r + j + 1 for j in range(p)]
     outs_n = [q + r + 1 for q in range(p)]
     x = data(r, (sum(ins), 2))
     y = torch.empty(sum(outs_n), 2)
     dist.all_to_all_single(y, x, output_split_sizes=outs_n, input_split_sizes=ins)
-    want = torch.cat([data(q, (sum(q + j + 1 for j in range(p)), 2))[sum(q + j + 1 for j in range(r)):][:q + r + 1]
-                      for q in range(p)])
+    want = torch.cat(
+        [
+            data(q, (sum(q + j + 1 for j in range(p)), 2))[sum(q + j + 1 for j in range(r)) :][: q + r + 1]
+            for q in range(p)
+        ]
+    )
     check("all_to_all_single uneven", y, want)
     outs = [torch.empty(q + 1, 2) for q in range(p)]
     dist.all_to_all(outs, [data(r * 10 + j, (r + 1, 2)) for j in range(p)])
@@ -199,8 +214,12 @@ def ddp():
             torch.manual_seed(0)
             model = WithUnused() if mode == "unused" else nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4))
             params[name] = train(group, model, 20, r, mode)
-        emit("params", run=mode, digest=digest(params["rdmacoll"].numpy()),
-             diff=float((params["rdmacoll"] - params["gloo"]).abs().max()))
+        emit(
+            "params",
+            run=mode,
+            digest=digest(params["rdmacoll"].numpy()),
+            diff=float((params["rdmacoll"] - params["gloo"]).abs().max()),
+        )
     dist.destroy_process_group()
     emit("done")
 
@@ -237,8 +256,12 @@ def fsdp():
             model(x).pow(2).mean().backward()
             opt.step()
         params[name] = torch.cat([q.full_tensor().detach().reshape(-1) for q in model.parameters()])
-    emit("params", run="fsdp", digest=digest(params["rdmacoll"].numpy()),
-         diff=float((params["rdmacoll"] - params["gloo"]).abs().max()))
+    emit(
+        "params",
+        run="fsdp",
+        digest=digest(params["rdmacoll"].numpy()),
+        diff=float((params["rdmacoll"] - params["gloo"]).abs().max()),
+    )
     emit("done")
     sys.stdout.flush()
     dist.destroy_process_group()

@@ -2,6 +2,7 @@
 average. One record "error_case" per check (with "error": the message, or None); the last
 case (a rank skipping backward) leaves the job aborted, so it runs last.
 """
+
 import torch
 import torch.nn.functional as F
 from common import emit
@@ -32,8 +33,9 @@ def run():
         h = checkpoint(lambda t: torch.tanh(lin(t)), x, use_reentrant=True)
         h = checkpoint(lambda t: torch.tanh(lin(t)), h, use_reentrant=True)
         F.mse_loss(h, y).backward()
+
     emit("error_case", case="reentrant", error=error_of(reentrant))
-    hvd.allreduce(torch.ones(1))   # queued reductions finish; the job goes on
+    hvd.allreduce(torch.ones(1))  # queued reductions finish; the job goes on
 
     # More backward passes than backward_passes_per_step.
     lin2 = torch.nn.Linear(8, 8)
@@ -42,6 +44,7 @@ def run():
     def three_passes():
         for _ in range(3):
             F.mse_loss(lin2(x), y).backward()
+
     emit("error_case", case="too_many_passes", error=error_of(three_passes))
     hvd.allreduce(torch.ones(1))
 
@@ -59,4 +62,3 @@ def run():
         F.mse_loss(lin3(x), y).backward()
     emit("error_case", case="no_backward", error=error_of(opt3.step))
     del opt, opt2
-

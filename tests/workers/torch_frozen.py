@@ -13,6 +13,7 @@ torch_train.py runs it too ("frozen"), in its own launch.
 
 argv[1:]: case names (default: all).
 """
+
 import importlib
 import os
 import sys
@@ -89,8 +90,9 @@ def run_case(name, o, r, p):
         return [prm for n, prm in m.named_parameters() if n.split(".")[0] not in o.get("exclude", [])]
 
     named = [(n, prm) for n, prm in model.named_parameters() if n.split(".")[0] not in o.get("exclude", [])]
-    opt = hvd.DistributedOptimizer(make_opt(kind, params(model)), named_parameters=named,
-                                   backward_passes_per_step=passes)
+    opt = hvd.DistributedOptimizer(
+        make_opt(kind, params(model)), named_parameters=named, backward_passes_per_step=passes
+    )
     ropt = make_opt(kind, params(ref))
     identical, err = True, 0.0
     for step in range(STEPS):
@@ -100,7 +102,7 @@ def run_case(name, o, r, p):
             layer = o["add_group"][step]
             opt.add_param_group({"params": list(getattr(model, layer).parameters()), "lr": 0.05})
             ropt.add_param_group({"params": list(getattr(ref, layer).parameters()), "lr": 0.05})
-        model.zero_grad()       # also parameters outside the optimizer (add_group)
+        model.zero_grad()  # also parameters outside the optimizer (add_group)
         ref.zero_grad()
         opt.zero_grad()
         ropt.zero_grad()
@@ -113,7 +115,7 @@ def run_case(name, o, r, p):
                 x, y = batch(step, micro, q)
                 rloss = rloss + F.mse_loss(ref(x, uses_extra(o, step, q)), y) / passes
         (rloss / p).backward()
-        for group in ropt.param_groups:      # Horovod's rule: no gradient counts as zero
+        for group in ropt.param_groups:  # Horovod's rule: no gradient counts as zero
             for prm in group["params"]:
                 if prm.grad is None and prm.requires_grad:
                     prm.grad = torch.zeros_like(prm)
@@ -121,8 +123,13 @@ def run_case(name, o, r, p):
         ropt.step()
         digests = hvd.allgather_object([digest(t.detach().numpy()) for t in model.parameters()])
         identical = identical and all(d == digests[0] for d in digests)
-        err = max(err, max(float(((a.detach() - b.detach()).abs() / (b.detach().abs() + 1e-2)).max())
-                           for a, b in zip(model.parameters(), ref.parameters())))
+        err = max(
+            err,
+            max(
+                float(((a.detach() - b.detach()).abs() / (b.detach().abs() + 1e-2)).max())
+                for a, b in zip(model.parameters(), ref.parameters())
+            ),
+        )
     emit("frozen_case", case=name, identical=identical, err=err if np.isfinite(err) else str(err), error=None)
 
 
@@ -130,7 +137,7 @@ def run(names=None):
     for name in names or list(CASES):
         try:
             run_case(name, CASES[name], hvd.rank(), hvd.size())
-        except Exception as e:    # reported, so that Horovod's failures are compared too
+        except Exception as e:  # reported, so that Horovod's failures are compared too
             emit("frozen_case", case=name, identical=None, err=None, error=f"{type(e).__name__}: {e}")
 
 

@@ -11,6 +11,7 @@ single process on the union batch for sparse training; every rank's Adasum optim
 simulated in one process), its error against it is recorded too:
 RC_TEST_PARITY_DIR/rank<r>.json holds {"cases": {name: outcome}, "errors": {name: [error, tolerance]}}.
 """
+
 import json
 import os
 import sys
@@ -23,7 +24,6 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import emit, set_rank  # noqa: E402
 from horovod_parity import hvd, outcome  # noqa: E402  (the module RC_TEST_HVD names)
 from reference import adasum_tree  # noqa: E402
-
 
 
 # --------------------------------------------------------------------------- references
@@ -55,11 +55,13 @@ def sparse_input(q, kind):
     """Rank q's sparse tensor: 1-D (two entries, one index shared by every rank), or
     embedding-like rows (sparse_dim 1, values (nnz, 3); rank 0 holds none)."""
     if kind == "1d":
-        return torch.sparse_coo_tensor(torch.tensor([[q, 7]]), torch.tensor([1.0 + q, 0.5 * q]), (9,),
-                                       check_invariants=True)
+        return torch.sparse_coo_tensor(
+            torch.tensor([[q, 7]]), torch.tensor([1.0 + q, 0.5 * q]), (9,), check_invariants=True
+        )
     if kind == "int":
-        return torch.sparse_coo_tensor(torch.tensor([[q, 2]]), torch.tensor([10 + q, 3 * q]), (6,),
-                                       check_invariants=True)
+        return torch.sparse_coo_tensor(
+            torch.tensor([[q, 2]]), torch.tensor([10 + q, 3 * q]), (6,), check_invariants=True
+        )
     rows = torch.tensor([[(3 * q + i) % 8 for i in range(q)]], dtype=torch.int64)
     vals = torch.arange(q * 3, dtype=torch.float32).reshape(q, 3) + q
     return torch.sparse_coo_tensor(rows, vals, (8, 3), check_invariants=True)
@@ -81,15 +83,18 @@ def sparse_cases(r, n, out):
 
         def run(t=t, kind=kind, op=op):
             h = hvd.sparse_allreduce_async(t, f"sp.{kind}.{op}", getattr(hvd, op))
-            return sparse_parts(h())     # Horovod's handle is a function: calling it gives the result
+            return sparse_parts(h())  # Horovod's handle is a function: calling it gives the result
 
         def ref(kind=kind, op=op):
             want = sparse_reference(n, kind, op == "Average")
             return (want._indices(), want._values())
 
         out[f"sparse_allreduce_async {kind} {op}"] = (run, lambda ref=ref: ref(), 0.0)
-    out["sparse_allreduce_async Max"] = (lambda: sparse_parts(
-        hvd.sparse_allreduce_async(s, "sp.max", hvd.Max)()), None, 0)
+    out["sparse_allreduce_async Max"] = (
+        lambda: sparse_parts(hvd.sparse_allreduce_async(s, "sp.max", hvd.Max)()),
+        None,
+        0,
+    )
 
 
 # --------------------------------------------------------------------------- sparse training
@@ -118,14 +123,18 @@ def emb_optimizers(model, kind):
     embedding and Adam for the linear layer (the usual pairing)."""
     if kind == "sgd":
         return [(torch.optim.SGD(model.parameters(), lr=0.5), list(model.named_parameters()))]
-    return [(torch.optim.SparseAdam([model.emb.weight], lr=0.05), [("emb.weight", model.emb.weight)]),
-            (torch.optim.Adam(model.lin.parameters(), lr=0.05), list(model.lin.named_parameters()))]
+    return [
+        (torch.optim.SparseAdam([model.emb.weight], lr=0.05), [("emb.weight", model.emb.weight)]),
+        (torch.optim.Adam(model.lin.parameters(), lr=0.05), list(model.lin.named_parameters())),
+    ]
 
 
 def sparse_training(r, n, kind, sparse_as_dense, op):
     model = EmbNet()
-    opts = [hvd.DistributedOptimizer(o, named_parameters=named, sparse_as_dense=sparse_as_dense, op=op)
-            for o, named in emb_optimizers(model, kind)]
+    opts = [
+        hvd.DistributedOptimizer(o, named_parameters=named, sparse_as_dense=sparse_as_dense, op=op)
+        for o, named in emb_optimizers(model, kind)
+    ]
     for step in range(3):
         for o in opts:
             o.zero_grad()
@@ -152,7 +161,7 @@ def sparse_training_reference(n, kind, op):
     return [p.detach() for p in model.parameters()]
 
 
-JOIN_STEPS = [3, 2, 3, 1]   # steps per rank before hvd.join()
+JOIN_STEPS = [3, 2, 3, 1]  # steps per rank before hvd.join()
 
 
 def join_loss(model, step, q):
@@ -166,8 +175,9 @@ def sparse_join(r, n):
     steps, hvd.join() (joined ranks send zeros and empty sparse gradients), then the last
     rank's parameters."""
     model = EmbNet()
-    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.5),
-                                   named_parameters=model.named_parameters())
+    opt = hvd.DistributedOptimizer(
+        torch.optim.SGD(model.parameters(), lr=0.5), named_parameters=model.named_parameters()
+    )
     for step in range(JOIN_STEPS[r]):
         opt.zero_grad()
         join_loss(model, step, r).backward()
@@ -187,14 +197,25 @@ def sparse_join_reference(n):
 
 
 def training_cases(r, n, out):
-    for kind, sad, op in (("sgd", False, "Average"), ("sgd", False, "Sum"), ("sgd", True, "Average"),
-                          ("sparseadam", False, "Average"), ("sparseadam", True, "Average")):
+    for kind, sad, op in (
+        ("sgd", False, "Average"),
+        ("sgd", False, "Sum"),
+        ("sgd", True, "Average"),
+        ("sparseadam", False, "Average"),
+        ("sparseadam", True, "Average"),
+    ):
         name = f"sparse training {kind} {op}{' sparse_as_dense' if sad else ''}"
-        out[name] = (lambda kind=kind, sad=sad, op=op: sparse_training(r, n, kind, sad, getattr(hvd, op)),
-                     lambda kind=kind, op=op: sparse_training_reference(n, kind, op), 2e-5)
+        out[name] = (
+            lambda kind=kind, sad=sad, op=op: sparse_training(r, n, kind, sad, getattr(hvd, op)),
+            lambda kind=kind, op=op: sparse_training_reference(n, kind, op),
+            2e-5,
+        )
     if hvd.__name__.startswith("rdmacoll"):
         out["sparse training join, a rank without the sparse gradient"] = (
-            lambda: sparse_join(r, n), lambda: sparse_join_reference(n), 2e-5)
+            lambda: sparse_join(r, n),
+            lambda: sparse_join_reference(n),
+            2e-5,
+        )
 
 
 # --------------------------------------------------------------------------- Adasum
@@ -211,40 +232,62 @@ def adasum_cases(r, n, out):
         d = str(dt).replace("torch.", "")
         for count in (37, 3, 1):
             out[f"adasum {d} allreduce {count}"] = (
-                lambda dt=dt, d=d, count=count: [hvd.allreduce(vector(r, count, dt, count), op=hvd.Adasum,
-                                                               name=f"ad.{d}.{count}")],
+                lambda dt=dt, d=d, count=count: [
+                    hvd.allreduce(vector(r, count, dt, count), op=hvd.Adasum, name=f"ad.{d}.{count}")
+                ],
                 lambda dt=dt, count=count: [adasum_tree([vector(q, count, dt, count) for q in range(n)], np_of[dt])],
-                tol[dt])
+                tol[dt],
+            )
     x = vector(r, 20, torch.float32, 5)
-    def want(scale=1.0):   # (a reference exists for powers of two only: called when the case ran)
+
+    def want(scale=1.0):  # (a reference exists for powers of two only: called when the case ran)
         return [scale * adasum_tree([vector(q, 20, torch.float32, 5) for q in range(n)], np.float32)]
 
     out["adasum allreduce_"] = (lambda: [hvd.allreduce_(x.clone(), op=hvd.Adasum, name="ad.inplace")], want, 2e-6)
     out["adasum allreduce_async"] = (
-        lambda: [hvd.synchronize(hvd.allreduce_async(x, op=hvd.Adasum, name="ad.async"))], want, 2e-6)
+        lambda: [hvd.synchronize(hvd.allreduce_async(x, op=hvd.Adasum, name="ad.async"))],
+        want,
+        2e-6,
+    )
     out["adasum prescale postscale"] = (
         lambda: [hvd.allreduce(x, op=hvd.Adasum, name="ad.scale", prescale_factor=0.5, postscale_factor=3.0)],
-        lambda: want(1.5), 4e-6)
+        lambda: want(1.5),
+        4e-6,
+    )
     # two tensors, each its own coefficients (not one vector of both)
     ys = [vector(r, 11, torch.float32, 6) * (1 + r), vector(r, 4, torch.float32, 7)]
     out["adasum grouped_allreduce"] = (
         lambda: hvd.grouped_allreduce(ys, op=hvd.Adasum, name="ad.group"),
-        lambda: [adasum_tree([vector(q, 11, torch.float32, 6) * (1 + q) for q in range(n)], np.float32),
-                 adasum_tree([vector(q, 4, torch.float32, 7) for q in range(n)], np.float32)], 2e-6)
+        lambda: [
+            adasum_tree([vector(q, 11, torch.float32, 6) * (1 + q) for q in range(n)], np.float32),
+            adasum_tree([vector(q, 4, torch.float32, 7) for q in range(n)], np.float32),
+        ],
+        2e-6,
+    )
     same = vector(0, 9, torch.float32, 8)
-    out["adasum identical vectors"] = (lambda: [hvd.allreduce(same, op=hvd.Adasum, name="ad.same")],
-                                       lambda: [same], 2e-6)
+    out["adasum identical vectors"] = (
+        lambda: [hvd.allreduce(same, op=hvd.Adasum, name="ad.same")],
+        lambda: [same],
+        2e-6,
+    )
     onehot = torch.zeros(4)
     onehot[r % 4] = 1.0
-    out["adasum orthogonal vectors"] = (lambda: [hvd.allreduce(onehot, op=hvd.Adasum, name="ad.orth")],
-                                        lambda: [torch.zeros(4).index_fill_(0, torch.arange(n) % 4, 1.0)], 0.0)
+    out["adasum orthogonal vectors"] = (
+        lambda: [hvd.allreduce(onehot, op=hvd.Adasum, name="ad.orth")],
+        lambda: [torch.zeros(4).index_fill_(0, torch.arange(n) % 4, 1.0)],
+        0.0,
+    )
     z = torch.zeros(6) if r == 0 else vector(r, 6, torch.float32, 9)
     out["adasum zero vector on rank 0"] = (
         lambda: [hvd.allreduce(z, op=hvd.Adasum, name="ad.zero")],
         lambda: [adasum_tree([torch.zeros(6)] + [vector(q, 6, torch.float32, 9) for q in range(1, n)], np.float32)],
-        2e-6)
-    out["adasum int32"] = (lambda: hvd.allreduce(torch.arange(4, dtype=torch.int32), op=hvd.Adasum, name="ad.i32"),
-                           None, 0)
+        2e-6,
+    )
+    out["adasum int32"] = (
+        lambda: hvd.allreduce(torch.arange(4, dtype=torch.int32), op=hvd.Adasum, name="ad.i32"),
+        None,
+        0,
+    )
     out["adasum bfloat16"] = (lambda: hvd.allreduce(x.bfloat16(), op=hvd.Adasum, name="ad.bf16"), None, 0)
 
 
@@ -273,8 +316,12 @@ def inner(kind, params):
 
 def adasum_training(r, kind, passes=1):
     model = Mlp()
-    opt = hvd.DistributedOptimizer(inner(kind, model.parameters()), named_parameters=model.named_parameters(),
-                                   op=hvd.Adasum, backward_passes_per_step=passes)
+    opt = hvd.DistributedOptimizer(
+        inner(kind, model.parameters()),
+        named_parameters=model.named_parameters(),
+        op=hvd.Adasum,
+        backward_passes_per_step=passes,
+    )
     for step in range(3):
         opt.zero_grad()
         for micro in range(passes):
@@ -310,19 +357,29 @@ def adasum_optimizer_cases(r, n, out):
     for kind, passes in (("sgd", 1), ("adam", 2)):
         out[f"adasum optimizer {kind} passes={passes}"] = (
             lambda kind=kind, passes=passes: adasum_training(r, kind, passes),
-            lambda kind=kind, passes=passes: adasum_training_reference(n, kind, passes), 1e-5)
+            lambda kind=kind, passes=passes: adasum_training_reference(n, kind, passes),
+            1e-5,
+        )
 
     def skip():
         model = Mlp()
-        opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
-                                       named_parameters=model.named_parameters(), op=hvd.Adasum)
+        opt = hvd.DistributedOptimizer(
+            torch.optim.SGD(model.parameters(), lr=0.1), named_parameters=model.named_parameters(), op=hvd.Adasum
+        )
         with opt.skip_synchronize():
             return "entered"
 
     out["adasum optimizer skip_synchronize"] = (skip, None, 0)
     out["adasum optimizer gradient_predivide_factor"] = (
-        lambda: hvd.DistributedOptimizer(torch.optim.SGD(Mlp().parameters(), lr=0.1), op=hvd.Adasum,
-                                         gradient_predivide_factor=2.0) and "built", None, 0)
+        lambda: (
+            hvd.DistributedOptimizer(
+                torch.optim.SGD(Mlp().parameters(), lr=0.1), op=hvd.Adasum, gradient_predivide_factor=2.0
+            )
+            and "built"
+        ),
+        None,
+        0,
+    )
 
 
 def main():

@@ -2,6 +2,7 @@
 batch (batch sizes and means differ per rank): outputs, input gradients, running
 statistics (momentum 0.1 and None) and the weight gradients summed over ranks, over two
 training steps, then eval mode. Records: "check" {name, ok, detail}; "done"."""
+
 import torch
 
 import rdmacoll.frameworks.torch as hvd
@@ -35,11 +36,14 @@ def run():
             start = sum(3 + q for q in range(r))
             mine = slice(start, start + 3 + r)
             name = f"{layer.__name__} momentum={momentum}"
-            got = {"output": (y, uy[mine]), "input gradient": (x.grad, ux.grad[mine]),
-                   "running mean": (sync.running_mean, plain.running_mean),
-                   "running var": (sync.running_var, plain.running_var),
-                   "weight gradient summed": (hvd.allreduce(sync.weight.grad, op=hvd.Sum), plain.weight.grad),
-                   "bias gradient summed": (hvd.allreduce(sync.bias.grad, op=hvd.Sum), plain.bias.grad)}
+            got = {
+                "output": (y, uy[mine]),
+                "input gradient": (x.grad, ux.grad[mine]),
+                "running mean": (sync.running_mean, plain.running_mean),
+                "running var": (sync.running_var, plain.running_var),
+                "weight gradient summed": (hvd.allreduce(sync.weight.grad, op=hvd.Sum), plain.weight.grad),
+                "bias gradient summed": (hvd.allreduce(sync.bias.grad, op=hvd.Sum), plain.bias.grad),
+            }
             sync.eval()
             plain.eval()
             got["eval output"] = (sync(xs[r]), plain(xs[r]))

@@ -10,6 +10,7 @@ argv[1:]: what to run, in order: case names, "api" (torch_api.py), "frozen" (eve
 case of torch_frozen.py: frozen, unfrozen, unused and added parameters), "errors"
 (torch_errors.py: leaves the job aborted, so it comes last). Default: every case.
 """
+
 import sys
 
 import numpy as np
@@ -20,7 +21,7 @@ from common import digest, emit, main, set_rank
 import rdmacoll
 import rdmacoll.frameworks.torch as hvd
 
-B, DIN, DOUT = 4, 12, 5   # rows per rank and micro-batch, input and output width
+B, DIN, DOUT = 4, 12, 5  # rows per rank and micro-batch, input and output width
 
 
 class Net(torch.nn.Module):
@@ -97,10 +98,14 @@ def run_case(name, o, r, p):
     wd = 0.0 if o.get("sparse") else 1e-3
     comp = {"fp16": hvd.Compression.fp16, "bf16": hvd.Compression.bf16}.get(o.get("compression"), hvd.Compression.none)
     op = hvd.Sum if o.get("op") == "sum" else hvd.Average
-    opt = hvd.DistributedOptimizer(make_opt(o["opt"], model.parameters(), momentum, wd),
-                                   named_parameters=model.named_parameters(), compression=comp,
-                                   backward_passes_per_step=passes, op=op,
-                                   gradient_predivide_factor=o.get("predivide", 1.0))
+    opt = hvd.DistributedOptimizer(
+        make_opt(o["opt"], model.parameters(), momentum, wd),
+        named_parameters=model.named_parameters(),
+        compression=comp,
+        backward_passes_per_step=passes,
+        op=op,
+        gradient_predivide_factor=o.get("predivide", 1.0),
+    )
     ropt = make_opt(o["opt"], ref.parameters(), momentum, wd)
     if not isinstance(opt, type(ropt)):
         bad.append("isinstance")
@@ -125,9 +130,12 @@ def run_case(name, o, r, p):
         for q in range(p):
             for micro in range(run_passes):
                 x, ids, y = batch(step, micro, q, din)
-                rloss = rloss + F.mse_loss(ref(x.to(dtype), ids, o.get("extra_on_rank0") and q == 0), y.to(dtype)) / run_passes
+                rloss = (
+                    rloss
+                    + F.mse_loss(ref(x.to(dtype), ids, o.get("extra_on_rank0") and q == 0), y.to(dtype)) / run_passes
+                )
         (rloss * scale).backward()
-        for prm in ref.parameters():    # Horovod's rule: no gradient counts as zero
+        for prm in ref.parameters():  # Horovod's rule: no gradient counts as zero
             if prm.grad is None and prm.requires_grad:
                 prm.grad = torch.zeros_like(prm)
         if o.get("clip"):
@@ -147,8 +155,10 @@ def run_case(name, o, r, p):
         digests = hvd.allgather_object([digest(t.float().numpy()) for t in state])
         if any(d != digests[0] for d in digests):
             bad.append(f"step {step}: parameters differ between ranks")
-        err = max(float(((a.detach() - b.detach()).abs() / (b.detach().abs() + 1e-2)).max())
-                  for a, b in zip(model.parameters(), ref.parameters()))
+        err = max(
+            float(((a.detach() - b.detach()).abs() / (b.detach().abs() + 1e-2)).max())
+            for a, b in zip(model.parameters(), ref.parameters())
+        )
         if not np.isfinite(err) or err > tol:
             bad.append(f"step {step}: differs from the single-process reference by {err:.3g} (tol {tol})")
     nparams = sum(1 for prm in model.parameters() if prm.requires_grad)
@@ -159,21 +169,22 @@ def restore_diverged(r, p):
     """broadcast_parameters + broadcast_optimizer_state bring a diverged rank back."""
     bad = []
     model = Net()
-    opt = hvd.DistributedOptimizer(torch.optim.Adam(model.parameters(), lr=0.01),
-                                   named_parameters=model.named_parameters())
+    opt = hvd.DistributedOptimizer(
+        torch.optim.Adam(model.parameters(), lr=0.01), named_parameters=model.named_parameters()
+    )
     for step in range(2):
         opt.zero_grad()
         x, ids, y = batch(step, 0, r)
         F.mse_loss(model(x, ids), y).backward()
         opt.step()
-    if r == 1:   # diverge: parameters, moments, learning rate
+    if r == 1:  # diverge: parameters, moments, learning rate
         with torch.no_grad():
             for prm in model.parameters():
                 prm.add_(1.0)
         for st in opt.state.values():
             st["exp_avg"].mul_(-3)
         opt.param_groups[0]["lr"] = 0.5
-    fresh = torch.optim.Adam(Net().parameters(), lr=0.3)   # no state at all yet
+    fresh = torch.optim.Adam(Net().parameters(), lr=0.3)  # no state at all yet
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
     hvd.broadcast_optimizer_state(opt, root_rank=0)
     hvd.broadcast_optimizer_state(opt if r == 0 else fresh, root_rank=0)
@@ -181,14 +192,20 @@ def restore_diverged(r, p):
     def fingerprint(o, m):
         sd = o.state_dict()
         tensors = [t for st in sd["state"].values() for t in st.values() if torch.is_tensor(t)]
-        return ([digest(t.detach().numpy()) for t in m.state_dict().values()],
-                [digest(t.numpy()) for t in tensors], [g["lr"] for g in sd["param_groups"]])
+        return (
+            [digest(t.detach().numpy()) for t in m.state_dict().values()],
+            [digest(t.numpy()) for t in tensors],
+            [g["lr"] for g in sd["param_groups"]],
+        )
 
     prints = hvd.allgather_object(fingerprint(opt, model))
     if any(f != prints[0] for f in prints):
         bad.append("model or optimizer state differs after broadcasting")
-    if r != 0 and (len(fresh.state) != len(opt.state) or fresh.param_groups[0]["lr"] != 0.01
-                   or fingerprint(fresh, model)[1] != fingerprint(opt, model)[1]):
+    if r != 0 and (
+        len(fresh.state) != len(opt.state)
+        or fresh.param_groups[0]["lr"] != 0.01
+        or fingerprint(fresh, model)[1] != fingerprint(opt, model)[1]
+    ):
         bad.append("a fresh optimizer did not receive the state")
     for step in range(2, 4):
         opt.zero_grad()
@@ -212,8 +229,9 @@ def model_mismatch(r, p):
         if "1.weight" not in str(e) or "differs between ranks" not in str(e):
             bad.append(f"unclear error: {e}")
     try:
-        hvd.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1),
-                                 named_parameters=list(m.named_parameters())[:1])
+        hvd.DistributedOptimizer(
+            torch.optim.SGD(m.parameters(), lr=0.1), named_parameters=list(m.named_parameters())[:1]
+        )
         bad.append("no error for unnamed parameters")
     except hvd.RdmacollError as e:
         if "not named" not in str(e):
@@ -223,7 +241,7 @@ def model_mismatch(r, p):
     emit("case", case="model_mismatch", bad=bad)
 
 
-JOIN_STEPS = [3, 1, 3, 2]   # steps per rank: uneven; with 3 ranks ranks 0 and 2 tie for last
+JOIN_STEPS = [3, 1, 3, 2]  # steps per rank: uneven; with 3 ranks ranks 0 and 2 tie for last
 
 
 def join_case(r, p):
@@ -236,12 +254,19 @@ def join_case(r, p):
     stats = {}
     for label, op, passes in (("sgd_avg", hvd.Average, 1), ("adam_sum_passes2", hvd.Sum, 2)):
         model, ref = Net(), Net()
-        inner = (torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9) if label == "sgd_avg"
-                 else torch.optim.Adam(model.parameters(), lr=0.01))
-        ropt = (torch.optim.SGD(ref.parameters(), lr=0.1, momentum=0.9) if label == "sgd_avg"
-                else torch.optim.Adam(ref.parameters(), lr=0.01))
-        opt = hvd.DistributedOptimizer(inner, named_parameters=model.named_parameters(),
-                                       op=op, backward_passes_per_step=passes)
+        inner = (
+            torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+            if label == "sgd_avg"
+            else torch.optim.Adam(model.parameters(), lr=0.01)
+        )
+        ropt = (
+            torch.optim.SGD(ref.parameters(), lr=0.1, momentum=0.9)
+            if label == "sgd_avg"
+            else torch.optim.Adam(ref.parameters(), lr=0.01)
+        )
+        opt = hvd.DistributedOptimizer(
+            inner, named_parameters=model.named_parameters(), op=op, backward_passes_per_step=passes
+        )
         scale = 1.0 / p if op == hvd.Average else 1.0
         for step in range(steps[r]):
             opt.zero_grad()
@@ -253,7 +278,7 @@ def join_case(r, p):
         if last != expected_last:
             bad.append(f"{label}: join() returned {last}, expected {expected_last}")
         hvd.broadcast_parameters(model.state_dict(), root_rank=last)
-        for step in range(max(steps)):     # reference: joined ranks contribute zeros
+        for step in range(max(steps)):  # reference: joined ranks contribute zeros
             ropt.zero_grad()
             rloss = 0
             for q in range(p):
@@ -269,8 +294,10 @@ def join_case(r, p):
         digests = hvd.allgather_object([digest(t.detach().numpy()) for t in model.parameters()])
         if any(d != digests[0] for d in digests):
             bad.append(f"{label}: parameters differ between ranks after join")
-        err = max(float(((a.detach() - b.detach()).abs() / (b.detach().abs() + 1e-2)).max())
-                  for a, b in zip(model.parameters(), ref.parameters()))
+        err = max(
+            float(((a.detach() - b.detach()).abs() / (b.detach().abs() + 1e-2)).max())
+            for a, b in zip(model.parameters(), ref.parameters())
+        )
         if not np.isfinite(err) or err > 2e-5:
             bad.append(f"{label}: differs from the reference by {err:.3g}")
         if opt.stats.get("join_steps", 0) != max(steps) - steps[r]:

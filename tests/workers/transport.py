@@ -10,6 +10,7 @@ target memory). Records: one "result" per check and rank: {name, ok, detail}, th
     transport.py corrupted-region  # a write beyond the peer's registration (remote access error)
     ... --setting ib_max_message=4K   # settings for the device (rdmacoll.settings names)
 """
+
 import argparse
 import os
 import struct
@@ -65,6 +66,7 @@ def check(fn):
     """A check runs on both ranks and reports (name, ok, detail); an exception is its
     failure. Ranks meet at a barrier afterwards, so one check's traffic never mixes with
     the next one's."""
+
     def run(ctx, *args):
         try:
             ok, detail = fn(ctx, *args)
@@ -72,6 +74,7 @@ def check(fn):
             ok, detail = False, f"{type(e).__name__}: {e}"
         result(fn.__name__ + "".join(f"[{a}]" for a in args), ok, detail)
         WORLD.Barrier()
+
     return run
 
 
@@ -114,8 +117,9 @@ def wait_ack(word, value):
 def capabilities(ctx):
     caps = ctx.probe.capabilities(ctx.peer)
     want = DECLARED[ctx.transport]
-    return caps == want and ctx.probe.alive(ctx.peer), \
-        f"capabilities {caps:#x} (declared {want:#x}), alive {ctx.probe.alive(ctx.peer)}"
+    return caps == want and ctx.probe.alive(
+        ctx.peer
+    ), f"capabilities {caps:#x} (declared {want:#x}), alive {ctx.probe.alive(ctx.peer)}"
 
 
 @check
@@ -132,8 +136,7 @@ def immediate_after_payload(ctx, kind, rounds=16, nbytes=8 << 20, pieces=4):
             payload = base ^ np.uint8(i + 1)
             for k in range(pieces):
                 last = k == pieces - 1
-                ctx.probe.write(ctx.peer, payload[k * part:(k + 1) * part], remote, k * part,
-                                i if last else None)
+                ctx.probe.write(ctx.peer, payload[k * part : (k + 1) * part], remote, k * part, i if last else None)
             wait_ack(ack, i + 1)
         else:
             imm = ctx.next_imm(f"round {i}")
@@ -155,8 +158,10 @@ def zero_length_writes(ctx, count=200):
     got = [ctx.next_imm(f"zero-length write {k}") for k in range(count)]
     untouched = bool((view == 0x5A).all())
     extra = ctx.probe.poll(ctx.peer)
-    return got == list(range(1000, 1000 + count)) and untouched and extra is None, \
-        f"immediates in order: {got == list(range(1000, 1000 + count))}, region untouched: {untouched}, extra: {extra}"
+    return (
+        got == list(range(1000, 1000 + count)) and untouched and extra is None,
+        f"immediates in order: {got == list(range(1000, 1000 + count))}, region untouched: {untouched}, extra: {extra}",
+    )
 
 
 UNALIGNED = [(3, 1001), (1, 1), (4095, 2), (0, 4097), (7, 65537), (70000, 5), (1 << 17, 3)]
@@ -169,18 +174,20 @@ def unaligned_writes(ctx, kind, size=(1 << 17) + 3):
     src = np.random.default_rng(11).integers(0, 256, 1 << 18, dtype=np.uint8)
     bad = []
     for k, (off, n) in enumerate(UNALIGNED):
-        data = src[5 + k: 5 + k + n]  # unaligned source too
+        data = src[5 + k : 5 + k + n]  # unaligned source too
         if ctx.writer:
             ctx.probe.write(ctx.peer, data, remote, off, k)
             wait_ack(ack, k + 1)
         else:
             imm = ctx.next_imm(f"unaligned write {off}+{n}")
-            ok = imm == k and np.array_equal(view[off:off + n], data)
-            outside = np.concatenate([view[:off], view[off + n:]])
+            ok = imm == k and np.array_equal(view[off : off + n], data)
+            outside = np.concatenate([view[:off], view[off + n :]])
             if not ok or not (outside == 0xAA).all():
-                bad.append(f"offset {off} length {n}: immediate {imm}, payload ok "
-                           f"{np.array_equal(view[off:off + n], data)}, "
-                           f"{int(np.count_nonzero(outside != 0xAA))} bytes outside changed")
+                bad.append(
+                    f"offset {off} length {n}: immediate {imm}, payload ok "
+                    f"{np.array_equal(view[off : off + n], data)}, "
+                    f"{int(np.count_nonzero(outside != 0xAA))} bytes outside changed"
+                )
             view[:] = 0xAA
             ctx.probe.put64(ctx.peer, ack_remote, 0, k + 1)
     return not bad, "; ".join(bad)
@@ -247,12 +254,13 @@ def read_and_map(ctx, kind, size=(1 << 20) + 13):
         for off, n in [(0, size), (3, 1001), (size - 1, 1), (4093, 70001), (size, 0)]:
             if can_read:
                 got = ctx.probe.read(ctx.peer, remote, off, n)
-                if not np.array_equal(got, pattern[off:off + n]):
+                if not np.array_equal(got, pattern[off : off + n]):
                     bad.append(f"read({off}, {n}) differs")
             mapped = ctx.probe.map_read(ctx.peer, remote, off, n)
-            if can_map and (mapped is None or mapped != pattern[off:off + n].tobytes()):
-                bad.append(f"map_read({off}, {n}) of allocated memory gave "
-                           f"{'None' if mapped is None else 'different bytes'}")
+            if can_map and (mapped is None or mapped != pattern[off : off + n].tobytes()):
+                bad.append(
+                    f"map_read({off}, {n}) of allocated memory gave {'None' if mapped is None else 'different bytes'}"
+                )
             if not can_map and mapped is not None:
                 bad.append(f"map_read({off}, {n}) of {kind} memory did not return None")
         if not can_read:
@@ -261,12 +269,20 @@ def read_and_map(ctx, kind, size=(1 << 20) + 13):
                 bad.append("read without the capability did not raise")
             except RdmacollError:
                 pass
-        for what, fn in (("read past the end", lambda: ctx.probe.read(ctx.peer, remote, size - 10, 11)),
-                         ("read at offset past the end", lambda: ctx.probe.read(ctx.peer, remote, size + 1, 1)),
-                         ("write past the end", lambda: ctx.probe.write(ctx.peer, np.ones(11, np.uint8), remote, size - 10)),
-                         ("write at offset past the end", lambda: ctx.probe.write(ctx.peer, np.ones(1, np.uint8), remote, size + 5, 1)),
-                         ("write at an offset near 2**64", lambda: ctx.probe.write(ctx.peer, np.ones(11, np.uint8), remote, (1 << 64) - 4)),
-                         ("map_read past the end", lambda: ctx.probe.map_read(ctx.peer, remote, size - 10, 11))):
+        for what, fn in (
+            ("read past the end", lambda: ctx.probe.read(ctx.peer, remote, size - 10, 11)),
+            ("read at offset past the end", lambda: ctx.probe.read(ctx.peer, remote, size + 1, 1)),
+            ("write past the end", lambda: ctx.probe.write(ctx.peer, np.ones(11, np.uint8), remote, size - 10)),
+            (
+                "write at offset past the end",
+                lambda: ctx.probe.write(ctx.peer, np.ones(1, np.uint8), remote, size + 5, 1),
+            ),
+            (
+                "write at an offset near 2**64",
+                lambda: ctx.probe.write(ctx.peer, np.ones(11, np.uint8), remote, (1 << 64) - 4),
+            ),
+            ("map_read past the end", lambda: ctx.probe.map_read(ctx.peer, remote, size - 10, 11)),
+        ):
             if not can_map and what.startswith("map_read"):
                 continue  # not mappable at all
             try:
@@ -274,7 +290,9 @@ def read_and_map(ctx, kind, size=(1 << 20) + 13):
                 bad.append(f"{what} did not raise")
             except RdmacollError:
                 pass
-        return not bad, "; ".join(bad) or f"read {'tested' if can_read else 'absent'}, map {'tested' if can_map else 'absent'}"
+        return not bad, "; ".join(
+            bad
+        ) or f"read {'tested' if can_read else 'absent'}, map {'tested' if can_map else 'absent'}"
     view, _ = target(ctx, kind, size)
     view[:] = pattern
     WORLD.Barrier()
@@ -326,10 +344,12 @@ def writer_exits(ctx, count=500):
     ok = got == list(range(count)) and np.array_equal(words, np.arange(count, dtype=np.uint32))
     result("pending writes drained after the writer died", ok, f"{len(got)} immediates")
     outcomes = {}
-    for name, fn in (("read registered", lambda: ctx.probe.read(ctx.peer, reg_remote, 0, 16)),
-                     ("write registered", lambda: ctx.probe.write(ctx.peer, np.ones(16, np.uint8), reg_remote, 0, 1)),
-                     ("read allocated", lambda: ctx.probe.read(ctx.peer, alloc_remote, 0, 16)),
-                     ("write allocated", lambda: ctx.probe.write(ctx.peer, np.ones(16, np.uint8), alloc_remote, 0, 1))):
+    for name, fn in (
+        ("read registered", lambda: ctx.probe.read(ctx.peer, reg_remote, 0, 16)),
+        ("write registered", lambda: ctx.probe.write(ctx.peer, np.ones(16, np.uint8), reg_remote, 0, 1)),
+        ("read allocated", lambda: ctx.probe.read(ctx.peer, alloc_remote, 0, 16)),
+        ("write allocated", lambda: ctx.probe.write(ctx.peer, np.ones(16, np.uint8), alloc_remote, 0, 1)),
+    ):
         try:
             fn()
             outcomes[name] = "returned"
@@ -354,8 +374,7 @@ def reader_exits(ctx, count=5000):
             ctx.probe.write(ctx.peer, np.array([k], np.uint32).view(np.uint8), remote, 4 * k, k)
         result("writer blocked on a dead reader raises", False, f"all {count} writes returned")
     except RdmacollError as e:
-        result("writer blocked on a dead reader raises", True,
-               f"after {k} writes, {time.monotonic() - t:.2f} s: {e}")
+        result("writer blocked on a dead reader raises", True, f"after {k} writes, {time.monotonic() - t:.2f} s: {e}")
 
 
 def corrupted_region(ctx):

@@ -1,12 +1,13 @@
 """Waiting behaviour: Ctrl-C, the GIL during long waits, two communicators at once.
 
-    waiting.py sigint      rank 0 waits in an allreduce for rank 1, which joins late; the
-                           test sends SIGINT to rank 0
-    waiting.py gil         rank 0 waits for a late rank 1 while a Python thread counts
-    waiting.py two         every rank bootstraps two communicators and interleaves them
-    waiting.py fork        every rank forks after init(): the child's copy refuses to run,
-                           the parent goes on with its peers
+waiting.py sigint      rank 0 waits in an allreduce for rank 1, which joins late; the
+                       test sends SIGINT to rank 0
+waiting.py gil         rank 0 waits for a late rank 1 while a Python thread counts
+waiting.py two         every rank bootstraps two communicators and interleaves them
+waiting.py fork        every rank forks after init(): the child's copy refuses to run,
+                       the parent goes on with its peers
 """
+
 import os
 import sys
 import threading

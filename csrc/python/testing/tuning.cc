@@ -14,24 +14,36 @@ namespace py = pybind11;
 using namespace rdmacoll;
 
 void bindTestingTuning(py::module_& m) {
-  m.def("parse_algo_rules", [](const std::string& text) {
-    std::vector<py::tuple> out;
-    for (const auto& r : tuning::parseAlgoRules(text, &tuning::knownAlgorithm)) {
-      py::object hi = r.hi == tuning::kNoLimit ? py::object(py::none()) : py::object(py::int_(r.hi));
-      out.push_back(py::make_tuple(collectiveName(r.collective), r.lo, hi, r.algorithm));
-    }
-    return out;
-  }, "RDMACOLL_ALGO parsed: [(collective, lo, hi or None for inf, algorithm)]; raises on a bad value.");
-  m.def("forced_algorithm", [](const std::string& rules, const std::string& collective, size_t bytes) {
-    const char* name = tuning::matchRule(tuning::parseAlgoRules(rules, &tuning::knownAlgorithm),
-                                         collectiveNamed(collective), bytes);
-    return name ? py::object(py::str(name)) : py::object(py::none());
-  }, "The algorithm RDMACOLL_ALGO's rules force for (collective, bytes), or None.");
-  m.def("hierarchical_cost", [](const py::dict& local, const py::dict& net, size_t bytes, int perHost, int hosts) {
-    const CostModel l = fullCostModel(local), n = fullCostModel(net);
-    algorithms::Situation s = oneHostSituation(Collective::kAllreduce, bytes, perHost * hosts);
-    s.hosts = hosts;
-    s.ranksPerHost = perHost;
-    return algorithms::find(Collective::kAllreduce, "hierarchical")->cost(algorithms::Costs{n, l, n}, s);
-  }, "Predicted seconds of hierarchical allreduce: perHost ranks on each of `hosts` hosts.");
+  m.def(
+      "parse_algo_rules",
+      [](const std::string& text) {
+        std::vector<py::tuple> out;
+        for (const auto& r : tuning::parseAlgoRules(text, &tuning::knownAlgorithm)) {
+          py::object hi =
+              r.hi == tuning::kNoLimit ? py::object(py::none()) : py::object(py::int_(r.hi));
+          out.push_back(py::make_tuple(collectiveName(r.collective), r.lo, hi, r.algorithm));
+        }
+        return out;
+      },
+      "RDMACOLL_ALGO parsed: [(collective, lo, hi or None for inf, algorithm)]; raises on a bad "
+      "value.");
+  m.def(
+      "forced_algorithm",
+      [](const std::string& rules, const std::string& collective, size_t bytes) {
+        const char* name = tuning::matchRule(tuning::parseAlgoRules(rules, &tuning::knownAlgorithm),
+                                             collectiveNamed(collective), bytes);
+        return name ? py::object(py::str(name)) : py::object(py::none());
+      },
+      "The algorithm RDMACOLL_ALGO's rules force for (collective, bytes), or None.");
+  m.def(
+      "hierarchical_cost",
+      [](const py::dict& local, const py::dict& net, size_t bytes, int perHost, int hosts) {
+        const CostModel l = fullCostModel(local), n = fullCostModel(net);
+        algorithms::Situation s = oneHostSituation(Collective::kAllreduce, bytes, perHost * hosts);
+        s.hosts = hosts;
+        s.ranksPerHost = perHost;
+        return algorithms::find(Collective::kAllreduce, "hierarchical")
+            ->cost(algorithms::Costs{n, l, n}, s);
+      },
+      "Predicted seconds of hierarchical allreduce: perHost ranks on each of `hosts` hosts.");
 }

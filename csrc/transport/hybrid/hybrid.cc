@@ -24,7 +24,8 @@ class HybridMemory : public Memory {
     local_->pack(&a);
     net_->pack(&b);
     for (size_t i = kHalfBytes; i < PackedMemory::kBytes; ++i) {
-      if (a.bytes[i] != 0 || b.bytes[i] != 0) throw Error("hybrid: a backend packs memory into more than 32 bytes");
+      if (a.bytes[i] != 0 || b.bytes[i] != 0)
+        throw Error("hybrid: a backend packs memory into more than 32 bytes");
     }
     std::memcpy(out->bytes, a.bytes, kHalfBytes);
     std::memcpy(out->bytes + kHalfBytes, b.bytes, kHalfBytes);
@@ -37,7 +38,8 @@ class HybridMemory : public Memory {
 // A backend's endpoint that reads its half of packed memory.
 class HalfEndpoint : public Endpoint {
  public:
-  HalfEndpoint(std::unique_ptr<Endpoint> inner, size_t half) : inner_(std::move(inner)), half_(half) {}
+  HalfEndpoint(std::unique_ptr<Endpoint> inner, size_t half)
+      : inner_(std::move(inner)), half_(half) {}
   uint32_t capabilities() const override { return inner_->capabilities(); }
   void unpack(const PackedMemory& packed, RemoteMemory* out) override {
     PackedMemory mine{};
@@ -48,7 +50,9 @@ class HalfEndpoint : public Endpoint {
              uint32_t imm) override {
     inner_->write(src, dst, dstOff, len, hasImm, imm);
   }
-  void put64(const RemoteMemory& dst, size_t dstOff, uint64_t value) override { inner_->put64(dst, dstOff, value); }
+  void put64(const RemoteMemory& dst, size_t dstOff, uint64_t value) override {
+    inner_->put64(dst, dstOff, value);
+  }
   bool pollImmediate(uint32_t* imm) override { return inner_->pollImmediate(imm); }
   void read(const RemoteMemory& src, size_t srcOff, void* dst, size_t len) override {
     inner_->read(src, srcOff, dst, len);
@@ -66,7 +70,10 @@ class HalfEndpoint : public Endpoint {
 
 HybridDevice::HybridDevice(int rank, std::vector<int> hostOf, std::unique_ptr<Device> local,
                            std::unique_ptr<Device> net)
-    : rank_(rank), hostOf_(std::move(hostOf)), local_(std::move(local)), net_(std::move(net)),
+    : rank_(rank),
+      hostOf_(std::move(hostOf)),
+      local_(std::move(local)),
+      net_(std::move(net)),
       name_(std::string(local_->name()) + "+" + net_->name()) {
   Device* localDevice = local_.get();  // outlives net_ (members are destroyed in reverse)
   netWakes_ = net_->setWakeHook([localDevice] { localDevice->wakeSleepers(); });
@@ -98,14 +105,17 @@ Bytes HybridDevice::address() const {
 }
 
 std::unique_ptr<Endpoint> HybridDevice::connect(int peer, const Bytes& peerAddress) {
-  RC_CHECK(peer >= 0 && peer < static_cast<int>(hostOf_.size()), "hybrid: no host known for rank " + std::to_string(peer));
+  RC_CHECK(peer >= 0 && peer < static_cast<int>(hostOf_.size()),
+           "hybrid: no host known for rank " + std::to_string(peer));
   uint32_t localLen = 0;
   RC_CHECK(peerAddress.size() >= 4, "malformed address from rank " + std::to_string(peer));
   std::memcpy(&localLen, peerAddress.data(), 4);
-  RC_CHECK(localLen <= peerAddress.size() - 4, "malformed address from rank " + std::to_string(peer));
+  RC_CHECK(localLen <= peerAddress.size() - 4,
+           "malformed address from rank " + std::to_string(peer));
   const auto split = peerAddress.begin() + 4 + localLen;
   if (hostOf_[peer] == hostOf_[rank_]) {
-    return std::make_unique<HalfEndpoint>(local_->connect(peer, Bytes(peerAddress.begin() + 4, split)), 0);
+    return std::make_unique<HalfEndpoint>(
+        local_->connect(peer, Bytes(peerAddress.begin() + 4, split)), 0);
   }
   return std::make_unique<HalfEndpoint>(net_->connect(peer, Bytes(split, peerAddress.end())), 1);
 }

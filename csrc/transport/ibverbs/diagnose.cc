@@ -28,7 +28,8 @@ std::string bytesText(uint64_t b) {
 
 std::string unusable(const std::string& cause) {
   return "the ibverbs transport cannot run on this host: " + cause +
-         ". Use RDMACOLL_TRANSPORT=shm (all ranks on one host) or RDMACOLL_TRANSPORT=tcp (any IP network) "
+         ". Use RDMACOLL_TRANSPORT=shm (all ranks on one host) or RDMACOLL_TRANSPORT=tcp (any IP "
+         "network) "
          "instead";
 }
 
@@ -40,13 +41,15 @@ std::string libraryMissing(const std::string& library, const std::string& dlerro
 
 std::string deviceListFailed(int err) {
   if (err == ENOSYS) {
-    return "ibv_get_device_list failed with ENOSYS (Function not implemented): this kernel has no RDMA "
+    return "ibv_get_device_list failed with ENOSYS (Function not implemented): this kernel has no "
+           "RDMA "
            "support (no ib_uverbs module, no /sys/class/infiniband)";
   }
   return sysError("ibv_get_device_list failed", err) +
-         (err == EPERM || err == EACCES ? " (no permission to open /dev/infiniband: in a container, pass the "
-                                          "devices through)"
-                                        : "");
+         (err == EPERM || err == EACCES
+              ? " (no permission to open /dev/infiniband: in a container, pass the "
+                "devices through)"
+              : "");
 }
 
 std::string registrationFailed(int err, const void* ptr, size_t len, uint64_t memlockBytes) {
@@ -56,14 +59,16 @@ std::string registrationFailed(int err, const void* ptr, size_t len, uint64_t me
   if (err == ENOMEM) {
     s += "ENOMEM: the process may not pin that much memory (RLIMIT_MEMLOCK is ";
     s += memlockBytes == UINT64_MAX ? std::string("unlimited") : bytesText(memlockBytes);
-    s += "). Raise the limit: `ulimit -l unlimited` in the shell that starts the job, "
-         "`* - memlock unlimited` in /etc/security/limits.conf, LimitMEMLOCK=infinity for a systemd "
-         "service, or `--ulimit memlock=-1` for a container";
+    s +=
+        "). Raise the limit: `ulimit -l unlimited` in the shell that starts the job, "
+        "`* - memlock unlimited` in /etc/security/limits.conf, LimitMEMLOCK=infinity for a systemd "
+        "service, or `--ulimit memlock=-1` for a container";
     return s;
   }
   if (err == EFAULT) {
-    return s + "EFAULT: the range is not (entirely) mapped memory of this process, or it is not "
-               "readable and writable; register memory that stays allocated while peers use it";
+    return s +
+           "EFAULT: the range is not (entirely) mapped memory of this process, or it is not "
+           "readable and writable; register memory that stays allocated while peers use it";
   }
   if (err == EINVAL) return s + "EINVAL: the device refused the range or the access flags";
   return sysError(s.substr(0, s.size() - 2), err);

@@ -74,7 +74,7 @@ class IbvEndpoint : public Endpoint {
   QueuePair* qp_;
   int peer_;
   uint32_t remoteQpn_;
-  std::mutex scratchMu_;                // put64 without inline support (rare providers)
+  std::mutex scratchMu_;  // put64 without inline support (rare providers)
   std::unique_ptr<Memory> scratch_;
 };
 
@@ -102,8 +102,8 @@ class IbvDevice : public Device {
   bool findLkey(const void* p, size_t len, uint32_t* lkey) const;
   // Move [src, src+len) to the peer through the bounce halves (unregistered src), or
   // fetch into dst (read). The last chunk of a write carries the immediate.
-  void bounceWrite(QueuePair* qp, const char* src, uint64_t raddr, uint32_t rkey, size_t len, bool hasImm,
-                   uint32_t imm);
+  void bounceWrite(QueuePair* qp, const char* src, uint64_t raddr, uint32_t rkey, size_t len,
+                   bool hasImm, uint32_t imm);
   void bounceRead(QueuePair* qp, uint64_t raddr, uint32_t rkey, char* dst, size_t len);
 
  private:

@@ -21,7 +21,8 @@ void resolve(void* lib, const std::string& libName, const char* symbol, F* out, 
   dlerror();
   void* p = dlsym(lib, symbol);
   if (!p && required) {
-    throw Error(unusable(libName + " has no " + symbol + " (the library is older than this transport needs: "
+    throw Error(unusable(libName + " has no " + symbol +
+                         " (the library is older than this transport needs: "
                          "rdma-core 17 or newer)"));
   }
   *out = reinterpret_cast<F>(p);

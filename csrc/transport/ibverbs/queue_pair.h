@@ -31,7 +31,7 @@ struct QpLimits {
   int sendDepth = 256;
   int recvDepth = 512;
   uint32_t maxInline = 256;  // requested; the provider may grant less
-  uint8_t maxRdAtomic = 16;   // outstanding RDMA READs (device limits applied)
+  uint8_t maxRdAtomic = 16;  // outstanding RDMA READs (device limits applied)
 };
 
 // Where this side sits: the port and identity put into our address blob.
@@ -46,8 +46,8 @@ struct LocalPort {
 
 class QueuePair {
  public:
-  QueuePair(const Verbs& v, ibv_context* ctx, ibv_pd* pd, ibv_comp_channel* channel, const QpLimits& lim,
-            int peer);
+  QueuePair(const Verbs& v, ibv_context* ctx, ibv_pd* pd, ibv_comp_channel* channel,
+            const QpLimits& lim, int peer);
   ~QueuePair();
   QueuePair(const QueuePair&) = delete;
   QueuePair& operator=(const QueuePair&) = delete;
@@ -91,7 +91,7 @@ class QueuePair {
   uint64_t posted_ = 0;     // sequence number of the last posted send request
   uint64_t completed_ = 0;  // every request up to this one has completed
   int unsignaled_ = 0;
-  uint64_t probeSeq_ = 0;   // the liveness probe in flight (0: none)
+  uint64_t probeSeq_ = 0;  // the liveness probe in flight (0: none)
   uint64_t postedAtLastProbe_ = 0;
   std::vector<uint32_t> imms_;  // FIFO ring of received immediates (recvDepth entries)
   uint64_t immHead_ = 0, immTail_ = 0;

@@ -70,7 +70,8 @@ Segment Segment::openPeer(pid_t pid, int fd, uint64_t id, size_t len) {
   target[n] = 0;
   std::string expect = "/memfd:" + memfdName(pid, id);
   if (std::strncmp(target, expect.c_str(), expect.size()) != 0) {
-    throw Error(std::string("shm: ") + path + " is '" + printableUtf8(target, sizeof(target)) + "', expected " + expect);
+    throw Error(std::string("shm: ") + path + " is '" + printableUtf8(target, sizeof(target)) +
+                "', expected " + expect);
   }
   Segment s;
   s.fd_ = forkguard::track(open(path, O_RDWR | O_CLOEXEC));

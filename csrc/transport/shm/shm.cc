@@ -21,7 +21,7 @@ namespace shm {
 
 namespace {
 
-constexpr uint32_t kPackedMagic = 0x52434d31;  // "RCM1"
+constexpr uint32_t kPackedMagic = 0x52434d31;   // "RCM1"
 constexpr uint32_t kAddressMagic = 0x52434431;  // "RCD1"
 enum : uint32_t { kAllocated = 1, kUser = 2 };
 
@@ -63,13 +63,17 @@ long futex(std::atomic<uint32_t>* addr, int op, uint32_t val, const struct times
 
 // ---------------------------------------------------------------- memory
 
-ShmMemory::ShmMemory(Segment seg) : Memory(seg.data(), seg.size()), seg_(std::move(seg)), allocated_(true) {}
+ShmMemory::ShmMemory(Segment seg)
+    : Memory(seg.data(), seg.size()), seg_(std::move(seg)), allocated_(true) {}
 ShmMemory::ShmMemory(void* ptr, size_t len) : Memory(ptr, len), allocated_(false) {}
 
 void ShmMemory::pack(PackedMemory* out) const {
-  Packed p{kPackedMagic, allocated_ ? kAllocated : kUser, static_cast<int32_t>(getpid()),
+  Packed p{kPackedMagic,
+           allocated_ ? kAllocated : kUser,
+           static_cast<int32_t>(getpid()),
            allocated_ ? seg_.fd() : -1,
-           allocated_ ? seg_.id() : reinterpret_cast<uint64_t>(ptr_), len_};
+           allocated_ ? seg_.id() : reinterpret_cast<uint64_t>(ptr_),
+           len_};
   std::memset(out->bytes, 0, sizeof(out->bytes));
   std::memcpy(out->bytes, &p, sizeof(p));
 }
@@ -98,8 +102,8 @@ std::unique_ptr<Memory> ShmDevice::registerMemory(void* ptr, size_t len) {
 }
 
 void ShmDevice::packUser(const void* ptr, size_t len, PackedMemory* out) {
-  Packed p{kPackedMagic, kUser, static_cast<int32_t>(getpid()), -1,
-           reinterpret_cast<uint64_t>(ptr), len};
+  Packed p{kPackedMagic, kUser, static_cast<int32_t>(getpid()), -1, reinterpret_cast<uint64_t>(ptr),
+           len};
   std::memcpy(out->bytes, &p, sizeof(p));
 }
 
@@ -173,9 +177,7 @@ ShmEndpoint::ShmEndpoint(ShmDevice* dev, int peer, pid_t pid, Segment peerDevice
   if (pidfd_ < 0) throw Error(sysError("shm: pidfd_open of rank " + std::to_string(peer), errno));
 }
 
-ShmEndpoint::~ShmEndpoint() {
-  forkguard::release(pidfd_);
-}
+ShmEndpoint::~ShmEndpoint() { forkguard::release(pidfd_); }
 
 std::string ShmEndpoint::describe() const {
   return "shm (rank " + std::to_string(peer_) + ", pid " + std::to_string(pid_) + ")";
@@ -215,7 +217,8 @@ void* ShmEndpoint::map(RemoteMemory* m) {
   return m->mapped;
 }
 
-void ShmEndpoint::checkBounds(const RemoteMemory& m, size_t off, size_t len, const char* what) const {
+void ShmEndpoint::checkBounds(const RemoteMemory& m, size_t off, size_t len,
+                              const char* what) const {
   if (off > m.len || len > m.len - off) {
     throw Error(std::string("shm: ") + what + " of " + std::to_string(len) + " bytes at offset " +
                 std::to_string(off) + " is outside rank " + std::to_string(peer_) + "'s " +
@@ -223,7 +226,8 @@ void ShmEndpoint::checkBounds(const RemoteMemory& m, size_t off, size_t len, con
   }
 }
 
-void ShmEndpoint::cmaTransfer(const RemoteMemory& m, size_t off, void* local, size_t len, bool toPeer) {
+void ShmEndpoint::cmaTransfer(const RemoteMemory& m, size_t off, void* local, size_t len,
+                              bool toPeer) {
   char* l = static_cast<char*>(local);
   uint64_t r = m.key[2] + off;
   while (len > 0) {
@@ -234,8 +238,9 @@ void ShmEndpoint::cmaTransfer(const RemoteMemory& m, size_t off, void* local, si
     if (n < 0) {
       if (errno == EINTR) continue;
       if (errno == ESRCH) dead_ = true;
-      throw Error(sysError(std::string("shm: cross-memory ") + (toPeer ? "write to " : "read from ") +
-                               describe(), errno));
+      throw Error(sysError(
+          std::string("shm: cross-memory ") + (toPeer ? "write to " : "read from ") + describe(),
+          errno));
     }
     if (n == 0) throw Error("shm: cross-memory transfer made no progress with " + describe());
     l += n;

@@ -42,7 +42,7 @@ struct Address {
   uint8_t ipVersion;  // 4 or 6
   uint8_t pad;
   uint16_t port;
-  uint8_t ip[16];     // network byte order; IPv4 uses the first 4, the rest 0
+  uint8_t ip[16];  // network byte order; IPv4 uses the first 4, the rest 0
   uint64_t nonce;
 };
 static_assert(sizeof(Address) == 40, "the tcp address blob is 40 bytes");
@@ -185,8 +185,10 @@ TcpDevice::~TcpDevice() {
 
 std::unique_ptr<Memory> TcpDevice::allocate(size_t len) {
   size_t maplen = len ? len : 1;
-  void* p = mmap(nullptr, maplen, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
-  if (p == MAP_FAILED) throw Error(sysError("tcp: allocating " + std::to_string(len) + " bytes", errno));
+  void* p = mmap(nullptr, maplen, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+  if (p == MAP_FAILED)
+    throw Error(sysError("tcp: allocating " + std::to_string(len) + " bytes", errno));
   auto keep = std::make_shared<Mapping>(p, maplen);
   return std::make_unique<TcpMemory>(regions_, rank_, static_cast<char*>(p), len, keep, true);
 }
@@ -219,7 +221,8 @@ int TcpDevice::connectToPeer(int peer, const IpAddress& ip, uint16_t port, uint6
     Hello h{kHelloMagic, rank_, peer, size_, peerNonce, nonce_};
     Ack a{};
     if (!writeFull(fd, &h, sizeof(h), deadline) || !readFull(fd, &a, sizeof(a), deadline)) {
-      throw Error("tcp: " + who + " at " + endpointText(ip, port) + " did not acknowledge the connection (closed or timed out)");
+      throw Error("tcp: " + who + " at " + endpointText(ip, port) +
+                  " did not acknowledge the connection (closed or timed out)");
     }
     if (a.magic != kAckMagic || a.from != peer || a.to != rank_ || a.toNonce != nonce_) {
       throw Error("tcp: the process at " + endpointText(ip, port) + " is not " + who +
@@ -236,9 +239,10 @@ int TcpDevice::acceptFrom(int peer, uint64_t peerNonce) {
   auto deadline = Clock::now() + kConnectTimeout;
   while (pending_.find(peer) == pending_.end()) {
     if (Clock::now() >= deadline) {
-      throw Error("tcp: rank " + std::to_string(peer) + " did not connect to rank " + std::to_string(rank_) +
-                  " at " + ifname_ + " " + endpointText(ip_, port_) + " within " +
-                  std::to_string(kConnectTimeout.count()) + " s (firewall, or wrong interface: "
+      throw Error("tcp: rank " + std::to_string(peer) + " did not connect to rank " +
+                  std::to_string(rank_) + " at " + ifname_ + " " + endpointText(ip_, port_) +
+                  " within " + std::to_string(kConnectTimeout.count()) +
+                  " s (firewall, or wrong interface: "
                   "set RDMACOLL_SOCKET_IFNAME)");
     }
     struct pollfd p{listenFd_, POLLIN, 0};
@@ -277,8 +281,9 @@ int TcpDevice::acceptFrom(int peer, uint64_t peerNonce) {
 std::unique_ptr<Endpoint> TcpDevice::connect(int peer, const Bytes& peerAddress) {
   Address a;
   if (peerAddress.size() != sizeof(a)) {
-    throw Error("tcp: rank " + std::to_string(peer) + " sent a " + std::to_string(peerAddress.size()) +
-                "-byte address, expected " + std::to_string(sizeof(a)) + " (is it using another transport?)");
+    throw Error("tcp: rank " + std::to_string(peer) + " sent a " +
+                std::to_string(peerAddress.size()) + "-byte address, expected " +
+                std::to_string(sizeof(a)) + " (is it using another transport?)");
   }
   std::memcpy(&a, peerAddress.data(), sizeof(a));
   if (a.magic != kAddressMagic || a.rank != peer || a.size != size_ || peer == rank_ || peer < 0 ||
@@ -400,7 +405,8 @@ void TcpDevice::sleep(uint64_t seen, int timeoutMs) {
   bool events = false;
   if (n > 1 && g.try_lock()) {  // endpoints cannot go away while the list is held
     for (int i = 1; i < n; ++i) {
-      if (fds[i].revents && conns_.count(fds[i].fd) && conns_[fds[i].fd] == eps[i]) events |= eps[i]->drain(false);
+      if (fds[i].revents && conns_.count(fds[i].fd) && conns_[fds[i].fd] == eps[i])
+        events |= eps[i]->drain(false);
     }
     g.unlock();
   }

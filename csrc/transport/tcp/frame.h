@@ -48,7 +48,8 @@ struct FrameHeader {
 };
 static_assert(sizeof(FrameHeader) == 32, "the frame header is 32 bytes on the wire");
 
-FrameHeader writeHeader(uint32_t region, uint64_t offset, uint64_t length, bool hasImm, uint32_t imm);
+FrameHeader writeHeader(uint32_t region, uint64_t offset, uint64_t length, bool hasImm,
+                        uint32_t imm);
 FrameHeader put64Header(uint32_t region, uint64_t offset, uint64_t value);
 FrameHeader byeHeader();
 
@@ -72,8 +73,8 @@ class FrameParser {
   enum class Event { kNone, kImmediate, kPut, kBye, kError };
   struct Target {
     char* dst;
-    size_t len;     // > 0
-    bool payload;   // inside the region of the current frame (else the header buffer)
+    size_t len;    // > 0
+    bool payload;  // inside the region of the current frame (else the header buffer)
   };
 
   explicit FrameParser(RegionLookup* regions) : regions_(regions) {}
@@ -104,10 +105,10 @@ class FrameParser {
   RegionLookup* regions_;
   State state_ = State::kHeader;
   alignas(8) char buf_[sizeof(FrameHeader)];
-  size_t have_ = 0;           // header bytes so far
-  FrameHeader h_{};           // the validated header of the frame in progress
-  RegionRef region_;          // its region
-  uint64_t left_ = 0;         // payload bytes still to come
+  size_t have_ = 0;    // header bytes so far
+  FrameHeader h_{};    // the validated header of the frame in progress
+  RegionRef region_;   // its region
+  uint64_t left_ = 0;  // payload bytes still to come
   uint64_t frames_ = 0;
   std::string error_;
 };

@@ -55,19 +55,23 @@ Rule parseRule(const std::string& spec) {
     std::string item = trim(s.substr(i, comma - i));
     if (!item.empty() && (item[0] == '^' || item[0] == '=')) {
       throw Error(std::string("tcp: ") + kSetting + "=" + spec + ": '" + item.substr(0, 1) +
-                  "' applies to the whole list and is written once, at its start (e.g. ^=docker0,lo or =eth0,eth1)");
+                  "' applies to the whole list and is written once, at its start (e.g. "
+                  "^=docker0,lo or =eth0,eth1)");
     }
     if (!item.empty()) r.names.push_back(item);
     i = comma + 1;
   }
   if (r.names.empty()) {
-    throw Error(std::string("tcp: ") + kSetting + "=" + spec +
-                " names no interface (e.g. eth for eth*, =eth0 for eth0 alone, ^docker,lo to exclude)");
+    throw Error(
+        std::string("tcp: ") + kSetting + "=" + spec +
+        " names no interface (e.g. eth for eth*, =eth0 for eth0 alone, ^docker,lo to exclude)");
   }
   return r;
 }
 
-bool startsWith(const std::string& s, const char* prefix) { return s.compare(0, std::strlen(prefix), prefix) == 0; }
+bool startsWith(const std::string& s, const char* prefix) {
+  return s.compare(0, std::strlen(prefix), prefix) == 0;
+}
 
 // 0 for ordinary interfaces; the ones NCCL-style defaults pass over come after, in this order.
 int lateness(const std::string& name, unsigned flags) {
@@ -78,13 +82,15 @@ int lateness(const std::string& name, unsigned flags) {
   return 0;
 }
 
-bool linkLocal(const IpAddress& a) { return a.family == AF_INET6 && a.bytes[0] == 0xfe && (a.bytes[1] & 0xc0) == 0x80; }
+bool linkLocal(const IpAddress& a) {
+  return a.family == AF_INET6 && a.bytes[0] == 0xfe && (a.bytes[1] & 0xc0) == 0x80;
+}
 
 // One interface, its entries merged, in the order the system lists them.
 struct Iface {
   std::string name;
   unsigned flags = 0;
-  IpAddress v4, v6;          // the first of each family (v6: not link-local)
+  IpAddress v4, v6;            // the first of each family (v6: not link-local)
   bool linkLocalOnly = false;  // an IPv6 address, but only link-local ones
   bool up() const { return flags & IFF_UP; }
   const IpAddress* address() const { return v4.family ? &v4 : v6.family ? &v6 : nullptr; }
@@ -156,7 +162,8 @@ bool parseIp(const std::string& text, IpAddress* out) {
   return true;
 }
 
-InterfaceChoice chooseInterface(const std::vector<InterfaceEntry>& entries, const std::string& spec) {
+InterfaceChoice chooseInterface(const std::vector<InterfaceEntry>& entries,
+                                const std::string& spec) {
   const Rule rule = parseRule(spec);
   const std::vector<Iface> all = merge(entries);
   const Iface* best = nullptr;
@@ -172,8 +179,10 @@ InterfaceChoice chooseInterface(const std::vector<InterfaceEntry>& entries, cons
   if (!best) {
     const std::string what = rule.set ? std::string(kSetting) + "=" + spec + " allows no interface"
                                       : std::string("no interface");
-    throw Error("tcp: " + what + " that is up with an IPv4 or IPv6 address (link-local IPv6 does not count); "
-                "interfaces here: " + describeAll(all));
+    throw Error("tcp: " + what +
+                " that is up with an IPv4 or IPv6 address (link-local IPv6 does not count); "
+                "interfaces here: " +
+                describeAll(all));
   }
   InterfaceChoice c;
   c.name = best->name;
@@ -194,16 +203,20 @@ InterfaceChoice chooseInterface(const std::vector<InterfaceEntry>& entries, cons
   } else {
     std::string allowed;
     if (rule.exclude) {
-      allowed = excluded.empty() ? "excluded none of the interfaces here" : "excluded " + joined(excluded, ", ");
+      allowed = excluded.empty() ? "excluded none of the interfaces here"
+                                 : "excluded " + joined(excluded, ", ");
     } else {
-      allowed = rule.exact ? "named " + joined(rule.names, " or ") : "name starts with " + joined(rule.names, " or ");
+      allowed = rule.exact ? "named " + joined(rule.names, " or ")
+                           : "name starts with " + joined(rule.names, " or ");
     }
     c.why = std::string(kSetting) + "=" + spec + ": " + allowed + "; " + pick;
   }
   return c;
 }
 
-std::string describeInterfaces(const std::vector<InterfaceEntry>& entries) { return describeAll(merge(entries)); }
+std::string describeInterfaces(const std::vector<InterfaceEntry>& entries) {
+  return describeAll(merge(entries));
+}
 
 std::vector<InterfaceEntry> systemInterfaces() {
   struct ifaddrs* list = nullptr;
@@ -218,7 +231,8 @@ std::vector<InterfaceEntry> systemInterfaces() {
       std::memcpy(e.addr.bytes, &reinterpret_cast<struct sockaddr_in*>(i->ifa_addr)->sin_addr, 4);
     } else if (i->ifa_addr && i->ifa_addr->sa_family == AF_INET6) {
       e.addr.family = AF_INET6;
-      std::memcpy(e.addr.bytes, &reinterpret_cast<struct sockaddr_in6*>(i->ifa_addr)->sin6_addr, 16);
+      std::memcpy(e.addr.bytes, &reinterpret_cast<struct sockaddr_in6*>(i->ifa_addr)->sin6_addr,
+                  16);
     }
     out.push_back(e);
   }

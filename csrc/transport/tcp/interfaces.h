@@ -45,11 +45,13 @@ struct InterfaceEntry {
 struct InterfaceChoice {
   std::string name;
   IpAddress addr;
-  std::string why;  // "first interface that is up, not lo/docker*/virbr*/veth*; RDMACOLL_SOCKET_IFNAME unset"
+  std::string why;  // "first interface that is up, not lo/docker*/virbr*/veth*;
+                    // RDMACOLL_SOCKET_IFNAME unset"
 };
 
 // The rules above over `entries` in the system's order; `spec` is RDMACOLL_SOCKET_IFNAME.
-InterfaceChoice chooseInterface(const std::vector<InterfaceEntry>& entries, const std::string& spec);
+InterfaceChoice chooseInterface(const std::vector<InterfaceEntry>& entries,
+                                const std::string& spec);
 // "lo (up, 127.0.0.1, ::1), eth1 (down, no address)": every interface and what it has.
 std::string describeInterfaces(const std::vector<InterfaceEntry>& entries);
 // This host's entries, in getifaddrs order.

@@ -14,9 +14,9 @@
 // sleeping in sleep().
 //
 // Connections: every device listens on its interface (socket.h) from construction;
-// address() = {rank, size, IP version, IPv4 or IPv6 address, port, nonce}. For each pair the lower rank connects and
-// sends a hello naming both ranks and the target's nonce; the higher rank accepts (any
-// order: hellos of other peers wait in `pending_`), checks it, and acknowledges.
+// address() = {rank, size, IP version, IPv4 or IPv6 address, port, nonce}. For each pair the lower
+// rank connects and sends a hello naming both ranks and the target's nonce; the higher rank accepts
+// (any order: hellos of other peers wait in `pending_`), checks it, and acknowledges.
 //
 // Capabilities: none (no read, no map); registration is an id in a table, so user
 // memory is registered like allocated memory, but not per call (cheapRegistration false).
@@ -58,8 +58,8 @@ class Regions : public RegionLookup {
 
 class TcpMemory : public Memory {
  public:
-  TcpMemory(std::shared_ptr<Regions> regions, int rank, char* ptr, size_t len, std::shared_ptr<void> keep,
-            bool allocated);
+  TcpMemory(std::shared_ptr<Regions> regions, int rank, char* ptr, size_t len,
+            std::shared_ptr<void> keep, bool allocated);
   ~TcpMemory() override;
   void pack(PackedMemory* out) const override;
 
@@ -103,12 +103,12 @@ class TcpEndpoint : public Endpoint {
   int peer_;
   int fd_;
   std::string where_;  // peer's ip:port
-  std::mutex rxMu_;       // the parser and the reading side of the socket
+  std::mutex rxMu_;    // the parser and the reading side of the socket
   FrameParser parser_;
   std::mutex sendMu_;
   std::atomic<bool> dead_{false};
   std::atomic<bool> left_{false};  // the peer said goodbye: writes to it are dropped
-  bool removed_ = false;  // taken out of the epoll set (under rxMu_)
+  bool removed_ = false;           // taken out of the epoll set (under rxMu_)
   mutable std::mutex errMu_;
   std::string error_;
   std::mutex immMu_;
@@ -130,7 +130,7 @@ class TcpDevice : public Device {
   void cancelSleep() override;
   void sleep(uint64_t seen, int timeoutMs) override;
   bool setWakeHook(std::function<void()> hook) override;  // the progress thread calls it
-  std::string listenAddress() const override;              // "eth0 10.0.0.2:41321"
+  std::string listenAddress() const override;             // "eth0 10.0.0.2:41321"
 
   int rank() const { return rank_; }
   // True in a child of fork(): its copy owns nothing (fork_guard.h).

@@ -10,24 +10,68 @@ Errors are the tf.errors types Horovod's ops raise (errors.py). Process sets are
 rdmacoll's (rdmacoll.ProcessSet: the same objects as the plain and torch APIs). See
 docs/tensorflow.md.
 """
+
 from __future__ import annotations
 
-from rdmacoll import (Adasum, Average, Max, Min, Product, RdmacollError, Sum, cross_rank, cross_size,  # noqa: F401
-                      is_homogeneous, is_initialized, local_rank, local_size, rank, shutdown, size)
+from rdmacoll import (
+    Adasum,
+    Average,
+    Max,
+    Min,
+    Product,
+    RdmacollError,
+    Sum,
+    cross_rank,
+    cross_size,
+    is_homogeneous,
+    is_initialized,
+    local_rank,
+    local_size,
+    rank,
+    shutdown,
+    size,
+)
 import rdmacoll as _rc
 
-from ..capabilities import (ccl_built, cuda_built, ddl_built, gloo_built, gloo_enabled, mpi_built,  # noqa: F401
-                            mpi_enabled, mpi_threads_supported, nccl_built, rocm_built, start_timeline,
-                            stop_timeline)
+from ..capabilities import (
+    ccl_built,
+    cuda_built,
+    ddl_built,
+    gloo_built,
+    gloo_enabled,
+    mpi_built,
+    mpi_enabled,
+    mpi_threads_supported,
+    nccl_built,
+    rocm_built,
+    start_timeline,
+    stop_timeline,
+)
 from . import callbacks  # noqa: F401
 from .compression import Compression  # noqa: F401
-from .functions import (allgather, allgather_object, allreduce, alltoall, broadcast,  # noqa: F401
-                        broadcast_, broadcast_object, broadcast_object_fn, broadcast_variables,
-                        grouped_allgather,
-                        grouped_allreduce, grouped_reducescatter, reducescatter)
+from .functions import (
+    allgather,
+    allgather_object,
+    allreduce,
+    alltoall,
+    broadcast,
+    broadcast_,
+    broadcast_object,
+    broadcast_object_fn,
+    broadcast_variables,
+    grouped_allgather,
+    grouped_allreduce,
+    grouped_reducescatter,
+    reducescatter,
+)
 from .sync_batch_norm import SyncBatchNormalization  # noqa: F401
-from .runtime_ops import (local_rank_op, local_size_op, process_set_included_op, rank_op,  # noqa: F401
-                          size_op)
+from .runtime_ops import (
+    local_rank_op,
+    local_size_op,
+    process_set_included_op,
+    rank_op,
+    size_op,
+)
 from .gradient_tape import DistributedGradientTape, PartialDistributedGradientTape  # noqa: F401
 from .join import join  # noqa: F401
 from .optimizer import PartialDistributedOptimizer  # noqa: F401

@@ -3,6 +3,7 @@ with INVALID_ARGUMENT (horovod/common/operations.cc): a broadcast root outside t
 set, alltoall splits that do not fit. The core rejects them too, but as a plain
 RdmacollError; checked here they raise InvalidArgumentError (errors.py), with the core's
 words."""
+
 from __future__ import annotations
 
 import rdmacoll as rc
@@ -29,12 +30,13 @@ def splits(rows, split_list, process_set):
     """alltoall of `rows` rows: split_list (or None, an even split) must give every rank of
     process_set its rows, all of them."""
     if process_set is not None and process_set is not rc.global_process_set:
-        comm_of(process_set, "Alltoall")   # (ValueError first on a rank outside the set, as Horovod)
+        comm_of(process_set, "Alltoall")  # (ValueError first on a rank outside the set, as Horovod)
     size = len(_ranks(process_set))
     if split_list is None:
         if size and rows % size:
-            raise InvalidArgumentError(f"alltoall: the first dimension ({rows}) is not divisible by size() "
-                                       f"({size}); pass splits")
+            raise InvalidArgumentError(
+                f"alltoall: the first dimension ({rows}) is not divisible by size() ({size}); pass splits"
+            )
         return
     if len(split_list) != size:
         raise InvalidArgumentError(f"alltoall: splits has {len(split_list)} entries, size() is {size}")

@@ -36,6 +36,7 @@ in one run, may wait on one set while a peer waits on the other (same error).
 
 Errors: errors.py (the tf.errors types Horovod raises, as far as a Python op can).
 """
+
 from __future__ import annotations
 
 import tensorflow as tf
@@ -45,9 +46,10 @@ import rdmacoll as rc
 from . import errors
 from ._session_order import SessionOrder
 
-try:   # TensorFlow's own test for "this graph will be compiled by XLA" (2.16-2.20 at least)
+try:  # TensorFlow's own test for "this graph will be compiled by XLA" (2.16-2.20 at least)
     from tensorflow.python.ops.control_flow_util import GraphOrParentsInXlaContext as _in_xla
 except ImportError:  # pragma: no cover - a TensorFlow without it: XLA reports PyFunc itself
+
     def _in_xla(graph):
         return False
 
@@ -67,7 +69,7 @@ class _Sequencer:
     @classmethod
     def get(cls):
         if cls.variable is None:
-            with tf.init_scope():   # an eager variable, even when first used while tracing
+            with tf.init_scope():  # an eager variable, even when first used while tracing
                 cls.variable = tf.Variable(0, dtype=tf.int64, trainable=False, name="rdmacoll_sequencer")
         return cls.variable
 
@@ -92,14 +94,15 @@ def run(fn, tensors, out_dtypes, out_shapes, process_set=None):
         raise XlaError(
             "rdmacoll collectives cannot run inside XLA-compiled code (tf.function(jit_compile=True)): "
             "compile the model with model.compile(..., jit_compile=False) (Keras 3's 'auto' picks XLA "
-            "on GPU machines) or drop jit_compile from the tf.function")
+            "on GPU machines) or drop jit_compile from the tf.function"
+        )
     if not tf.compat.v1.executing_eagerly_outside_functions():
         return _run_in_session(fn, tensors, out_dtypes, out_shapes, process_set, graph)
     sequencer = _Sequencer.get()
-    ticket = sequencer.assign_add(1)   # after every earlier collective of this rank's program
+    ticket = sequencer.assign_add(1)  # after every earlier collective of this rank's program
     outs = _numpy_op(lambda _, *a: fn(*a), [ticket] + list(tensors), out_dtypes, out_shapes)
     with tf.control_dependencies([outs[0].op]):
-        sequencer.assign_add(1, read_value=False)   # before every later one
+        sequencer.assign_add(1, read_value=False)  # before every later one
     return outs
 
 

@@ -1,4 +1,5 @@
 """Gradient averaging shared by DistributedGradientTape and DistributedOptimizer."""
+
 from __future__ import annotations
 
 import tensorflow as tf
@@ -24,8 +25,15 @@ class GradientReducer:
     outside it, or when it has one rank, they stay as they are (Horovod's
     _allreduce_cond)."""
 
-    def __init__(self, op=rc.Average, compression=Compression.none, gradient_predivide_factor=1.0,
-                 name="gradients", scale_local_gradients=True, process_set=rc.global_process_set):
+    def __init__(
+        self,
+        op=rc.Average,
+        compression=Compression.none,
+        gradient_predivide_factor=1.0,
+        name="gradients",
+        scale_local_gradients=True,
+        process_set=rc.global_process_set,
+    ):
         if gradient_predivide_factor != 1.0 and op != rc.Average:
             raise ValueError("gradient_predivide_factor needs op=Average")
         if op not in (rc.Average, rc.Sum, rc.Min, rc.Max, rc.Product, rc.Adasum):
@@ -36,7 +44,7 @@ class GradientReducer:
         self.threshold = fusion_threshold()
         self.name = name
         self.scale_local = bool(scale_local_gradients)
-        self.local = set()   # id() of local variables
+        self.local = set()  # id() of local variables
         self.process_set = process_set
 
     def register_local(self, variable):
@@ -58,8 +66,11 @@ class GradientReducer:
             for i, v in enumerate(variables):
                 g = grads[i]
                 if id(v) in self.local and g is not None:
-                    grads[i] = (tf.IndexedSlices(g.values / size, g.indices, g.dense_shape)
-                                if isinstance(g, tf.IndexedSlices) else g / size)
+                    grads[i] = (
+                        tf.IndexedSlices(g.values / size, g.indices, g.dense_shape)
+                        if isinstance(g, tf.IndexedSlices)
+                        else g / size
+                    )
         return grads
 
     def _reduce(self, grads):
@@ -69,10 +80,10 @@ class GradientReducer:
             raise InvalidArgumentError("Process set does not exist or has not been registered.")
         if not present or not ps.included() or ps.size() <= 1:
             return grads
-        if self.op == rc.Adasum:   # sparse gradients are reduced as dense here: no refusal for them
+        if self.op == rc.Adasum:  # sparse gradients are reduced as dense here: no refusal for them
             check_adasum(ps)
         op, pre, post = self.op, 1.0, 1.0
-        if self.predivide != 1.0:   # Horovod: sum of g / f, then times f / size
+        if self.predivide != 1.0:  # Horovod: sum of g / f, then times f / size
             op, pre, post = rc.Sum, 1.0 / self.predivide, self.predivide / ps.size()
         pairs = []
         for i in present:

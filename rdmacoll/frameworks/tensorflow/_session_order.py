@@ -22,6 +22,7 @@ inter-op threads are all blocked in other collectives of the same run (more inde
 collectives fetched together than the session has inter-op threads). Both wait at most
 RDMACOLL_TIMEOUT, then fail every request of that set on this rank.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -48,7 +49,7 @@ class SessionOrder:
     def __init__(self):
         self._keys = itertools.count()
         self._cv = threading.Condition()
-        self._pending = {}   # key -> _Request, filed and not yet run
+        self._pending = {}  # key -> _Request, filed and not yet run
         self._driving = False
 
     @classmethod
@@ -70,8 +71,10 @@ class SessionOrder:
         request = _Request(key, process_set, fn, args)
         with self._cv:
             if key in self._pending:
-                raise rc.RdmacollError(f"collective op #{key} of this graph runs twice at once "
-                                       "(two Session.run calls in parallel threads?)")
+                raise rc.RdmacollError(
+                    f"collective op #{key} of this graph runs twice at once "
+                    "(two Session.run calls in parallel threads?)"
+                )
             self._pending[key] = request
             self._cv.notify_all()
             while not request.done:
@@ -95,7 +98,7 @@ class SessionOrder:
         ps = first.process_set or rc.global_process_set
         try:
             key = self._agree(ps)
-        except BaseException as e:   # the set's order is lost: fail every request of it here
+        except BaseException as e:  # the set's order is lost: fail every request of it here
             for k in [k for k, r in self._pending.items() if self._same_set(r.process_set, ps)]:
                 self._finish(self._pending.pop(k), None, e)
             return
@@ -103,7 +106,7 @@ class SessionOrder:
         self._cv.release()
         try:
             result, error = request.fn(*request.args), None
-        except BaseException as e:   # handed to the request's own thread
+        except BaseException as e:  # handed to the request's own thread
             result, error = None, e
         finally:
             self._cv.acquire()
@@ -138,6 +141,7 @@ class SessionOrder:
                     f"rank {leader} ran collective op #{key} of this graph next, but it did not run here "
                     f"within {timeout:g} s (RDMACOLL_TIMEOUT): every rank must fetch the same collectives "
                     "in a Session.run, and the session needs an inter-op thread per independent "
-                    "collective fetched together (or chain them with tf.control_dependencies)")
+                    "collective fetched together (or chain them with tf.control_dependencies)"
+                )
             self._cv.wait(left)
         return key

@@ -1,4 +1,5 @@
 """Horovod's Keras callbacks for Keras 3 (hvd.callbacks.* in the keras module)."""
+
 from __future__ import annotations
 
 import keras
@@ -7,7 +8,7 @@ import tensorflow as tf
 
 import rdmacoll as rc
 
-from .. import _join as joinable   # collectives announced to ranks inside join()
+from .. import _join as joinable  # collectives announced to ranks inside join()
 from .functions import broadcast_variables
 
 
@@ -71,8 +72,16 @@ class LearningRateScheduleCallback(keras.callbacks.Callback):
     optimizer's momentum into the train step as a constant, so it cannot be rescaled
     per batch."""
 
-    def __init__(self, initial_lr, multiplier, start_epoch=0, end_epoch=None, staircase=True,
-                 momentum_correction=True, steps_per_epoch=None):
+    def __init__(
+        self,
+        initial_lr,
+        multiplier,
+        start_epoch=0,
+        end_epoch=None,
+        staircase=True,
+        momentum_correction=True,
+        steps_per_epoch=None,
+    ):
         super().__init__()
         self.initial_lr = initial_lr
         self.start_epoch = start_epoch
@@ -95,8 +104,9 @@ class LearningRateScheduleCallback(keras.callbacks.Callback):
         if self.steps_per_epoch is None:
             self.steps_per_epoch = self.params.get("steps")
         if not self.staircase and not self.steps_per_epoch:
-            raise ValueError(f"{type(self).__name__}: pass steps_per_epoch= (fit() does not know how "
-                             "many steps an epoch has)")
+            raise ValueError(
+                f"{type(self).__name__}: pass steps_per_epoch= (fit() does not know how many steps an epoch has)"
+            )
 
     def on_epoch_begin(self, epoch, logs=None):
         self.current_epoch = epoch
@@ -116,15 +126,21 @@ class LearningRateWarmupCallback(LearningRateScheduleCallback):
     """Goyal et al.'s gradual warmup: the learning rate grows from initial_lr / size to
     initial_lr over warmup_epochs (per batch), as in Horovod."""
 
-    def __init__(self, initial_lr, warmup_epochs=5, momentum_correction=True, steps_per_epoch=None,
-                 verbose=0):
+    def __init__(self, initial_lr, warmup_epochs=5, momentum_correction=True, steps_per_epoch=None, verbose=0):
         def multiplier(epoch):
             # end each epoch on a round number, as Horovod does
             epoch += 1.0 / self.steps_per_epoch
             return 1.0 / rc.size() * (epoch * (rc.size() - 1) / warmup_epochs + 1)
 
-        super().__init__(initial_lr, multiplier, start_epoch=0, end_epoch=warmup_epochs, staircase=False,
-                         momentum_correction=momentum_correction, steps_per_epoch=steps_per_epoch)
+        super().__init__(
+            initial_lr,
+            multiplier,
+            start_epoch=0,
+            end_epoch=warmup_epochs,
+            staircase=False,
+            momentum_correction=momentum_correction,
+            steps_per_epoch=steps_per_epoch,
+        )
         self.warmup_epochs = warmup_epochs
         self.verbose = verbose
 

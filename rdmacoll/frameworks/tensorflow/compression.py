@@ -1,4 +1,5 @@
 """Horovod's gradient compression: Compression.none, Compression.fp16."""
+
 from __future__ import annotations
 
 import tensorflow as tf

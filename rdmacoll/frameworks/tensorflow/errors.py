@@ -23,6 +23,7 @@ else UnknownError (tensorflow/python/lib/core/py_func.cc). So in a graph argumen
 and dead peers keep Horovod's types, and a mismatch between ranks surfaces as UnknownError
 with the same text (docs/tensorflow.md, "Errors").
 """
+
 from __future__ import annotations
 
 import tensorflow as tf
@@ -55,8 +56,7 @@ class UnknownError(tf.errors.UnknownError, RdmacollError):
 
 # Beginnings of the core's messages for a mismatch between ranks (comm/communicator.cc,
 # comm/primitives.cc) and for a communicator used outside init() .. shutdown().
-_PRECONDITION = ("collective mismatch", "protocol mismatch", "rdmacoll is not initialised",
-                 "rdmacoll is shut down")
+_PRECONDITION = ("collective mismatch", "protocol mismatch", "rdmacoll is not initialised", "rdmacoll is shut down")
 
 
 def as_tf_error(error: BaseException) -> BaseException:
@@ -69,12 +69,13 @@ def as_tf_error(error: BaseException) -> BaseException:
         return InvalidArgumentError(str(error))
     if isinstance(error, RdmacollError):
         text = str(error)
-        return (FailedPreconditionError(text) if text.startswith(_PRECONDITION) else UnknownError(text))
+        return FailedPreconditionError(text) if text.startswith(_PRECONDITION) else UnknownError(text)
     return error
 
 
 def converted(fn):
     """fn(*args), its rdmacoll and argument errors raised as as_tf_error() gives them."""
+
     def call(*args):
         try:
             return fn(*args)
@@ -83,4 +84,5 @@ def converted(fn):
             if mapped is e:
                 raise
             raise mapped from e
+
     return call

@@ -5,6 +5,7 @@ process_set: Horovod's argument, a registered rdmacoll.ProcessSet (default the g
 set): only its ranks take part, Average divides by its size, root_rank stays a global
 rank, a rank outside the set gets InvalidArgumentError (errors.py). ignore_name_scope and
 device_* are accepted for Horovod compatibility (names and devices of ops: no effect)."""
+
 from __future__ import annotations
 
 import tensorflow as tf
@@ -13,7 +14,7 @@ import rdmacoll as rc
 from rdmacoll import global_process_set
 from rdmacoll.adasum import check_size
 
-from .. import _join as joinable   # collectives announced to ranks inside join()
+from .. import _join as joinable  # collectives announced to ranks inside join()
 from .._common import fusion_threshold
 from . import _arrays, _checks, _graph, errors, gradients
 from .compression import Compression
@@ -61,16 +62,28 @@ def check_adasum(process_set, sparse=False):
     its order, before anything is sent: sparse tensors, a process set other than the global
     one, a number of ranks that is not a power of two (rdmacoll/adasum.py)."""
     if sparse:
-        raise NotImplementedError("The Adasum reduction does not currently support sparse tensors. As a "
-                                  "workaround please pass sparse_as_dense=True to DistributedOptimizer")
+        raise NotImplementedError(
+            "The Adasum reduction does not currently support sparse tensors. As a "
+            "workaround please pass sparse_as_dense=True to DistributedOptimizer"
+        )
     if process_set is not None and process_set is not rc.global_process_set:
         raise NotImplementedError("Adasum does not support non-global process sets yet.")
     check_size(rc.size())
 
 
-def allreduce(tensor, average=None, device_dense="", device_sparse="", compression=Compression.none,
-              op=None, prescale_factor=1.0, postscale_factor=1.0, name=None, process_set=global_process_set,
-              ignore_name_scope=False):
+def allreduce(
+    tensor,
+    average=None,
+    device_dense="",
+    device_sparse="",
+    compression=Compression.none,
+    op=None,
+    prescale_factor=1.0,
+    postscale_factor=1.0,
+    name=None,
+    process_set=global_process_set,
+    ignore_name_scope=False,
+):
     """The reduction of tensor across ranks (op: Average by default, Sum, Min, Max,
     Product, Adasum: float tensors, the global set, a power-of-two number of ranks, as
     Horovod's CPU Adasum). tf.IndexedSlices are allgathered (values and indices), as
@@ -95,9 +108,19 @@ def allreduce(tensor, average=None, device_dense="", device_sparse="", compressi
     return _scale(compression.decompress(reduced, ctx), postscale_factor)
 
 
-def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="", compression=Compression.none,
-                      op=None, prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set,
-                      ignore_name_scope=False, name=None):
+def grouped_allreduce(
+    tensors,
+    average=None,
+    device_dense="",
+    device_sparse="",
+    compression=Compression.none,
+    op=None,
+    prescale_factor=1.0,
+    postscale_factor=1.0,
+    process_set=global_process_set,
+    ignore_name_scope=False,
+    name=None,
+):
     """allreduce of a list of tensors as one collective per dtype; returns a list."""
     if not tensors:
         return tensors
@@ -119,9 +142,17 @@ def broadcast(tensor, root_rank, name=None, ignore_name_scope=False, process_set
     return gradients.broadcast(tensor, root_rank, _name(name, "broadcast"), process_set)
 
 
-def reducescatter(tensor, device_dense="", compression=Compression.none, op=rc.Average, name=None,
-                  process_set=global_process_set, ignore_name_scope=False, prescale_factor=1.0,
-                  postscale_factor=1.0):
+def reducescatter(
+    tensor,
+    device_dense="",
+    compression=Compression.none,
+    op=rc.Average,
+    name=None,
+    process_set=global_process_set,
+    ignore_name_scope=False,
+    prescale_factor=1.0,
+    postscale_factor=1.0,
+):
     """The reduction of tensor across ranks, split along the first dimension: this rank's
     share (the first rows % size ranks get one row more)."""
     compressed, ctx = compression.compress(_scale(tf.convert_to_tensor(tensor), prescale_factor))
@@ -143,13 +174,30 @@ def grouped_allgather(tensors, name=None, ignore_name_scope=False, process_set=g
     return [allgather(t, name=f"{name}.{i}", process_set=process_set) for i, t in enumerate(tensors)]
 
 
-def grouped_reducescatter(tensors, device_dense="", compression=Compression.none, op=rc.Average,
-                          process_set=global_process_set, prescale_factor=1.0, postscale_factor=1.0, name=None):
+def grouped_reducescatter(
+    tensors,
+    device_dense="",
+    compression=Compression.none,
+    op=rc.Average,
+    process_set=global_process_set,
+    prescale_factor=1.0,
+    postscale_factor=1.0,
+    name=None,
+):
     """reducescatter of each tensor of a list; returns a list."""
     name = _name(name, "grouped_reducescatter")
-    return [reducescatter(t, compression=compression, op=op, name=f"{name}.{i}", process_set=process_set,
-                          prescale_factor=prescale_factor, postscale_factor=postscale_factor)
-            for i, t in enumerate(tensors)]
+    return [
+        reducescatter(
+            t,
+            compression=compression,
+            op=op,
+            name=f"{name}.{i}",
+            process_set=process_set,
+            prescale_factor=prescale_factor,
+            postscale_factor=postscale_factor,
+        )
+        for i, t in enumerate(tensors)
+    ]
 
 
 def _value(variable):
@@ -169,6 +217,7 @@ def broadcast_variables(variables, root_rank=0, process_set=global_process_set, 
         return None if tf.executing_eagerly() else tf.no_op()
     values = [_value(v) for v in variables]
     name = _name(name, "broadcast_variables")
+
     def fn(*arrays):
         _checks.root_rank(root_rank, process_set)
         return _arrays.broadcast_arrays(arrays, root_rank, name, process_set)
@@ -203,6 +252,7 @@ def broadcast_object_fn(root_rank=0, session=None, name=None, process_set=global
 
     def _bcast(obj):
         return broadcast_object(obj, root_rank, session, name, process_set)
+
     return _bcast
 
 

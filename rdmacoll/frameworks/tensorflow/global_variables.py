@@ -1,5 +1,6 @@
 """TF1 start-up broadcast (graphs run by tf.compat.v1.Session): broadcast_global_variables
 and BroadcastGlobalVariablesHook, as horovod.tensorflow has them."""
+
 from __future__ import annotations
 
 import tensorflow as tf
@@ -15,7 +16,8 @@ def broadcast_global_variables(root_rank):
     if tf.executing_eagerly():
         raise RuntimeError(
             "hvd.broadcast_global_variables() does not support eager execution. "
-            "Please use `hvd.broadcast_variables(<model/optimizer variables>)` instead.")
+            "Please use `hvd.broadcast_variables(<model/optimizer variables>)` instead."
+        )
     return broadcast_variables(tf.compat.v1.global_variables(), root_rank, name="broadcast_global_variables")
 
 

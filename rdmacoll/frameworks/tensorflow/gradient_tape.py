@@ -1,4 +1,5 @@
 """DistributedGradientTape: tape.gradient() returns gradients averaged across ranks."""
+
 from __future__ import annotations
 
 import keras
@@ -17,8 +18,7 @@ class _DistributedGradientTape:
         self._rdmacoll_tape = tape
         self._rdmacoll_reducer = reducer
 
-    def gradient(self, target, sources, output_gradients=None,
-                 unconnected_gradients=tf.UnconnectedGradients.NONE):
+    def gradient(self, target, sources, output_gradients=None, unconnected_gradients=tf.UnconnectedGradients.NONE):
         grads = self._rdmacoll_tape.gradient(target, sources, output_gradients, unconnected_gradients)
         flat = tf.nest.flatten(grads)
         return tf.nest.pack_sequence_as(grads, self._rdmacoll_reducer.reduce(flat, tf.nest.flatten(sources)))
@@ -38,10 +38,19 @@ class _DistributedGradientTape:
         return getattr(self._rdmacoll_tape, name)
 
 
-def DistributedGradientTape(gradtape, device_dense="", device_sparse="", compression=Compression.none,
-                            sparse_as_dense=False, op=rc.Average, gradient_predivide_factor=1.0,
-                            num_groups=0, groups=None, process_set=rc.global_process_set,
-                            scale_local_gradients=True):
+def DistributedGradientTape(
+    gradtape,
+    device_dense="",
+    device_sparse="",
+    compression=Compression.none,
+    sparse_as_dense=False,
+    op=rc.Average,
+    gradient_predivide_factor=1.0,
+    num_groups=0,
+    groups=None,
+    process_set=rc.global_process_set,
+    scale_local_gradients=True,
+):
     """A tape whose gradient() averages (op) the gradients across ranks, fused into as few
     collectives as RDMACOLL_FUSION_THRESHOLD allows; works eagerly and in tf.function.
 
@@ -55,10 +64,17 @@ def DistributedGradientTape(gradtape, device_dense="", device_sparse="", compres
     follow the fusion threshold. process_set: gradients are averaged over its ranks; a
     rank outside it keeps its own (as in Horovod).
     """
-    return _DistributedGradientTape(gradtape, GradientReducer(op, compression, gradient_predivide_factor,
-                                                              name="DistributedGradientTape",
-                                                              scale_local_gradients=scale_local_gradients,
-                                                              process_set=process_set))
+    return _DistributedGradientTape(
+        gradtape,
+        GradientReducer(
+            op,
+            compression,
+            gradient_predivide_factor,
+            name="DistributedGradientTape",
+            scale_local_gradients=scale_local_gradients,
+            process_set=process_set,
+        ),
+    )
 
 
 def local_layer_variables(local_layers) -> list:
@@ -73,15 +89,35 @@ def local_layer_variables(local_layers) -> list:
     return [v for layer in local_layers for v in layer.trainable_weights]
 
 
-def PartialDistributedGradientTape(gradtape, device_dense="", device_sparse="", compression=Compression.none,
-                                   sparse_as_dense=False, op=rc.Average, gradient_predivide_factor=1.0,
-                                   num_groups=0, groups=None, process_set=rc.global_process_set, local_layers=None,
-                                   scale_local_gradients=True):
+def PartialDistributedGradientTape(
+    gradtape,
+    device_dense="",
+    device_sparse="",
+    compression=Compression.none,
+    sparse_as_dense=False,
+    op=rc.Average,
+    gradient_predivide_factor=1.0,
+    num_groups=0,
+    groups=None,
+    process_set=rc.global_process_set,
+    local_layers=None,
+    scale_local_gradients=True,
+):
     """DistributedGradientTape that leaves the gradients of local_layers' variables
     unreduced (divided by the size when scale_local_gradients), as Horovod's."""
-    tape = DistributedGradientTape(gradtape, device_dense, device_sparse, compression, sparse_as_dense, op,
-                                   gradient_predivide_factor, num_groups, groups, process_set,
-                                   scale_local_gradients=scale_local_gradients)
+    tape = DistributedGradientTape(
+        gradtape,
+        device_dense,
+        device_sparse,
+        compression,
+        sparse_as_dense,
+        op,
+        gradient_predivide_factor,
+        num_groups,
+        groups,
+        process_set,
+        scale_local_gradients=scale_local_gradients,
+    )
     for v in local_layer_variables(local_layers):
         tape.register_local_source(v)
     return tape

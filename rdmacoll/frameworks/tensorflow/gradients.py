@@ -18,6 +18,7 @@ below are the set's (ps.size(), ps.rank()); broadcast's root_rank is a global ra
 
 Every function takes process_set (None: the global set).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -25,7 +26,7 @@ import tensorflow as tf
 
 import rdmacoll as rc
 
-from .. import _join as joinable   # collectives announced to ranks inside join()
+from .. import _join as joinable  # collectives announced to ranks inside join()
 from . import _arrays, _checks, _graph
 
 _UNBOUNDED = 1 << 62  # a fusion "threshold" that puts every tensor of a dtype into one bucket
@@ -38,13 +39,23 @@ def _set(process_set):
 def fused(tensors, op, threshold, name, process_set=None):
     """The raw (not differentiable) reduction of a list of tensors in as few collectives
     as `threshold` bytes per bucket allow."""
-    return _graph.run(lambda *arrays: _arrays.allreduce_arrays(arrays, op, threshold, name, process_set),
-                      tensors, [t.dtype for t in tensors], [t.shape for t in tensors], process_set)
+    return _graph.run(
+        lambda *arrays: _arrays.allreduce_arrays(arrays, op, threshold, name, process_set),
+        tensors,
+        [t.dtype for t in tensors],
+        [t.shape for t in tensors],
+        process_set,
+    )
 
 
 def _allgather_raw(t, name, process_set):
-    (out,) = _graph.run(lambda a: [joinable.allgather(a, name=name, process_set=process_set)], [t], [t.dtype],
-                        [[None] + t.shape[1:]], process_set)
+    (out,) = _graph.run(
+        lambda a: [joinable.allgather(a, name=name, process_set=process_set)],
+        [t],
+        [t.dtype],
+        [[None] + t.shape[1:]],
+        process_set,
+    )
     return out
 
 
@@ -53,8 +64,9 @@ def _alltoall_raw(t, splits, name, process_set):
 
     def fn(a, s=None):
         _checks.splits(a.shape[0] if a.ndim else 1, None if s is None else s.tolist(), process_set)
-        out, received = joinable.alltoall(a, None if s is None else s.tolist(), name=name,
-                                          return_received_splits=True, process_set=process_set)
+        out, received = joinable.alltoall(
+            a, None if s is None else s.tolist(), name=name, return_received_splits=True, process_set=process_set
+        )
         return [out, np.asarray(received, np.int32)]
 
     return _graph.run(fn, inputs, [t.dtype, tf.int32], [[None] + t.shape[1:], [None]], process_set)
@@ -68,8 +80,10 @@ def grouped_allreduce(tensors, op, name, process_set=None):
         def backward(*dys):
             grads = fused(list(dys), op, _UNBOUNDED, name + ".grad", process_set)
             return grads[0] if one else grads
+
         ys = fused(list(xs), op, _UNBOUNDED, name, process_set)
         return (ys[0] if one else ys), backward
+
     ys = forward(*tensors)
     return [ys] if one else list(ys)
 
@@ -86,7 +100,9 @@ def allgather(tensor, name, process_set=None):
             rows = _allgather_raw(tf.shape(x, out_type=tf.int64)[:1], name + ".grad.rows", process_set)
             ps = _set(process_set)
             return tf.split(reduced, rows, num=ps.size(), axis=0)[ps.rank()]
+
         return _allgather_raw(x, name, process_set), backward
+
     return forward(tf.convert_to_tensor(tensor))
 
 
@@ -95,6 +111,7 @@ def broadcast(tensor, root_rank, name, process_set=None):
         def fn(a):
             _checks.root_rank(root_rank, process_set)
             return [joinable.broadcast(a, root_rank, name=n, process_set=process_set)]
+
         (out,) = _graph.run(fn, [t], [t.dtype], [t.shape], process_set)
         return out
 
@@ -103,12 +120,15 @@ def broadcast(tensor, root_rank, name, process_set=None):
         def backward(dy):
             (reduced,) = fused([dy], rc.Average, _UNBOUNDED, name + ".grad", process_set)
             return reduced if rc.rank() == root_rank else reduced * 0
+
         return raw(x, name), backward
+
     return forward(tf.convert_to_tensor(tensor))
 
 
 def alltoall(tensor, splits, name, process_set=None):
     """(output, rows received from each rank)."""
+
     @tf.custom_gradient
     def forward(x):
         out, received = _alltoall_raw(x, splits, name, process_set)
@@ -116,15 +136,22 @@ def alltoall(tensor, splits, name, process_set=None):
         def backward(dy, _d_received=None):
             back, _ = _alltoall_raw(dy, received, name + ".grad", process_set)
             return back
+
         return (out, received), backward
+
     out, received = forward(tf.convert_to_tensor(tensor))
     return out, received
 
 
 def reducescatter(tensor, op, name, process_set=None):
     def raw(t, n):
-        (out,) = _graph.run(lambda a: [joinable.reducescatter(a, op=op, name=n, process_set=process_set)], [t],
-                            [t.dtype], [[None] + t.shape[1:]], process_set)
+        (out,) = _graph.run(
+            lambda a: [joinable.reducescatter(a, op=op, name=n, process_set=process_set)],
+            [t],
+            [t.dtype],
+            [[None] + t.shape[1:]],
+            process_set,
+        )
         return out
 
     @tf.custom_gradient
@@ -132,5 +159,7 @@ def reducescatter(tensor, op, name, process_set=None):
         def backward(dy):
             size = _set(process_set).size()
             return _allgather_raw(dy * size if op == rc.Sum else dy, name + ".grad", process_set)
+
         return raw(x, name), backward
+
     return forward(tf.convert_to_tensor(tensor))

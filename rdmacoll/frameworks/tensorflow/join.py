@@ -8,6 +8,7 @@ as Horovod's does; allgather, broadcast, alltoall and reducescatter raise Horovo
 "... is not supported with Join at this time." on the training ranks while a rank is
 joined.
 """
+
 from __future__ import annotations
 
 import numpy as np

@@ -1,5 +1,6 @@
 """horovod.tensorflow's DistributedOptimizer: TF1 optimizers (tf.compat.v1.train.*, for
 graphs run by tf.compat.v1.Session) wrapped here, Keras 3 optimizers by optimizer.py."""
+
 from __future__ import annotations
 
 import tensorflow as tf
@@ -46,10 +47,23 @@ class _DistributedOptimizer(tf.compat.v1.train.Optimizer):
         return self._optimizer.variables(*args, **kwargs)
 
 
-def DistributedOptimizer(optimizer, name=None, use_locking=False, device_dense="", device_sparse="",
-                         compression=Compression.none, sparse_as_dense=False, backward_passes_per_step=1,
-                         op=rc.Average, gradient_predivide_factor=1.0, average_aggregated_gradients=False,
-                         num_groups=0, groups=None, process_set=rc.global_process_set, scale_local_gradients=True):
+def DistributedOptimizer(
+    optimizer,
+    name=None,
+    use_locking=False,
+    device_dense="",
+    device_sparse="",
+    compression=Compression.none,
+    sparse_as_dense=False,
+    backward_passes_per_step=1,
+    op=rc.Average,
+    gradient_predivide_factor=1.0,
+    average_aggregated_gradients=False,
+    num_groups=0,
+    groups=None,
+    process_set=rc.global_process_set,
+    scale_local_gradients=True,
+):
     """Horovod's horovod.tensorflow.DistributedOptimizer: a tf.compat.v1.train.Optimizer
     comes back wrapped (its compute_gradients() averages across the ranks of process_set,
     so minimize() and a Session-run train op are data-parallel); a Keras 3 optimizer goes
@@ -65,19 +79,38 @@ def DistributedOptimizer(optimizer, name=None, use_locking=False, device_dense="
     """
     if not isinstance(optimizer, tf.compat.v1.train.Optimizer):
         return _keras_optimizer.DistributedOptimizer(
-            optimizer, name=name, device_dense=device_dense, device_sparse=device_sparse, compression=compression,
-            sparse_as_dense=sparse_as_dense, gradient_predivide_factor=gradient_predivide_factor, op=op,
+            optimizer,
+            name=name,
+            device_dense=device_dense,
+            device_sparse=device_sparse,
+            compression=compression,
+            sparse_as_dense=sparse_as_dense,
+            gradient_predivide_factor=gradient_predivide_factor,
+            op=op,
             backward_passes_per_step=backward_passes_per_step,
-            average_aggregated_gradients=average_aggregated_gradients, num_groups=num_groups, groups=groups,
-            process_set=process_set, scale_local_gradients=scale_local_gradients)
+            average_aggregated_gradients=average_aggregated_gradients,
+            num_groups=num_groups,
+            groups=groups,
+            process_set=process_set,
+            scale_local_gradients=scale_local_gradients,
+        )
     if op == rc.Adasum:
-        raise NotImplementedError("op=Adasum with a tf.compat.v1.train optimizer (Horovod's Adasum delta "
-                                  "optimizer) is not supported by rdmacoll; Keras 3 optimizers, "
-                                  "DistributedGradientTape and hvd.allreduce take op=Adasum")
+        raise NotImplementedError(
+            "op=Adasum with a tf.compat.v1.train optimizer (Horovod's Adasum delta "
+            "optimizer) is not supported by rdmacoll; Keras 3 optimizers, "
+            "DistributedGradientTape and hvd.allreduce take op=Adasum"
+        )
     if backward_passes_per_step != 1:
-        raise ValueError("backward_passes_per_step > 1 is not supported for tf.compat.v1.train optimizers "
-                         "by rdmacoll (Keras 3 optimizers support it)")
-    reducer = GradientReducer(op, compression, gradient_predivide_factor,
-                              name=f"DistributedOptimizer.{optimizer.get_name()}",
-                              scale_local_gradients=scale_local_gradients, process_set=process_set)
+        raise ValueError(
+            "backward_passes_per_step > 1 is not supported for tf.compat.v1.train optimizers "
+            "by rdmacoll (Keras 3 optimizers support it)"
+        )
+    reducer = GradientReducer(
+        op,
+        compression,
+        gradient_predivide_factor,
+        name=f"DistributedOptimizer.{optimizer.get_name()}",
+        scale_local_gradients=scale_local_gradients,
+        process_set=process_set,
+    )
     return _DistributedOptimizer(optimizer, name or f"Distributed{type(optimizer).__name__}", use_locking, reducer)

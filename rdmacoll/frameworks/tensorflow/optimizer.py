@@ -1,4 +1,5 @@
 """DistributedOptimizer for Keras 3 optimizers (model.compile + model.fit, or apply())."""
+
 from __future__ import annotations
 
 import keras
@@ -21,7 +22,8 @@ class _DistributedOptimizer:
             # unwrapped optimizer (and the accumulators start at zero on every rank).
             with tf.init_scope():
                 self._rdmacoll_accumulators = [
-                    tf.Variable(tf.zeros(v.shape, v.dtype), trainable=False) for v in variables]
+                    tf.Variable(tf.zeros(v.shape, v.dtype), trainable=False) for v in variables
+                ]
                 self._rdmacoll_passes = tf.Variable(tf.zeros((), tf.int64), trainable=False)
 
     def register_local_var(self, var):
@@ -48,8 +50,7 @@ class _DistributedOptimizer:
         self._rdmacoll_passes.assign_add(1)
 
         def reduce_and_apply():
-            summed = [None if g is None else acc.read_value()
-                      for acc, g in zip(accumulators, grads)]
+            summed = [None if g is None else acc.read_value() for acc, g in zip(accumulators, grads)]
             if self._rdmacoll_average_aggregated:
                 summed = [None if s is None else s / tf.cast(n, s.dtype) for s in summed]
             super(_DistributedOptimizer, self).apply(self._rdmacoll_reducer.reduce(summed, variables), variables)
@@ -66,10 +67,22 @@ class _DistributedOptimizer:
         return None
 
 
-def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse="", compression=Compression.none,
-                         sparse_as_dense=False, gradient_predivide_factor=1.0, op=rc.Average,
-                         backward_passes_per_step=1, average_aggregated_gradients=False,
-                         num_groups=0, groups=None, process_set=rc.global_process_set, scale_local_gradients=True):
+def DistributedOptimizer(
+    optimizer,
+    name=None,
+    device_dense="",
+    device_sparse="",
+    compression=Compression.none,
+    sparse_as_dense=False,
+    gradient_predivide_factor=1.0,
+    op=rc.Average,
+    backward_passes_per_step=1,
+    average_aggregated_gradients=False,
+    num_groups=0,
+    groups=None,
+    process_set=rc.global_process_set,
+    scale_local_gradients=True,
+):
     """A copy of the Keras 3 `optimizer` (same class and config, so still an instance of
     it) that averages gradients across ranks before applying them:
 
@@ -89,30 +102,46 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
     if backward_passes_per_step < 1:
         raise ValueError("backward_passes_per_step must be >= 1")
     if keras.config.dtype_policy().name == "mixed_float16" and not isinstance(
-            optimizer, keras.optimizers.LossScaleOptimizer):
+        optimizer, keras.optimizers.LossScaleOptimizer
+    ):
         # What model.compile would do, but outside: the loss scaler then sees the reduced
         # gradients (finite on every rank or on none) instead of each rank its own.
         optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
     base = type(optimizer)
-    cls = type(base.__name__, (_DistributedOptimizer, base), {"__module__": base.__module__,
-                                                                "__qualname__": base.__qualname__})
+    cls = type(
+        base.__name__, (_DistributedOptimizer, base), {"__module__": base.__module__, "__qualname__": base.__qualname__}
+    )
     config = optimizer.get_config()
     if name is not None:
         config["name"] = name
     dist = cls.from_config(config)
-    dist._rdmacoll_reducer = GradientReducer(op, compression, gradient_predivide_factor,
-                                             name=f"DistributedOptimizer.{dist.name}",
-                                             scale_local_gradients=scale_local_gradients,
-                                             process_set=process_set)
+    dist._rdmacoll_reducer = GradientReducer(
+        op,
+        compression,
+        gradient_predivide_factor,
+        name=f"DistributedOptimizer.{dist.name}",
+        scale_local_gradients=scale_local_gradients,
+        process_set=process_set,
+    )
     dist._rdmacoll_passes_per_step = int(backward_passes_per_step)
     dist._rdmacoll_average_aggregated = bool(average_aggregated_gradients)
     return dist
 
 
-def PartialDistributedOptimizer(optimizer, name=None, device_dense="", device_sparse="",
-                                compression=Compression.none, sparse_as_dense=False, gradient_predivide_factor=1.0,
-                                op=rc.Average, groups=None, process_set=rc.global_process_set, local_layers=None,
-                                scale_local_gradients=True):
+def PartialDistributedOptimizer(
+    optimizer,
+    name=None,
+    device_dense="",
+    device_sparse="",
+    compression=Compression.none,
+    sparse_as_dense=False,
+    gradient_predivide_factor=1.0,
+    op=rc.Average,
+    groups=None,
+    process_set=rc.global_process_set,
+    local_layers=None,
+    scale_local_gradients=True,
+):
     """DistributedOptimizer that leaves the gradients of local_layers' variables unreduced
     (divided by the size when scale_local_gradients), as Horovod's horovod.keras one."""
     from .gradient_tape import local_layer_variables
@@ -120,10 +149,19 @@ def PartialDistributedOptimizer(optimizer, name=None, device_dense="", device_sp
     if op not in (rc.Average, rc.Sum):
         raise ValueError("op currently only supports Average and Sum")
     local = local_layer_variables(local_layers)
-    dist = DistributedOptimizer(optimizer, name=name, device_dense=device_dense, device_sparse=device_sparse,
-                                compression=compression, sparse_as_dense=sparse_as_dense,
-                                gradient_predivide_factor=gradient_predivide_factor, op=op, groups=groups,
-                                process_set=process_set, scale_local_gradients=scale_local_gradients)
+    dist = DistributedOptimizer(
+        optimizer,
+        name=name,
+        device_dense=device_dense,
+        device_sparse=device_sparse,
+        compression=compression,
+        sparse_as_dense=sparse_as_dense,
+        gradient_predivide_factor=gradient_predivide_factor,
+        op=op,
+        groups=groups,
+        process_set=process_set,
+        scale_local_gradients=scale_local_gradients,
+    )
     for v in local:
         dist.register_local_var(v)
     return dist

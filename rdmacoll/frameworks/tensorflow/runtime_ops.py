@@ -4,6 +4,7 @@ them when it runs, not when it is built (eagerly: at once); before init() they r
 FailedPreconditionError (errors.py), and for a process set id that is not registered
 size_op and process_set_included_op return Horovod's code for it,
 HOROVOD_PROCESS_SET_ERROR_UNKNOWN_SET (-3)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -14,7 +15,7 @@ from rdmacoll.process_sets import TABLE
 
 from . import errors
 
-HOROVOD_PROCESS_SET_ERROR_UNKNOWN_SET = -3   # horovod/common/operations.cc
+HOROVOD_PROCESS_SET_ERROR_UNKNOWN_SET = -3  # horovod/common/operations.cc
 
 
 def _at_run_time(fn, name):
@@ -28,7 +29,7 @@ def _at_run_time(fn, name):
 
 def _registered(process_set_id):
     """The registered set with that id, or None."""
-    rc.size()   # (RdmacollError before init(): FailedPreconditionError, as Horovod's)
+    rc.size()  # (RdmacollError before init(): FailedPreconditionError, as Horovod's)
     return TABLE.sets.get(process_set_id)
 
 

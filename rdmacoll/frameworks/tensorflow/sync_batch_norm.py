@@ -3,6 +3,7 @@ in training (each rank's mean and mean of squares, one allreduce per call), as H
 0.28.1 computes them (an unweighted average over ranks: equal batch sizes assumed).
 Differentiable: the allreduce's gradient is Horovod's (gradients.py), so a rank's input
 gradient is that of the union batch."""
+
 from __future__ import annotations
 
 import keras

@@ -9,6 +9,7 @@
 Pure Python over the core (nothing compiled against PyTorch, so any PyTorch >= 2.1).
 CPU tensors only for now: tensors on other devices raise RdmacollError. See docs/torch.md.
 """
+
 from __future__ import annotations
 
 import torch as _torch
@@ -17,22 +18,73 @@ if not hasattr(_torch.Tensor, "register_post_accumulate_grad_hook"):
     raise ImportError(f"rdmacoll.frameworks.torch needs PyTorch >= 2.1 (found {_torch.__version__})")
 
 import rdmacoll as _rc  # noqa: E402
-from rdmacoll import (RdmacollError, RdmacollValueError, is_initialized, local_rank, local_size, rank,  # noqa: E402
-                      shutdown, size)
+from rdmacoll import (
+    RdmacollError,
+    RdmacollValueError,
+    is_initialized,
+    local_rank,
+    local_size,
+    rank,
+    shutdown,
+    size,
+)
 
-from ..capabilities import (ccl_built, cuda_built, ddl_built, gloo_built, gloo_enabled, mpi_built,  # noqa: E402
-                            mpi_enabled, mpi_threads_supported, nccl_built, rocm_built, start_timeline,
-                            stop_timeline)
+from ..capabilities import (
+    ccl_built,
+    cuda_built,
+    ddl_built,
+    gloo_built,
+    gloo_enabled,
+    mpi_built,
+    mpi_enabled,
+    mpi_threads_supported,
+    nccl_built,
+    rocm_built,
+    start_timeline,
+    stop_timeline,
+)
 from .compression import Compression  # noqa: E402
-from .functions import (allgather_object, broadcast_object, broadcast_optimizer_state,  # noqa: E402
-                        broadcast_parameters)
-from .ops import (Adasum, Average, Max, Min, Product, Sum, allgather, allgather_async, allreduce,  # noqa: E402
-                  allreduce_, allreduce_async, allreduce_async_, alltoall, alltoall_async, barrier,
-                  broadcast, broadcast_, broadcast_async, broadcast_async_, global_process_set,
-                  grouped_allgather, grouped_allgather_async, grouped_allreduce, grouped_allreduce_,
-                  grouped_allreduce_async, grouped_allreduce_async_, grouped_reducescatter,
-                  grouped_reducescatter_async, join, poll, reducescatter, reducescatter_async,
-                  synchronize)
+from .functions import (
+    allgather_object,
+    broadcast_object,
+    broadcast_optimizer_state,
+    broadcast_parameters,
+)
+from .ops import (
+    Adasum,
+    Average,
+    Max,
+    Min,
+    Product,
+    Sum,
+    allgather,
+    allgather_async,
+    allreduce,
+    allreduce_,
+    allreduce_async,
+    allreduce_async_,
+    alltoall,
+    alltoall_async,
+    barrier,
+    broadcast,
+    broadcast_,
+    broadcast_async,
+    broadcast_async_,
+    global_process_set,
+    grouped_allgather,
+    grouped_allgather_async,
+    grouped_allreduce,
+    grouped_allreduce_,
+    grouped_allreduce_async,
+    grouped_allreduce_async_,
+    grouped_reducescatter,
+    grouped_reducescatter_async,
+    join,
+    poll,
+    reducescatter,
+    reducescatter_async,
+    synchronize,
+)
 from .ops import ProcessSet, add_process_set, remove_process_set  # noqa: E402
 from .optimizer import DistributedOptimizer  # noqa: E402
 from .sparse import sparse_allreduce_async  # noqa: E402
@@ -62,18 +114,72 @@ def is_homogeneous() -> bool:
 
 
 __all__ = [
-    "init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size",
-    "cross_rank", "cross_size", "is_homogeneous", "mpi_threads_supported", "mpi_built",
-    "nccl_built", "gloo_built", "cuda_built", "rocm_built", "ccl_built", "ddl_built", "mpi_enabled",
-    "gloo_enabled", "start_timeline", "stop_timeline",
-    "allreduce", "allreduce_", "allreduce_async", "allreduce_async_", "grouped_allreduce",
-    "grouped_allreduce_", "grouped_allreduce_async", "grouped_allreduce_async_", "grouped_allgather",
-    "grouped_allgather_async", "grouped_reducescatter", "grouped_reducescatter_async", "allgather",
-    "allgather_async", "broadcast", "broadcast_", "broadcast_async", "broadcast_async_",
-    "alltoall", "alltoall_async", "reducescatter", "reducescatter_async", "barrier", "join",
-    "poll", "synchronize", "Average", "Sum", "Min", "Max", "Product", "Adasum", "Compression",
-    "broadcast_parameters", "broadcast_optimizer_state", "broadcast_object", "allgather_object",
-    "DistributedOptimizer", "global_process_set", "ProcessSet", "add_process_set",
-    "remove_process_set", "RdmacollError", "RdmacollValueError", "SyncBatchNorm",
+    "init",
+    "shutdown",
+    "is_initialized",
+    "rank",
+    "size",
+    "local_rank",
+    "local_size",
+    "cross_rank",
+    "cross_size",
+    "is_homogeneous",
+    "mpi_threads_supported",
+    "mpi_built",
+    "nccl_built",
+    "gloo_built",
+    "cuda_built",
+    "rocm_built",
+    "ccl_built",
+    "ddl_built",
+    "mpi_enabled",
+    "gloo_enabled",
+    "start_timeline",
+    "stop_timeline",
+    "allreduce",
+    "allreduce_",
+    "allreduce_async",
+    "allreduce_async_",
+    "grouped_allreduce",
+    "grouped_allreduce_",
+    "grouped_allreduce_async",
+    "grouped_allreduce_async_",
+    "grouped_allgather",
+    "grouped_allgather_async",
+    "grouped_reducescatter",
+    "grouped_reducescatter_async",
+    "allgather",
+    "allgather_async",
+    "broadcast",
+    "broadcast_",
+    "broadcast_async",
+    "broadcast_async_",
+    "alltoall",
+    "alltoall_async",
+    "reducescatter",
+    "reducescatter_async",
+    "barrier",
+    "join",
+    "poll",
+    "synchronize",
+    "Average",
+    "Sum",
+    "Min",
+    "Max",
+    "Product",
+    "Adasum",
+    "Compression",
+    "broadcast_parameters",
+    "broadcast_optimizer_state",
+    "broadcast_object",
+    "allgather_object",
+    "DistributedOptimizer",
+    "global_process_set",
+    "ProcessSet",
+    "add_process_set",
+    "remove_process_set",
+    "RdmacollError",
+    "RdmacollValueError",
+    "SyncBatchNorm",
     "sparse_allreduce_async",
 ]

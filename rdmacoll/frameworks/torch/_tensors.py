@@ -3,6 +3,7 @@
 torch.Tensor.numpy() gives a zero-copy view of a CPU tensor; bfloat16, which NumPy lacks,
 is viewed as int16 and reinterpreted as ml_dtypes.bfloat16 (the core's bfloat16).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -11,12 +12,19 @@ import torch
 from rdmacoll import RdmacollError, RdmacollValueError, _core
 
 _NP_OF_TORCH = {
-    torch.float16: np.float16, torch.float32: np.float32, torch.float64: np.float64,
-    torch.uint8: np.uint8, torch.int8: np.int8, torch.int16: np.int16, torch.int32: np.int32,
-    torch.int64: np.int64, torch.bool: np.bool_,
+    torch.float16: np.float16,
+    torch.float32: np.float32,
+    torch.float64: np.float64,
+    torch.uint8: np.uint8,
+    torch.int8: np.int8,
+    torch.int16: np.int16,
+    torch.int32: np.int32,
+    torch.int64: np.int64,
+    torch.bool: np.bool_,
 }
-_SUPPORTED = ("uint8, int8, int16, int32, int64, float16, bfloat16, float32, float64, "
-              "bool (bool: allgather, broadcast, alltoall)")
+_SUPPORTED = (
+    "uint8, int8, int16, int32, int64, float16, bfloat16, float32, float64, bool (bool: allgather, broadcast, alltoall)"
+)
 
 
 def _bfloat16():
@@ -33,13 +41,17 @@ def check_tensor(t, what="tensor"):
     if not isinstance(t, torch.Tensor):
         raise RdmacollError(f"{what} must be a torch.Tensor, got {type(t).__name__}")
     if t.device.type != "cpu":
-        raise RdmacollError(f"{what} is on {t.device}: {t.device.type.upper()} tensors are not yet "
-                            "supported by rdmacoll.frameworks.torch (GPU support has not landed); "
-                            "move it to the CPU (tensor.cpu())")
-    if t.layout != torch.strided:   # Horovod's ValueError and words (every collective)
-        raise RdmacollValueError(f"Tensor type {t.type()} is not supported. ({what} has layout {t.layout}: "
-                                 "collectives take dense tensors; a sparse COO tensor is reduced by "
-                                 "sparse_allreduce_async, or use tensor.to_dense())")
+        raise RdmacollError(
+            f"{what} is on {t.device}: {t.device.type.upper()} tensors are not yet "
+            "supported by rdmacoll.frameworks.torch (GPU support has not landed); "
+            "move it to the CPU (tensor.cpu())"
+        )
+    if t.layout != torch.strided:  # Horovod's ValueError and words (every collective)
+        raise RdmacollValueError(
+            f"Tensor type {t.type()} is not supported. ({what} has layout {t.layout}: "
+            "collectives take dense tensors; a sparse COO tensor is reduced by "
+            "sparse_allreduce_async, or use tensor.to_dense())"
+        )
     if t.dtype != torch.bfloat16 and t.dtype not in _NP_OF_TORCH:
         raise RdmacollValueError(f"{what} has dtype {t.dtype}; supported: {_SUPPORTED}")
 
@@ -49,8 +61,10 @@ def check_reducible(t, what="tensor"):
     communicating."""
     check_tensor(t, what)
     if t.dtype == torch.bool:
-        raise RdmacollValueError(f"{what} has dtype torch.bool, which cannot be reduced (allreduce, "
-                                 "reducescatter); bool tensors travel by allgather, broadcast, alltoall")
+        raise RdmacollValueError(
+            f"{what} has dtype torch.bool, which cannot be reduced (allreduce, "
+            "reducescatter); bool tensors travel by allgather, broadcast, alltoall"
+        )
 
 
 def scale_(t, factor):
@@ -66,7 +80,7 @@ def scale_(t, factor):
         f = torch.tensor(factor, dtype=torch.float32)
         return t.copy_(t.float() * f) if t.dtype != torch.float32 else t.mul_(f)
     p = t.double() * factor
-    p = p.nan_to_num(0.0).clamp_(-2.0 ** 63, 2.0 ** 63 - 1024).trunc_()
+    p = p.nan_to_num(0.0).clamp_(-(2.0**63), 2.0**63 - 1024).trunc_()
     return t.copy_(p.to(torch.int64).to(t.dtype))
 
 
@@ -94,9 +108,14 @@ def copy_into(dst, src):
     """dst.copy_(src); large contiguous copies of one dtype go through the core's streaming
     copy (non-temporal stores: the destination is not read first), for gradients moving
     into buckets that are reduced later."""
-    if (src.dtype == dst.dtype and src.layout == torch.strided and src.shape == dst.shape
-            and src.numel() * src.element_size() >= _core.STREAM_COPY_MIN_BYTES
-            and src.is_contiguous() and dst.is_contiguous()):
+    if (
+        src.dtype == dst.dtype
+        and src.layout == torch.strided
+        and src.shape == dst.shape
+        and src.numel() * src.element_size() >= _core.STREAM_COPY_MIN_BYTES
+        and src.is_contiguous()
+        and dst.is_contiguous()
+    ):
         _core.stream_copy(flat(dst), flat(src))
     else:
         dst.copy_(src)

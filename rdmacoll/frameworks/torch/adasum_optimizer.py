@@ -14,6 +14,7 @@ nothing, entering skip_synchronize() raises AssertionError, compression applies 
 deltas, and a number of ranks that is not a power of two raises NotImplementedError
 (at step() here, in backward there).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -24,7 +25,7 @@ import rdmacoll as rc
 from rdmacoll import RdmacollError, RdmacollValueError
 from rdmacoll.adasum import check_size
 
-from .. import _join as joinable   # announced to ranks inside join()
+from .. import _join as joinable  # announced to ranks inside join()
 from ._tensors import as_numpy, as_torch, contiguous
 from .ops import global_process_set
 
@@ -45,7 +46,7 @@ class _DistributedAdasumOptimizer:
     @contextlib.contextmanager
     def skip_synchronize(self):
         raise AssertionError("Skipping synchronization is not supported when using Adasum optimizer.")
-        yield   # (a generator: the error comes on entering the with block, as Horovod's)
+        yield  # (a generator: the error comes on entering the with block, as Horovod's)
 
     def step(self, closure=None):
         loss = closure() if closure is not None else None
@@ -59,7 +60,7 @@ class _DistributedAdasumOptimizer:
             super().step()
             packed = []
             for p, start in zip(params, starts):
-                p.sub_(start)       # p holds this rank's delta
+                p.sub_(start)  # p holds this rank's delta
                 c, ctx = self._rc_compression.compress(p.detach())
                 packed.append((contiguous(c), ctx))
             reduced = joinable.grouped_allreduce([as_numpy(c) for c, _ in packed], op=rc.Adasum, name="adasum.step")
@@ -69,8 +70,9 @@ class _DistributedAdasumOptimizer:
         return loss
 
 
-def adasum_optimizer(optimizer, named_parameters, compression, backward_passes_per_step,
-                     gradient_predivide_factor, process_set):
+def adasum_optimizer(
+    optimizer, named_parameters, compression, backward_passes_per_step, gradient_predivide_factor, process_set
+):
     """DistributedOptimizer(op=Adasum), with Horovod's checks in Horovod's order."""
     from .optimizer import DistributedOptimizer
 
@@ -78,9 +80,10 @@ def adasum_optimizer(optimizer, named_parameters, compression, backward_passes_p
         raise RdmacollValueError("gradient_predivide_factor not supported with op != Average")
     if backward_passes_per_step <= 0:
         raise RdmacollValueError("backward_passes_per_step must be > 0")
-    if rc.size() == 1:    # Horovod's plain optimizer then, whose Adasum of one rank is the identity
-        return DistributedOptimizer(optimizer, named_parameters, compression, backward_passes_per_step,
-                                    rc.Sum, process_set=process_set)
+    if rc.size() == 1:  # Horovod's plain optimizer then, whose Adasum of one rank is the identity
+        return DistributedOptimizer(
+            optimizer, named_parameters, compression, backward_passes_per_step, rc.Sum, process_set=process_set
+        )
     if process_set is not None and process_set is not global_process_set:
         raise NotImplementedError("Adasum does not support non-global process sets yet.")
     if not isinstance(optimizer, torch.optim.Optimizer):

@@ -7,6 +7,7 @@ gradients are reduced with the same op and scaling; allgather's and broadcast's 
 are averaged, then this rank's rows (allgather, at its position in the set) or, on the
 root only, the whole gradient (broadcast) are kept; alltoall's goes back with the received
 splits; reducescatter's is allgathered (times the set's size for Sum, as Horovod)."""
+
 from __future__ import annotations
 
 import torch
@@ -19,8 +20,12 @@ from . import ops
 
 def wanted(tensor) -> bool:
     """True when the result must carry a gradient back to tensor."""
-    return (isinstance(tensor, torch.Tensor) and tensor.requires_grad and torch.is_grad_enabled()
-            and tensor.layout == torch.strided)
+    return (
+        isinstance(tensor, torch.Tensor)
+        and tensor.requires_grad
+        and torch.is_grad_enabled()
+        and tensor.layout == torch.strided
+    )
 
 
 def _global(process_set):
@@ -38,18 +43,21 @@ class Allreduce(torch.autograd.Function):
     def backward(ctx, grad):
         if ctx.op not in (ops.Sum, ops.Average):
             raise RdmacollError("allreduce has a gradient only for op=Sum or op=Average")
-        g = ops.allreduce_async(grad.contiguous(), None, None, ctx.op, ctx.prescale, ctx.postscale,
-                                ctx.process_set).wait()
+        g = ops.allreduce_async(
+            grad.contiguous(), None, None, ctx.op, ctx.prescale, ctx.postscale, ctx.process_set
+        ).wait()
         return g, None, None, None, None, None, None
 
 
 def _own_rows(grads, rows, process_set):
     """Horovod's allgather gradient: the gradients averaged over the set, then the rows
     this rank contributed (it is at position process_set.rank() of the set)."""
-    reduced = ops.grouped_allreduce_async([g.contiguous() for g in grads], None, None, ops.Average,
-                                          process_set=process_set).wait()
-    counts = ops.grouped_allgather_async([torch.tensor([n], dtype=torch.int64) for n in rows],
-                                         process_set=process_set).wait()
+    reduced = ops.grouped_allreduce_async(
+        [g.contiguous() for g in grads], None, None, ops.Average, process_set=process_set
+    ).wait()
+    counts = ops.grouped_allgather_async(
+        [torch.tensor([n], dtype=torch.int64) for n in rows], process_set=process_set
+    ).wait()
     me = _global(process_set).rank()
     return [g.narrow(0, int(c[:me].sum()), n) for g, c, n in zip(reduced, counts, rows)]
 
@@ -98,15 +106,19 @@ class GroupedAllreduce(torch.autograd.Function):
     @staticmethod
     def forward(ctx, op, name, compression, prescale, postscale, process_set, *tensors):
         ctx.op, ctx.prescale, ctx.postscale, ctx.process_set = op, prescale, postscale, process_set
-        return tuple(ops.grouped_allreduce_async(list(tensors), None, name, op, prescale, postscale, process_set,
-                                                 compression).wait())
+        return tuple(
+            ops.grouped_allreduce_async(
+                list(tensors), None, name, op, prescale, postscale, process_set, compression
+            ).wait()
+        )
 
     @staticmethod
     def backward(ctx, *grads):
         if ctx.op not in (ops.Sum, ops.Average):
             raise RdmacollError("grouped_allreduce has a gradient only for op=Sum or op=Average")
-        g = ops.grouped_allreduce_async([x.contiguous() for x in grads], None, None, ctx.op, ctx.prescale,
-                                        ctx.postscale, ctx.process_set).wait()
+        g = ops.grouped_allreduce_async(
+            [x.contiguous() for x in grads], None, None, ctx.op, ctx.prescale, ctx.postscale, ctx.process_set
+        ).wait()
         return (None, None, None, None, None, None, *g)
 
 

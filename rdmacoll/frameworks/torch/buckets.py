@@ -2,6 +2,7 @@
 parameter's gradient a view into it (with the parameter's own strides, channels_last
 included), so backward accumulates straight into memory peers reach and the bucket is
 reduced in place, with no packing copy."""
+
 from __future__ import annotations
 
 import torch
@@ -35,10 +36,9 @@ class Bucket:
         self.nbytes = align_up(nbytes, itemsize)
         self.buffer = library_tensor(max(self.nbytes, itemsize))
         self.flat = self.buffer.view(dtype)[: self.nbytes // itemsize]
-        self.views = [self.flat.as_strided(p.shape, grad_strides(p), off)
-                      for p, off in zip(params, offsets)]
-        self.ready = 0       # parameters whose gradient is complete this step
-        self.handle = None   # the reduction in flight
+        self.views = [self.flat.as_strided(p.shape, grad_strides(p), off) for p, off in zip(params, offsets)]
+        self.ready = 0  # parameters whose gradient is complete this step
+        self.handle = None  # the reduction in flight
 
 
 class Layout:
@@ -49,7 +49,7 @@ class Layout:
         order = [p for p in reversed(params) if p.requires_grad]
         items = [(p.dtype, dense_span(p.shape, grad_strides(p)) * p.element_size()) for p in order]
         self.buckets = []
-        self.where = {}   # id(param) -> (bucket, position in bucket)
+        self.where = {}  # id(param) -> (bucket, position in bucket)
         for b, idx in enumerate(plan_buckets(items, threshold)):
             bucket = Bucket(b, order[idx[0]].dtype, [order[i] for i in idx])
             self.buckets.append(bucket)

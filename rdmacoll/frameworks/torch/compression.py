@@ -1,4 +1,5 @@
 """Gradient compression, Horovod's interface: Compression.none, .fp16, .bf16."""
+
 from __future__ import annotations
 
 import torch

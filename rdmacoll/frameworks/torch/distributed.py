@@ -16,6 +16,7 @@ dist.new_group(ranks) are sub-communicators over the default group's connections
 regions through the group's own store. Errors raise torch.distributed.DistBackendError
 with rdmacoll's message; a mismatch or a dead peer raises on every rank.
 """
+
 from __future__ import annotations
 
 import threading
@@ -34,8 +35,13 @@ from ._tensors import as_numpy, as_torch, check_tensor
 
 BACKEND = "rdmacoll"
 
-_OPS = {ReduceOp.RedOpType.SUM: rc.Sum, ReduceOp.RedOpType.AVG: rc.Average, ReduceOp.RedOpType.PRODUCT: rc.Product,
-        ReduceOp.RedOpType.MIN: rc.Min, ReduceOp.RedOpType.MAX: rc.Max}
+_OPS = {
+    ReduceOp.RedOpType.SUM: rc.Sum,
+    ReduceOp.RedOpType.AVG: rc.Average,
+    ReduceOp.RedOpType.PRODUCT: rc.Product,
+    ReduceOp.RedOpType.MIN: rc.Min,
+    ReduceOp.RedOpType.MAX: rc.Max,
+}
 
 
 def _op_of(reduce_op, tensor):
@@ -70,7 +76,7 @@ class _Work(dist.Work):
         self._fut = torch.futures.Future()
         self._error = None
         self._completing = False  # set (with the GIL) by the one thread that completes it
-        self._waiters = set()     # threads inside wait(): they complete it themselves
+        self._waiters = set()  # threads inside wait(): they complete it themselves
         if not self._handles:
             self._complete()
         else:
@@ -142,9 +148,9 @@ class ProcessGroupRdmacoll(dist.ProcessGroup):
     def __init__(self, rank: int, size: int, comm, world, name: str):
         super().__init__(rank, size)
         self._rank, self._size = rank, size
-        self._comm = comm      # the core communicator of this group
-        self._world = world    # the bootstrap World whose connections it uses
-        self._name = name      # torch's name of the group (DeviceMesh, FSDP look groups up by it)
+        self._comm = comm  # the core communicator of this group
+        self._world = world  # the bootstrap World whose connections it uses
+        self._name = name  # torch's name of the group (DeviceMesh, FSDP look groups up by it)
 
     # ------------------------------------------------------------------ identity
     def getBackendName(self):
@@ -221,6 +227,7 @@ class ProcessGroupRdmacoll(dist.ProcessGroup):
         def finish():
             if self._rank == root:
                 np.copyto(x, h.wait())
+
         return _Work([h], finish, tensors)
 
     def reduce_scatter(self, output_tensors, input_lists, opts=None):
@@ -232,8 +239,10 @@ class ProcessGroupRdmacoll(dist.ProcessGroup):
 
     def reduce_scatter_single(self, output, input, opts=None):
         if input.numel() != output.numel() * self._size:
-            raise ValueError(f"rdmacoll backend: reduce_scatter_tensor input has {input.numel()} elements, "
-                             f"expected {self._size} x {output.numel()}")
+            raise ValueError(
+                f"rdmacoll backend: reduce_scatter_tensor input has {input.numel()} elements, "
+                f"expected {self._size} x {output.numel()}"
+            )
         return self._reduce_scatter_rows(output, input.reshape(self._size, -1), opts)
 
     def _reduce_scatter_rows(self, out, rows, opts):
@@ -263,12 +272,15 @@ class ProcessGroupRdmacoll(dist.ProcessGroup):
             rows = h.wait()
             for q, o in enumerate(outs):
                 o.detach().reshape(-1).copy_(as_torch(rows[q]))
+
         return _Work([h], finish, outs)
 
     def all_gather_single(self, output, input, opts=None):
         if output.numel() != input.numel() * self._size:
-            raise ValueError(f"rdmacoll backend: all_gather_into_tensor output has {output.numel()} elements, "
-                             f"expected {self._size} x {input.numel()}")
+            raise ValueError(
+                f"rdmacoll backend: all_gather_into_tensor output has {output.numel()} elements, "
+                f"expected {self._size} x {input.numel()}"
+            )
         x = _view(input, "all_gather_into_tensor input").reshape(1, -1)
         target = _view(output, "all_gather_into_tensor output")
         h = self._run(lambda c: c.allgather_async(x, None))
@@ -293,8 +305,10 @@ class ProcessGroupRdmacoll(dist.ProcessGroup):
         rows_in = input.shape[0] if input.dim() else 1
         splits = list(input_split_sizes) if input_split_sizes else None
         if splits is None and rows_in % p:
-            raise ValueError(f"rdmacoll backend: all_to_all_single: dim 0 ({rows_in}) is not divisible by the "
-                             f"group size ({p}); pass input_split_sizes")
+            raise ValueError(
+                f"rdmacoll backend: all_to_all_single: dim 0 ({rows_in}) is not divisible by the "
+                f"group size ({p}); pass input_split_sizes"
+            )
         x = _view(input, "all_to_all_single input").reshape(rows_in, -1)
         target = _view(output, "all_to_all_single output")
         h = self._run(lambda c: c.alltoall_async(x, splits, None))
@@ -303,16 +317,22 @@ class ProcessGroupRdmacoll(dist.ProcessGroup):
             data, received = h.wait()
             want = list(output_split_sizes) if output_split_sizes else [output.shape[0] // p] * p
             if list(received) != want:
-                raise ValueError(f"rdmacoll backend: all_to_all_single received rows {list(received)} but "
-                                 f"output_split_sizes says {want}")
+                raise ValueError(
+                    f"rdmacoll backend: all_to_all_single received rows {list(received)} but "
+                    f"output_split_sizes says {want}"
+                )
             np.copyto(target, data.reshape(-1))
+
         return _Work([h], finish, [output])
 
     def alltoall(self, output_tensors, input_tensors, opts=None):
         # Tensors of any shapes: moved as bytes, one byte per row.
         inputs = [i.detach().contiguous() for i in input_tensors]
-        data = np.concatenate([as_numpy(i).reshape(-1).view(np.uint8) for i in inputs]) if inputs else \
-            np.empty(0, np.uint8)
+        data = (
+            np.concatenate([as_numpy(i).reshape(-1).view(np.uint8) for i in inputs])
+            if inputs
+            else np.empty(0, np.uint8)
+        )
         splits = [i.numel() * i.element_size() for i in inputs]
         h = self._run(lambda c: c.alltoall_async(data, splits, None))
 
@@ -321,10 +341,12 @@ class ProcessGroupRdmacoll(dist.ProcessGroup):
             off = 0
             for o, n in zip(output_tensors, received):
                 if n != o.numel() * o.element_size():
-                    raise ValueError(f"rdmacoll backend: alltoall received {n} bytes for an output of "
-                                     f"{o.numel() * o.element_size()}")
-                o.detach().reshape(-1).view(torch.uint8).copy_(torch.from_numpy(got[off:off + n]))
+                    raise ValueError(
+                        f"rdmacoll backend: alltoall received {n} bytes for an output of {o.numel() * o.element_size()}"
+                    )
+                o.detach().reshape(-1).view(torch.uint8).copy_(torch.from_numpy(got[off : off + n]))
                 off += n
+
         return _Work([h], finish, output_tensors)
 
     def gather(self, output_lists, input_tensors, opts=None):
@@ -338,7 +360,8 @@ class ProcessGroupRdmacoll(dist.ProcessGroup):
             got, _ = h.wait()
             if self._rank == root:
                 for q, o in enumerate(outs):
-                    o.detach().reshape(-1).view(torch.uint8).copy_(torch.from_numpy(got[q * x.size:(q + 1) * x.size]))
+                    o.detach().reshape(-1).view(torch.uint8).copy_(torch.from_numpy(got[q * x.size : (q + 1) * x.size]))
+
         return _Work([h], finish, outs)
 
     def scatter(self, output_tensors, input_lists, opts=None):
@@ -355,6 +378,7 @@ class ProcessGroupRdmacoll(dist.ProcessGroup):
         def finish():
             got, _ = h.wait()
             out.detach().reshape(-1).view(torch.uint8).copy_(torch.from_numpy(got[:nbytes]))
+
         return _Work([h], finish, [out])
 
     def barrier(self, opts=None):
@@ -362,9 +386,11 @@ class ProcessGroupRdmacoll(dist.ProcessGroup):
 
     # ------------------------------------------------------------------ point to point
     def send(self, tensors, dst, tag=0):
-        raise NotImplementedError("rdmacoll backend: send/recv are not supported (rdmacoll runs collectives only); "
-                                  "use broadcast, scatter or all_to_all_single with splits, or a gloo group "
-                                  "(dist.new_group(backend='gloo')) for point-to-point messages")
+        raise NotImplementedError(
+            "rdmacoll backend: send/recv are not supported (rdmacoll runs collectives only); "
+            "use broadcast, scatter or all_to_all_single with splits, or a gloo group "
+            "(dist.new_group(backend='gloo')) for point-to-point messages"
+        )
 
     def recv(self, tensors, src, tag=0):
         self.send(tensors, src, tag)
@@ -380,16 +406,17 @@ def _grouped(c, views, op):
     fused = c.empty(sum(v.size for v in views), views[0].dtype)
     o = 0
     for v in views:
-        fused[o:o + v.size] = v
+        fused[o : o + v.size] = v
         o += v.size
     h = c.allreduce_async(fused, fused, op, None)
 
     def back(_):
         o = 0
         for v in views:
-            np.copyto(v, fused[o:o + v.size])
+            np.copyto(v, fused[o : o + v.size])
             o += v.size
         return views
+
     return rdmacoll.Handle(h, back)
 
 
@@ -405,8 +432,9 @@ class _Family:
     def members(self, ranks):
         missing = [g for g in ranks if g not in self.ranks]
         if missing:
-            raise RdmacollError(f"ranks {missing} are not in the rdmacoll group its groups are split from "
-                                f"(ranks {self.ranks})")
+            raise RdmacollError(
+                f"ranks {missing} are not in the rdmacoll group its groups are split from (ranks {self.ranks})"
+            )
         return [self.ranks.index(g) for g in ranks]
 
 

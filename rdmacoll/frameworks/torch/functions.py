@@ -1,5 +1,6 @@
 """Bring every rank to rank root's model and optimizer: broadcast_parameters,
 broadcast_optimizer_state, and the object helpers Horovod's torch module exports."""
+
 from __future__ import annotations
 
 import collections.abc
@@ -9,7 +10,7 @@ import torch
 import rdmacoll as rc
 from rdmacoll import RdmacollError
 
-from .. import _join as joinable   # announced to ranks inside join() (which refuse them, as Horovod)
+from .. import _join as joinable  # announced to ranks inside join() (which refuse them, as Horovod)
 from .ops import broadcast_async_, global_process_set
 
 
@@ -31,8 +32,9 @@ def _named_tensors(params):
         for i, p in enumerate(params):
             items.append(p if isinstance(p, tuple) and len(p) == 2 else (f"param.{i}", p))
     else:
-        raise RdmacollError(f"broadcast_parameters: expected a state_dict or named_parameters(), "
-                            f"got {type(params).__name__}")
+        raise RdmacollError(
+            f"broadcast_parameters: expected a state_dict or named_parameters(), got {type(params).__name__}"
+        )
     for n, t in items:
         if not isinstance(t, torch.Tensor):
             raise RdmacollError(f"broadcast_parameters: {n!r} is a {type(t).__name__}, not a tensor")
@@ -44,8 +46,10 @@ def broadcast_parameters(params, root_rank=0, process_set=global_process_set):
     root_rank's, in place. Every rank must pass the same names, shapes and dtypes (a
     difference raises RdmacollError naming it). With a process_set, only its ranks take
     part (root_rank is a global rank in it); Horovod 0.28.1 has no process_set here."""
-    handles = [broadcast_async_(t, root_rank, name=f"broadcast.{n}", process_set=process_set)
-               for n, t in _named_tensors(params)]
+    handles = [
+        broadcast_async_(t, root_rank, name=f"broadcast.{n}", process_set=process_set)
+        for n, t in _named_tensors(params)
+    ]
     for h in handles:
         h.wait()
 
@@ -102,7 +106,8 @@ def _initialize_state(optimizer, model):
             if p.requires_grad:
                 p.grad = torch.zeros_like(p)
                 if isinstance(optimizer, torch.optim.SparseAdam) or (
-                        isinstance(optimizer, torch.optim.SGD) and id(p) in sparse):
+                    isinstance(optimizer, torch.optim.SGD) and id(p) in sparse
+                ):
                     p.grad = p.grad.to_sparse()
     from .optimizer import _DistributedOptimizer
 
@@ -132,17 +137,25 @@ def broadcast_optimizer_state(optimizer, root_rank=0, model=None, process_set=gl
         if fresh:
             _initialize_state(optimizer, model)
         skeleton = _skeleton(optimizer.state_dict(), tensors)
-        joinable.broadcast_object((skeleton, fresh), root_rank, name="broadcast_optimizer_state",
-                                  process_set=process_set)
+        joinable.broadcast_object(
+            (skeleton, fresh), root_rank, name="broadcast_optimizer_state", process_set=process_set
+        )
     else:
-        skeleton, root_fresh = joinable.broadcast_object(None, root_rank, name="broadcast_optimizer_state",
-                                                         process_set=process_set)
+        skeleton, root_fresh = joinable.broadcast_object(
+            None, root_rank, name="broadcast_optimizer_state", process_set=process_set
+        )
         if fresh and root_fresh:
             _initialize_state(optimizer, model)
         state = _fill(skeleton, tensors)
-    handles = [broadcast_async_(t.contiguous() if not t.is_contiguous() else t, root_rank,
-                                name=f"optimizer_state.{i}", process_set=process_set)
-               for i, t in enumerate(tensors)]
+    handles = [
+        broadcast_async_(
+            t.contiguous() if not t.is_contiguous() else t,
+            root_rank,
+            name=f"optimizer_state.{i}",
+            process_set=process_set,
+        )
+        for i, t in enumerate(tensors)
+    ]
     for h in handles:
         h.wait()
     if rc.rank() != root_rank:

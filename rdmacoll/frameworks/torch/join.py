@@ -19,6 +19,7 @@ process set) is framework-neutral: rdmacoll/frameworks/_join.py. The torch parts
   process sets are not served (Horovod's join is the global set's too).
 - join() returns the rank that joined last (ties: the higher rank).
 """
+
 from __future__ import annotations
 
 from .._join import STATE  # noqa: F401 - (DistributedOptimizer registers its steps there)

@@ -4,6 +4,7 @@
 Handles are rdmacoll.Handle objects (Horovod's are ints): pass them to poll() /
 synchronize(); an adapter's result is Handle(core_handle, then=finish).
 """
+
 from __future__ import annotations
 
 import warnings
@@ -11,13 +12,13 @@ import warnings
 import torch
 
 import rdmacoll as rc
-from rdmacoll import (Handle, ProcessSet, RdmacollError, RdmacollValueError, add_process_set,  # noqa: F401
-                      global_process_set, remove_process_set)
+from rdmacoll import Handle, RdmacollError, RdmacollValueError, global_process_set
+from rdmacoll import ProcessSet, add_process_set, remove_process_set  # noqa: F401  (re-exported)
 from rdmacoll.adasum import check_size
 from rdmacoll.process_sets import comm_of
 
 from ._tensors import as_numpy, as_torch, check_reducible, check_tensor, contiguous, flat, scale_
-from .. import _join as joinable   # the collectives, announced to ranks inside join()
+from .. import _join as joinable  # the collectives, announced to ranks inside join()
 from .compression import Compression
 from .join import join as _join_protocol
 
@@ -34,8 +35,11 @@ def resolve_op(average=None, op=None):
     if op is not None and average is not None:
         raise RdmacollValueError("The op parameter supersedes average. Please provide only one of them.")
     if op is None and average is not None:
-        warnings.warn("Parameter `average` has been replaced with `op` and will be removed in v1.0",
-                      DeprecationWarning, stacklevel=3)
+        warnings.warn(
+            "Parameter `average` has been replaced with `op` and will be removed in v1.0",
+            DeprecationWarning,
+            stacklevel=3,
+        )
     if op is None:
         op = Sum if average is False else Average
     if op not in _OPS:
@@ -53,7 +57,7 @@ def synchronize(handle):
     return handle.wait()
 
 
-_scale = scale_   # Horovod's ScaleBuffer (see _tensors.scale_)
+_scale = scale_  # Horovod's ScaleBuffer (see _tensors.scale_)
 
 
 def _adasum_rules(process_set):
@@ -89,12 +93,13 @@ class _NamesInFlight:
             raise RdmacollValueError(
                 "Requested to allreduce, allgather, or broadcast a tensor with the same name as "
                 f"another tensor that is currently being processed ({name!r}). If you want to "
-                "request another tensor, use a different tensor name.")
+                "request another tensor, use a different tensor name."
+            )
         del self._handles[name]
 
     def started(self, name, handle):
         if name is not None:
-            if len(self._handles) >= 256:   # names used once (f"loss.{step}"): forget finished ones
+            if len(self._handles) >= 256:  # names used once (f"loss.{step}"): forget finished ones
                 self._handles = {n: h for n, h in self._handles.items() if not self._done(h)}
             self._handles[name] = handle
         return handle
@@ -103,11 +108,11 @@ class _NamesInFlight:
     def _done(handle):
         try:
             return handle.poll()
-        except Exception:   # it failed: it is over, its error belongs to its own waiter
+        except Exception:  # it failed: it is over, its error belongs to its own waiter
             return True
 
 
-_in_flight = _NamesInFlight()   # process-wide, as Horovod's tensor table
+_in_flight = _NamesInFlight()  # process-wide, as Horovod's tensor table
 
 
 def _private(x, source):
@@ -133,14 +138,22 @@ def _in_place(tensor):
 # --------------------------------------------------------------------------- allreduce
 
 
-def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0,
-                    postscale_factor=1.0, process_set=global_process_set, compression=Compression.none):
+def allreduce_async(
+    tensor,
+    average=None,
+    name=None,
+    op=None,
+    prescale_factor=1.0,
+    postscale_factor=1.0,
+    process_set=global_process_set,
+    compression=Compression.none,
+):
     """Start reducing tensor across ranks (of process_set); synchronize(handle) returns a
     new tensor."""
-    if process_set is not global_process_set and process_set is not None:   # (the fast path: two identity tests)
+    if process_set is not global_process_set and process_set is not None:  # (the fast path: two identity tests)
         comm_of(process_set, "Allreduce")
     op = resolve_op(average, op)
-    check_reducible(tensor, "allreduce input")   # sparse tensors: ValueError (sparse_allreduce_async)
+    check_reducible(tensor, "allreduce input")  # sparse tensors: ValueError (sparse_allreduce_async)
     if op == Adasum:
         _adasum_rules(process_set)
     _in_flight.check(name)
@@ -150,8 +163,9 @@ def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.
     if prescale_factor != 1.0:
         x = _scale(_private(x, tensor), prescale_factor)
     out = torch.empty_like(x, memory_format=torch.contiguous_format)
-    h = _in_flight.started(name, joinable.allreduce_async(flat(x), op=op, name=name, out=flat(out),
-                                                          process_set=process_set))
+    h = _in_flight.started(
+        name, joinable.allreduce_async(flat(x), op=op, name=name, out=flat(out), process_set=process_set)
+    )
 
     def finish(_):
         return compression.decompress(_scale(out, postscale_factor), ctx)
@@ -159,21 +173,32 @@ def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.
     return Handle(h, finish)
 
 
-def allreduce(tensor, average=None, name=None, compression=Compression.none, op=None,
-              prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set):
+def allreduce(
+    tensor,
+    average=None,
+    name=None,
+    compression=Compression.none,
+    op=None,
+    prescale_factor=1.0,
+    postscale_factor=1.0,
+    process_set=global_process_set,
+):
     """tensor reduced across ranks (Average by default), as a new tensor (differentiable
     when tensor requires grad)."""
     from . import autograd
 
     if autograd.wanted(tensor):
-        return autograd.Allreduce.apply(tensor, resolve_op(average, op), name, compression,
-                                        prescale_factor, postscale_factor, process_set)
-    return allreduce_async(tensor, average, name, op, prescale_factor, postscale_factor,
-                           process_set, compression).wait()
+        return autograd.Allreduce.apply(
+            tensor, resolve_op(average, op), name, compression, prescale_factor, postscale_factor, process_set
+        )
+    return allreduce_async(
+        tensor, average, name, op, prescale_factor, postscale_factor, process_set, compression
+    ).wait()
 
 
-def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
-                     postscale_factor=1.0, process_set=global_process_set):
+def allreduce_async_(
+    tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set
+):
     """Start reducing tensor in place; synchronize(handle) returns tensor."""
     if process_set is not global_process_set and process_set is not None:
         comm_of(process_set, "Allreduce")
@@ -190,11 +215,11 @@ def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1
     return Handle(h, lambda _: copy_back(_scale(work, postscale_factor)))
 
 
-def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
-               postscale_factor=1.0, process_set=global_process_set):
+def allreduce_(
+    tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set
+):
     """Reduce tensor in place; returns tensor."""
-    return allreduce_async_(tensor, average, name, op, prescale_factor, postscale_factor,
-                            process_set).wait()
+    return allreduce_async_(tensor, average, name, op, prescale_factor, postscale_factor, process_set).wait()
 
 
 def _grouped(tensors, op, name, prescale_factor, postscale_factor, compression, inplace, process_set):
@@ -213,8 +238,10 @@ def _grouped(tensors, op, name, prescale_factor, postscale_factor, compression, 
         if prescale_factor != 1.0:
             x = _scale(_private(x, t), prescale_factor)
         packed.append((x, ctx))
-    h = _in_flight.started(name, joinable.grouped_allreduce_async([as_numpy(x) for x, _ in packed], op=op,
-                                                                  name=name, process_set=process_set))
+    h = _in_flight.started(
+        name,
+        joinable.grouped_allreduce_async([as_numpy(x) for x, _ in packed], op=op, name=name, process_set=process_set),
+    )
 
     def finish(results):
         out = []
@@ -229,38 +256,67 @@ def _grouped(tensors, op, name, prescale_factor, postscale_factor, compression, 
     return Handle(h, finish)
 
 
-def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0,
-                            postscale_factor=1.0, process_set=global_process_set,
-                            compression=Compression.none):
+def grouped_allreduce_async(
+    tensors,
+    average=None,
+    name=None,
+    op=None,
+    prescale_factor=1.0,
+    postscale_factor=1.0,
+    process_set=global_process_set,
+    compression=Compression.none,
+):
     """Reduce a list of tensors as one fused operation per dtype; returns a handle whose
     result is a list of new tensors."""
-    return _grouped(list(tensors), resolve_op(average, op), name, prescale_factor,
-                    postscale_factor, compression, False, process_set)
+    return _grouped(
+        list(tensors), resolve_op(average, op), name, prescale_factor, postscale_factor, compression, False, process_set
+    )
 
 
-def grouped_allreduce(tensors, average=None, name=None, compression=Compression.none, op=None,
-                      prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set):
+def grouped_allreduce(
+    tensors,
+    average=None,
+    name=None,
+    compression=Compression.none,
+    op=None,
+    prescale_factor=1.0,
+    postscale_factor=1.0,
+    process_set=global_process_set,
+):
     from . import autograd
 
     tensors = list(tensors)
     if any(autograd.wanted(t) for t in tensors):
-        return list(autograd.GroupedAllreduce.apply(resolve_op(average, op), name, compression, prescale_factor,
-                                                    postscale_factor, process_set, *tensors))
-    return grouped_allreduce_async(tensors, average, name, op, prescale_factor, postscale_factor,
-                                   process_set, compression).wait()
+        return list(
+            autograd.GroupedAllreduce.apply(
+                resolve_op(average, op), name, compression, prescale_factor, postscale_factor, process_set, *tensors
+            )
+        )
+    return grouped_allreduce_async(
+        tensors, average, name, op, prescale_factor, postscale_factor, process_set, compression
+    ).wait()
 
 
-def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
-                             postscale_factor=1.0, process_set=global_process_set):
+def grouped_allreduce_async_(
+    tensors, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set
+):
     """In-place form of grouped_allreduce_async; the result is the list of inputs."""
-    return _grouped(list(tensors), resolve_op(average, op), name, prescale_factor,
-                    postscale_factor, Compression.none, True, process_set)
+    return _grouped(
+        list(tensors),
+        resolve_op(average, op),
+        name,
+        prescale_factor,
+        postscale_factor,
+        Compression.none,
+        True,
+        process_set,
+    )
 
 
-def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
-                       postscale_factor=1.0, process_set=global_process_set):
-    return grouped_allreduce_async_(tensors, average, name, op, prescale_factor,
-                                    postscale_factor, process_set).wait()
+def grouped_allreduce_(
+    tensors, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set
+):
+    return grouped_allreduce_async_(tensors, average, name, op, prescale_factor, postscale_factor, process_set).wait()
 
 
 # --------------------------------------------------------------------------- the others
@@ -273,8 +329,9 @@ def allgather_async(tensor, name=None, process_set=global_process_set):
     _check_rows(tensor, "Allgather")
     _in_flight.check(name)
     x = contiguous(tensor.detach())
-    return Handle(_in_flight.started(name, joinable.allgather_async(as_numpy(x), name=name, process_set=process_set)),
-                  as_torch)
+    return Handle(
+        _in_flight.started(name, joinable.allgather_async(as_numpy(x), name=name, process_set=process_set)), as_torch
+    )
 
 
 def allgather(tensor, name=None, process_set=global_process_set):
@@ -292,9 +349,10 @@ def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_se
     _in_flight.check(name)
     work, copy_back = _in_place(tensor)
     a = flat(work)
-    return Handle(_in_flight.started(name, joinable.broadcast_async(a, root_rank, name=name, out=a,
-                                                                     process_set=process_set)),
-                  lambda _: copy_back(work))
+    return Handle(
+        _in_flight.started(name, joinable.broadcast_async(a, root_rank, name=name, out=a, process_set=process_set)),
+        lambda _: copy_back(work),
+    )
 
 
 def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):
@@ -304,8 +362,7 @@ def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):
 
 def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set):
     check_tensor(tensor, "broadcast input")
-    return broadcast_async_(tensor.detach().clone(memory_format=torch.contiguous_format),
-                            root_rank, name, process_set)
+    return broadcast_async_(tensor.detach().clone(memory_format=torch.contiguous_format), root_rank, name, process_set)
 
 
 def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
@@ -324,11 +381,12 @@ def _splits_list(splits, rows, size):
     past the sum are not sent); without splits, rows must divide evenly."""
     if splits is None:
         if rows % size:
-            raise RdmacollValueError("splits not provided, but first dimension of tensor is not an "
-                                     "even multiple of the number of workers.")
+            raise RdmacollValueError(
+                "splits not provided, but first dimension of tensor is not an even multiple of the number of workers."
+            )
         return None
     if not isinstance(splits, torch.Tensor):
-        splits = torch.tensor(splits, dtype=torch.int32)   # (what Horovod does with a list)
+        splits = torch.tensor(splits, dtype=torch.int32)  # (what Horovod does with a list)
     if splits.dim() > 1:
         raise RdmacollValueError("alltoall expects a 1D splits tensor")
     if splits.dtype != torch.int32:
@@ -354,9 +412,11 @@ def alltoall_async(tensor, splits=None, name=None, process_set=global_process_se
     _in_flight.check(name)
     x = contiguous(tensor.detach())
     if send is not None and sum(send) < rows:
-        x = x[:sum(send)]   # Horovod sends only the rows the splits cover
-    h = _in_flight.started(name, joinable.alltoall_async(as_numpy(x), send, name=name, return_received_splits=True,
-                                                         process_set=process_set))
+        x = x[: sum(send)]  # Horovod sends only the rows the splits cover
+    h = _in_flight.started(
+        name,
+        joinable.alltoall_async(as_numpy(x), send, name=name, return_received_splits=True, process_set=process_set),
+    )
 
     def finish(result):
         data, received = result
@@ -384,8 +444,9 @@ def _check_rows(tensor, what):
         raise RdmacollValueError(f"{what} does not support scalar inputs")
 
 
-def reducescatter_async(tensor, name=None, op=Average, process_set=global_process_set,
-                        prescale_factor=1.0, postscale_factor=1.0):
+def reducescatter_async(
+    tensor, name=None, op=Average, process_set=global_process_set, prescale_factor=1.0, postscale_factor=1.0
+):
     if process_set is not global_process_set and process_set is not None:
         comm_of(process_set, "Reducescatter")
     op = resolve_op(None, op)
@@ -400,16 +461,24 @@ def reducescatter_async(tensor, name=None, op=Average, process_set=global_proces
     return Handle(h, lambda r: _scale(as_torch(r), postscale_factor))
 
 
-def reducescatter(tensor, name=None, compression=Compression.none, op=Average, process_set=global_process_set,
-                  prescale_factor=1.0, postscale_factor=1.0):
+def reducescatter(
+    tensor,
+    name=None,
+    compression=Compression.none,
+    op=Average,
+    process_set=global_process_set,
+    prescale_factor=1.0,
+    postscale_factor=1.0,
+):
     """The reduction of tensor across ranks, split along the first dimension (the first
     rows % size ranks get one row more); differentiable when tensor requires grad."""
     from . import autograd
 
     x, ctx = compression.compress(tensor)
     if autograd.wanted(x):
-        out = autograd.Reducescatter.apply(x, name, resolve_op(None, op), process_set, prescale_factor,
-                                           postscale_factor)
+        out = autograd.Reducescatter.apply(
+            x, name, resolve_op(None, op), process_set, prescale_factor, postscale_factor
+        )
     else:
         out = reducescatter_async(x, name, op, process_set, prescale_factor, postscale_factor).wait()
     return compression.decompress(out, ctx)
@@ -428,8 +497,9 @@ def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
         check_tensor(t, f"grouped_allgather input {i}")
         _check_rows(t, "Allgather")
     _in_flight.check(name)
-    h = joinable.grouped_allgather_async([as_numpy(contiguous(t.detach())) for t in tensors], name=name,
-                                         process_set=process_set)
+    h = joinable.grouped_allgather_async(
+        [as_numpy(contiguous(t.detach())) for t in tensors], name=name, process_set=process_set
+    )
     return Handle(_in_flight.started(name, h), lambda results: tuple(as_torch(r) for r in results))
 
 
@@ -444,8 +514,9 @@ def grouped_allgather(tensors, name=None, process_set=global_process_set):
     return grouped_allgather_async(tensors, name, process_set).wait()
 
 
-def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=global_process_set,
-                                prescale_factor=1.0, postscale_factor=1.0):
+def grouped_reducescatter_async(
+    tensors, name=None, op=Average, process_set=global_process_set, prescale_factor=1.0, postscale_factor=1.0
+):
     """Start reducescattering a list of tensors as one operation per dtype;
     synchronize(handle) returns a tuple of new tensors."""
     if process_set is not global_process_set and process_set is not None:
@@ -461,14 +532,21 @@ def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=glob
     for t in tensors:
         x = contiguous(t.detach())
         xs.append(_scale(_private(x, t), prescale_factor) if prescale_factor != 1.0 else x)
-    h = joinable.grouped_reducescatter_async([as_numpy(x) for x in xs], op=op, name=name,
-                                             process_set=process_set)
-    return Handle(_in_flight.started(name, h),
-                  lambda results: tuple(_scale(as_torch(r), postscale_factor) for r in results))
+    h = joinable.grouped_reducescatter_async([as_numpy(x) for x in xs], op=op, name=name, process_set=process_set)
+    return Handle(
+        _in_flight.started(name, h), lambda results: tuple(_scale(as_torch(r), postscale_factor) for r in results)
+    )
 
 
-def grouped_reducescatter(tensors, name=None, compression=Compression.none, op=Average,
-                          process_set=global_process_set, prescale_factor=1.0, postscale_factor=1.0):
+def grouped_reducescatter(
+    tensors,
+    name=None,
+    compression=Compression.none,
+    op=Average,
+    process_set=global_process_set,
+    prescale_factor=1.0,
+    postscale_factor=1.0,
+):
     """Each tensor reduced across ranks and split along the first dimension, as one
     operation per dtype; a list, differentiable where a tensor requires grad."""
     from . import autograd
@@ -476,8 +554,9 @@ def grouped_reducescatter(tensors, name=None, compression=Compression.none, op=A
     packed = [compression.compress(t) for t in tensors]
     xs = [x for x, _ in packed]
     if any(autograd.wanted(x) for x in xs):
-        out = autograd.GroupedReducescatter.apply(name, resolve_op(None, op), process_set, prescale_factor,
-                                                  postscale_factor, *xs)
+        out = autograd.GroupedReducescatter.apply(
+            name, resolve_op(None, op), process_set, prescale_factor, postscale_factor, *xs
+        )
     else:
         out = grouped_reducescatter_async(xs, name, op, process_set, prescale_factor, postscale_factor).wait()
     return [compression.decompress(r, ctx) for r, (_, ctx) in zip(out, packed)]

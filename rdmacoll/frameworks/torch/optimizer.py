@@ -33,6 +33,7 @@ still runs.
   backward_passes_per_step allows (reentrant checkpointing), raises RdmacollError; the
   first case is made visible to the other ranks through a collective whose name says it.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -58,7 +59,8 @@ from .sparse import sparse_allreduce_async
 _STEP_AFTER_SYNCHRONIZE = (
     "optimizer.step() called without optimizer.skip_synchronize() context after "
     "optimizer.synchronize(). This can cause training slowdown. You may want to consider "
-    "using optimizer.skip_synchronize() context if you use optimizer.synchronize() in your code.")
+    "using optimizer.skip_synchronize() context if you use optimizer.synchronize() in your code."
+)
 
 # Collective names reach error messages cut to 15 characters: keep them short.
 NO_BACKWARD = "no backward()"
@@ -68,8 +70,16 @@ class _DistributedOptimizer:
     """Mixed in before the user's optimizer class (isinstance checks keep working)."""
 
     # ------------------------------------------------------------------ set-up
-    def _rc_setup(self, named_parameters, compression, backward_passes_per_step, op,
-                  gradient_predivide_factor, process_set, sparse_as_dense=False):
+    def _rc_setup(
+        self,
+        named_parameters,
+        compression,
+        backward_passes_per_step,
+        op,
+        gradient_predivide_factor,
+        process_set,
+        sparse_as_dense=False,
+    ):
         if backward_passes_per_step < 1:
             raise RdmacollError("backward_passes_per_step must be at least 1")
         if op not in (rc.Average, rc.Sum):
@@ -81,7 +91,7 @@ class _DistributedOptimizer:
         self._rc_op = op
         self._rc_predivide = float(gradient_predivide_factor)
         self._rc_sparse_as_dense = bool(sparse_as_dense)
-        self._rc_sparse = {}    # id(param) -> sparse_dim, for parameters whose gradient came sparse
+        self._rc_sparse = {}  # id(param) -> sparse_dim, for parameters whose gradient came sparse
         self._rc_set = None if process_set is global_process_set else process_set
         self._rc_excluded = self._rc_set is not None and not process_set.included()
         self._rc_size = rc.size() if self._rc_set is None else process_set.size()
@@ -90,14 +100,21 @@ class _DistributedOptimizer:
         self._rc_threshold = fusion_threshold()
         self._rc_params = self._rc_collect_params()
         self._rc_names = self._rc_name_params(named_parameters, self._rc_params)
-        self._rc_hooks = {}     # id(param) -> hook handle: parameters that require gradients
+        self._rc_hooks = {}  # id(param) -> hook handle: parameters that require gradients
         self._rc_control = None  # this step's join announcement (STEP), in flight
         self._rc_buckets_control = None  # BUCKETS, when a rank is joined
-        self._rc_launch_mode = None      # this step: "eager" / "deferred" / "announced" (join.py)
-        self.stats = {"copies": 0, "steps": 0, "launched_in_backward": 0, "launched_in_step": 0,
-                      "wait_s": 0.0, "rebuilds": 0, "join_steps": 0}
+        self._rc_launch_mode = None  # this step: "eager" / "deferred" / "announced" (join.py)
+        self.stats = {
+            "copies": 0,
+            "steps": 0,
+            "launched_in_backward": 0,
+            "launched_in_step": 0,
+            "wait_s": 0.0,
+            "rebuilds": 0,
+            "join_steps": 0,
+        }
         self._rc_join_index = None
-        if self._rc_excluded:   # outside the set: no hooks, no buckets, step() is the optimizer's
+        if self._rc_excluded:  # outside the set: no hooks, no buckets, step() is the optimizer's
             self._rc_layout = Layout([], self._rc_threshold)
             self._rc_reset()
             return
@@ -127,7 +144,7 @@ class _DistributedOptimizer:
         rebuilt at the next backward, on every rank alike)."""
         super().add_param_group(param_group)
         if "_rc_params" not in self.__dict__ or self._rc_excluded:
-            return      # called by the optimizer's own __init__, or outside the process set
+            return  # called by the optimizer's own __init__, or outside the process set
         self._rc_params = self._rc_collect_params()
         group = len(self.param_groups) - 1
         for i, p in enumerate(self.param_groups[-1]["params"]):
@@ -141,37 +158,49 @@ class _DistributedOptimizer:
         # Horovod's checks and errors (ValueError), in Horovod's order
         named_parameters = list(named_parameters)
         if not all(isinstance(item, tuple) and len(item) == 2 for item in named_parameters):
-            raise RdmacollValueError("named_parameters should be a sequence of tuples (name, parameter), "
-                                     "usually produced by model.named_parameters().")
+            raise RdmacollValueError(
+                "named_parameters should be a sequence of tuples (name, parameter), "
+                "usually produced by model.named_parameters()."
+            )
         seen, dups = set(), []
         for n, _ in named_parameters:
             if n in seen and n not in dups:
                 dups.append(n)
             seen.add(n)
         if dups:
-            raise RdmacollValueError("Parameter names in named_parameters must be unique. "
-                                     f"Found duplicates: {', '.join(map(str, dups))}")
+            raise RdmacollValueError(
+                f"Parameter names in named_parameters must be unique. Found duplicates: {', '.join(map(str, dups))}"
+            )
         names = {}
         for n, p in named_parameters:
             names.setdefault(id(p), n)
         missing = [i for i, p in enumerate(params) if id(p) not in names]
         if missing:
-            raise RdmacollValueError("named_parameters was specified, but one or more model parameters "
-                                     f"were not named: {len(missing)} of the optimizer's parameters "
-                                     f"(positions {missing[:5]} in param_groups)")
-        return names    # also names of parameters a later add_param_group may bring
+            raise RdmacollValueError(
+                "named_parameters was specified, but one or more model parameters "
+                f"were not named: {len(missing)} of the optimizer's parameters "
+                f"(positions {missing[:5]} in param_groups)"
+            )
+        return names  # also names of parameters a later add_param_group may bring
 
     def _rc_gathered(self, p):
         """Whether p's gradient is reduced by allgather (sparse, sparse_as_dense=False)."""
         return not self._rc_sparse_as_dense and id(p) in self._rc_sparse
 
     def _rc_signature(self):
-        return [(self._rc_names[id(p)], tuple(p.shape), str(p.dtype).replace("torch.", ""),
-                 bool(p.requires_grad), self._rc_gathered(p)) for p in self._rc_params]
+        return [
+            (
+                self._rc_names[id(p)],
+                tuple(p.shape),
+                str(p.dtype).replace("torch.", ""),
+                bool(p.requires_grad),
+                self._rc_gathered(p),
+            )
+            for p in self._rc_params
+        ]
 
     def _rc_layout_key(self):
-        return [(id(p), p.dtype, p.shape, p.stride(), p.requires_grad, self._rc_gathered(p))
-                for p in self._rc_params]
+        return [(id(p), p.dtype, p.shape, p.stride(), p.requires_grad, self._rc_gathered(p)) for p in self._rc_params]
 
     def _rc_check_ranks(self, rows, announced=False):
         """Every rank has the same parameters (else RdmacollError naming the first
@@ -184,11 +213,12 @@ class _DistributedOptimizer:
         lists = gather(rows, name="DistributedOptimizer.params", process_set=self._rc_set)
         diff = first_difference(lists)
         i, per_rank = diff
-        desc = "; ".join(f"rank {r}: {v if v is not None else 'no such parameter'}"
-                         for r, v in per_rank.items())
-        raise RdmacollError(f"DistributedOptimizer: the model differs between ranks; first "
-                            f"difference at parameter #{i} (name, shape, dtype, requires_grad, "
-                            f"sparse gradient): {desc}")
+        desc = "; ".join(f"rank {r}: {v if v is not None else 'no such parameter'}" for r, v in per_rank.items())
+        raise RdmacollError(
+            f"DistributedOptimizer: the model differs between ranks; first "
+            f"difference at parameter #{i} (name, shape, dtype, requires_grad, "
+            f"sparse gradient): {desc}"
+        )
 
     def _rc_build(self, check_ranks, announced=False):
         """(Re)build the buckets from the parameters as they are now; gradients move in."""
@@ -214,16 +244,17 @@ class _DistributedOptimizer:
         self._rc_cb_queued = False
         self._rc_started = False
         self._rc_synchronized = False
-        self._rc_sparse_handles = None   # this step's sparse reductions: [(param, handle)]
+        self._rc_sparse_handles = None  # this step's sparse reductions: [(param, handle)]
         self._rc_launch_mode = None
 
     def _rc_begin_step(self):
         # hvd.join(): announce this step (one small allreduce, queued, read at the first launch)
         # (a rebuild is announced with it: joined ranks rebuild and take part in the check)
-        rebuild = self._rc_layout_key() != self._rc_key   # model.half(), requires_grad changed
+        rebuild = self._rc_layout_key() != self._rc_key  # model.half(), requires_grad changed
         if self._rc_join_index is not None:
-            self._rc_control = JOIN_STATE.announce((STEP, self._rc_join_index, rebuild),
-                                                   [STEP, self._rc_join_index, int(rebuild)], result=True)
+            self._rc_control = JOIN_STATE.announce(
+                (STEP, self._rc_join_index, rebuild), [STEP, self._rc_join_index, int(rebuild)], result=True
+            )
         if rebuild:
             self.stats["rebuilds"] += 1
             self._rc_build(check_ranks=True, announced=self._rc_join_index is not None)
@@ -231,11 +262,11 @@ class _DistributedOptimizer:
 
     # ------------------------------------------------------------------ backward
     def _rc_hook(self, p):
-        if self._rc_synchronized:       # synchronize() without step(): a new step begins
+        if self._rc_synchronized:  # synchronize() without step(): a new step begins
             self._rc_reset()
         if not self._rc_started:
             self._rc_begin_step()
-        if not self._rc_cb_queued:      # once per backward pass: know when it ends
+        if not self._rc_cb_queued:  # once per backward pass: know when it ends
             torch.autograd.Variable._execution_engine.queue_callback(self._rc_end_of_backward)
             self._rc_cb_queued = True
         g = p.grad
@@ -244,7 +275,7 @@ class _DistributedOptimizer:
         gathered = self._rc_gathered(p)
         where = self._rc_layout.where.get(id(p))
         if where is None and not gathered:
-            return                      # not reduced (requires_grad was off at build time)
+            return  # not reduced (requires_grad was off at build time)
         count = self._rc_counts.get(id(p), 0) + 1
         if count > self._rc_passes:
             raise RdmacollError(
@@ -252,20 +283,22 @@ class _DistributedOptimizer:
                 f"{count} times before step(), but backward_passes_per_step={self._rc_passes}. "
                 "Either more backward passes ran than backward_passes_per_step (raise it), or "
                 "its gradient hook fired twice in one pass (reentrant activation checkpointing: "
-                "use torch.utils.checkpoint with use_reentrant=False)")
+                "use torch.utils.checkpoint with use_reentrant=False)"
+            )
         if where is not None and where[0].index < self._rc_next:
             raise RdmacollError(
                 f"DistributedOptimizer: the gradient of {self._rc_names[id(p)]!r} arrived after "
                 "its bucket was already being reduced (after the last of backward_passes_per_step "
                 "backward passes ended); with reentrant activation checkpointing use "
-                "torch.utils.checkpoint(..., use_reentrant=False)")
+                "torch.utils.checkpoint(..., use_reentrant=False)"
+            )
         self._rc_counts[id(p)] = count
         if where is None:
-            return      # sent by _rc_launch_sparse once backward ends
+            return  # sent by _rc_launch_sparse once backward ends
         bucket, j = where
         view = bucket.views[j]
         if gathered:
-            view.zero_()    # (the step its gradient first came sparse: the bucket still has its slot)
+            view.zero_()  # (the step its gradient first came sparse: the bucket still has its slot)
         elif g is not view:
             copy_into(view, g.to_dense() if g.is_sparse else g)
             p.grad = view
@@ -286,8 +319,9 @@ class _DistributedOptimizer:
             training = rc.size() if self._rc_control is None else JOIN_STATE.training(self._rc_control)
             mode = self._rc_launch_mode = "eager" if training == rc.size() else "deferred"
         if mode == "deferred" and final:
-            self._rc_buckets_control = JOIN_STATE.announce((BUCKETS, self._rc_join_index),
-                                                           [BUCKETS, self._rc_join_index])
+            self._rc_buckets_control = JOIN_STATE.announce(
+                (BUCKETS, self._rc_join_index), [BUCKETS, self._rc_join_index]
+            )
             mode = self._rc_launch_mode = "announced"
         return mode != "deferred"
 
@@ -311,12 +345,12 @@ class _DistributedOptimizer:
     def _rc_launch_all(self, in_backward):
         """Launch every bucket not launched yet, in order; gradients that did not arrive
         this step count as zero (as in Horovod), gradients set by hand are copied in."""
-        for bucket in self._rc_layout.buckets[self._rc_next:]:
+        for bucket in self._rc_layout.buckets[self._rc_next :]:
             for p, view in zip(bucket.params, bucket.views):
                 if self._rc_counts.get(id(p), 0) == 0:
                     g = p.grad
                     if self._rc_gathered(p):
-                        view.zero_()    # its gradient goes by _rc_launch_sparse
+                        view.zero_()  # its gradient goes by _rc_launch_sparse
                     elif g is None:
                         view.zero_()
                     elif g is not view:
@@ -340,9 +374,12 @@ class _DistributedOptimizer:
             dims = self._rc_sparse[id(p)]
             g = None if empty else p.grad
             if g is None:
-                g = torch.sparse_coo_tensor(torch.empty((dims, 0), dtype=torch.int64),
-                                            torch.empty((0,) + tuple(p.shape[dims:]), dtype=p.dtype),
-                                            p.shape, check_invariants=False)
+                g = torch.sparse_coo_tensor(
+                    torch.empty((dims, 0), dtype=torch.int64),
+                    torch.empty((0,) + tuple(p.shape[dims:]), dtype=p.dtype),
+                    p.shape,
+                    check_invariants=False,
+                )
             elif not g.is_sparse:
                 g = g.to_sparse(dims)
             h = sparse_allreduce_async(g, self._rc_names[id(p)], self._rc_op, self._rc_set)
@@ -355,8 +392,9 @@ class _DistributedOptimizer:
             try:
                 p.grad = h.wait()
             except RdmacollError as e:
-                raise RdmacollError(f"DistributedOptimizer: reducing the sparse gradient of "
-                                    f"{self._rc_names[id(p)]!r} failed: {e}") from e
+                raise RdmacollError(
+                    f"DistributedOptimizer: reducing the sparse gradient of {self._rc_names[id(p)]!r} failed: {e}"
+                ) from e
         if self._rc_sparse_as_dense:
             for p in self._rc_params:
                 if id(p) in self._rc_sparse and id(p) in self._rc_layout.where:
@@ -372,7 +410,7 @@ class _DistributedOptimizer:
         if self._rc_compression is Compression.none:
             h = rc.allreduce_async(flat(t), op=op, name=name, out=flat(t), process_set=self._rc_set)
             bucket.handle = (h, None, None, post)
-        else:   # the packing path: the compressed copy is reduced, then unpacked
+        else:  # the packing path: the compressed copy is reduced, then unpacked
             c, ctx = self._rc_compression.compress(t)
             c = contiguous(c)
             h = rc.allreduce_async(flat(c), op=op, name=name, out=flat(c), process_set=self._rc_set)
@@ -394,10 +432,10 @@ class _DistributedOptimizer:
         try:
             h.wait()
         except RdmacollError as e:
-            hint = (" (another rank called step() without running backward() first)"
-                    if NO_BACKWARD in str(e) else "")
-            raise RdmacollError(f"DistributedOptimizer: reducing gradient bucket {bucket.index} "
-                                f"failed{hint}: {e}") from e
+            hint = " (another rank called step() without running backward() first)" if NO_BACKWARD in str(e) else ""
+            raise RdmacollError(
+                f"DistributedOptimizer: reducing gradient bucket {bucket.index} failed{hint}: {e}"
+            ) from e
         if c is not None:
             bucket.flat.copy_(self._rc_compression.decompress(c, ctx))
         if post != 1.0:
@@ -411,12 +449,13 @@ class _DistributedOptimizer:
         with contextlib.suppress(RdmacollError):
             if self._rc_join_index is not None:
                 JOIN_STATE.announce((STEP, self._rc_join_index), [STEP, self._rc_join_index]).wait()
-            rc.allreduce(flat(first), op=self._rc_op, name=NO_BACKWARD, out=flat(first),
-                         process_set=self._rc_set)
-        raise RdmacollError("DistributedOptimizer: step() (or synchronize()) was called on this "
-                            "rank without a backward pass since the last step; every rank must "
-                            "run loss.backward() before step() (gradients set by hand, without "
-                            "backward, are not supported)")
+            rc.allreduce(flat(first), op=self._rc_op, name=NO_BACKWARD, out=flat(first), process_set=self._rc_set)
+        raise RdmacollError(
+            "DistributedOptimizer: step() (or synchronize()) was called on this "
+            "rank without a backward pass since the last step; every rank must "
+            "run loss.backward() before step() (gradients set by hand, without "
+            "backward, are not supported)"
+        )
 
     def synchronize(self):
         """Wait until every gradient is reduced (for clipping or unscaling before step();
@@ -424,9 +463,8 @@ class _DistributedOptimizer:
         if self._rc_synchronized or self._rc_excluded:
             return
         if not self._rc_started and self._rc_layout_key() != self._rc_key:
-            self._rc_begin_step()   # no hooked gradient ran: parameters unfrozen since
-        if not self._rc_layout.buckets and not any(p.requires_grad and self._rc_gathered(p)
-                                                   for p in self._rc_params):
+            self._rc_begin_step()  # no hooked gradient ran: parameters unfrozen since
+        if not self._rc_layout.buckets and not any(p.requires_grad and self._rc_gathered(p) for p in self._rc_params):
             self._rc_wait_control()
             self._rc_synchronized = True
             return
@@ -454,7 +492,7 @@ class _DistributedOptimizer:
         parameters stay as they are. (A rebuild of the buckets came before, announced with
         the step: _rc_join_rebuild.)"""
         self._rc_reset()
-        self._rc_launch_mode = "eager"      # (a joined rank announces nothing)
+        self._rc_launch_mode = "eager"  # (a joined rank announces nothing)
         for bucket in self._rc_layout.buckets:
             bucket.buffer.zero_()
             bucket.ready = len(bucket.params)
@@ -508,9 +546,18 @@ class _DistributedOptimizer:
         return [[self._rc_names[id(p)] for p in b.params] for b in self._rc_layout.buckets]
 
 
-def DistributedOptimizer(optimizer, named_parameters=None, compression=Compression.none,
-                         backward_passes_per_step=1, op=rc.Average, gradient_predivide_factor=1.0,
-                         num_groups=0, groups=None, sparse_as_dense=False, process_set=global_process_set):
+def DistributedOptimizer(
+    optimizer,
+    named_parameters=None,
+    compression=Compression.none,
+    backward_passes_per_step=1,
+    op=rc.Average,
+    gradient_predivide_factor=1.0,
+    num_groups=0,
+    groups=None,
+    sparse_as_dense=False,
+    process_set=global_process_set,
+):
     """Wrap a torch.optim optimizer so that step() applies gradients averaged over ranks.
 
     Horovod's signature; num_groups/groups are accepted and have no effect (buckets
@@ -523,20 +570,27 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     if op == rc.Adasum:
         from .adasum_optimizer import adasum_optimizer
 
-        return adasum_optimizer(optimizer, named_parameters, compression, backward_passes_per_step,
-                                gradient_predivide_factor, process_set)
+        return adasum_optimizer(
+            optimizer, named_parameters, compression, backward_passes_per_step, gradient_predivide_factor, process_set
+        )
     if process_set is None:
         process_set = global_process_set
     elif process_set is not global_process_set and process_set.included():
-        comm_of(process_set, "Allreduce")   # a set that is not registered raises here
+        comm_of(process_set, "Allreduce")  # a set that is not registered raises here
     if not isinstance(optimizer, torch.optim.Optimizer):
-        raise RdmacollError(f"DistributedOptimizer needs a torch.optim.Optimizer, got "
-                            f"{type(optimizer).__name__}")
+        raise RdmacollError(f"DistributedOptimizer needs a torch.optim.Optimizer, got {type(optimizer).__name__}")
     if isinstance(optimizer, _DistributedOptimizer):
         raise RdmacollError("this optimizer is already a DistributedOptimizer")
     cls = type(optimizer.__class__.__name__, (_DistributedOptimizer, optimizer.__class__), {})
     dist = cls.__new__(cls)
     dist.__dict__.update(optimizer.__dict__)
-    dist._rc_setup(named_parameters, compression, backward_passes_per_step, op,
-                   gradient_predivide_factor, process_set, sparse_as_dense)
+    dist._rc_setup(
+        named_parameters,
+        compression,
+        backward_passes_per_step,
+        op,
+        gradient_predivide_factor,
+        process_set,
+        sparse_as_dense,
+    )
     return dist

@@ -8,6 +8,7 @@ tensor). Average divides the values by the number of ranks (true division, as Ho
 The handle is a Handle (poll / synchronize, as every other) that can also be called:
 Horovod's is a function whose call returns the result, and code written for it calls it.
 """
+
 from __future__ import annotations
 
 import torch
@@ -36,16 +37,21 @@ def sparse_allreduce_async(tensor, name, op, process_set=global_process_set):
     from . import ops
 
     if not isinstance(tensor, torch.Tensor) or tensor.layout != torch.sparse_coo:
-        raise RdmacollValueError("sparse_allreduce_async takes a sparse COO tensor (torch.sparse_coo_tensor, "
-                                 f"or a gradient of Embedding(sparse=True)), got "
-                                 f"{getattr(tensor, 'layout', type(tensor).__name__)}")
+        raise RdmacollValueError(
+            "sparse_allreduce_async takes a sparse COO tensor (torch.sparse_coo_tensor, "
+            f"or a gradient of Embedding(sparse=True)), got "
+            f"{getattr(tensor, 'layout', type(tensor).__name__)}"
+        )
     if op not in (ops.Sum, ops.Average):
-        raise RdmacollValueError(f"sparse_allreduce_async reduces with op=Sum or op=Average, got {op!r} "
-                                 "(Horovod would silently sum for any other op)")
+        raise RdmacollValueError(
+            f"sparse_allreduce_async reduces with op=Sum or op=Average, got {op!r} "
+            "(Horovod would silently sum for any other op)"
+        )
     check_tensor(tensor._values(), "sparse_allreduce_async values")
     # allgather concatenates along the first dimension: indices travel as (nnz, sparse_dim)
-    indices = ops.allgather_async(tensor._indices().t().contiguous(), name=_part(name, "indices"),
-                                  process_set=process_set)
+    indices = ops.allgather_async(
+        tensor._indices().t().contiguous(), name=_part(name, "indices"), process_set=process_set
+    )
     values = ops.allgather_async(tensor._values(), name=_part(name, "values"), process_set=process_set)
     size = ops._set_size(process_set)
 

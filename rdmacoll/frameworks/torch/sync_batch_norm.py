@@ -8,6 +8,7 @@ gradient, as Horovod's) carries every rank's part of the statistics' gradient ba
 Per call in training: two allreduces of 2C+1 and C values (C channels): the sums and the
 count, then the squared deviations from the union mean (two passes: exact where one
 pass, E[x^2] - E[x]^2, loses digits when the mean is large against the spread)."""
+
 from __future__ import annotations
 
 import torch
@@ -35,8 +36,16 @@ class SyncBatchNorm(_BatchNorm):
         if self.training and self.track_running_stats:
             self.num_batches_tracked = self.num_batches_tracked + 1
         if (not self.training and self.track_running_stats) or rc.size() == 1:
-            return F.batch_norm(input, self.running_mean, self.running_var, self.weight, self.bias,
-                                self.training or not self.track_running_stats, self._factor(), self.eps)
+            return F.batch_norm(
+                input,
+                self.running_mean,
+                self.running_var,
+                self.weight,
+                self.bias,
+                self.training or not self.track_running_stats,
+                self._factor(),
+                self.eps,
+            )
         dims = [0] + list(range(2, input.dim()))
         shape = [1, -1] + [1] * (input.dim() - 2)
         c = self.num_features
