@@ -10,12 +10,16 @@ g = rc.empty((1 << 20,), "float32") # zero-copy: memory peers reach directly
 from __future__ import annotations
 
 import atexit as _atexit
+import pickle as _pickle
 
-from . import _core
+import numpy as _np
+
+from . import _core, _objects, _version
 from ._core import Average, Handle, Max, Min, Product, RdmacollError, RdmacollValueError, Sum
 from . import adasum as _adasum
+from . import grouped as _grouped
 from .adasum import ADASUM as Adasum
-from .grouped import grouped_allgather, grouped_allgather_async, grouped_reducescatter, grouped_reducescatter_async
+from .bootstrap import bootstrap as _bootstrap
 from .process_sets import TABLE as _SETS
 from .process_sets import ProcessSet, add_process_set, global_process_set, remove_process_set
 from .process_sets import broadcast_comm as _broadcast_comm
@@ -74,12 +78,7 @@ __all__ = [
 
 def __getattr__(name):
     if name == "__version__":  # the installed distribution's (pyproject.toml: the one place it is written)
-        from importlib.metadata import PackageNotFoundError, version
-
-        try:
-            return version("rdmacoll")
-        except PackageNotFoundError:
-            return "0+unknown"  # (a source tree on sys.path, not installed)
+        return _version.version()
     raise AttributeError(f"module 'rdmacoll' has no attribute {name!r}")
 
 
@@ -110,14 +109,12 @@ def init(config=None, process_sets=None, comm=None) -> None:
     global _world, _comm
     if _world is not None:
         return
-    from .bootstrap import bootstrap
-
     dynamic = isinstance(process_sets, str) and process_sets.lower() == "dynamic"
     if isinstance(process_sets, str) and not dynamic:
         raise ValueError(
             f'init(process_sets=...) takes a list of ProcessSet objects or "dynamic", got {process_sets!r}'
         )
-    _world = bootstrap(config, comm=comm)
+    _world = _bootstrap(config, comm=comm)
     _comm = _world.core
     _SETS.start(
         _comm,
@@ -283,33 +280,19 @@ def barrier_async(process_set=None):
 
 def broadcast_object(obj, root_rank=0, name=None, process_set=None):
     """root_rank's picklable obj on every rank (pickled there, unpickled everywhere)."""
-    import pickle
-
-    import numpy as np
-
     me = rank() == root_rank
-    payload = np.frombuffer(pickle.dumps(obj), np.uint8) if me else None
-    length = np.array([payload.size if me else 0], np.int64)
+    payload = _np.frombuffer(_pickle.dumps(obj), _np.uint8) if me else None
+    length = _np.array([payload.size if me else 0], _np.int64)
     broadcast(length, root_rank, name=None if name is None else name + ".len", out=length, process_set=process_set)
     if not me:
-        payload = np.empty(int(length[0]), np.uint8)
+        payload = _np.empty(int(length[0]), _np.uint8)
     data = broadcast(payload, root_rank, name=name, out=None if me else payload, process_set=process_set)
-    return obj if me else pickle.loads(memoryview(data))
+    return obj if me else _pickle.loads(memoryview(data))
 
 
 def allgather_object(obj, name=None, process_set=None):
     """Every rank's picklable obj, as a list in rank order (of process_set's ranks)."""
-    import pickle
-
-    import numpy as np
-
-    payload = np.frombuffer(pickle.dumps(obj), np.uint8)
-    lengths = allgather(
-        np.array([payload.size], np.int64), name=None if name is None else name + ".len", process_set=process_set
-    )
-    data = memoryview(allgather(payload, name=name, process_set=process_set))
-    offsets = np.concatenate(([0], np.cumsum(lengths)))
-    return [pickle.loads(data[offsets[r] : offsets[r + 1]]) for r in range(len(lengths))]
+    return _objects.allgather(_comm_for(process_set, "Allgather"), obj, name)
 
 
 def poll(handle) -> bool:
@@ -335,8 +318,6 @@ def allreduce_async(x, op=Average, name=None, out=None, process_set=None):
 
 def grouped_allreduce_async(xs, op=Average, name=None, out=None, process_set=None):
     """grouped_allreduce queued to run in the background; returns a Handle."""
-    import numpy as np
-
     c = _comm if process_set is None or process_set is global_process_set else _comm_of(process_set, "Allreduce")
     if op == Adasum:  # each array its own coefficients (adasum.py); a finished Handle
         return _adasum.grouped_allreduce_async(c, xs, out, name)
@@ -365,11 +346,33 @@ def grouped_allreduce_async(xs, op=Average, name=None, out=None, process_set=Non
                 if out is None:
                     results[i] = r
                 else:
-                    np.copyto(_core._view(out[i]), r)
+                    _np.copyto(_core._view(out[i]), r)
                     results[i] = out[i]
         return results
 
     return Handle(parts, finish)
+
+
+def grouped_allgather(xs, name=None, process_set=None):
+    """Each array of xs concatenated with the same array of every rank along the first
+    dimension (which may differ per rank), as one collective; returns a list (grouped.py)."""
+    return grouped_allgather_async(xs, name, process_set).wait()
+
+
+def grouped_allgather_async(xs, name=None, process_set=None):
+    """grouped_allgather queued to run in the background; returns a Handle."""
+    return _grouped.allgather_async(_comm_for(process_set, "Allgather"), xs, name)
+
+
+def grouped_reducescatter(xs, op=Average, name=None, process_set=None):
+    """Each array of xs reduced across ranks and split along the first dimension (the
+    first rows % size ranks get one row more), as one collective per dtype; returns a list."""
+    return grouped_reducescatter_async(xs, op, name, process_set).wait()
+
+
+def grouped_reducescatter_async(xs, op=Average, name=None, process_set=None):
+    """grouped_reducescatter queued to run in the background; returns a Handle."""
+    return _grouped.reducescatter_async(_comm_for(process_set, "Reducescatter"), xs, op, name)
 
 
 def allgather_async(x, name=None, process_set=None):

@@ -9,7 +9,8 @@ grouped_reducescatter): a list of arrays moves as one collective, not one per ar
 - grouped_reducescatter: per dtype, rank q's share of every array (the core's split: the
   first rows % size ranks get one row more) goes into row q of a (size, longest share)
   buffer of library memory, zero padded; one reducescatter of it gives each rank its row.
-One copy in and one copy out per array, as grouped_allreduce.
+One copy in and one copy out per array, as grouped_allreduce. The functions take the
+communicator (rdmacoll/__init__.py picks it for the process set), as adasum.py's do.
 """
 
 from __future__ import annotations
@@ -45,11 +46,8 @@ def _views(xs, what):
     return [np.ascontiguousarray(v) for v in views]
 
 
-def grouped_allgather_async(xs, name=None, process_set=None):
-    """grouped_allgather queued to run in the background; returns a Handle."""
-    from . import _comm_for
-
-    c = _comm_for(process_set, "Allgather")
+def allgather_async(c, xs, name=None):
+    """grouped_allgather over communicator c, queued to run in the background; returns a Handle."""
     views = _views(xs, "grouped_allgather")
     header = np.array([len(views)] + [w for v in views for w in (v.shape[0], _signature(v))], np.int64)
     buf = c.empty(header.nbytes + sum(_padded(v.nbytes) for v in views), np.uint8)
@@ -97,12 +95,6 @@ def _unpack(gathered, views, mine):
     return out
 
 
-def grouped_allgather(xs, name=None, process_set=None):
-    """Each array of xs concatenated with the same array of every rank along the first
-    dimension (which may differ per rank), as one collective; returns a list."""
-    return grouped_allgather_async(xs, name, process_set).wait()
-
-
 def _first_rows(rows, size):
     """The core's reducescatter split: where each rank's rows start (size + 1 entries)."""
     base, extra = divmod(rows, size)
@@ -112,11 +104,9 @@ def _first_rows(rows, size):
     return starts
 
 
-def grouped_reducescatter_async(xs, op=Average, name=None, process_set=None):
-    """grouped_reducescatter queued to run in the background; returns a Handle."""
-    from . import _comm_for
-
-    c = _comm_for(process_set, "Reducescatter")
+def reducescatter_async(c, xs, op=Average, name=None):
+    """grouped_reducescatter over communicator c, queued to run in the background; returns
+    a Handle."""
     views = _views(xs, "grouped_reducescatter")
     size, me = c.size, c.rank
     groups: dict[np.dtype, list[int]] = {}
@@ -148,9 +138,3 @@ def grouped_reducescatter_async(xs, op=Average, name=None, process_set=None):
         return out
 
     return Handle(parts, finish)
-
-
-def grouped_reducescatter(xs, op=Average, name=None, process_set=None):
-    """Each array of xs reduced across ranks and split along the first dimension (the
-    first rows % size ranks get one row more), as one collective per dtype; returns a list."""
-    return grouped_reducescatter_async(xs, op, name, process_set).wait()

@@ -21,6 +21,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
+from . import _objects
 from ._core import RdmacollError
 
 
@@ -74,9 +75,9 @@ class ProcessSet:
         """Whether this rank is in the set (None when the set has no ranks yet)."""
         if self.ranks is None:
             return None
-        from . import rank
-
-        return rank() in self.ranks
+        if TABLE.world is None:
+            raise RdmacollError("rdmacoll is not initialised: call rdmacoll.init() first")
+        return TABLE.rank in self.ranks
 
     def __str__(self) -> str:
         return f"ProcessSet(process_set_id={self.process_set_id}, ranks={self.ranks}, mpi_comm={self.mpi_comm})"
@@ -146,14 +147,14 @@ class _Table:
 
     def _register(self, ps):
         """Split the world on the member ranks and connect; collective over every rank."""
-        from . import allgather_object
-
         bad = [r for r in ps.ranks if not 0 <= r < self.size]
         if not ps.ranks or bad or len(set(ps.ranks)) != len(ps.ranks):
             raise ValueError(f"a process set needs distinct ranks in 0..{self.size - 1}, got {ps.ranks}")
         sub = self.world.split(ps.ranks) if self.rank in ps.ranks else None
         try:
-            seen = allgather_object((ps.ranks, sub.address() if sub is not None else None), name="process_set.add")
+            seen = _objects.allgather(
+                self.world, (ps.ranks, sub.address() if sub is not None else None), name="process_set.add"
+            )
             others = [r for r, (ranks, _) in enumerate(seen) if ranks != ps.ranks]
             if others:
                 raise ValueError(

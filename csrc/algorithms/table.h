@@ -1,4 +1,4 @@
-// Every algorithm of every collective, one table (shared/DESIGN.md: "one table of entries
+// Every algorithm of every collective, one table (docs/design.md: "one table of entries
 // {collective, name, description, usable, cost, run}"). The selector (tuning/select.h)
 // chooses among the entries of a collective; RDMACOLL_ALGO names them; `rdmacoll-bench
 // --list` and rdmacoll.algorithms() print them; the descriptor hash carries the id of the

@@ -1,4 +1,4 @@
-// How ranks wait (shared/DESIGN.md, "Progress and waiting").
+// How ranks wait (docs/design.md, "Progress and waiting").
 //
 // Not oversubscribed (local ranks <= cores in our CPU mask): spin with `pause` for
 // kSpinMicros, then sched_yield until the device's pollMicros(), then sleep on it (futex for

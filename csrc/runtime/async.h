@@ -4,7 +4,7 @@
 // handles may be waited on in any order. The executor is whichever thread gets there:
 // a progress thread started when work is queued (and gone once the queue is empty), or
 // a caller that waits (or submits a synchronous call) while nobody executes; it then
-// runs queued work itself, oldest first ("the caller takes over", shared/DESIGN.md).
+// runs queued work itself, oldest first ("the caller takes over", docs/design.md).
 // A synchronous call with nothing queued runs inline at the cost of two uncontended
 // lock operations.
 //

@@ -1,4 +1,4 @@
-// The one-sided transport contract (see shared/DESIGN.md, "The transport contract").
+// The one-sided transport contract (see docs/design.md, "The transport contract").
 //
 // Everything above transport/ talks to peers only through these four classes; no
 // backend name appears above this directory. The model is RDMA verbs:

@@ -1,5 +1,5 @@
 """The interface every benchmarked implementation offers (rdmacoll here, the comparison
-peers in rdmacoll/frameworks/peers.py), and rdmacoll's own.
+peers in rdmacoll/_bench/peers.py), and rdmacoll's own.
 
 An implementation prepares one collective at one size from this rank's send buffer and
 returns a Prepared (rdmacoll's prepare also takes broadcast's root; the peers' time

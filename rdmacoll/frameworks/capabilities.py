@@ -9,6 +9,7 @@ probes is accepted and ignored.
 
 from __future__ import annotations
 
+import rdmacoll
 from rdmacoll import RdmacollValueError, is_initialized
 
 
@@ -52,8 +53,6 @@ def _world_core():
     """The job's core communicator; ValueError before init(), as Horovod's calls raise."""
     if not is_initialized():
         raise RdmacollValueError("rdmacoll has not been initialized; use hvd.init().")
-    import rdmacoll
-
     return rdmacoll._w().core
 
 

@@ -9,6 +9,7 @@ import rdmacoll as rc
 
 from ._reduce import GradientReducer
 from .compression import Compression
+from .gradient_tape import local_layer_variables
 
 
 class _DistributedOptimizer:
@@ -144,8 +145,6 @@ def PartialDistributedOptimizer(
 ):
     """DistributedOptimizer that leaves the gradients of local_layers' variables unreduced
     (divided by the size when scale_local_gradients), as Horovod's horovod.keras one."""
-    from .gradient_tape import local_layer_variables
-
     if op not in (rc.Average, rc.Sum):
         raise ValueError("op currently only supports Average and Sum")
     local = local_layer_variables(local_layers)

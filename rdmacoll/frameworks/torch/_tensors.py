@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+import rdmacoll as rc
 from rdmacoll import RdmacollError, RdmacollValueError, _core
 
 _NP_OF_TORCH = {
@@ -129,8 +130,6 @@ def contiguous(t):
 def library_tensor(nbytes: int):
     """A zero-filled uint8 tensor of nbytes in rdmacoll's allocated memory (rdmacoll.empty):
     peers on the same host reach it directly."""
-    import rdmacoll
-
-    t = torch.from_numpy(rdmacoll.empty((nbytes,), "uint8"))
+    t = torch.from_numpy(rc.empty((nbytes,), "uint8"))
     t.zero_()
     return t

@@ -401,8 +401,6 @@ class ProcessGroupRdmacoll(dist.ProcessGroup):
 
 def _grouped(c, views, op):
     """Parts of an allreduce of several same-dtype arrays, in place (one fused buffer)."""
-    import rdmacoll
-
     fused = c.empty(sum(v.size for v in views), views[0].dtype)
     o = 0
     for v in views:
@@ -417,7 +415,7 @@ def _grouped(c, views, op):
             o += v.size
         return views
 
-    return rdmacoll.Handle(h, back)
+    return rc.Handle(h, back)
 
 
 class _Family:

@@ -2,7 +2,8 @@
 (a non-contiguous tensor is made contiguous first; compression and scaling make copies).
 
 Handles are rdmacoll.Handle objects (Horovod's are ints): pass them to poll() /
-synchronize(); an adapter's result is Handle(core_handle, then=finish).
+synchronize(); an adapter's result is Handle(core_handle, then=finish). The synchronous,
+differentiable forms (allreduce, allgather...) are collectives.py's.
 """
 
 from __future__ import annotations
@@ -173,29 +174,6 @@ def allreduce_async(
     return Handle(h, finish)
 
 
-def allreduce(
-    tensor,
-    average=None,
-    name=None,
-    compression=Compression.none,
-    op=None,
-    prescale_factor=1.0,
-    postscale_factor=1.0,
-    process_set=global_process_set,
-):
-    """tensor reduced across ranks (Average by default), as a new tensor (differentiable
-    when tensor requires grad)."""
-    from . import autograd
-
-    if autograd.wanted(tensor):
-        return autograd.Allreduce.apply(
-            tensor, resolve_op(average, op), name, compression, prescale_factor, postscale_factor, process_set
-        )
-    return allreduce_async(
-        tensor, average, name, op, prescale_factor, postscale_factor, process_set, compression
-    ).wait()
-
-
 def allreduce_async_(
     tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set
 ):
@@ -273,30 +251,6 @@ def grouped_allreduce_async(
     )
 
 
-def grouped_allreduce(
-    tensors,
-    average=None,
-    name=None,
-    compression=Compression.none,
-    op=None,
-    prescale_factor=1.0,
-    postscale_factor=1.0,
-    process_set=global_process_set,
-):
-    from . import autograd
-
-    tensors = list(tensors)
-    if any(autograd.wanted(t) for t in tensors):
-        return list(
-            autograd.GroupedAllreduce.apply(
-                resolve_op(average, op), name, compression, prescale_factor, postscale_factor, process_set, *tensors
-            )
-        )
-    return grouped_allreduce_async(
-        tensors, average, name, op, prescale_factor, postscale_factor, process_set, compression
-    ).wait()
-
-
 def grouped_allreduce_async_(
     tensors, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set
 ):
@@ -334,16 +288,6 @@ def allgather_async(tensor, name=None, process_set=global_process_set):
     )
 
 
-def allgather(tensor, name=None, process_set=global_process_set):
-    """Every rank's tensor concatenated along the first dimension (sizes may differ);
-    differentiable when tensor requires grad."""
-    from . import autograd
-
-    if autograd.wanted(tensor):
-        return autograd.Allgather.apply(tensor, name, process_set)
-    return allgather_async(tensor, name, process_set).wait()
-
-
 def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_set):
     check_tensor(tensor, "broadcast_ input")
     _in_flight.check(name)
@@ -363,16 +307,6 @@ def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):
 def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set):
     check_tensor(tensor, "broadcast input")
     return broadcast_async_(tensor.detach().clone(memory_format=torch.contiguous_format), root_rank, name, process_set)
-
-
-def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
-    """root_rank's tensor, as a new tensor on every rank (differentiable when tensor
-    requires grad)."""
-    from . import autograd
-
-    if autograd.wanted(tensor):
-        return autograd.Broadcast.apply(tensor, root_rank, name, process_set)
-    return broadcast_async(tensor, root_rank, name, process_set).wait()
 
 
 def _splits_list(splits, rows, size):
@@ -426,17 +360,6 @@ def alltoall_async(tensor, splits=None, name=None, process_set=global_process_se
     return Handle(h, finish)
 
 
-def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
-    """splits[j] rows of tensor to rank j; returns the rows every rank sent here (and, when
-    splits is given, a tensor of how many came from each rank), as Horovod does."""
-    from . import autograd
-
-    if autograd.wanted(tensor):
-        out, received = autograd.Alltoall.apply(tensor, splits, name, process_set)
-        return out if splits is None else (out, received)
-    return alltoall_async(tensor, splits, name, process_set).wait()
-
-
 def _check_rows(tensor, what):
     """Horovod's refusal of scalars (before communicating): these collectives split or
     concatenate along the first dimension."""
@@ -461,29 +384,6 @@ def reducescatter_async(
     return Handle(h, lambda r: _scale(as_torch(r), postscale_factor))
 
 
-def reducescatter(
-    tensor,
-    name=None,
-    compression=Compression.none,
-    op=Average,
-    process_set=global_process_set,
-    prescale_factor=1.0,
-    postscale_factor=1.0,
-):
-    """The reduction of tensor across ranks, split along the first dimension (the first
-    rows % size ranks get one row more); differentiable when tensor requires grad."""
-    from . import autograd
-
-    x, ctx = compression.compress(tensor)
-    if autograd.wanted(x):
-        out = autograd.Reducescatter.apply(
-            x, name, resolve_op(None, op), process_set, prescale_factor, postscale_factor
-        )
-    else:
-        out = reducescatter_async(x, name, op, process_set, prescale_factor, postscale_factor).wait()
-    return compression.decompress(out, ctx)
-
-
 # --------------------------------------------------------------------------- grouped allgather / reducescatter
 
 
@@ -501,17 +401,6 @@ def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
         [as_numpy(contiguous(t.detach())) for t in tensors], name=name, process_set=process_set
     )
     return Handle(_in_flight.started(name, h), lambda results: tuple(as_torch(r) for r in results))
-
-
-def grouped_allgather(tensors, name=None, process_set=global_process_set):
-    """Each tensor concatenated with the same tensor of every rank along the first
-    dimension, as one operation; a tuple, differentiable where a tensor requires grad."""
-    from . import autograd
-
-    tensors = list(tensors)
-    if any(autograd.wanted(t) for t in tensors):
-        return autograd.GroupedAllgather.apply(name, process_set, *tensors)
-    return grouped_allgather_async(tensors, name, process_set).wait()
 
 
 def grouped_reducescatter_async(
@@ -536,30 +425,6 @@ def grouped_reducescatter_async(
     return Handle(
         _in_flight.started(name, h), lambda results: tuple(_scale(as_torch(r), postscale_factor) for r in results)
     )
-
-
-def grouped_reducescatter(
-    tensors,
-    name=None,
-    compression=Compression.none,
-    op=Average,
-    process_set=global_process_set,
-    prescale_factor=1.0,
-    postscale_factor=1.0,
-):
-    """Each tensor reduced across ranks and split along the first dimension, as one
-    operation per dtype; a list, differentiable where a tensor requires grad."""
-    from . import autograd
-
-    packed = [compression.compress(t) for t in tensors]
-    xs = [x for x, _ in packed]
-    if any(autograd.wanted(x) for x in xs):
-        out = autograd.GroupedReducescatter.apply(
-            name, resolve_op(None, op), process_set, prescale_factor, postscale_factor, *xs
-        )
-    else:
-        out = grouped_reducescatter_async(xs, name, op, process_set, prescale_factor, postscale_factor).wait()
-    return [compression.decompress(r, ctx) for r, (_, ctx) in zip(out, packed)]
 
 
 def barrier(process_set=global_process_set):
