@@ -19,15 +19,13 @@ void bindGroup(pybind11::module_& m);     // group.cc: Communicator, Handle
 void bindTuning(pybind11::module_& m);    // tuning.cc: the cost model's functions
 
 // _core._testing: hooks for the tests only (testing/*.cc).
-void bindTestingCore(pybind11::module_& t);  // testing/core.cc: kernels, descriptor hash, views
-void bindTestingSchedules(
-    pybind11::module_& t);                     // testing/schedules.cc: ring, fold, tree arithmetic
-void bindTestingTuning(pybind11::module_& t);  // testing/tuning.cc: rules, cost model, selection
-void bindTestingFuzz(pybind11::module_& t);    // testing/fuzz.cc: hostile peer input
-void bindTestingTransport(pybind11::module_& t);  // testing/transport_probe.cc: the raw contract
-void bindTestingIbverbs(pybind11::module_& t);    // testing/ibverbs.cc: the verbs wire format
-void bindTestingSocketInterfaces(
-    pybind11::module_& t);  // testing/socket_interfaces.cc: SOCKET_IFNAME rules
+void bindTestingCore(pybind11::module_& t);              // testing/core.cc: kernels, descriptor hash, views
+void bindTestingSchedules(pybind11::module_& t);         // testing/schedules.cc: ring, fold, tree arithmetic
+void bindTestingTuning(pybind11::module_& t);            // testing/tuning.cc: rules, cost model, selection
+void bindTestingFuzz(pybind11::module_& t);              // testing/fuzz.cc: hostile peer input
+void bindTestingTransport(pybind11::module_& t);         // testing/transport_probe.cc: the raw contract
+void bindTestingIbverbs(pybind11::module_& t);           // testing/ibverbs.cc: the verbs wire format
+void bindTestingSocketInterfaces(pybind11::module_& t);  // testing/socket_interfaces.cc: SOCKET_IFNAME rules
 
 // log_sink.cc: the core's messages to a Python callable emit(level, line) (level 0 error
 // .. 3 debug); None: the core writes them to stderr.

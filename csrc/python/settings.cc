@@ -62,8 +62,7 @@ Collective collectiveNamed(const std::string& name) {
   Collective c;
   if (collectiveFromName(name, &c)) return c;
   std::string known;
-  for (Collective k : kCollectives)
-    known += (known.empty() ? "" : ", ") + std::string(collectiveName(k));
+  for (Collective k : kCollectives) known += (known.empty() ? "" : ", ") + std::string(collectiveName(k));
   throw Error("unknown collective '" + name + "' (" + known + ")");
 }
 
@@ -78,8 +77,7 @@ JobLayout layoutFromDict(const py::dict& d) {
   if (d.contains("hosts")) l.hostOf = d["hosts"].cast<std::vector<int>>();
   if (d.contains("local_cpus")) l.localCpus = d["local_cpus"].cast<int>();
   if (d.contains("ranks_per_cpu")) l.ranksPerCpu = std::max(1.0, d["ranks_per_cpu"].cast<double>());
-  if (d.contains("network_offers"))
-    l.networkOffers = d["network_offers"].cast<std::vector<std::string>>();
+  if (d.contains("network_offers")) l.networkOffers = d["network_offers"].cast<std::vector<std::string>>();
   return l;
 }
 
@@ -117,8 +115,7 @@ void bindSettings(py::module_& m) {
       [](const std::string& text, bool allowInf) -> py::object {
         uint64_t v = 0;
         if (!settings::parseBytes(text, allowInf, &v)) {
-          throw Error("'" + text + "' is not a size: use " + settings::bytesForms() +
-                      (allowInf ? ", or inf" : ""));
+          throw Error("'" + text + "' is not a size: use " + settings::bytesForms() + (allowInf ? ", or inf" : ""));
         }
         if (v == settings::kInf) return py::float_(INFINITY);
         return py::int_(v);
@@ -142,11 +139,8 @@ void bindSettings(py::module_& m) {
   m.attr("DEFAULT_COST_MODELS") = defaults;
   m.def(
       "check_cost_model",
-      [](const py::dict& model, const std::string& where) {
-        tuning::checkCostModel(costModelFromDict(model), where);
-      },
-      py::arg("model"), py::arg("where"),
-      "Raises RdmacollError unless every given constant is finite and >= 0.");
+      [](const py::dict& model, const std::string& where) { tuning::checkCostModel(costModelFromDict(model), where); },
+      py::arg("model"), py::arg("where"), "Raises RdmacollError unless every given constant is finite and >= 0.");
 
   m.def(
       "algorithms",
@@ -154,8 +148,7 @@ void bindSettings(py::module_& m) {
         const Collective coll = collectiveNamed(collective);
         std::vector<std::pair<std::string, std::string>> v;
         for (const algorithms::Algorithm& a : algorithms::table()) {
-          if (a.collective == coll && (continuations || !a.continues))
-            v.emplace_back(a.name, a.description);
+          if (a.collective == coll && (continuations || !a.continues)) v.emplace_back(a.name, a.description);
         }
         return v;
       },

@@ -26,9 +26,9 @@ class AsyncEngine {
  public:
   struct Op {
     std::function<void()> run;
-    bool done = false;     // guarded by the engine's mutex
-    std::string error;     // an Error's message, if it failed
-    int64_t queuedNs = 0;  // when submitted (Timeline::nowNs), for the timeline's queue phase
+    bool done = false;             // guarded by the engine's mutex
+    std::string error;             // an Error's message, if it failed
+    int64_t queuedNs = 0;          // when submitted (Timeline::nowNs), for the timeline's queue phase
     std::function<void()> onDone;  // whenDone's, guarded by the mutex until it runs
   };
   using Handle = std::shared_ptr<Op>;
