@@ -22,7 +22,7 @@ import platform
 import socket
 import time
 
-from . import _core
+from . import _core, _session
 
 TABLE = {row["name"]: row for row in _core.SETTINGS}
 _BY_ENV = {row["env"]: row["name"] for row in _core.SETTINGS}
@@ -130,10 +130,8 @@ def given(config, scope=None) -> dict:
 def current() -> dict:
     """The settings in effect: the job's (rank 0's, broadcast at init()) once rdmacoll is
     initialised, else this process's environment."""
-    import rdmacoll
-
-    world = rdmacoll._world
-    return dict(world.settings) if world is not None else resolve()[0]
+    session = _session.current()
+    return dict(session.settings) if not session.closed else resolve()[0]
 
 
 def markdown_table() -> str:

@@ -19,6 +19,7 @@ import zlib
 import numpy as np
 
 from ._core import Average, Handle, RdmacollError, RdmacollValueError, _view
+from .process_sets import comm_for
 
 _ALIGN = 8
 
@@ -47,9 +48,7 @@ def _views(xs, what):
 
 def grouped_allgather_async(xs, name=None, process_set=None):
     """grouped_allgather queued to run in the background; returns a Handle."""
-    from . import _comm_for
-
-    c = _comm_for(process_set, "Allgather")
+    c = comm_for(process_set, "Allgather")
     views = _views(xs, "grouped_allgather")
     header = np.array([len(views)] + [w for v in views for w in (v.shape[0], _signature(v))], np.int64)
     buf = c.empty(header.nbytes + sum(_padded(v.nbytes) for v in views), np.uint8)
@@ -113,9 +112,7 @@ def _first_rows(rows, size):
 
 def grouped_reducescatter_async(xs, op=Average, name=None, process_set=None):
     """grouped_reducescatter queued to run in the background; returns a Handle."""
-    from . import _comm_for
-
-    c = _comm_for(process_set, "Reducescatter")
+    c = comm_for(process_set, "Reducescatter")
     views = _views(xs, "grouped_reducescatter")
     size, me = c.size, c.rank
     groups = {}
