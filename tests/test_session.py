@@ -2,7 +2,7 @@
 
 One launch of workers/session.py checks: the membership epoch grows by one per init();
 reset hooks run once per teardown, in registration order, after the communicator is
-closed; process sets are unregistered by shutdown() and registered again by init();
+closed (join's descriptor templates drop themselves through one); process sets are unregistered by shutdown() and registered again by init();
 collectives after re-init match NumPy; a Session that is not the current one works
 beside the API. The layout (local/cross ranks, is_homogeneous) is checked on one host
 and, where network namespaces can be made (tests/test_hosts.py), on uneven hosts (2 + 1
@@ -56,6 +56,8 @@ def check_session_launch(res, hosts):
         res.check(rec["calls"] == [], f"rank {r}: hooks ran before shutdown: {rec['calls']}")
         res.check(rec["static_sum"] == ([4.0] * 5 if r in (0, 2) else None), f"rank {r}: static set sum {rec}")
         res.check(rec["dynamic_sum"] == ([5.0] * 5 if r in (1, 2) else None), f"rank {r}: dynamic set sum {rec}")
+        res.check(rec["join_sum"] == [p * (p + 1) / 2] * 5, f"rank {r}: join's allreduce {rec['join_sum']}")
+        res.check(rec["join_templates"] == 1, f"rank {r}: join templates {rec['join_templates']}, expected 1")
 
     not_init = "RdmacollError: rdmacoll is not initialised: call rdmacoll.init() first"
     hooks_closed = [[tag, False, True, not_init] for tag in ("a", "b", "c")]
@@ -65,6 +67,9 @@ def check_session_launch(res, hosts):
         res.check(not rec["initialized"] and rec["current_is_first"], f"rank {r}: after shutdown {rec}")
         res.check(rec["rank_error"] == not_init and rec["allreduce_error"] == not_init, f"rank {r}: {rec}")
         res.check(rec["ids"] == [None, None], f"rank {r}: sets still registered after shutdown: {rec['ids']}")
+        res.check(
+            rec["join_templates"] == 0, f"rank {r}: join kept {rec['join_templates']} templates of the old session"
+        )
 
     for r, rec in rank_records(res, p, "second").items():
         res.check(rec["epoch"] == epoch + 1, f"rank {r}: second epoch {rec['epoch']}, first {epoch}")
@@ -78,6 +83,7 @@ def check_session_launch(res, hosts):
             f"rank {r}: a collective on the old dynamic set gave {rec['dynamic_error']}",
         )
         res.check(rec["calls"] == hooks_closed, f"rank {r}: init() ran hooks again: {rec['calls']}")
+        res.check(rec["join_sum"] == [p * (p + 1) / 2] * 5, f"rank {r}: join's allreduce after re-init {rec}")
 
     cases = res.select(kind="case")
     res.check(len(cases) == 9 * p + 2, f"{len(cases)} case records")  # + the 2 static-set members

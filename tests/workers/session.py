@@ -4,11 +4,13 @@ layout, process sets, collectives. Reports records; tests/test_session.py checks
 session.py        (any number of ranks >= 3)
 
   'layout'     rank/size/local/cross/is_homogeneous as the API reports them, the host name
-  'first'      the first session: its epoch, collectives on a static and a dynamic set
+  'first'      the first session: its epoch, collectives on a static and a dynamic set,
+               one announced allreduce of the adapters (frameworks/_join.py)
   'closed'     after shutdown(): the hooks that ran (in order, with what they saw), what
-               the API raises, whether the sets became unregistered; a second shutdown()
+               the API raises, whether the sets became unregistered, join's templates
+               dropped (its reset hook); a second shutdown()
   'second'     after init() again: epoch, the sets registered again, the old dynamic set
-               refused, the first session's hooks not run again
+               refused, the first session's hooks not run again, join's allreduce again
   'case'       one collective after re-init, checked here against a NumPy reference
   'final'      the hooks after the second shutdown()
   'beside'     a Session made directly (not the current one): its collective and its close
@@ -23,6 +25,7 @@ from reference import compare, reference
 import rdmacoll as rc
 from rdmacoll import _session
 from rdmacoll.bootstrap import bootstrap
+from rdmacoll.frameworks import _join
 
 
 def error_of(fn):
@@ -102,6 +105,8 @@ def run():
         dynamic_id=dynamic.process_set_id,
         static_sum=rc.allreduce(x, op=rc.Sum, process_set=static).tolist() if static.included() else None,
         dynamic_sum=rc.allreduce(x, op=rc.Sum, process_set=dynamic).tolist() if dynamic.included() else None,
+        join_sum=_join.allreduce(x, op=rc.Sum).tolist(),  # (the adapters' announced allreduce)
+        join_templates=len(_join.STATE.templates),
         calls=list(calls),
     )
 
@@ -117,6 +122,7 @@ def run():
         rank_error=error_of(rc.rank),
         allreduce_error=error_of(lambda: rc.allreduce(x)),
         ids=[static.process_set_id, dynamic.process_set_id],
+        join_templates=len(_join.STATE.templates),
     )
 
     rc.init(process_sets=[static])
@@ -131,6 +137,7 @@ def run():
         static_rank=static.rank() if static.included() else None,
         dynamic_id=dynamic.process_set_id,
         dynamic_error=error_of(lambda: rc.allreduce(x, process_set=dynamic)),
+        join_sum=_join.allreduce(x, op=rc.Sum).tolist(),
         calls=list(calls),
     )
     for name, why in cases_after_reinit(r, p, static):
