@@ -453,7 +453,8 @@ def _create(opts, backend_options=None):
     try:
         family = _Families.current
         if family is None or not opts.global_ranks_in_group:
-            session = Session(bootstrap(exchange=StoreExchange(store, rank, size, prefix="rdmacoll/world/")), 1)
+            world = bootstrap(exchange=StoreExchange(store, rank, size, prefix="rdmacoll/world/"))
+            session = Session(world, 1 if family is None else family.session.epoch + 1)
             _Families.current = _Family(session, ranks)
             return ProcessGroupRdmacoll(rank, size, session.comm, session, str(opts.group_id))
         ex = StoreExchange(store, rank, size, prefix="rdmacoll/group/")
