@@ -9,8 +9,7 @@ grouped_reducescatter): a list of arrays moves as one collective, not one per ar
 - grouped_reducescatter: per dtype, rank q's share of every array (the core's split: the
   first rows % size ranks get one row more) goes into row q of a (size, longest share)
   buffer of library memory, zero padded; one reducescatter of it gives each rank its row.
-One copy in and one copy out per array, as grouped_allreduce. The functions take the
-communicator (rdmacoll/__init__.py picks it for the process set), as adasum.py's do.
+One copy in and one copy out per array, as grouped_allreduce.
 """
 
 from __future__ import annotations
@@ -20,6 +19,7 @@ import zlib
 import numpy as np
 
 from ._core import Average, Handle, RdmacollError, RdmacollValueError, _view
+from .process_sets import comm_for
 
 _ALIGN = 8
 
@@ -46,8 +46,9 @@ def _views(xs, what):
     return [np.ascontiguousarray(v) for v in views]
 
 
-def allgather_async(c, xs, name=None):
-    """grouped_allgather over communicator c, queued to run in the background; returns a Handle."""
+def grouped_allgather_async(xs, name=None, process_set=None):
+    """grouped_allgather queued to run in the background; returns a Handle."""
+    c = comm_for(process_set, "Allgather")
     views = _views(xs, "grouped_allgather")
     header = np.array([len(views)] + [w for v in views for w in (v.shape[0], _signature(v))], np.int64)
     buf = c.empty(header.nbytes + sum(_padded(v.nbytes) for v in views), np.uint8)
@@ -67,8 +68,7 @@ def _unpack(gathered, views, mine):
     """Every array's rows from every rank's chunk of gathered, in rank order."""
     k = len(views)
     row_bytes = [v.itemsize * int(np.prod(v.shape[1:])) for v in views]
-    chunks: list[tuple[int, list[int]]] = []  # (offset of the rows, rows of each array) per rank
-    o = 0
+    chunks, o = [], 0
     while o < gathered.size:
         count = int(gathered[o : o + 8].copy().view(np.int64)[0])
         head = gathered[o : o + 8 * (1 + 2 * count)].copy().view(np.int64)
@@ -95,6 +95,12 @@ def _unpack(gathered, views, mine):
     return out
 
 
+def grouped_allgather(xs, name=None, process_set=None):
+    """Each array of xs concatenated with the same array of every rank along the first
+    dimension (which may differ per rank), as one collective; returns a list."""
+    return grouped_allgather_async(xs, name, process_set).wait()
+
+
 def _first_rows(rows, size):
     """The core's reducescatter split: where each rank's rows start (size + 1 entries)."""
     base, extra = divmod(rows, size)
@@ -104,12 +110,12 @@ def _first_rows(rows, size):
     return starts
 
 
-def reducescatter_async(c, xs, op=Average, name=None):
-    """grouped_reducescatter over communicator c, queued to run in the background; returns
-    a Handle."""
+def grouped_reducescatter_async(xs, op=Average, name=None, process_set=None):
+    """grouped_reducescatter queued to run in the background; returns a Handle."""
+    c = comm_for(process_set, "Reducescatter")
     views = _views(xs, "grouped_reducescatter")
     size, me = c.size, c.rank
-    groups: dict[np.dtype, list[int]] = {}
+    groups = {}
     for i, v in enumerate(views):
         groups.setdefault(v.dtype, []).append(i)
     parts, plans = [], []
@@ -138,3 +144,9 @@ def reducescatter_async(c, xs, op=Average, name=None):
         return out
 
     return Handle(parts, finish)
+
+
+def grouped_reducescatter(xs, op=Average, name=None, process_set=None):
+    """Each array of xs reduced across ranks and split along the first dimension (the
+    first rows % size ranks get one row more), as one collective per dtype; returns a list."""
+    return grouped_reducescatter_async(xs, op, name, process_set).wait()

@@ -88,7 +88,7 @@ def _job(args, lead: bool) -> dict:
         step = f"{args.stepfactor}(factor)" if args.stepfactor > 1 else f"{args.stepbytes}(bytes)"
         print(
             f"# rdmacoll-bench {version}: {job['ranks']} ranks on {job['hosts']} host"
-            f"{'s' if job['hosts'] > 1 else ''}, transport {rc._comm.transport}"
+            f"{'s' if job['hosts'] > 1 else ''}, transport {rc._session.current().comm.transport}"
         )
         print(
             f"# minBytes {args.minbytes} maxBytes {args.maxbytes} step: {step} warmup iters: {args.warmup} "

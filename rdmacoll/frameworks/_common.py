@@ -16,9 +16,8 @@ from __future__ import annotations
 
 import hashlib
 
-import rdmacoll as rc
 
-from .. import _core, _settings
+from .. import _core, _session, _settings
 
 DEFAULT_FUSION_THRESHOLD = _settings.TABLE["fusion_threshold"]["default"]  # DDP uses 25 MiB, Horovod 128 MiB
 BUCKET_ALIGN = 64  # bytes: every gradient starts on a cache line
@@ -43,8 +42,8 @@ def fusion_threshold() -> int:
 def settings_in_effect() -> dict:
     """The settings in effect: the job's (rank 0's, broadcast at init()) once rdmacoll is
     initialised, else this process's environment."""
-    world = rc._world
-    return dict(world.settings) if world is not None else _settings.resolve()[0]
+    session = _session.current()
+    return dict(session.settings) if not session.closed else _settings.resolve()[0]
 
 
 def align_up(n: int, a: int) -> int:

@@ -576,12 +576,13 @@ def fusion(hvd, tf, np):
         want = len(plan_buckets(sizes, 400)) if threshold else 1
         for mode, fn in (("eager", grads), ("tf.function", tf.function(grads))):
             fn(x, y)  # trace first
-            counter = CountingComm(rc._comm)
-            rc._comm = counter
+            session = rc._session.current()
+            counter = CountingComm(session.comm)
+            session.comm = counter
             try:
                 fn(x, y)
             finally:
-                rc._comm = counter.inner
+                session.comm = counter.inner
             results.append((threshold or "default", mode, len(counter.calls), want))
     rc.shutdown()
     rc.init()

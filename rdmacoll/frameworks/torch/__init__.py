@@ -21,6 +21,9 @@ import rdmacoll as _rc  # noqa: E402
 from rdmacoll import (
     RdmacollError,
     RdmacollValueError,
+    cross_rank,
+    cross_size,
+    is_homogeneous,
     is_initialized,
     local_rank,
     local_size,
@@ -100,19 +103,6 @@ def init(comm=None, process_sets=None, config=None):
     process_sets: ProcessSet objects or "dynamic". config: rdmacoll's settings
     (rdmacoll.init). Idempotent."""
     _rc.init(config, process_sets, comm=comm)
-
-
-def cross_rank() -> int:
-    """Index of this rank's host (ranks are grouped by host in rank order)."""
-    return rank() // local_size()
-
-
-def cross_size() -> int:
-    return size() // local_size()
-
-
-def is_homogeneous() -> bool:
-    return True
 
 
 __all__ = [
