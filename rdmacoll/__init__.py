@@ -263,7 +263,7 @@ def broadcast_object(obj, root_rank=0, name=None, process_set=None):
     """root_rank's picklable obj on every rank (pickled there, unpickled everywhere)."""
     me = rank() == root_rank
     payload = _np.frombuffer(_pickle.dumps(obj), _np.uint8) if me else None
-    length = _np.array([payload.size if me else 0], _np.int64)
+    length = _np.array([payload.size if payload is not None else 0], _np.int64)
     broadcast(length, root_rank, name=None if name is None else name + ".len", out=length, process_set=process_set)
     if not me:
         payload = _np.empty(int(length[0]), _np.uint8)
@@ -313,7 +313,7 @@ def grouped_allreduce_async(xs, op=Average, name=None, out=None, process_set=Non
     views = [_core._view(x) for x in xs]
     if out is not None and len(out) != len(views):
         raise RdmacollError(f"grouped_allreduce: {len(views)} inputs but {len(out)} outputs")
-    groups = {}
+    groups: dict[_np.dtype, list[int]] = {}
     for i, v in enumerate(views):
         groups.setdefault(v.dtype, []).append(i)
     plans, parts = [], []

@@ -29,6 +29,8 @@ epoch stays readable (the next session's is one more), and its communicator rais
 
 from __future__ import annotations
 
+from typing import Any, Callable
+
 from . import _core
 
 
@@ -47,7 +49,8 @@ def layout(host_of, rank):
     rank's host (host_of[r]): Horovod's definitions, right on uneven hosts too. The cross
     communicator is the ranks with this rank's local rank (one per host that has that
     many), in rank order."""
-    local, seen = [], {}
+    local: list[int] = []
+    seen: dict = {}
     for h in host_of:
         local.append(seen.get(h, 0))
         seen[h] = local[-1] + 1
@@ -78,6 +81,23 @@ class Session:
         "closed",
         "_hooks",
     )
+    # Typed as an open session has them: a closed one (no world) holds None, and only
+    # require() / the module functions, which refuse a closed session, read them.
+    comm: Any
+    world: Any
+    epoch: int
+    rank: int
+    size: int
+    local_rank: int
+    local_size: int
+    cross_rank: int
+    cross_size: int
+    is_homogeneous: bool
+    host_of: list
+    settings: dict
+    sets: Any  # process_sets.ProcessSets once attached
+    closed: bool
+    _hooks: list[Callable[[], object]]
 
     def __init__(self, world, epoch):
         self.world = world  # the bootstrap World (exchange, sources, tuning file); None: closed
@@ -86,9 +106,9 @@ class Session:
         self._hooks = []
         if world is None:
             self.comm, self.closed = _CLOSED_COMM, True
-            self.settings, self.host_of = None, None
-            self.rank = self.size = self.local_rank = self.local_size = self.cross_rank = self.cross_size = None
-            self.is_homogeneous = None
+            self.settings, self.host_of = None, None  # type: ignore[assignment]
+            self.rank = self.size = self.local_rank = self.local_size = None  # type: ignore[assignment]
+            self.cross_rank = self.cross_size = self.is_homogeneous = None  # type: ignore[assignment]
             return
         self.comm, self.closed = world.core, False
         self.rank, self.size = world.rank, world.size

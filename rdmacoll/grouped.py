@@ -68,7 +68,8 @@ def _unpack(gathered, views, mine):
     """Every array's rows from every rank's chunk of gathered, in rank order."""
     k = len(views)
     row_bytes = [v.itemsize * int(np.prod(v.shape[1:])) for v in views]
-    chunks, o = [], 0
+    chunks: list[tuple[int, list[int]]] = []  # (offset of the rows, rows of each array) per rank
+    o = 0
     while o < gathered.size:
         count = int(gathered[o : o + 8].copy().view(np.int64)[0])
         head = gathered[o : o + 8 * (1 + 2 * count)].copy().view(np.int64)
@@ -115,7 +116,7 @@ def grouped_reducescatter_async(xs, op=Average, name=None, process_set=None):
     c = comm_for(process_set, "Reducescatter")
     views = _views(xs, "grouped_reducescatter")
     size, me = c.size, c.rank
-    groups = {}
+    groups: dict[np.dtype, list[int]] = {}
     for i, v in enumerate(views):
         groups.setdefault(v.dtype, []).append(i)
     parts, plans = [], []

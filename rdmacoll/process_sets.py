@@ -22,6 +22,7 @@ ProcessSet object holds only its ranks and its id (None once unregistered).
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 import numpy as np
 
@@ -36,8 +37,8 @@ class ProcessSet:
     add_process_set registers the set (0 is the global set). Compared by identity, as
     Horovod's."""
 
-    process_set_id = None
-    ranks = None
+    process_set_id: int | None = None
+    ranks: list[int] | None = None
     mpi_comm = None
 
     def __init__(self, ranks_or_comm):
@@ -61,7 +62,7 @@ class ProcessSet:
 
     def size(self):
         """Ranks in the set, or None when it is not registered."""
-        if self.process_set_id is None:
+        if self.process_set_id is None or self.ranks is None:
             return None
         return len(self.ranks)
 
@@ -104,8 +105,10 @@ class ProcessSets:
     def __init__(self, session, dynamic):
         self.session = session
         self.dynamic = bool(dynamic)
-        self.sets = {0: global_process_set}
-        self.comms = {0: session.comm}  # id -> this rank's communicator of the set (members only)
+        self.sets: dict[int | None, ProcessSet] = {0: global_process_set}
+        self.comms: dict[int | None, Any] = {
+            0: session.comm
+        }  # id -> this rank's communicator of the set (members only)
 
     def start(self, process_sets):
         """At init(): the static sets, registered in list order (collective)."""
