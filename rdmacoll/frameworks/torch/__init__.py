@@ -7,7 +7,8 @@
     hvd.broadcast_optimizer_state(optimizer, root_rank=0)
 
 Pure Python over the core (nothing compiled against PyTorch, so any PyTorch >= 2.1).
-CPU tensors only for now: tensors on other devices raise RdmacollError. See docs/torch.md.
+CPU tensors only for now: tensors on other devices raise RdmacollError. A failed collective
+raises HorovodInternalError (an RdmacollError), as Horovod's. See docs/torch.md.
 """
 
 from __future__ import annotations
@@ -21,6 +22,9 @@ import rdmacoll as _rc  # noqa: E402
 from rdmacoll import (
     RdmacollError,
     RdmacollValueError,
+    cross_rank,
+    cross_size,
+    is_homogeneous,
     is_initialized,
     local_rank,
     local_size,
@@ -29,6 +33,7 @@ from rdmacoll import (
     size,
 )
 
+from .._horovod import HorovodInternalError, HostsUpdatedInterrupt
 from ..capabilities import (
     ccl_built,
     cuda_built,
@@ -100,19 +105,6 @@ def init(comm=None, process_sets=None, config=None):
     _rc.init(config, process_sets, comm=comm)
 
 
-def cross_rank() -> int:
-    """Index of this rank's host (ranks are grouped by host in rank order)."""
-    return rank() // local_size()
-
-
-def cross_size() -> int:
-    return size() // local_size()
-
-
-def is_homogeneous() -> bool:
-    return True
-
-
 __all__ = [
     "init",
     "shutdown",
@@ -180,6 +172,8 @@ __all__ = [
     "remove_process_set",
     "RdmacollError",
     "RdmacollValueError",
+    "HorovodInternalError",
+    "HostsUpdatedInterrupt",
     "SyncBatchNorm",
     "sparse_allreduce_async",
 ]

@@ -22,10 +22,10 @@ import contextlib
 import torch
 
 import rdmacoll as rc
-from rdmacoll import RdmacollError, RdmacollValueError
-from rdmacoll.adasum import check_size
+from rdmacoll import RdmacollError
 
 from .. import _join as joinable  # announced to ranks inside join()
+from ._rules import RULES
 from ._tensors import as_numpy, as_torch, contiguous
 from .ops import global_process_set
 
@@ -50,7 +50,7 @@ class _DistributedAdasumOptimizer:
 
     def step(self, closure=None):
         loss = closure() if closure is not None else None
-        check_size(rc.size())
+        RULES.check_adasum(True, rc.size())
         from .optimizer import _DistributedOptimizer
 
         # every group's, now (add_param_group's included, which Horovod never steps)
@@ -76,16 +76,12 @@ def adasum_optimizer(
     """DistributedOptimizer(op=Adasum), with Horovod's checks in Horovod's order."""
     from .optimizer import DistributedOptimizer
 
-    if gradient_predivide_factor != 1.0:
-        raise RdmacollValueError("gradient_predivide_factor not supported with op != Average")
-    if backward_passes_per_step <= 0:
-        raise RdmacollValueError("backward_passes_per_step must be > 0")
+    RULES.check_optimizer(rc.Adasum, gradient_predivide_factor, backward_passes_per_step)
     if rc.size() == 1:  # Horovod's plain optimizer then, whose Adasum of one rank is the identity
         return DistributedOptimizer(
             optimizer, named_parameters, compression, backward_passes_per_step, rc.Sum, process_set=process_set
         )
-    if process_set is not None and process_set is not global_process_set:
-        raise NotImplementedError("Adasum does not support non-global process sets yet.")
+    RULES.check_adasum(process_set is None or process_set is global_process_set, 1)  # (the size: at step())
     if not isinstance(optimizer, torch.optim.Optimizer):
         raise RdmacollError(f"DistributedOptimizer needs a torch.optim.Optimizer, got {type(optimizer).__name__}")
     cls = type(optimizer.__class__.__name__, (_DistributedAdasumOptimizer, optimizer.__class__), {})
