@@ -75,17 +75,21 @@ ACCEPTED_DTYPES = {
 ADASUM_DTYPES = frozenset(_FLOATS)  # Horovod: ValueError for bfloat16, an internal error for integers
 
 # Beginnings of the core's messages for a mismatch between ranks (comm/communicator.cc,
-# comm/primitives.cc) and for a communicator used outside init() .. shutdown().
+# comm/primitives.cc) and for a communicator used outside init() .. shutdown(); and the
+# words of join's refusals (_join.py: Horovod's controller refuses these in negotiation,
+# an ErrorOp, so PRECONDITION_ERROR as a mismatch).
 _PRECONDITION = ("collective mismatch", "protocol mismatch", "rdmacoll is not initialised", "rdmacoll is shut down")
+_JOIN_REFUSAL = " is not supported with Join at this time."
 
 
 def core_error_kind(error: BaseException) -> str:
     """The kind of an error the core (or the plain API) raised from a collective: an argument
-    error (ValueError) is BAD_ARGUMENT, a mismatch between ranks or a communicator used
-    outside init() .. shutdown() RANKS_DISAGREE, anything else INTERNAL."""
+    error (ValueError) is BAD_ARGUMENT, a mismatch between ranks, join's refusals or a
+    communicator used outside init() .. shutdown() RANKS_DISAGREE, anything else INTERNAL."""
     if isinstance(error, ValueError):
         return BAD_ARGUMENT
-    return RANKS_DISAGREE if str(error).startswith(_PRECONDITION) else INTERNAL
+    text = str(error)
+    return RANKS_DISAGREE if text.startswith(_PRECONDITION) or _JOIN_REFUSAL in text else INTERNAL
 
 
 class Rules:

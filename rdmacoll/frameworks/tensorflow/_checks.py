@@ -22,10 +22,10 @@ def root_rank(root, process_set):
     RULES.check_root(root, _ranks(process_set))
 
 
-def splits(rows, split_list, process_set):
+def splits(rows, split_list, process_set, ndim=1):
     """alltoall of `rows` rows: split_list (or None, an even split) gives every rank of
     process_set its rows, summing to at most rows (the rows past the sum are not sent, as
     Horovod). Returns the list to send with (None: even split)."""
     if process_set is not None and process_set is not rc.global_process_set:
         comm_of(process_set, "Alltoall")  # (ValueError first on a rank outside the set, as Horovod)
-    return RULES.alltoall_splits(rows, split_list, len(_ranks(process_set)))
+    return RULES.alltoall_splits(rows, split_list, len(_ranks(process_set)), ndim)

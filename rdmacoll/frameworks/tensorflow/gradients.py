@@ -64,7 +64,9 @@ def _alltoall_raw(t, splits, name, process_set):
 
     def fn(a, s=None):
         rows = a.shape[0] if a.ndim else 1
-        send = _checks.splits(rows, None if s is None else s.tolist(), process_set)
+        send = _checks.splits(
+            rows, None if s is None else s.reshape(-1).tolist(), process_set, 1 if s is None else s.ndim
+        )
         if send is not None and sum(send) < rows:
             a = a[: sum(send)]  # Horovod sends only the rows the splits cover
         out, received = joinable.alltoall(a, send, name=name, return_received_splits=True, process_set=process_set)

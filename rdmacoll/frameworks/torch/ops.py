@@ -148,12 +148,12 @@ def allreduce_async(
 ):
     """Start reducing tensor across ranks (of process_set); synchronize(handle) returns a
     new tensor."""
-    if process_set is not global_process_set and process_set is not None:  # (the fast path: two identity tests)
-        comm_of(process_set, "Allreduce")
-    op = resolve_op(average, op)
-    check_reducible(tensor, "allreduce input")  # sparse tensors: ValueError (sparse_allreduce_async)
+    op = resolve_op(average, op)  # Horovod's order: op, Adasum, dtype (Python), then the set (enqueue)
     if op == Adasum:
         _adasum_rules(process_set)
+    check_reducible(tensor, "allreduce input")  # sparse tensors: ValueError (sparse_allreduce_async)
+    if process_set is not global_process_set and process_set is not None:  # (the fast path: two identity tests)
+        comm_of(process_set, "Allreduce")
     _in_flight.check(name)
     op, postscale_factor = _fold_average(op, postscale_factor, _set_size(process_set))
     x, ctx = compression.compress(tensor.detach())
@@ -198,12 +198,12 @@ def allreduce_async_(
     tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set
 ):
     """Start reducing tensor in place; synchronize(handle) returns tensor."""
-    if process_set is not global_process_set and process_set is not None:
-        comm_of(process_set, "Allreduce")
     op = resolve_op(average, op)
-    check_reducible(tensor, "allreduce_ input")
     if op == Adasum:
         _adasum_rules(process_set)
+    check_reducible(tensor, "allreduce_ input")
+    if process_set is not global_process_set and process_set is not None:
+        comm_of(process_set, "Allreduce")
     _in_flight.check(name)
     op, postscale_factor = _fold_average(op, postscale_factor, _set_size(process_set))
     work, copy_back = _in_place(tensor)
@@ -221,12 +221,12 @@ def allreduce_(
 
 
 def _grouped(tensors, op, name, prescale_factor, postscale_factor, compression, inplace, process_set):
-    if process_set is not global_process_set and process_set is not None:
-        comm_of(process_set, "Allreduce")
-    for i, t in enumerate(tensors):
-        check_reducible(t, f"grouped_allreduce input {i}", "grouped_allreduce")
     if op == Adasum:
         _adasum_rules(process_set)
+    for i, t in enumerate(tensors):
+        check_reducible(t, f"grouped_allreduce input {i}", "grouped_allreduce")
+    if process_set is not global_process_set and process_set is not None:
+        comm_of(process_set, "Allreduce")
     _in_flight.check(name)
     op, postscale_factor = _fold_average(op, postscale_factor, _set_size(process_set))
     packed = []
