@@ -152,6 +152,10 @@ CASES = {
         lambda f: f.hvd.broadcast(f.t([1.0]), root_rank=2, process_set=f.ps),
         bad_argument("broadcast received invalid root rank 2 for provided process set"),
     ),
+    "a process set that is not registered": (
+        lambda f: f.hvd.allreduce(f.t([1.0]), process_set=f.hvd.ProcessSet([0, 2])),
+        {**bad_argument("Process set does not exist or has not been registered."), "horovod": None},
+    ),
     # --- dtypes (rdmacoll takes more than Horovod's CPU build: docs/torch.md)
     "bool allreduce": (
         lambda f: f.hvd.allreduce(f.t([True, False], "bool"), op=f.hvd.Sum),

@@ -211,6 +211,12 @@ class Rules:
         if ndim == 0:
             raise self.error(BAD_ARGUMENT, f"{collective} does not support scalar inputs")
 
+    def set_size(self, size):
+        """A process set's size (ProcessSet.size()), which is None when it is not registered."""
+        if size is None:
+            raise self.error(BAD_ARGUMENT, "Process set does not exist or has not been registered.")
+        return size
+
     def check_root(self, root_rank, ranks):
         """broadcast's root_rank (a global rank) must be one of the set's `ranks`."""
         if root_rank not in ranks:

@@ -8,7 +8,7 @@ import rdmacoll as rc
 
 from .._common import fusion_threshold
 from .compression import Compression
-from .errors import RULES, InvalidArgumentError
+from .errors import RULES
 from .functions import check_adasum, fused_allreduce
 
 
@@ -73,8 +73,7 @@ class GradientReducer:
     def _reduce(self, grads):
         present = [i for i, g in enumerate(grads) if g is not None]
         ps = self.process_set
-        if ps.size() is None:
-            raise InvalidArgumentError("Process set does not exist or has not been registered.")
+        RULES.set_size(ps.size())
         if not present or not ps.included() or ps.size() <= 1:
             return grads
         if self.op == rc.Adasum:  # sparse gradients are reduced as dense here: no refusal for them

@@ -31,10 +31,7 @@ def _name(name, default):
 def _set_size(process_set):
     """The number of ranks of process_set (InvalidArgumentError, in Horovod's words, when
     it is not registered)."""
-    size = process_set.size()
-    if size is None:
-        raise errors.InvalidArgumentError("Process set does not exist or has not been registered.")
-    return size
+    return errors.RULES.set_size(process_set.size())
 
 
 def fused_allreduce(tensors, op=rc.Average, threshold=None, name=None, process_set=global_process_set):
