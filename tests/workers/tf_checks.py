@@ -975,9 +975,13 @@ def error_types(hvd, tf, np):
     bad = []
     x = tf.constant(np.arange(size + 1, dtype=np.float32))
     cases = [
-        ("bad splits", lambda t: hvdtf.alltoall(t, splits=[1] * (size + 1))[0], "splits has"),
-        ("uneven alltoall", lambda t: hvdtf.alltoall(t), "not divisible"),
-        ("root outside the job", lambda t: hvdtf.broadcast(t, size), f"root_rank {size}"),
+        (
+            "bad splits",
+            lambda t: hvdtf.alltoall(t, splits=[1] * (size + 1))[0],
+            "Number of entries in splits does not equal number of workers.",
+        ),
+        ("uneven alltoall", lambda t: hvdtf.alltoall(t), "not an even multiple of the number of workers"),
+        ("root outside the job", lambda t: hvdtf.broadcast(t, size), f"invalid root rank {size}"),
     ]
     for what, fn, words in cases:
         _expect_error(

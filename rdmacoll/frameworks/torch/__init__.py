@@ -7,7 +7,8 @@
     hvd.broadcast_optimizer_state(optimizer, root_rank=0)
 
 Pure Python over the core (nothing compiled against PyTorch, so any PyTorch >= 2.1).
-CPU tensors only for now: tensors on other devices raise RdmacollError. See docs/torch.md.
+CPU tensors only for now: tensors on other devices raise RdmacollError. A failed collective
+raises HorovodInternalError (an RdmacollError), as Horovod's. See docs/torch.md.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from rdmacoll import (
     size,
 )
 
+from .._horovod import HorovodInternalError, HostsUpdatedInterrupt
 from ..capabilities import (
     ccl_built,
     cuda_built,
@@ -172,6 +174,8 @@ __all__ = [
     "remove_process_set",
     "RdmacollError",
     "RdmacollValueError",
+    "HorovodInternalError",
+    "HostsUpdatedInterrupt",
     "SyncBatchNorm",
     "sparse_allreduce_async",
 ]

@@ -4,7 +4,8 @@ named_parameters: shared by the plain optimizer (optimizer.py) and Adasum's
 
 from __future__ import annotations
 
-from rdmacoll import RdmacollValueError
+from .._horovod import PYTHON_VALUE
+from ._rules import RULES
 
 
 def collect_params(optimizer):
@@ -18,35 +19,30 @@ def collect_params(optimizer):
     return params
 
 
-def name_params(named_parameters, params):
+def name_params(named_parameters, params, groups=None):
     """{id(parameter): name} for params: named_parameters' names (Horovod's checks, in
-    Horovod's order, ValueError), or allreduce.noname.<i> without them."""
+    Horovod's order, ValueError: _horovod.py), or without them Horovod's names,
+    allreduce.noname.<group>.<index> for groups' parameters (allreduce.noname.<i> for a
+    plain list)."""
     if named_parameters is None:
-        return {id(p): f"allreduce.noname.{i}" for i, p in enumerate(params)}
-    # Horovod's checks and errors (ValueError), in Horovod's order
+        if groups is None:
+            return {id(p): f"allreduce.noname.{i}" for i, p in enumerate(params)}
+        names = {}
+        for i, group in enumerate(groups):
+            for j, p in enumerate(group["params"]):
+                names.setdefault(id(p), f"allreduce.noname.{i}.{j}")
+        return names
     named_parameters = list(named_parameters)
-    if not all(isinstance(item, tuple) and len(item) == 2 for item in named_parameters):
-        raise RdmacollValueError(
-            "named_parameters should be a sequence of tuples (name, parameter), "
-            "usually produced by model.named_parameters()."
-        )
-    seen, dups = set(), []
-    for n, _ in named_parameters:
-        if n in seen and n not in dups:
-            dups.append(n)
-        seen.add(n)
-    if dups:
-        raise RdmacollValueError(
-            f"Parameter names in named_parameters must be unique. Found duplicates: {', '.join(map(str, dups))}"
-        )
+    RULES.named_parameters(named_parameters)
     names = {}
     for n, p in named_parameters:
         names.setdefault(id(p), n)
     missing = [i for i, p in enumerate(params) if id(p) not in names]
     if missing:
-        raise RdmacollValueError(
+        raise RULES.error(
+            PYTHON_VALUE,
             "named_parameters was specified, but one or more model parameters "
             f"were not named: {len(missing)} of the optimizer's parameters "
-            f"(positions {missing[:5]} in param_groups)"
+            f"(positions {missing[:5]} in param_groups)",
         )
     return names  # also names of parameters a later add_param_group may bring

@@ -47,6 +47,7 @@ from rdmacoll import RdmacollError
 
 from .._common import first_difference, fusion_threshold, signature_digest
 from ._params import collect_params, name_params
+from ._rules import RULES, reraise
 from ._tensors import contiguous, copy_into, flat
 from .buckets import Layout
 from .compression import Compression
@@ -82,12 +83,7 @@ class _DistributedOptimizer:
         process_set,
         sparse_as_dense=False,
     ):
-        if backward_passes_per_step < 1:
-            raise RdmacollError("backward_passes_per_step must be at least 1")
-        if op not in (rc.Average, rc.Sum):
-            raise RdmacollError("DistributedOptimizer supports op=Average or op=Sum")
-        if gradient_predivide_factor != 1.0 and op != rc.Average:
-            raise RdmacollError("gradient_predivide_factor needs op=Average")
+        RULES.check_optimizer(op, gradient_predivide_factor, backward_passes_per_step, ops=(rc.Average, rc.Sum))
         self._rc_compression = compression
         self._rc_passes = backward_passes_per_step
         self._rc_op = op
@@ -101,7 +97,7 @@ class _DistributedOptimizer:
         # not reduce together
         self._rc_threshold = fusion_threshold()
         self._rc_params = collect_params(self)
-        self._rc_names = name_params(named_parameters, self._rc_params)
+        self._rc_names = name_params(named_parameters, self._rc_params, self.param_groups)
         self._rc_hooks = {}  # id(param) -> hook handle: parameters that require gradients
         self._rc_control = None  # this step's join announcement (STEP), in flight
         self._rc_buckets_control = None  # BUCKETS, when a rank is joined
@@ -142,6 +138,11 @@ class _DistributedOptimizer:
         for i, p in enumerate(self.param_groups[-1]["params"]):
             self._rc_names.setdefault(id(p), f"param_groups.{group}.{i}")
         self._rc_hook_params()
+
+    @property
+    def _parameter_names(self):
+        """Horovod's {parameter: name} (scripts read it): every parameter of the optimizer."""
+        return {p: self._rc_names[id(p)] for p in self._rc_params}
 
     def _rc_gathered(self, p):
         """Whether p's gradient is reduced by allgather (sparse, sparse_as_dense=False)."""
@@ -419,7 +420,14 @@ class _DistributedOptimizer:
 
     def synchronize(self):
         """Wait until every gradient is reduced (for clipping or unscaling before step();
-        then call step() inside `with optimizer.skip_synchronize():`)."""
+        then call step() inside `with optimizer.skip_synchronize():`). A failure raises
+        HorovodInternalError, as Horovod's."""
+        try:
+            self._rc_synchronize()
+        except RdmacollError as e:
+            reraise(e)
+
+    def _rc_synchronize(self):
         if self._rc_synchronized or self._rc_excluded:
             return
         if not self._rc_started and self._rc_layout_key() != self._rc_key:
@@ -527,6 +535,11 @@ def DistributedOptimizer(
     only (on the others step() applies the local gradients, as in Horovod). op=Adasum (more
     than one rank): Horovod's Adasum optimizer (adasum_optimizer.py).
     """
+    if op != rc.Adasum:  # Horovod's checks, in its order, before anything needs init()
+        RULES.check_optimizer(op, gradient_predivide_factor, backward_passes_per_step, ops=(rc.Average, rc.Sum))
+        if named_parameters is not None:
+            named_parameters = list(named_parameters)
+            RULES.named_parameters(named_parameters)
     if op == rc.Adasum:
         dist = adasum_optimizer(
             optimizer, named_parameters, compression, backward_passes_per_step, gradient_predivide_factor, process_set
