@@ -1,6 +1,7 @@
-// The dicts the Python package hands over, converted to the core's types (and back): used
-// by _core (settings.cc, group.cc, tuning.cc) and by the test hooks' own module
-// (testing/), so compiled once into a static library that both link (CMakeLists.txt).
+// The dicts the Python package hands over, converted to the core's types (and back), and
+// the core's errors translated: used by _core (settings.cc, group.cc, tuning.cc, module.cc)
+// and by the test hooks' own module (testing/), so compiled once into a static library
+// that both link (CMakeLists.txt).
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
@@ -78,4 +79,14 @@ algorithms::Situation oneHostSituation(Collective coll, size_t bytes, int p) {
   s.peersReadable = s.peersMappable = true;
   s.eagerBytes = SIZE_MAX;
   return s;
+}
+
+void translateError(std::exception_ptr p, PyObject* error, PyObject* valueError) {
+  try {
+    if (p) std::rethrow_exception(p);
+  } catch (const ArgumentError& e) {
+    PyErr_SetString(valueError, e.what());
+  } catch (const Error& e) {
+    PyErr_SetString(error, e.what());
+  }
 }

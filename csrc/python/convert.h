@@ -1,9 +1,11 @@
-// The dicts the Python package hands over, converted (convert.cc): shared by _core and the
-// test hooks' module _rdmacoll_testing (python/testing/), each linking them once.
+// Between Python and the core (convert.cc): the dicts the Python package hands over,
+// converted, and the core's errors translated. Shared by _core and the test hooks' module
+// _rdmacoll_testing (python/testing/), each linking them once.
 #pragma once
 #include <pybind11/pybind11.h>
 
 #include <cstddef>
+#include <exception>
 #include <map>
 #include <string>
 
@@ -25,3 +27,8 @@ pybind11::dict costModelToDict(const rdmacoll::CostModel& m);
 // situation of p ranks on one host, every algorithm usable by its shape.
 rdmacoll::CostModel fullCostModel(const pybind11::dict& d);
 rdmacoll::algorithms::Situation oneHostSituation(rdmacoll::Collective coll, size_t bytes, int p);
+
+// For a pybind11 exception translator: p rethrown, an ArgumentError raised as valueError
+// (RdmacollValueError), any other rdmacoll::Error as error (RdmacollError); other
+// exceptions pass on to the next translator.
+void translateError(std::exception_ptr p, PyObject* error, PyObject* valueError);

@@ -31,15 +31,8 @@ PYBIND11_MODULE(_core, m) {
       py::make_tuple(exc, py::handle(PyExc_ValueError)).ptr(), nullptr);
   if (!valueExc) throw py::error_already_set();
   m.attr("RdmacollValueError") = py::handle(valueExc);
-  py::register_exception_translator([](std::exception_ptr p) {
-    try {
-      if (p) std::rethrow_exception(p);
-    } catch (const ArgumentError& e) {
-      PyErr_SetString(valueExc, e.what());
-    } catch (const Error& e) {
-      PyErr_SetString(exc.ptr(), e.what());
-    }
-  });
+  py::register_exception_translator(
+      [](std::exception_ptr p) { translateError(p, exc.ptr(), valueExc); });
 
   m.attr("Sum") = static_cast<int>(ReduceOp::kSum);
   m.attr("Average") = static_cast<int>(ReduceOp::kAverage);

@@ -5,11 +5,10 @@
 
 #include <exception>
 
-#include "common/error.h"
+#include "python/convert.h"
 #include "python/testing/hooks.h"
 
 namespace py = pybind11;
-using namespace rdmacoll;
 
 PYBIND11_MODULE(_rdmacoll_testing, m) {
   m.doc() = "Hooks for rdmacoll's tests (csrc/python/testing/): not an API, never installed.";
@@ -17,17 +16,10 @@ PYBIND11_MODULE(_rdmacoll_testing, m) {
   // Plain pointers, never released: a static py::object would be released after the
   // interpreter is gone.
   py::module_ core = py::module_::import("rdmacoll._core");
-  static PyObject* error = core.attr("RdmacollError").release().ptr();
-  static PyObject* valueError = core.attr("RdmacollValueError").release().ptr();
-  py::register_local_exception_translator([](std::exception_ptr p) {
-    try {
-      if (p) std::rethrow_exception(p);
-    } catch (const ArgumentError& e) {
-      PyErr_SetString(valueError, e.what());
-    } catch (const Error& e) {
-      PyErr_SetString(error, e.what());
-    }
-  });
+  static PyObject* error = py::object(core.attr("RdmacollError")).release().ptr();
+  static PyObject* valueError = py::object(core.attr("RdmacollValueError")).release().ptr();
+  py::register_local_exception_translator(
+      [](std::exception_ptr p) { translateError(p, error, valueError); });
 
   bindTestingCore(m);
   bindTestingSchedules(m);
