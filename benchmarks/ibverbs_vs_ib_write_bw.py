@@ -1,7 +1,7 @@
 """rdmacoll's ibverbs transport against perftest's `ib_write_bw`, on the same RDMA device,
 interleaved in the same run.
 
-    export PYTHONPATH=build/cp311-cp311-linux_x86_64   # the test hooks (below); your wheel tag
+    export PYTHONPATH=build/cp311-cp311-linux_x86_64/hooks   # the test hooks (below)
     mpiexec -n 2 python benchmarks/ibverbs_vs_ib_write_bw.py [--sizes 64K,1M,4M] [--rounds 5]
     # in the Soft-RoCE guest:
     sudo python3 scripts/rdma_guest.py run -- env PYTHONPATH=$PYTHONPATH .venv/bin/mpiexec -n 2 \\
@@ -12,7 +12,7 @@ Per round and size, three measurements, one after the other (never two at once):
                 starts its server and client; -s SIZE, -n ITERS, default queue depth)
   write loop    the transport itself (_rdmacoll_testing.TransportProbe, the
                 conformance tests' handle on a backend; the test hooks' module, which
-                `pip install .` builds into build/<wheel tag>/ and never installs): rank
+                `pip install .` builds into build/<wheel tag>/hooks/, never installed): rank
                 0 writes SIZE bytes from registered memory into rank 1's registered
                 region, ITERS times, each write
                 returning when its completion arrives (the transport contract: the source

@@ -3,7 +3,7 @@ source tree shadows the installed package, and the test hooks' module found.
 
 The test hooks (csrc/python/testing/) are their own extension module, _rdmacoll_testing,
 which `pip install .` builds into this tree's build directory (pyproject.toml's build-dir,
-build/<wheel tag>/) and never installs. Its directory goes on sys.path and on PYTHONPATH,
+build/<wheel tag>/hooks/) and never installs. Its directory goes on sys.path and on PYTHONPATH,
 so that the ranks the tests launch (mpiexec workers) import it too."""
 
 import glob
@@ -32,11 +32,11 @@ except ImportError as e:
 
 def _hooks_dir():
     """The directory of this interpreter's _rdmacoll_testing: already importable (PYTHONPATH),
-    else the newest one under ROOT/build/*/; None where there is none."""
+    else the newest one under ROOT/build/*/hooks/; None where there is none."""
     spec = importlib.util.find_spec(HOOKS)
     if spec is not None and spec.origin:
         return os.path.dirname(spec.origin)
-    built = glob.glob(os.path.join(ROOT, "build", "*", HOOKS + sysconfig.get_config_var("EXT_SUFFIX")))
+    built = glob.glob(os.path.join(ROOT, "build", "*", "hooks", HOOKS + sysconfig.get_config_var("EXT_SUFFIX")))
     return os.path.dirname(max(built, key=os.path.getmtime)) if built else None
 
 
@@ -44,9 +44,9 @@ _dir = _hooks_dir()
 if _dir is None:
     raise ImportError(
         f"the test hooks' module {HOOKS}{sysconfig.get_config_var('EXT_SUFFIX')} was not found: "
-        f"not importable, and not under {os.path.join(ROOT, 'build', '*')}. Build it with "
+        f"not importable, and not under {os.path.join(ROOT, 'build', '*', 'hooks')}. Build it with "
         f"`{sys.executable} -m pip install {ROOT}` (the CMake option RDMACOLL_TESTING, on by "
-        "default, builds it into build/<wheel tag>/ there; it is never installed), or put the "
+        "default, builds it into build/<wheel tag>/hooks/ there; it is never installed), or put the "
         "directory that holds it on PYTHONPATH."
     )
 if _dir not in sys.path:
