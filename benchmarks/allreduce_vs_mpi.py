@@ -88,7 +88,7 @@ def main() -> None:
             print(f"# {human(count * 4)} done", flush=True)
 
     if comm.Get_rank() == 0:
-        algo = rc._comm.selected_algorithm
+        algo = rc._session.current().comm.selected_algorithm
         print(
             f"\nallreduce float32 Sum, {n} ranks, median of {args.reps} rounds "
             f"(MPI: {MPI.Get_library_version().splitlines()[0].strip()})"

@@ -30,7 +30,7 @@ def per_call(fn, n=200_000, reps=7) -> float:
 
 def main() -> None:
     rc.init()
-    core = rc._comm
+    core = rc._session.current().comm
     x = np.ones(2, np.float32)
     y = np.empty_like(x)
     rows = [

@@ -68,7 +68,7 @@ def main() -> None:
     sizes = [max(4, parse_size(s)) // 4 * 4 for s in args.sizes.split(",")]
     rc.init()
     # Only what can run here (hierarchical needs several hosts).
-    algos = [a for a, _ in rc.algorithms() if rc._comm.usable(a, 1 << 20)]
+    algos = [a for a, _ in rc.algorithms() if rc._session.current().comm.usable(a, 1 << 20)]
     rc.shutdown()
     if args.algos:
         algos = [a for a in algos if a in args.algos.split(",")]

@@ -144,7 +144,7 @@ def main():
         lat["raw"].append(time_batch(lambda: ping_pong(sock, rank, b8), 500, comm))
     if rank == 0:
         print(
-            f"# 2 ranks, float32 Sum, transport {rc._comm.transport}, median of {a.rounds} rounds; "
+            f"# 2 ranks, float32 Sum, transport {rc._session.current().comm.transport}, median of {a.rounds} rounds; "
             f"load average {os.getloadavg()[0]:.1f}"
         )
         print(

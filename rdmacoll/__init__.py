@@ -10,15 +10,20 @@ g = rc.empty((1 << 20,), "float32") # zero-copy: memory peers reach directly
 from __future__ import annotations
 
 import atexit as _atexit
+import pickle as _pickle
 
-from . import _core
+import numpy as _np
+
+from . import _core, _objects, _session, _version
+from . import process_sets as _process_sets
 from ._core import Average, Handle, Max, Min, Product, RdmacollError, RdmacollValueError, Sum
 from . import adasum as _adasum
 from .adasum import ADASUM as Adasum
+from .bootstrap import bootstrap as _bootstrap
 from .grouped import grouped_allgather, grouped_allgather_async, grouped_reducescatter, grouped_reducescatter_async
-from .process_sets import TABLE as _SETS
 from .process_sets import ProcessSet, add_process_set, global_process_set, remove_process_set
 from .process_sets import broadcast_comm as _broadcast_comm
+from .process_sets import comm_for as _comm_for
 from .process_sets import comm_of as _comm_of
 
 __all__ = [
@@ -74,24 +79,8 @@ __all__ = [
 
 def __getattr__(name):
     if name == "__version__":  # the installed distribution's (pyproject.toml: the one place it is written)
-        from importlib.metadata import PackageNotFoundError, version
-
-        try:
-            return version("rdmacoll")
-        except PackageNotFoundError:
-            return "0+unknown"  # (a source tree on sys.path, not installed)
+        return _version.version()
     raise AttributeError(f"module 'rdmacoll' has no attribute {name!r}")
-
-
-class _Uninitialized:
-    """Stands in for the communicator before init() and after shutdown()."""
-
-    def __getattr__(self, name):
-        raise RdmacollError("rdmacoll is not initialised: call rdmacoll.init() first")
-
-
-_world = None
-_comm = _Uninitialized()
 
 
 def init(config=None, process_sets=None, comm=None) -> None:
@@ -106,24 +95,21 @@ def init(config=None, process_sets=None, comm=None) -> None:
     comm: the job, as Horovod's init(comm=...) takes it: an mpi4py communicator (the job
     is its ranks), or a list of ranks of MPI_COMM_WORLD (the job is those ranks, in the
     list's order; every listed rank calls init with the same list; a rank not in it gets
-    ValueError). None or [] : the whole launch."""
-    global _world, _comm
-    if _world is not None:
-        return
-    from .bootstrap import bootstrap
+    ValueError). None or [] : the whole launch.
 
+    The job is held by a session (rdmacoll._session): after shutdown(), init() builds a
+    new one, whose membership epoch is one more."""
+    if not _session.current().closed:
+        return
     dynamic = isinstance(process_sets, str) and process_sets.lower() == "dynamic"
     if isinstance(process_sets, str) and not dynamic:
         raise ValueError(
             f'init(process_sets=...) takes a list of ProcessSet objects or "dynamic", got {process_sets!r}'
         )
-    _world = bootstrap(config, comm=comm)
-    _comm = _world.core
-    _SETS.start(
-        _comm,
-        _world.rank,
-        _world.size,
-        dynamic or _world.settings.get("dynamic_process_sets", 0),
+    session = _session.start(_bootstrap(config, comm=comm))
+    _process_sets.attach(
+        session,
+        dynamic or session.settings.get("dynamic_process_sets", 0),
         [] if process_sets is None or dynamic else list(process_sets),
     )
 
@@ -134,81 +120,49 @@ def shutdown() -> None:
     Collective, like MPI_Finalize: it first waits (at most RDMACOLL_TIMEOUT) until every
     rank has finished the collectives before it, so that no rank goes away while a peer
     still receives what it sent (a root may finish a broadcast long before the last rank
-    of the chain). A job that already failed skips the wait."""
-    global _world, _comm
-    if _world is None:
-        return
-    try:
-        _world.core.barrier()
-    except (RdmacollError, KeyboardInterrupt):
-        pass
-    _SETS.stop()
-    _world.core.close()
-    _world, _comm = None, _Uninitialized()
+    of the chain). A job that already failed skips the wait. Then the process sets and
+    the communicator close, and the session's reset hooks run (Session.close)."""
+    _session.stop()
 
 
 _atexit.register(shutdown)
 
 
 def is_initialized() -> bool:
-    return _world is not None
-
-
-def _w():
-    if _world is None:
-        raise RdmacollError("rdmacoll is not initialised: call rdmacoll.init() first")
-    return _world
-
-
-def _comm_for(process_set, op):
-    """The communicator a collective `op` ('Allreduce'...) on process_set runs on."""
-    return _comm if process_set is None or process_set is global_process_set else _comm_of(process_set, op)
+    return not _session.current().closed
 
 
 def rank() -> int:
-    return _w().rank
+    return _session.require().rank
 
 
 def size() -> int:
-    return _w().size
+    return _session.require().size
 
 
 def local_rank() -> int:
-    return _w().local_rank
+    return _session.require().local_rank
 
 
 def local_size() -> int:
-    return _w().local_size
-
-
-def _same_local_rank() -> list[int]:
-    """The ranks with this rank's local rank (one per host that has that many), in order:
-    Horovod's cross communicator."""
-    host_of, seen = _w().host_of, {}
-    local = []
-    for h in host_of:
-        local.append(seen.get(h, 0))
-        seen[h] = local[-1] + 1
-    me = _w().rank
-    return [r for r in range(len(host_of)) if local[r] == local[me]]
+    return _session.require().local_size
 
 
 def cross_rank() -> int:
     """This rank's index among the ranks with its local rank (its host's index when every
     host has as many ranks), as Horovod's cross_rank()."""
-    return _same_local_rank().index(_w().rank)
+    return _session.require().cross_rank
 
 
 def cross_size() -> int:
     """How many ranks share this rank's local rank (the number of hosts when every host
     has as many ranks), as Horovod's cross_size()."""
-    return len(_same_local_rank())
+    return _session.require().cross_size
 
 
 def is_homogeneous() -> bool:
     """True when every host runs the same number of ranks."""
-    host_of = _w().host_of
-    return len({host_of.count(h) for h in set(host_of)}) == 1
+    return _session.require().is_homogeneous
 
 
 def allreduce(x, op=Average, name=None, out=None, process_set=None):
@@ -222,7 +176,11 @@ def allreduce(x, op=Average, name=None, out=None, process_set=None):
     its size); a rank outside it gets ValueError. None means every rank.
     op=Adasum: Horovod's Adasum (float16/32/64, a power-of-two number of ranks; adasum.py).
     """
-    c = _comm if process_set is None or process_set is global_process_set else _comm_of(process_set, "Allreduce")
+    c = (
+        _session._current.comm
+        if process_set is None or process_set is global_process_set
+        else _comm_of(process_set, "Allreduce")
+    )
     if op == Adasum:
         return _adasum.allreduce_async(c, x, out, name).wait()
     return c.allreduce(x, out, op, name)
@@ -239,7 +197,11 @@ def grouped_allreduce(xs, op=Average, name=None, out=None, process_set=None):
 
 def allgather(x, name=None, process_set=None):
     """Concatenate every rank's x along the first dimension (which may differ per rank)."""
-    c = _comm if process_set is None or process_set is global_process_set else _comm_of(process_set, "Allgather")
+    c = (
+        _session._current.comm
+        if process_set is None or process_set is global_process_set
+        else _comm_of(process_set, "Allgather")
+    )
     return c.allgather(x, name)
 
 
@@ -247,7 +209,7 @@ def broadcast(x, root_rank, name=None, out=None, process_set=None):
     """root_rank's x on every rank; out=x writes it in place. root_rank is a global rank,
     also with a process_set (it must be in the set)."""
     if process_set is None or process_set is global_process_set:
-        return _comm.broadcast(x, root_rank, out, name)
+        return _session._current.comm.broadcast(x, root_rank, out, name)
     c, root = _broadcast_comm(process_set, root_rank)
     return c.broadcast(x, root, out, name)
 
@@ -255,7 +217,11 @@ def broadcast(x, root_rank, name=None, out=None, process_set=None):
 def reducescatter(x, op=Average, name=None, process_set=None):
     """Reduce x across ranks and give each rank its share of the first dimension (the
     first `rows % size` ranks get one row more)."""
-    c = _comm if process_set is None or process_set is global_process_set else _comm_of(process_set, "Reducescatter")
+    c = (
+        _session._current.comm
+        if process_set is None or process_set is global_process_set
+        else _comm_of(process_set, "Reducescatter")
+    )
     return c.reducescatter(x, op, name)
 
 
@@ -264,52 +230,50 @@ def alltoall(x, splits=None, name=None, return_received_splits=False, process_se
     here, concatenated in rank order (and the rows received from each rank if asked).
     splits=None splits the first dimension evenly. With a process_set, j counts the set's
     ranks in order."""
-    c = _comm if process_set is None or process_set is global_process_set else _comm_of(process_set, "Alltoall")
+    c = (
+        _session._current.comm
+        if process_set is None or process_set is global_process_set
+        else _comm_of(process_set, "Alltoall")
+    )
     result, received = c.alltoall(x, splits, name)
     return (result, received) if return_received_splits else result
 
 
 def barrier(process_set=None):
     """Return once every rank (of process_set) has called barrier()."""
-    c = _comm if process_set is None or process_set is global_process_set else _comm_of(process_set, "Barrier")
+    c = (
+        _session._current.comm
+        if process_set is None or process_set is global_process_set
+        else _comm_of(process_set, "Barrier")
+    )
     c.barrier()
 
 
 def barrier_async(process_set=None):
     """barrier queued to run in the background; returns a Handle."""
-    c = _comm if process_set is None or process_set is global_process_set else _comm_of(process_set, "Barrier")
+    c = (
+        _session._current.comm
+        if process_set is None or process_set is global_process_set
+        else _comm_of(process_set, "Barrier")
+    )
     return c.barrier_async()
 
 
 def broadcast_object(obj, root_rank=0, name=None, process_set=None):
     """root_rank's picklable obj on every rank (pickled there, unpickled everywhere)."""
-    import pickle
-
-    import numpy as np
-
     me = rank() == root_rank
-    payload = np.frombuffer(pickle.dumps(obj), np.uint8) if me else None
-    length = np.array([payload.size if me else 0], np.int64)
+    payload = _np.frombuffer(_pickle.dumps(obj), _np.uint8) if me else None
+    length = _np.array([payload.size if payload is not None else 0], _np.int64)
     broadcast(length, root_rank, name=None if name is None else name + ".len", out=length, process_set=process_set)
     if not me:
-        payload = np.empty(int(length[0]), np.uint8)
+        payload = _np.empty(int(length[0]), _np.uint8)
     data = broadcast(payload, root_rank, name=name, out=None if me else payload, process_set=process_set)
-    return obj if me else pickle.loads(memoryview(data))
+    return obj if me else _pickle.loads(memoryview(data))
 
 
 def allgather_object(obj, name=None, process_set=None):
     """Every rank's picklable obj, as a list in rank order (of process_set's ranks)."""
-    import pickle
-
-    import numpy as np
-
-    payload = np.frombuffer(pickle.dumps(obj), np.uint8)
-    lengths = allgather(
-        np.array([payload.size], np.int64), name=None if name is None else name + ".len", process_set=process_set
-    )
-    data = memoryview(allgather(payload, name=name, process_set=process_set))
-    offsets = np.concatenate(([0], np.cumsum(lengths)))
-    return [pickle.loads(data[offsets[r] : offsets[r + 1]]) for r in range(len(lengths))]
+    return _objects.allgather(_comm_for(process_set, "Allgather"), obj, name)
 
 
 def poll(handle) -> bool:
@@ -327,7 +291,11 @@ def allreduce_async(x, op=Average, name=None, out=None, process_set=None):
     """allreduce queued to run in the background; returns a Handle. x (and out) must
     not be modified until synchronize(handle). op=Adasum runs in the call (its steps
     depend on each other) and returns a finished Handle."""
-    c = _comm if process_set is None or process_set is global_process_set else _comm_of(process_set, "Allreduce")
+    c = (
+        _session._current.comm
+        if process_set is None or process_set is global_process_set
+        else _comm_of(process_set, "Allreduce")
+    )
     if op == Adasum:
         return _adasum.allreduce_async(c, x, out, name)
     return c.allreduce_async(x, out, op, name)
@@ -335,15 +303,17 @@ def allreduce_async(x, op=Average, name=None, out=None, process_set=None):
 
 def grouped_allreduce_async(xs, op=Average, name=None, out=None, process_set=None):
     """grouped_allreduce queued to run in the background; returns a Handle."""
-    import numpy as np
-
-    c = _comm if process_set is None or process_set is global_process_set else _comm_of(process_set, "Allreduce")
+    c = (
+        _session._current.comm
+        if process_set is None or process_set is global_process_set
+        else _comm_of(process_set, "Allreduce")
+    )
     if op == Adasum:  # each array its own coefficients (adasum.py); a finished Handle
         return _adasum.grouped_allreduce_async(c, xs, out, name)
     views = [_core._view(x) for x in xs]
     if out is not None and len(out) != len(views):
         raise RdmacollError(f"grouped_allreduce: {len(views)} inputs but {len(out)} outputs")
-    groups = {}
+    groups: dict[_np.dtype, list[int]] = {}
     for i, v in enumerate(views):
         groups.setdefault(v.dtype, []).append(i)
     plans, parts = [], []
@@ -365,7 +335,7 @@ def grouped_allreduce_async(xs, op=Average, name=None, out=None, process_set=Non
                 if out is None:
                     results[i] = r
                 else:
-                    np.copyto(_core._view(out[i]), r)
+                    _np.copyto(_core._view(out[i]), r)
                     results[i] = out[i]
         return results
 
@@ -373,24 +343,36 @@ def grouped_allreduce_async(xs, op=Average, name=None, out=None, process_set=Non
 
 
 def allgather_async(x, name=None, process_set=None):
-    c = _comm if process_set is None or process_set is global_process_set else _comm_of(process_set, "Allgather")
+    c = (
+        _session._current.comm
+        if process_set is None or process_set is global_process_set
+        else _comm_of(process_set, "Allgather")
+    )
     return c.allgather_async(x, name)
 
 
 def broadcast_async(x, root_rank, name=None, out=None, process_set=None):
     if process_set is None or process_set is global_process_set:
-        return _comm.broadcast_async(x, root_rank, out, name)
+        return _session._current.comm.broadcast_async(x, root_rank, out, name)
     c, root = _broadcast_comm(process_set, root_rank)
     return c.broadcast_async(x, root, out, name)
 
 
 def reducescatter_async(x, op=Average, name=None, process_set=None):
-    c = _comm if process_set is None or process_set is global_process_set else _comm_of(process_set, "Reducescatter")
+    c = (
+        _session._current.comm
+        if process_set is None or process_set is global_process_set
+        else _comm_of(process_set, "Reducescatter")
+    )
     return c.reducescatter_async(x, op, name)
 
 
 def alltoall_async(x, splits=None, name=None, return_received_splits=False, process_set=None):
-    c = _comm if process_set is None or process_set is global_process_set else _comm_of(process_set, "Alltoall")
+    c = (
+        _session._current.comm
+        if process_set is None or process_set is global_process_set
+        else _comm_of(process_set, "Alltoall")
+    )
     h = c.alltoall_async(x, splits, name)
     return h if return_received_splits else Handle(h, lambda r: r[0])
 
@@ -398,7 +380,7 @@ def alltoall_async(x, splits=None, name=None, return_received_splits=False, proc
 def empty(shape, dtype="float32"):
     """A NumPy array in library-allocated memory, which peers on the same host read in
     place: allreduce on it skips the copies that user memory needs."""
-    return _comm.empty(shape, dtype)
+    return _session._current.comm.empty(shape, dtype)
 
 
 def algorithms(collective="allreduce", continuations=False):

@@ -22,7 +22,8 @@ import platform
 import socket
 import time
 
-from . import _core
+from . import _core, _log
+from ._version import version as rdmacoll_version  # (rdmacoll.__version__)
 
 TABLE = {row["name"]: row for row in _core.SETTINGS}
 _BY_ENV = {row["env"]: row["name"] for row in _core.SETTINGS}
@@ -127,15 +128,6 @@ def given(config, scope=None) -> dict:
     }
 
 
-def current() -> dict:
-    """The settings in effect: the job's (rank 0's, broadcast at init()) once rdmacoll is
-    initialised, else this process's environment."""
-    import rdmacoll
-
-    world = rdmacoll._world
-    return dict(world.settings) if world is not None else resolve()[0]
-
-
 def markdown_table() -> str:
     """The README's table of settings, from the core's table (python -m rdmacoll._settings)."""
     lines = ["| variable | `init(config=)` key | default | whose | meaning |", "|---|---|---|---|---|"]
@@ -191,13 +183,6 @@ def _cpu_model() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine() or "unknown"
-
-
-def rdmacoll_version() -> str:
-    """rdmacoll.__version__ (the package metadata's)."""
-    import rdmacoll
-
-    return rdmacoll.__version__
 
 
 def this_host() -> dict:
@@ -397,8 +382,6 @@ def tuning_verdict(tuning: dict | None, ranks_per_host: int, transport: str) -> 
 def log_tuning(job: dict, ranks_per_host: int, transport: str, rank: int = 0) -> None:
     """Once connected: which cost-model constants the job uses, on logger rdmacoll (a
     warning, why the file is not used, from rank 0 only; the info line from every rank)."""
-    from . import _log
-
     level, line = tuning_verdict(job["tuning"], ranks_per_host, transport)
     if rank == 0 or level < logging.WARNING:
         _log.say(level, rank, line)

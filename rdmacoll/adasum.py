@@ -39,7 +39,7 @@ import hashlib
 
 import numpy as np
 
-from ._core import Handle, RdmacollValueError
+from ._core import Handle, RdmacollValueError, _view
 
 ADASUM = 100  # the op's value: handled here, above the core (whose ops are 0..4: _core.OPS)
 
@@ -144,8 +144,6 @@ def grouped_allreduce_async(comm, xs, out=None, name=None):
     """Adasum of each array in xs across the ranks of comm (a finished Handle: the levels
     depend on each other, so the reduction runs in this call). Arrays of one dtype are
     fused into one buffer; results are views of it (out=None) or copied into out."""
-    from ._core import _view
-
     views = [_view(x) for x in xs]
     if out is not None and len(out) != len(views):
         raise RdmacollValueError(f"grouped_allreduce: {len(views)} inputs but {len(out)} outputs")

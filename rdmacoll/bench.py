@@ -58,9 +58,13 @@ from __future__ import annotations
 
 import sys
 
+import rdmacoll as rc
+
 from ._bench.collectives import bus_factor, count_wrong  # noqa: F401 - the bench's public helpers
 from ._bench.launch import how_to_launch, launched, relaunch
 from ._bench.options import human, launcher_rank, parse, parse_size, positive_int, without_np  # noqa: F401
+from ._bench.plot import plot_saved
+from ._bench.sweep import run
 from ._bench.timing import slowest  # noqa: F401
 from ._bench.tune import fit_cost_model, measure_gamma, tune  # noqa: F401
 
@@ -69,15 +73,11 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = parse(argv, __doc__)
     if args.list:
-        import rdmacoll as rc
-
         if launcher_rank() == 0:
             for name, desc in rc.algorithms():
                 print(f"{name:18s} {desc}")
         return 0
     if args.from_json is not None:
-        from ._bench.plot import plot_saved
-
         try:
             n = plot_saved(args.plot, args.from_json)
         except (OSError, ValueError, KeyError) as e:
@@ -92,8 +92,6 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.tune:
         return tune(args)
-    from ._bench.sweep import run
-
     return run(args)
 
 

@@ -11,25 +11,19 @@ from __future__ import annotations
 import argparse
 import sys
 
-from . import _settings
+from . import _settings, bench, doctor, run
 
 
 def _doctor(args) -> int:
-    from .doctor import doctor
-
-    return doctor()
+    return doctor.doctor()
 
 
 def _bench(args) -> int:
-    from .bench import main
-
-    return main(args.rest)
+    return bench.main(args.rest)
 
 
 def _run(args) -> int:
-    from .run import main
-
-    return main(args.rest)
+    return run.main(args.rest)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -41,13 +35,7 @@ def parser() -> argparse.ArgumentParser:
     )
     ap.add_argument("--version", action="version", version=f"rdmacoll {_settings.rdmacoll_version()}")
     sub = ap.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    d = sub.add_parser(
-        "doctor",
-        help="what this host (under a launcher: the job) offers rdmacoll, what to fix",
-        description="What this host offers rdmacoll and what to fix; under mpiexec -n N or "
-        "torchrun, rank 0 prints one report for the whole job (hosts, ranks, the transport of "
-        "each class of pairs and a short measured check of each).",
-    )
+    d = sub.add_parser("doctor", help=doctor.HELP, description=doctor.DESCRIPTION)
     d.set_defaults(func=_doctor)
     for name, func, what in (
         ("bench", _bench, "rdmacoll-bench: nccl-tests style sweeps (rdmacoll bench --help)"),

@@ -23,6 +23,7 @@ could not connect.
 
 from __future__ import annotations
 
+import argparse
 import os
 import resource
 import socket
@@ -31,7 +32,10 @@ import sys
 import time
 from importlib import metadata
 
+import numpy as np
+
 from . import _core, _settings
+from .bootstrap import bootstrap, choose, mpi_library
 
 
 def _read(path: str) -> str | None:
@@ -119,8 +123,6 @@ def _limits(out, fixes, usable):
 
 
 def _mpi(out, fixes):
-    from .bootstrap import mpi_library
-
     try:
         out(f"MPI (mpi4py): {mpi_library()}")
     except Exception as e:  # noqa: BLE001 - reported as the thing to fix
@@ -235,8 +237,6 @@ def host_report(out=print) -> int:
 def _measure(comm) -> tuple[float, float]:
     """(seconds per 8 B allreduce, seconds per 16 MiB allreduce) on a 2-rank communicator:
     medians of 5 batches and 5 calls, NumPy arrays, float32 Sum."""
-    import numpy as np
-
     small, big = np.ones(2, np.float32), np.ones(4 << 20, np.float32)
     for _ in range(50):
         comm.allreduce(small, small, int(_core.Sum), None)
@@ -274,8 +274,6 @@ def _ranks(rs) -> str:
 
 def job_report(exchange, out=print) -> int:
     """Under a launcher: every rank examines its host and connects; rank 0 prints. Collective."""
-    from .bootstrap import bootstrap
-
     lines: list[str] = []
     status = host_report(lines.append)
     hosts = exchange.allgather((socket.gethostname(), lines, status))
@@ -345,8 +343,6 @@ def _print_hosts(out, hosts, host_of) -> None:
 
 def doctor(out=print) -> int:
     """`rdmacoll doctor`: this host alone, or the job when a launcher started several ranks."""
-    from .bootstrap import choose
-
     try:
         exchange = choose()
     except Exception as e:  # noqa: BLE001 - the host report says what is wrong with MPI
@@ -357,12 +353,21 @@ def doctor(out=print) -> int:
     return job_report(exchange, out if exchange.rank == 0 else (lambda *_: None))
 
 
+HELP = "what this host (under a launcher: the job) offers rdmacoll, what to fix"
+DESCRIPTION = (
+    "What this host offers rdmacoll and what to fix; under mpiexec -n N or "
+    "torchrun, rank 0 prints one report for the whole job (hosts, ranks, the transport of "
+    "each class of pairs and a short measured check of each)."
+)
+
+
 def main(argv=None) -> int:
     """python -m rdmacoll.doctor [doctor] [options]: the `rdmacoll doctor` subcommand."""
-    from .cli import main as cli
-
     argv = list(sys.argv[1:] if argv is None else argv)
-    return cli(argv if argv[:1] == ["doctor"] else ["doctor", *argv])
+    argparse.ArgumentParser(prog="rdmacoll doctor", description=DESCRIPTION).parse_args(
+        argv[1:] if argv[:1] == ["doctor"] else argv
+    )
+    return doctor()
 
 
 if __name__ == "__main__":

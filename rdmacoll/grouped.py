@@ -19,6 +19,7 @@ import zlib
 import numpy as np
 
 from ._core import Average, Handle, RdmacollError, RdmacollValueError, _view
+from .process_sets import comm_for
 
 _ALIGN = 8
 
@@ -47,9 +48,7 @@ def _views(xs, what):
 
 def grouped_allgather_async(xs, name=None, process_set=None):
     """grouped_allgather queued to run in the background; returns a Handle."""
-    from . import _comm_for
-
-    c = _comm_for(process_set, "Allgather")
+    c = comm_for(process_set, "Allgather")
     views = _views(xs, "grouped_allgather")
     header = np.array([len(views)] + [w for v in views for w in (v.shape[0], _signature(v))], np.int64)
     buf = c.empty(header.nbytes + sum(_padded(v.nbytes) for v in views), np.uint8)
@@ -69,7 +68,8 @@ def _unpack(gathered, views, mine):
     """Every array's rows from every rank's chunk of gathered, in rank order."""
     k = len(views)
     row_bytes = [v.itemsize * int(np.prod(v.shape[1:])) for v in views]
-    chunks, o = [], 0
+    chunks: list[tuple[int, list[int]]] = []  # (offset of the rows, rows of each array) per rank
+    o = 0
     while o < gathered.size:
         count = int(gathered[o : o + 8].copy().view(np.int64)[0])
         head = gathered[o : o + 8 * (1 + 2 * count)].copy().view(np.int64)
@@ -113,12 +113,10 @@ def _first_rows(rows, size):
 
 def grouped_reducescatter_async(xs, op=Average, name=None, process_set=None):
     """grouped_reducescatter queued to run in the background; returns a Handle."""
-    from . import _comm_for
-
-    c = _comm_for(process_set, "Reducescatter")
+    c = comm_for(process_set, "Reducescatter")
     views = _views(xs, "grouped_reducescatter")
     size, me = c.size, c.rank
-    groups = {}
+    groups: dict[np.dtype, list[int]] = {}
     for i, v in enumerate(views):
         groups.setdefault(v.dtype, []).append(i)
     parts, plans = [], []

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -168,8 +169,6 @@ def main(argv=None) -> int:
 
 
 def _quote(s: str) -> str:
-    import shlex
-
     return shlex.quote(s)
 
 

@@ -99,13 +99,13 @@ KNOWN_DIFFERENCES = {
         "horovod.torch",
         "join",
     ): "serves `barrier()` and refuses an allgather of a name seen before like any other, where "
-    "Horovod 0.28.1 crashes the joined rank; refusals raise `RdmacollError` with Horovod's text "
+    "Horovod 0.28.1 crashes the joined rank; refusals raise `HorovodInternalError` (an `RdmacollError`) with Horovod's text "
     "(docs/torch.md, join)",
     (
         "horovod.tensorflow",
         "join",
     ): "refusals (allgather, broadcast, alltoall, reducescatter while a rank is joined) raise "
-    "`RdmacollError` with Horovod's text (docs/tensorflow.md)",
+    "`FailedPreconditionError` (an `RdmacollError`) with Horovod's text, as Horovod's negotiation (docs/tensorflow.md)",
     (
         "horovod.torch",
         "Adasum",
@@ -161,11 +161,6 @@ _INTERNAL = (
 # An entry for a name rdmacoll now has everywhere it applies is stale (tests/test_horovod_api.py).
 ABSENT_REASONS = {
     ("*", "elastic"): _ELASTIC,
-    (
-        "horovod.torch",
-        "HorovodInternalError",
-    ): "a failed collective raises `RdmacollError`, a RuntimeError as HorovodInternalError is: "
-    "`except RuntimeError` catches both (docs/torch.md, Errors)",
     ("*", "check_extension"): _INTERNAL,
     ("*", "gpu_available"): _INTERNAL,
     ("*", "split_list"): _INTERNAL,

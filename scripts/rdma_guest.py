@@ -118,6 +118,14 @@ class Guest:
     def __init__(self, cache: Path | str = DEFAULT_CACHE, cpus: int = 2, memory: str = "2G"):
         self.cache = Path(cache)
         self.cpus, self.memory = cpus, memory
+        self._running: set[subprocess.Popen] = set()  # the QEMU processes of runs under way
+
+    def kill(self) -> None:
+        """Ends every guest this object started that still runs (a run waiting in another
+        thread then returns at once, with status 125 for a command that never reported)."""
+        for p in list(self._running):
+            if p.poll() is None:
+                p.kill()
 
     # ------------------------------------------------------------------ set-up
     @property
@@ -285,6 +293,7 @@ class Guest:
                         errors="replace",
                     )
                 )
+                self._running.add(procs[-1])
                 lines: list[str] = []
                 consoles.append(lines)
                 prefix = f"[rchost{i}] " if hosts > 1 else ""
@@ -314,6 +323,7 @@ class Guest:
                 if p.poll() is None:
                     p.kill()
                     p.wait()
+                self._running.discard(p)
             for out in outs:
                 shutil.rmtree(out, ignore_errors=True)
 

@@ -18,6 +18,14 @@ HOOKS = "_rdmacoll_testing"
 if TESTS_DIR not in sys.path:
     sys.path.insert(0, TESTS_DIR)
 
+# the Soft-RoCE guest's jobs run beside the host tests (tests/guest_beside.py)
+from guest_beside import (  # noqa: E402, F401
+    pytest_collection_finish,
+    pytest_collection_modifyitems,
+    pytest_sessionfinish,
+    pytest_terminal_summary,
+)
+
 try:
     import rdmacoll._core  # noqa: F401
 except ImportError as e:

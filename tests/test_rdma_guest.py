@@ -18,6 +18,7 @@ import shlex
 import sys
 import time
 import warnings
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -49,12 +50,20 @@ def _summary(output: str) -> dict[str, int]:
     return {k: int(n) for n, k in re.findall(r"(\d+) (\w+)", last[-1])} if last else {}
 
 
-# pytest.ini's 300 s would cut the guest's own limit short: under emulation the suite's
-# time follows the host's speed (it ran past 300 s once on this 2-core host)
-@pytest.mark.timeout(1900 if MATRIX == "full" else 660)
-def test_ibverbs_suite_in_guest():
-    files = ["test_ibverbs.py", "test_rdma.py", "test_transport.py::test_conformance_ibverbs"]
-    cmd = f"{shlex.quote(str(BIN / 'pytest'))} -q -rs --durations=12 -p no:cacheprovider {' '.join(files)}"
+SUITE_FILES = ["test_ibverbs.py", "test_rdma.py", "test_transport.py::test_conformance_ibverbs"]
+# the selector's choice, and each cross-host shape once. ci: the default pass alone: it runs
+# eager, the slot algorithms and hierarchical (its large sizes) across the hosts; the forced
+# ones over verbs run in the suite, between the ranks of one guest
+HOST_ALGOS = (
+    [""]
+    if MATRIX == "ci"
+    else ["", "hierarchical", "ring_slots", "recursive_doubling", "halving_doubling", "tree", "eager"]
+)
+
+
+def _suite_job() -> tuple[int, str, float]:
+    """The ibverbs suite in one guest: (status, output, seconds)."""
+    cmd = f"{shlex.quote(str(BIN / 'pytest'))} -q -rs --durations=12 -p no:cacheprovider {' '.join(SUITE_FILES)}"
     t0 = time.monotonic()
     rc, out = GUEST.run(
         cmd,
@@ -63,25 +72,11 @@ def test_ibverbs_suite_in_guest():
         env={"RDMACOLL_RDMA_MATRIX": MATRIX} | NO_BLAS_POOL,
         echo=False,
     )
-    counts = _summary(out)
-    print(f"in the guest ({time.monotonic() - t0:.0f} s, matrix {MATRIX}): {counts}")
-    print("\n".join(ln for ln in out.splitlines() if re.match(r"\s*[\d.]+s (call|setup|teardown) ", ln)))
-    tail = "\n".join(out.splitlines()[-60:])
-    assert rc == 0 and counts.get("passed"), f"the suite failed in the guest (status {rc}):\n{tail}"
-    assert not counts.get("skipped"), f"tests skipped in the guest, which has a device:\n{tail}"
+    return rc, out, time.monotonic() - t0
 
 
-@pytest.mark.timeout(800)  # above twice the guests' own limit below, boot and power-off included
-def test_two_hosts_shm_inside_verbs_across():
-    # the selector's choice, and each cross-host shape once
-    # ci: the default pass alone: it runs eager, the slot algorithms and hierarchical (its
-    # large sizes) across the hosts; the forced ones over verbs run in the suite above,
-    # between the ranks of one guest
-    algos = (
-        [""]
-        if MATRIX == "ci"
-        else ["", "hierarchical", "ring_slots", "recursive_doubling", "halving_doubling", "tree", "eager"]
-    )
+def _two_hosts_job() -> tuple[Result, float]:
+    """workers/hosts.py on two guests as two hosts, 2 ranks each: (the launch's result, seconds)."""
     # MPICH's hydra on rchost0 starts its proxy on rchost1 through scripts/guest_rsh.py (the
     # guests have no ssh); torchrun's multi-node launch runs in tests/test_hosts.py, where
     # importing torch does not cost 25 s per process as it does under emulation
@@ -89,7 +84,7 @@ def test_two_hosts_shm_inside_verbs_across():
     mpiexec = (
         f"{shlex.quote(str(BIN / 'mpiexec'))} -launcher rsh -launcher-exec {shlex.quote(str(rsh))} "
         f"-localhost 10.9.0.1 -hosts 10.9.0.1:2,10.9.0.2:2 -n 4 {shlex.quote(sys.executable)} "
-        f"{shlex.quote(str(TESTS / 'workers' / 'hosts.py'))} {shlex.quote(','.join(algos))}"
+        f"{shlex.quote(str(TESTS / 'workers' / 'hosts.py'))} {shlex.quote(','.join(HOST_ALGOS))}"
     )
     launch = f'if [ "$HOST_INDEX" = 0 ]; then {mpiexec}; else {shlex.quote(sys.executable)} {shlex.quote(str(rsh))} serve; fi'
     # A normal run takes ~40 s: a stuck collective errors after RDMACOLL_TIMEOUT on every
@@ -101,6 +96,7 @@ def test_two_hosts_shm_inside_verbs_across():
         "RDMACOLL_TIMEOUT": "120",
         "UCX_TLS": "tcp,self,sm",
     } | NO_BLAS_POOL
+    t0 = time.monotonic()
     for attempt in (1, 2):
         results = GUEST.run_hosts([launch, launch], timeout=240, env=env, echo=False)
         now = time.time()
@@ -118,5 +114,81 @@ def test_two_hosts_shm_inside_verbs_across():
             f"two guests: the job never started (status {res.returncode}); once more. Its output:\n{res.output(60)}",
             stacklevel=1,
         )
-    cases = check_across_hosts(res, 2, 2, "ibverbs", algos)
-    print(f"two hosts: {len(cases)} cases right; ranks reach their host peer by shm, the others by ibverbs")
+    return res, time.monotonic() - t0
+
+
+class Beside:
+    """The guest jobs, run one after the other in a background thread that tests/conftest.py
+    starts as soon as the tests are collected (and moves these tests to the end of the
+    run): the emulated machines boot and work while the host tests run, and the tests
+    below only check what their job returned. Run alone (`pytest tests/test_rdma_guest.py`)
+    the same happens, with nothing beside it. A test whose job was not started runs it
+    itself."""
+
+    JOBS = {"test_ibverbs_suite_in_guest": _suite_job, "test_two_hosts_shm_inside_verbs_across": _two_hosts_job}
+
+    def __init__(self):
+        self._futures: dict[str, Future] = {}
+        self._pool: ThreadPoolExecutor | None = None
+        self.started = 0.0
+        self.times: dict[str, tuple[float, float]] = {}  # name: (start after collection, seconds)
+
+    def start(self, names: list[str]) -> None:
+        if self._pool is not None:
+            return
+        self.started = time.monotonic()
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="guest")
+        for name in names:
+            if name in self.JOBS:
+                self._futures[name] = self._pool.submit(self._timed, name)
+
+    def _timed(self, name: str):
+        t0 = time.monotonic()
+        try:
+            return self.JOBS[name]()
+        finally:
+            self.times[name] = (t0 - self.started, time.monotonic() - t0)
+
+    def result(self, name: str):
+        fut = self._futures.get(name)
+        return fut.result() if fut is not None else self.JOBS[name]()
+
+    def stop(self) -> list[str]:
+        """Ends whatever still runs (an interrupted session); lines for the summary."""
+        if self._pool is None:
+            return []
+        GUEST.kill()
+        self._pool.shutdown(wait=True, cancel_futures=True)
+        return [
+            f"guest job {name}: started {start:.0f} s after collection, ran {ran:.0f} s (beside the host tests)"
+            for name, (start, ran) in self.times.items()
+        ]
+
+
+BESIDE = Beside()
+
+
+# pytest.ini's 300 s would cut the guest's own limit short: under emulation the suite's
+# time follows the host's speed (it ran past 300 s once on this 2-core host). The test
+# waits for its job, which started with the session.
+@pytest.mark.timeout(1900 if MATRIX == "full" else 760)
+def test_ibverbs_suite_in_guest():
+    rc, out, seconds = BESIDE.result("test_ibverbs_suite_in_guest")
+    counts = _summary(out)
+    print(f"in the guest ({seconds:.0f} s, matrix {MATRIX}): {counts}")
+    print("\n".join(ln for ln in out.splitlines() if re.match(r"\s*[\d.]+s (call|setup|teardown) ", ln)))
+    tail = "\n".join(out.splitlines()[-60:])
+    assert rc == 0 and counts.get("passed"), f"the suite failed in the guest (status {rc}):\n{tail}"
+    assert not counts.get("skipped"), f"tests skipped in the guest, which has a device:\n{tail}"
+
+
+# above the suite's limit (which may run first) plus twice the guests' own limit below, boot
+# and power-off included
+@pytest.mark.timeout(2700 if MATRIX == "full" else 1500)
+def test_two_hosts_shm_inside_verbs_across():
+    res, seconds = BESIDE.result("test_two_hosts_shm_inside_verbs_across")
+    cases = check_across_hosts(res, 2, 2, "ibverbs", HOST_ALGOS)
+    print(
+        f"two hosts ({seconds:.0f} s): {len(cases)} cases right; ranks reach their host peer by shm, "
+        "the others by ibverbs"
+    )

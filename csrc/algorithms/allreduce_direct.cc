@@ -116,8 +116,7 @@ void directMapped(Communicator& c, Call& call, const void* in, void* out, bool u
     int staged = 0;
     for (int q = 0; q < p; ++q) {
       inputs[q] = q == r ? static_cast<const char*>(in) + off
-                         : prim::inputAt(c.peer(q), bufs[q], off, len,
-                                         c.staging(bufs[q].inMap ? 0 : staged++));
+                         : prim::inputAt(c.peer(q), bufs[q], off, len, c.staging(bufs[q].inMap ? 0 : staged++));
     }
     char* result = static_cast<char*>(out) + off;
     reduceN(call.dtype, call.op, result, inputs, p, elems, call.scale);
@@ -136,8 +135,7 @@ void allreduceDirect(Communicator& c, Call& call) {
   MemoryPool& pool = *c.pool();
   const bool user = !pool.find(call.in, bytes) || !pool.find(call.out, bytes);
   if (announces(bytes, c.size())) return directMapped(c, call, call.in, call.out, user);
-  if (bytes == 0 || bytes > kStageBytes || !user)
-    return directMapped(c, call, call.in, call.out, false);
+  if (bytes == 0 || bytes > kStageBytes || !user) return directMapped(c, call, call.in, call.out, false);
   // Staging (top): in place in a pool block. A decision each rank makes alone: its peers
   // only see mappable memory.
   MemoryPool::Block* block = pool.acquire(bytes);

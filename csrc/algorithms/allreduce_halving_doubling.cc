@@ -44,9 +44,8 @@ void allreduceHalvingDoubling(Communicator& c, Call& call) {
     const ring::Range keep = schedule::blockElems(call.count, P, schedule::hdKeep(nr, P, s));
     const ring::Range give = schedule::blockElems(call.count, P, schedule::hdSend(nr, P, s));
     const double scale = s == steps - 1 ? call.scale : 1.0;
-    pairwise::exchangeReduce(c, c.peer(q), call, at(src, E, give.begin), give.n * E,
-                             at(call.out, E, keep.begin), at(src, E, keep.begin), keep.n * E, seg,
-                             q < r, scale);
+    pairwise::exchangeReduce(c, c.peer(q), call, at(src, E, give.begin), give.n * E, at(call.out, E, keep.begin),
+                             at(src, E, keep.begin), keep.n * E, seg, q < r, scale);
     src = call.out;
   }
   for (int t = 0; t < steps; ++t) {  // allgather
@@ -54,8 +53,8 @@ void allreduceHalvingDoubling(Communicator& c, Call& call) {
     const int q = schedule::hdPartner(r, p, s);
     const ring::Range mine = schedule::blockElems(call.count, P, schedule::hdKeep(nr, P, s));
     const ring::Range theirs = schedule::blockElems(call.count, P, schedule::hdSend(nr, P, s));
-    pairwise::exchangeCopy(c, c.peer(q), at(call.out, E, mine.begin), mine.n * E,
-                           at(call.out, E, theirs.begin), theirs.n * E, seg);
+    pairwise::exchangeCopy(c, c.peer(q), at(call.out, E, mine.begin), mine.n * E, at(call.out, E, theirs.begin),
+                           theirs.n * E, seg);
   }
   foldOut(c, call, seg);
 }

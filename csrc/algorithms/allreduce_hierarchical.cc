@@ -35,11 +35,9 @@ void allreduceHierarchical(Communicator& c, Call& call) {
   const int l = static_cast<int>(t.local.size()), h = t.hosts;
   const size_t E = call.elemBytes;
   const size_t segElems = c.protocol().slotSegment(E) / E;
-  auto at = [&](const std::vector<int>& g, int k) {
-    return g[((k % int(g.size())) + g.size()) % g.size()];
-  };
-  const int peers[4] = {at(t.local, t.localIndex - 1), at(t.local, t.localIndex + 1),
-                        at(t.cross, t.crossIndex - 1), at(t.cross, t.crossIndex + 1)};
+  auto at = [&](const std::vector<int>& g, int k) { return g[((k % int(g.size())) + g.size()) % g.size()]; };
+  const int peers[4] = {at(t.local, t.localIndex - 1), at(t.local, t.localIndex + 1), at(t.cross, t.crossIndex - 1),
+                        at(t.cross, t.crossIndex + 1)};
   prim::headersFromNeighbours(c, call, peers, 4);
 
   char* out = static_cast<char*>(call.out);

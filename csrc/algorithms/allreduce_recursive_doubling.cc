@@ -42,8 +42,7 @@ void recursiveDoublingAfterHeaders(Communicator& c, Call& call) {
   for (int s = 0; s < steps; ++s) {
     const int q = schedule::rdPartner(r, p, s);
     const double scale = s == steps - 1 ? call.scale : 1.0;
-    pairwise::exchangeReduce(c, c.peer(q), call, src, bytes, call.out, src, bytes, seg, q < r,
-                             scale);
+    pairwise::exchangeReduce(c, c.peer(q), call, src, bytes, call.out, src, bytes, seg, q < r, scale);
     src = call.out;
   }
   foldOut(c, call, seg);

@@ -65,10 +65,9 @@ void allreduceRing(Communicator& c, Call& call) {
         char* dst = at(call.out, E, seg.begin);
         if (j < p - 1) {  // reduce-scatter: prev's input at step 0, its output afterwards
           void* stage = c.staging(static_cast<int>(k & 1));
-          const void* src = j == 0 ? prim::inputAt(prev, theirs, off, len, stage)
-                                   : prim::outputAt(prev, theirs, off, len, stage);
-          reduce2(call.dtype, call.op, dst, at(call.in, E, seg.begin), src, seg.n,
-                  j == p - 2 ? call.scale : 1.0);
+          const void* src =
+              j == 0 ? prim::inputAt(prev, theirs, off, len, stage) : prim::outputAt(prev, theirs, off, len, stage);
+          reduce2(call.dtype, call.op, dst, at(call.in, E, seg.begin), src, seg.n, j == p - 2 ? call.scale : 1.0);
         } else {  // allgather: prev's finished chunk
           prim::readOutput(prev, theirs, off, dst, len);
         }

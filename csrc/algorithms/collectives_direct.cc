@@ -53,14 +53,12 @@ void allgatherDirect(Communicator& c, Call& call) {
   BufferRef in = describe(c, call.in, rows * rowBytes);
   Peers peers(c, call, &in, nullptr, [&](int, uint64_t* e) { e[0] = rows; });
   std::vector<size_t> first(p + 1, 0);  // first row of each rank's part
-  for (int q = 0; q < p; ++q)
-    first[q + 1] = first[q] + (q == r ? rows : peers.headers[q]->extra[0]);
+  for (int q = 0; q < p; ++q) first[q + 1] = first[q] + (q == r ? rows : peers.headers[q]->extra[0]);
   char* dst = static_cast<char*>(call.result->allocate(first[p] * rowBytes));
   std::memcpy(dst + first[r] * rowBytes, call.in, rows * rowBytes);
   for (int k = 1; k < p; ++k) {
     const int q = (r + k) % p;
-    prim::readInput(c.peer(q), peers.bufs[q], 0, dst + first[q] * rowBytes,
-                    (first[q + 1] - first[q]) * rowBytes);
+    prim::readInput(c.peer(q), peers.bufs[q], 0, dst + first[q] * rowBytes, (first[q + 1] - first[q]) * rowBytes);
   }
   prim::finishAll(c, call);
   call.resultRows = first[p];
@@ -87,8 +85,7 @@ void reducescatterDirect(Communicator& c, Call& call) {
   Peers peers(c, call, &in, nullptr, [](int, uint64_t*) {});
   // My share: rows [first, first + mine) of every rank's input, reduced a segment of
   // elements at a time (a row may be longer than a staging segment).
-  const size_t begin = ring::chunkBegin(rows, p, r) * rowElems,
-               n = ring::chunkCount(rows, p, r) * rowElems;
+  const size_t begin = ring::chunkBegin(rows, p, r) * rowElems, n = ring::chunkCount(rows, p, r) * rowElems;
   const size_t pieceElems = c.protocol().segment(E) / E;
   std::vector<const void*> inputs(p);
   for (size_t done = 0; done < n; done += pieceElems) {
@@ -100,8 +97,7 @@ void reducescatterDirect(Communicator& c, Call& call) {
       inputs[q] = q == r ? static_cast<const char*>(call.in) + off
                          : prim::inputAt(c.peer(q), b, off, len, c.staging(b.inMap ? 0 : staged++));
     }
-    reduceN(call.dtype, call.op, static_cast<char*>(call.out) + done * E, inputs.data(), p, elems,
-            call.scale);
+    reduceN(call.dtype, call.op, static_cast<char*>(call.out) + done * E, inputs.data(), p, elems, call.scale);
   }
   prim::finishAll(c, call);
 }

@@ -142,8 +142,8 @@ void alltoallPairwise(Communicator& c, Call& call) {
   std::memcpy(dst + firstRecv[r] * rowBytes, in + firstSent[r] * rowBytes, splits[r] * rowBytes);
   for (int k = 1; k < p; ++k) {
     const int to = (r + k) % p, from = (r - k + p) % p;
-    pairwise::shift(c, c.peer(to), in + firstSent[to] * rowBytes, splits[to] * rowBytes,
-                    c.peer(from), dst + firstRecv[from] * rowBytes, received[from] * rowBytes, seg);
+    pairwise::shift(c, c.peer(to), in + firstSent[to] * rowBytes, splits[to] * rowBytes, c.peer(from),
+                    dst + firstRecv[from] * rowBytes, received[from] * rowBytes, seg);
   }
   call.resultRows = firstRecv[p];
 }

@@ -26,9 +26,7 @@ inline size_t chunkBegin(size_t count, int p, int c) {
   size_t q = count / p, rem = count % p;
   return q * c + (static_cast<size_t>(c) < rem ? c : rem);
 }
-inline size_t chunkCount(size_t count, int p, int c) {
-  return chunkBegin(count, p, c + 1) - chunkBegin(count, p, c);
-}
+inline size_t chunkCount(size_t count, int p, int c) { return chunkBegin(count, p, c + 1) - chunkBegin(count, p, c); }
 inline size_t segmentsPerChunk(size_t count, int p, size_t segElems) {
   size_t largest = chunkCount(count, p, 0);
   return largest == 0 ? 1 : (largest + segElems - 1) / segElems;

@@ -10,9 +10,7 @@ namespace algorithms {
 
 // Byte address of element e of an array of elem-byte elements.
 inline char* at(void* base, size_t elem, size_t e) { return static_cast<char*>(base) + elem * e; }
-inline const char* at(const void* base, size_t elem, size_t e) {
-  return static_cast<const char*>(base) + elem * e;
-}
+inline const char* at(const void* base, size_t elem, size_t e) { return static_cast<const char*>(base) + elem * e; }
 
 // The fold that lets power-of-two schedules (recursive doubling, halving-doubling) run
 // on any p (schedule.h): with rem = p - P, the even ranks r < 2 rem hand their input to

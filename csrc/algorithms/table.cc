@@ -48,10 +48,9 @@ double recursiveDoublingCost(const Costs& k, const Situation& s) {
 }
 double halvingDoublingCost(const Costs& k, const Situation& s) {
   const CostModel& m = k.flat;
-  const double n = double(s.bytes), P = schedule::pow2Floor(s.ranks),
-               lg = schedule::log2Floor(s.ranks), f = foldSteps(s.ranks);
-  return (2 * lg + 2 * f) * m.alpha + m.beta * (2.0 * (P - 1) / P + f) * n +
-         m.gamma * (2.0 * (P - 1) / P + 2 * f) * n;
+  const double n = double(s.bytes), P = schedule::pow2Floor(s.ranks), lg = schedule::log2Floor(s.ranks),
+               f = foldSteps(s.ranks);
+  return (2 * lg + 2 * f) * m.alpha + m.beta * (2.0 * (P - 1) / P + f) * n + m.gamma * (2.0 * (P - 1) / P + 2 * f) * n;
 }
 double treeCost(const Costs& k, const Situation& s) {
   // Depth ~ ceil(log2 p) each way; an interior rank sends n/2 up and n down in its tree
@@ -67,8 +66,8 @@ double treeCost(const Costs& k, const Situation& s) {
 double hierarchicalCost(const Costs& k, const Situation& s) {
   const double N = double(s.bytes), l = s.ranksPerHost, h = s.hosts;
   const CostModel &a = k.local, &b = k.net;
-  return 2 * (l - 1) * a.alpha + a.beta * 2.0 * (l - 1) / l * N + a.gamma * (l - 1) / l * N +
-         2 * (h - 1) * b.alpha + b.beta * 2.0 * (h - 1) / h * N / l + b.gamma * (h - 1) / h * N / l;
+  return 2 * (l - 1) * a.alpha + a.beta * 2.0 * (l - 1) / l * N + a.gamma * (l - 1) / l * N + 2 * (h - 1) * b.alpha +
+         b.beta * 2.0 * (h - 1) / h * N / l + b.gamma * (h - 1) / h * N / l;
 }
 // The other collectives: "direct" forms pay a header round, then each rank copies (or
 // reduces) its bytes straight out of peer memory, one pass. Slot forms: p-1 steps (the
@@ -77,8 +76,7 @@ double gatherDirectCost(const Costs& k, const Situation& s) {
   return 2 * k.flat.alpha + k.flat.beta * (s.ranks - 1.0) / s.ranks * double(s.bytes);
 }
 double gatherSlotsCost(const Costs& k, const Situation& s) {
-  return (s.ranks - 1) * k.flat.alpha +
-         k.flat.beta * 2.0 * (s.ranks - 1.0) / s.ranks * double(s.bytes);
+  return (s.ranks - 1) * k.flat.alpha + k.flat.beta * 2.0 * (s.ranks - 1.0) / s.ranks * double(s.bytes);
 }
 double broadcastDirectCost(const Costs& k, const Situation& s) {
   return 2 * k.flat.alpha + k.flat.beta * double(s.bytes);
@@ -88,8 +86,7 @@ double broadcastChainCost(const Costs& k, const Situation& s) {
 }
 double reducescatterDirectCost(const Costs& k, const Situation& s) {
   const CostModel& m = k.flat;
-  return 2 * m.alpha + m.beta * (s.ranks - 1.0) / s.ranks * double(s.bytes) +
-         m.gamma * double(s.bytes);
+  return 2 * m.alpha + m.beta * (s.ranks - 1.0) / s.ranks * double(s.bytes) + m.gamma * double(s.bytes);
 }
 double reducescatterRingCost(const Costs& k, const Situation& s) {
   const CostModel& m = k.flat;
@@ -145,37 +142,32 @@ std::vector<Algorithm> build() {
        "continues as one recursive-doubling exchange through slots",
        nullptr, nullptr, recursiveDoublingAfterHeaders, "direct"},
       // allgather
-      {C::kAllgather, "direct",
-       "every rank copies every peer's part straight out of its memory (same host)", readable,
+      {C::kAllgather, "direct", "every rank copies every peer's part straight out of its memory (same host)", readable,
        gatherDirectCost, allgatherDirect},
-      {C::kAllgather, "ring",
-       "parts travel around the ring through slot messages, p-1 steps (any transport)", always,
+      {C::kAllgather, "ring", "parts travel around the ring through slot messages, p-1 steps (any transport)", always,
        gatherSlotsCost, allgatherRing},
       // broadcast
-      {C::kBroadcast, "direct",
-       "every rank copies the root's buffer straight out of its memory (same host)", readable,
+      {C::kBroadcast, "direct", "every rank copies the root's buffer straight out of its memory (same host)", readable,
        broadcastDirectCost, broadcastDirect},
       {C::kBroadcast, "chain",
-       "the root's buffer is pipelined root -> root+1 -> ... through slot messages (any transport)",
-       always, broadcastChainCost, broadcastChain},
+       "the root's buffer is pipelined root -> root+1 -> ... through slot messages (any transport)", always,
+       broadcastChainCost, broadcastChain},
       // reducescatter
-      {C::kReducescatter, "direct",
-       "every rank reduces its share straight from every peer's input (same host)", readable,
-       reducescatterDirectCost, reducescatterDirect},
+      {C::kReducescatter, "direct", "every rank reduces its share straight from every peer's input (same host)",
+       readable, reducescatterDirectCost, reducescatterDirect},
       {C::kReducescatter, "ring",
-       "partial sums of each share travel around the ring through slot messages (any transport)",
-       always, reducescatterRingCost, reducescatterRing},
+       "partial sums of each share travel around the ring through slot messages (any transport)", always,
+       reducescatterRingCost, reducescatterRing},
       // alltoall
       {C::kAlltoall, "direct",
-       "every rank copies what each peer sends it straight out of the peer's memory (same host)",
-       readable, gatherDirectCost, alltoallDirect},
+       "every rank copies what each peer sends it straight out of the peer's memory (same host)", readable,
+       gatherDirectCost, alltoallDirect},
       {C::kAlltoall, "pairwise",
        "at step k every rank sends to rank+k and receives from rank-k through slot messages (any "
        "transport)",
        always, gatherSlotsCost, alltoallPairwise},
       // barrier
-      {C::kBarrier, "headers",
-       "every rank sends its call header to every peer and returns once it has all of theirs",
+      {C::kBarrier, "headers", "every rank sends its call header to every peer and returns once it has all of theirs",
        always, headersCost, barrierHeaders},
   };
   for (size_t i = 0; i < all.size(); ++i) all[i].id = static_cast<uint8_t>(i + 1);
@@ -191,8 +183,7 @@ const std::vector<Algorithm>& table() {
 
 const Algorithm& byId(uint8_t id) {
   const auto& all = table();
-  if (id == 0 || id > all.size())
-    throw Error("internal: no algorithm with id " + std::to_string(id));
+  if (id == 0 || id > all.size()) throw Error("internal: no algorithm with id " + std::to_string(id));
   return all[id - 1];
 }
 
@@ -213,8 +204,7 @@ const Algorithm& continuation(const char* name) {
 std::string names(Collective collective) {
   std::string s;
   for (const Algorithm& a : table()) {
-    if (a.collective == collective && !a.continues)
-      s += (s.empty() ? "" : ", ") + std::string(a.name);
+    if (a.collective == collective && !a.continues) s += (s.empty() ? "" : ", ") + std::string(a.name);
   }
   return s;
 }

@@ -1,4 +1,4 @@
-// Every algorithm of every collective, one table (shared/DESIGN.md: "one table of entries
+// Every algorithm of every collective, one table (docs/design.md: "one table of entries
 // {collective, name, description, usable, cost, run}"). The selector (tuning/select.h)
 // chooses among the entries of a collective; RDMACOLL_ALGO names them; `rdmacoll-bench
 // --list` and rdmacoll.algorithms() print them; the descriptor hash carries the id of the
@@ -30,9 +30,8 @@ struct Situation {
   size_t bytes = 0;
   int ranks = 1;
   int hosts = 1;
-  int ranksPerHost = 0;  // ranks on each host where every host runs as many, else 0
-  bool peersReadable =
-      false;  // every peer's memory can be read in place (map or cross-memory read)
+  int ranksPerHost = 0;        // ranks on each host where every host runs as many, else 0
+  bool peersReadable = false;  // every peer's memory can be read in place (map or cross-memory read)
   bool peersMappable = false;  // ... and mapped (loads and stores straight into it)
   size_t eagerBytes = 0;       // RDMACOLL_EAGER_BYTES
 

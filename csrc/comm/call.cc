@@ -32,9 +32,8 @@ uint64_t hashDescriptor(const Descriptor& d) {
 
 std::string describeCall(const Descriptor& d) {
   std::ostringstream o;
-  o << collectiveName(static_cast<Collective>(d.collective)) << "(#" << d.seq
-    << ", count=" << d.count << ", dtype=" << dtypeName(static_cast<DataType>(d.dtype))
-    << ", op=" << opName(static_cast<ReduceOp>(d.op));
+  o << collectiveName(static_cast<Collective>(d.collective)) << "(#" << d.seq << ", count=" << d.count
+    << ", dtype=" << dtypeName(static_cast<DataType>(d.dtype)) << ", op=" << opName(static_cast<ReduceOp>(d.op));
   if (d.root >= 0) o << ", root=" << d.root;
   // (the name: cut at a fixed length, and from a peer: made valid text)
   if (d.name[0]) o << ", name='" << printableUtf8(d.name, sizeof(d.name)) << "'";

@@ -18,8 +18,8 @@
 namespace rdmacoll {
 
 Communicator::Communicator(int rank, int size, int localSize, const Protocol& protocol,
-                           const transport::Options& options, const JobLayout& job,
-                           std::shared_ptr<WaitHooks> hooks, std::shared_ptr<const Log> log)
+                           const transport::Options& options, const JobLayout& job, std::shared_ptr<WaitHooks> hooks,
+                           std::shared_ptr<const Log> log)
     : rank_(rank),
       size_(size),
       localSize_(localSize),
@@ -35,9 +35,8 @@ Communicator::Communicator(int rank, int size, int localSize, const Protocol& pr
   if (job_.hostOf.empty()) job_.hostOf.assign(size, 0);  // a communicator of one host
   RC_CHECK(static_cast<int>(job_.hostOf.size()) == size, "hosts: expected one host index per rank");
   for (int r = 0; r < size; ++r) members_.push_back(r);
-  links_ = std::make_shared<Links>(
-      transport::createJobDevice(options, rank, job_.hostOf, job_.networkOffers), rank, size,
-      protocol_.timelinePath);
+  links_ = std::make_shared<Links>(transport::createJobDevice(options, rank, job_.hostOf, job_.networkOffers), rank,
+                                   size, protocol_.timelinePath);
   setUp(localSize);
 }
 
@@ -96,12 +95,11 @@ Communicator::~Communicator() {
 std::unique_ptr<Communicator> Communicator::split(const std::vector<int>& members) const {
   int me = -1;
   for (size_t i = 0; i < members.size(); ++i) {
-    RC_CHECK(members[i] >= 0 && members[i] < size_,
-             "split: rank " + std::to_string(members[i]) +
-                 " is not a rank of this communicator (size " + std::to_string(size_) + ")");
+    RC_CHECK(members[i] >= 0 && members[i] < size_, "split: rank " + std::to_string(members[i]) +
+                                                        " is not a rank of this communicator (size " +
+                                                        std::to_string(size_) + ")");
     for (size_t k = 0; k < i; ++k)
-      RC_CHECK(members[k] != members[i],
-               "split: rank " + std::to_string(members[i]) + " is listed twice");
+      RC_CHECK(members[k] != members[i], "split: rank " + std::to_string(members[i]) + " is listed twice");
     if (members[i] == rank_) me = static_cast<int>(i);
   }
   RC_CHECK(me >= 0, "split: this rank (" + std::to_string(rank_) + ") is not among the members");
@@ -123,9 +121,8 @@ transport::Bytes Communicator::address() const {
 
 void Communicator::connect(const std::vector<transport::Bytes>& addresses) {
   RC_CHECK(!connected_, "communicator already connected");
-  RC_CHECK(
-      static_cast<int>(addresses.size()) == size_,
-      "expected " + std::to_string(size_) + " addresses, got " + std::to_string(addresses.size()));
+  RC_CHECK(static_cast<int>(addresses.size()) == size_,
+           "expected " + std::to_string(size_) + " addresses, got " + std::to_string(addresses.size()));
   // A sub-communicator's address ends with the channels in use at that member: its
   // channel is the lowest free at every member.
   const size_t tail = world_ ? 0 : sizeof(uint64_t);
@@ -160,10 +157,9 @@ void Communicator::connect(const std::vector<transport::Bytes>& addresses) {
     RC_CHECK(p.ep, "rank " + std::to_string(r) + " has no connection");
     p.ep->unpack(pm, &p.ctrl);
     p.ep->map(&p.ctrl);  // where the transport maps, writes then skip the mapping lookup
-    RC_CHECK(p.ctrl.len == ctrlLayout_.total(),
-             "rank " + std::to_string(r) +
-                 " has a different control layout: the ranks run "
-                 "different rdmacoll versions or settings");
+    RC_CHECK(p.ctrl.len == ctrlLayout_.total(), "rank " + std::to_string(r) +
+                                                    " has a different control layout: the ranks run "
+                                                    "different rdmacoll versions or settings");
     uint32_t caps = p.ep->capabilities();
     if (!(caps & transport::kCanRead) && !(caps & transport::kCanMap)) peersReadable_ = false;
     if (!(caps & transport::kCanMap)) peersMappable_ = false;
@@ -191,8 +187,8 @@ bool Communicator::describeBuffer(const void* p, size_t bytes, BufferRef* ref) c
 
 void Communicator::checkUsable() const {
   if (forkguard::generation() != forkGeneration_) {
-    throw Error("this rdmacoll communicator belongs to the parent process (pid " +
-                std::to_string(pid_) + "); a forked child cannot use it");
+    throw Error("this rdmacoll communicator belongs to the parent process (pid " + std::to_string(pid_) +
+                "); a forked child cannot use it");
   }
   RC_CHECK(connected_, "rdmacoll is not initialised: call rdmacoll.init() first");
   if (!broken_.empty()) throw Error(broken_);
@@ -240,8 +236,7 @@ void Communicator::fail(const std::string& message) {
   for (Peer& p : peers_) {  // so is a dead peer (e.g. ESRCH from a cross-memory read)
     if (p.ep && !p.ep->alive()) {
       abortAll(AbortCode::kPeerDied, "rank " + std::to_string(p.rank) + " (" + p.ep->describe() +
-                                         ") died; detected by rank " + std::to_string(rank_) +
-                                         ": " + message);
+                                         ") died; detected by rank " + std::to_string(rank_) + ": " + message);
     }
   }
   abortAll(AbortCode::kError, "rank " + std::to_string(rank_) + ": " + message);
@@ -253,13 +248,11 @@ void Communicator::raisePeerAbort() const {
   if (src < 0 || src >= size_) src = 0;
   char msg[kAbortMessageBytes];
   std::memcpy(msg, ctrl() + ctrlLayout_.abortMessage(src), sizeof(msg));
-  if (broken_.empty())
-    broken_ = printableUtf8(msg, sizeof(msg)) + " (reported by rank " + std::to_string(src) + ")";
+  if (broken_.empty()) broken_ = printableUtf8(msg, sizeof(msg)) + " (reported by rank " + std::to_string(src) + ")";
   throw Error(broken_);
 }
 
-void Communicator::checkDescriptor(const HashedDescriptor& mine, const HashedDescriptor& theirs,
-                                   int peer) {
+void Communicator::checkDescriptor(const HashedDescriptor& mine, const HashedDescriptor& theirs, int peer) {
   if (mine.hash == theirs.hash) return;
   const Descriptor& a = mine.desc;
   const Descriptor& b = theirs.desc;
@@ -282,9 +275,8 @@ void Communicator::checkDescriptor(const HashedDescriptor& mine, const HashedDes
     what = "different algorithms (RDMACOLL_ALGO differs?)";
   else
     what = "different settings";
-  abortAll(AbortCode::kMismatch, "collective mismatch (" + what + "): rank " +
-                                     std::to_string(rank_) + " called " + describeCall(a) +
-                                     " but rank " + std::to_string(peer) + " called " +
+  abortAll(AbortCode::kMismatch, "collective mismatch (" + what + "): rank " + std::to_string(rank_) + " called " +
+                                     describeCall(a) + " but rank " + std::to_string(peer) + " called " +
                                      describeCall(b));
 }
 

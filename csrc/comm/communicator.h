@@ -78,9 +78,8 @@ enum class AbortCode : uint32_t {
 
 class Communicator {
  public:
-  Communicator(int rank, int size, int localSize, const Protocol& protocol,
-               const transport::Options& options, const JobLayout& layout,
-               std::shared_ptr<WaitHooks> hooks, std::shared_ptr<const Log> log = nullptr);
+  Communicator(int rank, int size, int localSize, const Protocol& protocol, const transport::Options& options,
+               const JobLayout& layout, std::shared_ptr<WaitHooks> hooks, std::shared_ptr<const Log> log = nullptr);
   ~Communicator();
   Communicator(const Communicator&) = delete;
   Communicator& operator=(const Communicator&) = delete;
@@ -127,13 +126,9 @@ class Communicator {
   std::shared_ptr<MemoryPool> pool() const { return links_->pool(); }
   Peer& peer(int r) { return peers_[r]; }
   char* ctrl() const { return static_cast<char*>(ctrl_->data()); }
-  std::atomic<uint64_t>& word(size_t off) const {
-    return *reinterpret_cast<std::atomic<uint64_t>*>(ctrl() + off);
-  }
+  std::atomic<uint64_t>& word(size_t off) const { return *reinterpret_cast<std::atomic<uint64_t>*>(ctrl() + off); }
   // Staging segments for reads of peer memory: max(2, size) of segmentBytes each.
-  void* staging(int i) const {
-    return static_cast<char*>(staging_->data()) + i * protocol_.segmentBytes;
-  }
+  void* staging(int i) const { return static_cast<char*>(staging_->data()) + i * protocol_.segmentBytes; }
   bool peersReadable() const { return peersReadable_; }
   bool peersMappable() const { return peersMappable_; }
   bool oversubscribed() const { return oversubscribed_; }

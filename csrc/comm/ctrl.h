@@ -65,10 +65,7 @@ constexpr size_t kHeaderSlot = (sizeof(CallHeader) + 63) / 64 * 64;
 class CtrlLayout {
  public:
   CtrlLayout(int size, const Protocol& c)
-      : size_(size),
-        eagerBytes_(round(c.eagerBytes + 128)),
-        slotBytes_(c.slotBytes),
-        slots_(c.slots) {
+      : size_(size), eagerBytes_(round(c.eagerBytes + 128)), slotBytes_(c.slotBytes), slots_(c.slots) {
     wordsOff_ = 0;
     msgOff_ = wordsOff_ + 64 + sizeof(PeerWords) * size;
     hdrOff_ = msgOff_ + kAbortMessageBytes * size;
@@ -84,21 +81,15 @@ class CtrlLayout {
   size_t credit(int src) const { return words(src) + offsetof(PeerWords, credit); }
   size_t submitted(int src) const { return words(src) + offsetof(PeerWords, submitted); }
   size_t abortMessage(int src) const { return msgOff_ + kAbortMessageBytes * src; }
-  size_t header(int src, uint64_t seq) const {
-    return hdrOff_ + kHeaderSlot * (2 * src + (seq & 1));
-  }
+  size_t header(int src, uint64_t seq) const { return hdrOff_ + kHeaderSlot * (2 * src + (seq & 1)); }
   // Eager message: a 64-byte line with the full {hash, descriptor} (read only to name a
   // mismatch, so it stays in the writer's cache), then {hash, payload} from the second
   // line on: 8 bytes of payload cost the receiver one line. Double-buffered by call
   // parity (a rank starts call n+2 only after every peer finished call n+1, which
   // needed my message n+1, sent after I finished reading message n: so slots never clash).
-  size_t eager(int src, uint64_t seq) const {
-    return eagerOff_ + eagerBytes_ * (2 * src + (seq & 1));
-  }
+  size_t eager(int src, uint64_t seq) const { return eagerOff_ + eagerBytes_ * (2 * src + (seq & 1)); }
   size_t eagerCapacity() const { return eagerBytes_; }
-  size_t slot(int src, uint64_t msg) const {
-    return slotOff_ + slotBytes_ * (slots_ * src + msg % slots_);
-  }
+  size_t slot(int src, uint64_t msg) const { return slotOff_ + slotBytes_ * (slots_ * src + msg % slots_); }
 
  private:
   static size_t round(size_t n) { return (n + 4095) / 4096 * 4096; }

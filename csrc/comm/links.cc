@@ -4,15 +4,13 @@
 
 namespace rdmacoll {
 
-Links::Links(std::unique_ptr<transport::Device> device, int worldRank, int worldSize,
-             const std::string& timelinePath)
+Links::Links(std::unique_ptr<transport::Device> device, int worldRank, int worldSize, const std::string& timelinePath)
     : device_(std::move(device)),
       pool_(std::make_shared<MemoryPool>(device_.get())),
       worldRank_(worldRank),
       links_(static_cast<size_t>(worldSize)) {
   // (HOROVOD_TIMELINE=DYNAMIC: no file at init; start_timeline() opens one later)
-  if (!timelinePath.empty() && timelinePath != "DYNAMIC")
-    timeline_ = Timeline::open(timelinePath, worldRank);
+  if (!timelinePath.empty() && timelinePath != "DYNAMIC") timeline_ = Timeline::open(timelinePath, worldRank);
 }
 
 void Links::restartTimeline(const std::string& path) {
@@ -27,8 +25,7 @@ Links::~Links() {
 }
 
 void Links::connect(int r, const transport::Bytes& deviceAddress) {
-  RC_CHECK(r >= 0 && r < worldSize() && r != worldRank_ && !links_[r].ep,
-           "internal: bad link " + std::to_string(r));
+  RC_CHECK(r >= 0 && r < worldSize() && r != worldRank_ && !links_[r].ep, "internal: bad link " + std::to_string(r));
   links_[r].ep = device_->connect(r, deviceAddress);
 }
 
@@ -44,11 +41,10 @@ bool Links::takePending(Link& l, uint32_t channel, uint32_t* imm) {
 }
 
 void Links::claim(uint32_t channel) {
-  RC_CHECK(channel < kChannels,
-           "no free channel: more than " + std::to_string(kChannels) +
-               " communicators share these ranks (destroy process sets or groups no longer used)");
-  RC_CHECK(!(used_ >> channel & 1), "channel " + std::to_string(channel) +
-                                        " is in use here: communicators were created concurrently");
+  RC_CHECK(channel < kChannels, "no free channel: more than " + std::to_string(kChannels) +
+                                    " communicators share these ranks (destroy process sets or groups no longer used)");
+  RC_CHECK(!(used_ >> channel & 1),
+           "channel " + std::to_string(channel) + " is in use here: communicators were created concurrently");
   used_ |= uint64_t(1) << channel;
 }
 

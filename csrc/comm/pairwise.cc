@@ -12,8 +12,8 @@ namespace pairwise {
 
 namespace {
 
-void recvReducePiece(Communicator& c, Peer& from, const Call& call, char* dst, const char* mine,
-                     size_t len, bool theirsFirst, double scale) {
+void recvReducePiece(Communicator& c, Peer& from, const Call& call, char* dst, const char* mine, size_t len,
+                     bool theirsFirst, double scale) {
   const void* theirs = prim::recvSlot(c, from);
   const size_t n = len / call.elemBytes;
   if (theirsFirst) {
@@ -44,19 +44,18 @@ void recvCopy(Communicator& c, Peer& from, void* dst, size_t bytes, size_t segBy
   }
 }
 
-void recvReduce(Communicator& c, Peer& from, const Call& call, void* dst, const void* mine,
-                size_t bytes, size_t segBytes, bool theirsFirst, double scale) {
+void recvReduce(Communicator& c, Peer& from, const Call& call, void* dst, const void* mine, size_t bytes,
+                size_t segBytes, bool theirsFirst, double scale) {
   char* d = static_cast<char*>(dst);
   const char* m = static_cast<const char*>(mine);
   for (size_t i = 0, np = pieces(bytes, segBytes); i < np; ++i) {
-    recvReducePiece(c, from, call, d + i * segBytes, m + i * segBytes, pieceLen(bytes, segBytes, i),
-                    theirsFirst, scale);
+    recvReducePiece(c, from, call, d + i * segBytes, m + i * segBytes, pieceLen(bytes, segBytes, i), theirsFirst,
+                    scale);
   }
 }
 
-void shiftReduce(Communicator& c, Peer& to, const void* send, size_t sendBytes, Peer& from,
-                 const Call& call, void* dst, const void* mine, size_t recvBytes, size_t segBytes,
-                 bool theirsFirst, double scale) {
+void shiftReduce(Communicator& c, Peer& to, const void* send, size_t sendBytes, Peer& from, const Call& call, void* dst,
+                 const void* mine, size_t recvBytes, size_t segBytes, bool theirsFirst, double scale) {
   const char* s = static_cast<const char*>(send);
   char* d = static_cast<char*>(dst);
   const char* m = static_cast<const char*>(mine);
@@ -64,14 +63,14 @@ void shiftReduce(Communicator& c, Peer& to, const void* send, size_t sendBytes, 
   for (size_t i = 0; i < std::max(ns, nr); ++i) {
     if (i < ns) prim::sendSlot(c, to, s + i * segBytes, pieceLen(sendBytes, segBytes, i));
     if (i < nr) {
-      recvReducePiece(c, from, call, d + i * segBytes, m + i * segBytes,
-                      pieceLen(recvBytes, segBytes, i), theirsFirst, scale);
+      recvReducePiece(c, from, call, d + i * segBytes, m + i * segBytes, pieceLen(recvBytes, segBytes, i), theirsFirst,
+                      scale);
     }
   }
 }
 
-void shift(Communicator& c, Peer& to, const void* send, size_t sendBytes, Peer& from, void* dst,
-           size_t recvBytes, size_t segBytes) {
+void shift(Communicator& c, Peer& to, const void* send, size_t sendBytes, Peer& from, void* dst, size_t recvBytes,
+           size_t segBytes) {
   const char* s = static_cast<const char*>(send);
   char* d = static_cast<char*>(dst);
   const size_t ns = pieces(sendBytes, segBytes), nr = pieces(recvBytes, segBytes);

@@ -18,9 +18,7 @@ namespace pairwise {
 
 // A range of `bytes` travels as pieces(bytes, seg) messages; piece i holds pieceLen bytes.
 inline size_t pieces(size_t bytes, size_t seg) { return (bytes + seg - 1) / seg; }
-inline size_t pieceLen(size_t bytes, size_t seg, size_t i) {
-  return std::min(seg, bytes - i * seg);
-}
+inline size_t pieceLen(size_t bytes, size_t seg, size_t i) { return std::min(seg, bytes - i * seg); }
 
 // Send `bytes` from `data` to `to`.
 void send(Communicator& c, Peer& to, const void* data, size_t bytes, size_t segBytes);
@@ -28,28 +26,26 @@ void send(Communicator& c, Peer& to, const void* data, size_t bytes, size_t segB
 void recvCopy(Communicator& c, Peer& from, void* dst, size_t bytes, size_t segBytes);
 // Receive `bytes` from `from`; dst = mine op theirs (theirsFirst: theirs op mine), times
 // scale. dst may alias mine.
-void recvReduce(Communicator& c, Peer& from, const Call& call, void* dst, const void* mine,
-                size_t bytes, size_t segBytes, bool theirsFirst, double scale);
+void recvReduce(Communicator& c, Peer& from, const Call& call, void* dst, const void* mine, size_t bytes,
+                size_t segBytes, bool theirsFirst, double scale);
 
 // Send sendBytes from `send` to `to` while receiving recvBytes from `from`, reduced as
 // recvReduce (a reduce-scatter ring step when to != from). `send` may alias dst only
 // piece for piece (piece i is sent before piece i is stored).
-void shiftReduce(Communicator& c, Peer& to, const void* send, size_t sendBytes, Peer& from,
-                 const Call& call, void* dst, const void* mine, size_t recvBytes, size_t segBytes,
-                 bool theirsFirst, double scale);
+void shiftReduce(Communicator& c, Peer& to, const void* send, size_t sendBytes, Peer& from, const Call& call, void* dst,
+                 const void* mine, size_t recvBytes, size_t segBytes, bool theirsFirst, double scale);
 // shiftReduce with one peer q both ways.
-inline void exchangeReduce(Communicator& c, Peer& q, const Call& call, const void* send,
-                           size_t sendBytes, void* dst, const void* mine, size_t recvBytes,
-                           size_t segBytes, bool theirsFirst, double scale) {
+inline void exchangeReduce(Communicator& c, Peer& q, const Call& call, const void* send, size_t sendBytes, void* dst,
+                           const void* mine, size_t recvBytes, size_t segBytes, bool theirsFirst, double scale) {
   shiftReduce(c, q, send, sendBytes, q, call, dst, mine, recvBytes, segBytes, theirsFirst, scale);
 }
 // Send sendBytes from `send` to `to` while receiving recvBytes from `from` into dst, piece
 // i sent before piece i is received (a ring step when to != from).
-void shift(Communicator& c, Peer& to, const void* send, size_t sendBytes, Peer& from, void* dst,
-           size_t recvBytes, size_t segBytes);
+void shift(Communicator& c, Peer& to, const void* send, size_t sendBytes, Peer& from, void* dst, size_t recvBytes,
+           size_t segBytes);
 // Send sendBytes from `send` to q while receiving recvBytes from q into dst.
-inline void exchangeCopy(Communicator& c, Peer& q, const void* send, size_t sendBytes, void* dst,
-                         size_t recvBytes, size_t segBytes) {
+inline void exchangeCopy(Communicator& c, Peer& q, const void* send, size_t sendBytes, void* dst, size_t recvBytes,
+                         size_t segBytes) {
   shift(c, q, send, sendBytes, q, dst, recvBytes, segBytes);
 }
 

@@ -12,25 +12,21 @@ namespace prim {
 
 namespace {
 
-[[noreturn]] void protocolError(Communicator& c, Peer& from, uint32_t got, uint32_t want,
-                                const Call& call) {
+[[noreturn]] void protocolError(Communicator& c, Peer& from, uint32_t got, uint32_t want, const Call& call) {
   // A different kind of message means the peer runs another algorithm or collective: try
   // to read its descriptor where that kind keeps it, so the error names the difference.
   uint32_t kind = tagKind(got);
   const HashedDescriptor* theirs = nullptr;
   if (kind == kHeaderTag) {
     // CallHeader starts with the same {hash, descriptor} line.
-    theirs = reinterpret_cast<const HashedDescriptor*>(c.ctrl() +
-                                                       c.layout().header(from.rank, call.seq));
+    theirs = reinterpret_cast<const HashedDescriptor*>(c.ctrl() + c.layout().header(from.rank, call.seq));
   } else if (kind == kEagerTag) {
-    theirs =
-        reinterpret_cast<const HashedDescriptor*>(c.ctrl() + c.layout().eager(from.rank, call.seq));
+    theirs = reinterpret_cast<const HashedDescriptor*>(c.ctrl() + c.layout().eager(from.rank, call.seq));
   }
   if (theirs != nullptr) c.checkDescriptor(call.hd, *theirs, from.rank);
-  c.abortAll(AbortCode::kMismatch, "protocol mismatch with rank " + std::to_string(from.rank) +
-                                       " during call #" + std::to_string(call.seq) +
-                                       ": expected message " + std::to_string(want) + ", got " +
-                                       std::to_string(got) +
+  c.abortAll(AbortCode::kMismatch, "protocol mismatch with rank " + std::to_string(from.rank) + " during call #" +
+                                       std::to_string(call.seq) + ": expected message " + std::to_string(want) +
+                                       ", got " + std::to_string(got) +
                                        " (the ranks run different collectives or settings)");
 }
 
@@ -39,12 +35,11 @@ namespace {
   c.abortAll(AbortCode::kMismatch,
              (got & kindAndMsg) == (want & kindAndMsg)
                  ? "collective mismatch (different algorithms): rank " + std::to_string(from.rank) +
-                       " ran another algorithm (or another continuation of it) than rank " +
-                       std::to_string(c.rank()) + " in its call " + describeCall(c.currentCall()) +
+                       " ran another algorithm (or another continuation of it) than rank " + std::to_string(c.rank()) +
+                       " in its call " + describeCall(c.currentCall()) +
                        " (the ranks run different rdmacoll versions or settings)"
-                 : "protocol mismatch with rank " + std::to_string(from.rank) +
-                       ": expected slot message " + std::to_string(want) + ", got " +
-                       std::to_string(got));
+                 : "protocol mismatch with rank " + std::to_string(from.rank) + ": expected slot message " +
+                       std::to_string(want) + ", got " + std::to_string(got));
 }
 
 uint32_t recvImmediate(Communicator& c, Peer& from, const char* what) {
@@ -61,8 +56,8 @@ void continueAs(Communicator& c, Call& call, uint8_t algorithm) {
   c.announce(call.hd);
 }
 
-void sendHeader(Communicator& c, Peer& to, const Call& call, const BufferRef* in,
-                const BufferRef* out, const uint64_t* extra) {
+void sendHeader(Communicator& c, Peer& to, const Call& call, const BufferRef* in, const BufferRef* out,
+                const uint64_t* extra) {
   PhaseScope phase(c.timeline(), Timeline::kNegotiate);
   CallHeader h;
   std::memset(static_cast<void*>(&h), 0, sizeof(h));  // padding too: headers travel as bytes
@@ -89,8 +84,7 @@ const CallHeader& recvHeader(Communicator& c, Peer& from, const Call& call) {
   uint32_t want = tag(kHeaderTag, c.channel(), call.seq);
   uint32_t got = recvImmediate(c, from, "a call header");
   if (got != want) protocolError(c, from, got, want, call);
-  const CallHeader& h =
-      *reinterpret_cast<const CallHeader*>(c.ctrl() + c.layout().header(from.rank, call.seq));
+  const CallHeader& h = *reinterpret_cast<const CallHeader*>(c.ctrl() + c.layout().header(from.rank, call.seq));
   HashedDescriptor theirs;
   theirs.hash = h.hash;
   theirs.desc = h.desc;
@@ -147,18 +141,17 @@ void viewPeer(Peer& peer, const CallHeader& h, PeerBuffers* b) {
 }
 
 namespace {
-void checkPeerRange(const Peer& peer, const transport::RemoteMemory& m, size_t base, size_t off,
-                    size_t len) {
+void checkPeerRange(const Peer& peer, const transport::RemoteMemory& m, size_t base, size_t off, size_t len) {
   if (base > m.len || off > m.len - base || len > m.len - base - off) {
     throw Error("rank " + std::to_string(peer.rank) + "'s buffer holds " +
-                std::to_string(m.len - std::min(base, m.len)) + " bytes; accessing " +
-                std::to_string(len) + " at " + std::to_string(off) + " would overrun it");
+                std::to_string(m.len - std::min(base, m.len)) + " bytes; accessing " + std::to_string(len) + " at " +
+                std::to_string(off) + " would overrun it");
   }
 }
 
 // len bytes at off of a peer region described by (m, base offset, mapping or null).
-void readPeer(Peer& peer, const transport::RemoteMemory& m, size_t base, const char* map,
-              size_t off, void* dst, size_t len) {
+void readPeer(Peer& peer, const transport::RemoteMemory& m, size_t base, const char* map, size_t off, void* dst,
+              size_t len) {
   if (len == 0) return;
   checkPeerRange(peer, m, base, off, len);
   if (map) {
@@ -169,8 +162,8 @@ void readPeer(Peer& peer, const transport::RemoteMemory& m, size_t base, const c
 }
 
 // A pointer to the peer region's bytes [off, off+len): mapped, else read into stage.
-const void* peerAt(Peer& peer, const transport::RemoteMemory& m, size_t base, const char* map,
-                   size_t off, size_t len, void* stage) {
+const void* peerAt(Peer& peer, const transport::RemoteMemory& m, size_t base, const char* map, size_t off, size_t len,
+                   void* stage) {
   if (map == nullptr) {
     readPeer(peer, m, base, nullptr, off, stage, len);
     return stage;
@@ -208,8 +201,7 @@ void sendEager(Communicator& c, Peer& to, const Call& call, const void* data, si
   const size_t body = off + sizeof(HashedDescriptor);  // {hash, payload}
   to.ep->write(&call.hd, to.ctrl, off, sizeof(HashedDescriptor), false, 0);
   to.ep->write(&call.hd.hash, to.ctrl, body, sizeof(uint64_t), false, 0);
-  to.ep->write(data, to.ctrl, body + sizeof(uint64_t), bytes, true,
-               tag(kEagerTag, c.channel(), call.seq));
+  to.ep->write(data, to.ctrl, body + sizeof(uint64_t), bytes, true, tag(kEagerTag, c.channel(), call.seq));
 }
 
 const void* recvEager(Communicator& c, Peer& from, const Call& call) {
@@ -231,8 +223,7 @@ void waitSlotCredit(Communicator& c, Peer& to) {
   if (to.msgsSent < slots) return;
   uint64_t need = to.msgsSent - slots + 1;
   auto& credit = c.word(c.layout().credit(to.rank));
-  c.waitUntil([&] { return credit.load(std::memory_order_acquire) >= need; }, to.rank,
-              "a free slot");
+  c.waitUntil([&] { return credit.load(std::memory_order_acquire) >= need; }, to.rank, "a free slot");
 }
 
 void* mappedSlot(Communicator& c, Peer& to) {
@@ -271,8 +262,7 @@ void waitProgress(Communicator& c, Peer& from, uint64_t units) {
   PhaseScope phase(c.timeline(), Timeline::kTransfer);
   uint64_t need = from.progressSeen + units;
   auto& w = c.word(c.layout().progress(from.rank));
-  c.waitUntil([&] { return w.load(std::memory_order_acquire) >= need; }, from.rank,
-              "a peer's progress");
+  c.waitUntil([&] { return w.load(std::memory_order_acquire) >= need; }, from.rank, "a peer's progress");
 }
 
 void finishReads(Communicator& c, Peer& readFrom, Peer& readBy, const Call& call, uint64_t units) {

@@ -35,8 +35,8 @@ inline uint32_t tagKind(uint32_t imm) { return imm >> 30; }
 void continueAs(Communicator& c, Call& call, uint8_t algorithm);
 
 // ---- call headers: hash + descriptor (+ buffer locations), double-buffered by parity
-void sendHeader(Communicator& c, Peer& to, const Call& call, const BufferRef* in,
-                const BufferRef* out, const uint64_t* extra = nullptr);
+void sendHeader(Communicator& c, Peer& to, const Call& call, const BufferRef* in, const BufferRef* out,
+                const uint64_t* extra = nullptr);
 // Wait for `from`'s header of this call and compare descriptors (abort on mismatch).
 const CallHeader& recvHeader(Communicator& c, Peer& from, const Call& call);
 
@@ -44,8 +44,8 @@ const CallHeader& recvHeader(Communicator& c, Peer& from, const Call& call);
 // null) and receive every peer's, predecessor first: a mismatch anywhere is seen by some
 // rank at its first receive, which aborts everyone. headers[q] for q != me.
 template <class Extra>
-void headersFromAll(Communicator& c, const Call& call, const BufferRef* in, const BufferRef* out,
-                    Extra extra, const CallHeader** headers) {
+void headersFromAll(Communicator& c, const Call& call, const BufferRef* in, const BufferRef* out, Extra extra,
+                    const CallHeader** headers) {
   const int p = c.size(), r = c.rank();
   for (int k = 1; k < p; ++k) {
     const int q = (r + k) % p;

@@ -54,8 +54,7 @@ struct Protocol {
 };
 
 struct JobLayout {
-  std::vector<int>
-      hostOf;  // host index of every rank, hosts numbered by first rank (empty: one host)
+  std::vector<int> hostOf;  // host index of every rank, hosts numbered by first rank (empty: one host)
   // Distinct CPUs the ranks of this host may run on (the union of their affinity masks):
   // more local ranks than that = oversubscribed. 0: unknown.
   int localCpus = 0;

@@ -24,12 +24,11 @@ Segment segmentOf(const SlotRing& r, int part, size_t k) {
 }
 
 // The steps of both phases, segment by segment (terms in ring.h).
-void steps(Communicator& c, const Call* call, const SlotRing& r, const char* in, char* owned,
-           char* out, bool reduceScatter, bool allgather, double scale) {
+void steps(Communicator& c, const Call* call, const SlotRing& r, const char* in, char* owned, char* out,
+           bool reduceScatter, bool allgather, double scale) {
   const int g = r.size, i = r.me, o = r.shift;
   if (g == 1) {
-    if (reduceScatter && in != owned)
-      throw Error("internal: a ring of one member reduces in place only");
+    if (reduceScatter && in != owned) throw Error("internal: a ring of one member reduces in place only");
     return;
   }
   const size_t E = r.elemBytes;
@@ -81,18 +80,16 @@ void steps(Communicator& c, const Call* call, const SlotRing& r, const char* in,
 
 }  // namespace
 
-void ringReduceScatter(Communicator& c, const Call& call, const SlotRing& ring, const void* in,
-                       void* owned, double scale) {
-  steps(c, &call, ring, static_cast<const char*>(in), static_cast<char*>(owned), nullptr, true,
-        false, scale);
+void ringReduceScatter(Communicator& c, const Call& call, const SlotRing& ring, const void* in, void* owned,
+                       double scale) {
+  steps(c, &call, ring, static_cast<const char*>(in), static_cast<char*>(owned), nullptr, true, false, scale);
 }
 
 void ringAllgather(Communicator& c, const SlotRing& ring, void* out) {
   steps(c, nullptr, ring, nullptr, nullptr, static_cast<char*>(out), false, true, 1.0);
 }
 
-void ringAllreduce(Communicator& c, const Call& call, const SlotRing& ring, const void* in,
-                   void* out, double scale) {
+void ringAllreduce(Communicator& c, const Call& call, const SlotRing& ring, const void* in, void* out, double scale) {
   char* o = static_cast<char*>(out);
   char* owned = o + ring.bounds[mod(ring.me + 1 + ring.shift, ring.size)] * ring.elemBytes;
   steps(c, &call, ring, static_cast<const char*>(in), owned, o, true, true, scale);

@@ -51,13 +51,12 @@ struct SlotRing {
 
 // Reduce-scatter of `in` (call's dtype and op): the owned part's reduction, times scale,
 // lands at `owned` (its first element). in may equal the memory owned points into.
-void ringReduceScatter(Communicator& c, const Call& call, const SlotRing& ring, const void* in,
-                       void* owned, double scale);
+void ringReduceScatter(Communicator& c, const Call& call, const SlotRing& ring, const void* in, void* owned,
+                       double scale);
 // Allgather within `out` (parts at bounds): the owned part must be in place.
 void ringAllgather(Communicator& c, const SlotRing& ring, void* out);
 // Both, pipelined per segment (each owned segment goes around as soon as it is reduced):
 // the result lands in out at the parts' places.
-void ringAllreduce(Communicator& c, const Call& call, const SlotRing& ring, const void* in,
-                   void* out, double scale);
+void ringAllreduce(Communicator& c, const Call& call, const SlotRing& ring, const void* in, void* out, double scale);
 
 }  // namespace rdmacoll

@@ -67,11 +67,9 @@ void Communicator::checkPeersLeft(const char* what) {
     const uint64_t v = submittedBy(p.rank);
     if ((v & kLeftFlag) && (v & ~kLeftFlag) < current_.seq) {
       abortAll(AbortCode::kPeerLeft,
-               "rank " + std::to_string(p.rank) +
-                   " shut down (rdmacoll.shutdown() or process exit) after call #" +
-                   std::to_string(v & ~kLeftFlag) + "; it will never join " +
-                   describeCall(current_) + ", for which rank " + std::to_string(rank_) +
-                   " was waiting (" + what + ")");
+               "rank " + std::to_string(p.rank) + " shut down (rdmacoll.shutdown() or process exit) after call #" +
+                   std::to_string(v & ~kLeftFlag) + "; it will never join " + describeCall(current_) +
+                   ", for which rank " + std::to_string(rank_) + " was waiting (" + what + ")");
     }
   }
 }
@@ -81,8 +79,8 @@ uint64_t Communicator::submittedBy(int r) const {
   uint64_t pushed = word(ctrlLayout_.submitted(r)).load(std::memory_order_relaxed);
   const Peer& p = peers_[r];
   if (p.ctrl.mapped) {
-    auto* w = reinterpret_cast<const std::atomic<uint64_t>*>(
-        static_cast<const char*>(p.ctrl.mapped) + ctrlLayout_.submitted(r));
+    auto* w = reinterpret_cast<const std::atomic<uint64_t>*>(static_cast<const char*>(p.ctrl.mapped) +
+                                                             ctrlLayout_.submitted(r));
     pushed = std::max(pushed, w->load(std::memory_order_relaxed));
   }
   return pushed;
@@ -91,10 +89,9 @@ uint64_t Communicator::submittedBy(int r) const {
 void Communicator::inspectStall(double waited, const char* what, int waitingFor, bool warn) {
   const uint64_t seq = current_.seq;
   std::vector<int> started, missing;
-  for (int r = 0; r < size_; ++r)
-    ((submittedBy(r) & ~kLeftFlag) >= seq ? started : missing).push_back(r);
-  const bool shutdown = protocol_.stallShutdownSeconds > 0 &&
-                        waited >= protocol_.stallShutdownSeconds && !missing.empty();
+  for (int r = 0; r < size_; ++r) ((submittedBy(r) & ~kLeftFlag) >= seq ? started : missing).push_back(r);
+  const bool shutdown =
+      protocol_.stallShutdownSeconds > 0 && waited >= protocol_.stallShutdownSeconds && !missing.empty();
   // One rank speaks for the job: the lowest that started the call (every waiting rank
   // aborts on shutdown, the first to get there wins).
   if (!shutdown && (!warn || started.front() != rank_)) return;
@@ -120,8 +117,7 @@ void Communicator::WaitState::checkStall(double waited) {
   c.publishSubmitted();
   c.checkPeersLeft(what_);
   const Protocol& cfg = c.protocol_;
-  const bool warn = cfg.stallWarningSeconds > 0 && waited >= cfg.stallWarningSeconds &&
-                    waited >= nextStallReport_;
+  const bool warn = cfg.stallWarningSeconds > 0 && waited >= cfg.stallWarningSeconds && waited >= nextStallReport_;
   const bool shut = cfg.stallShutdownSeconds > 0 && waited >= cfg.stallShutdownSeconds;
   if (!warn && !shut) return;
   if (warn) nextStallReport_ = waited + cfg.stallWarningSeconds;

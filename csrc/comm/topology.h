@@ -41,13 +41,11 @@ inline Hierarchy hierarchy(const std::vector<int>& hostOf, int r) {
   h.hosts = static_cast<int>(order.size());
   h.regular = true;
   for (const auto& v : ranksOf) h.regular = h.regular && v.size() == ranksOf[0].size();
-  const int mine =
-      static_cast<int>(std::find(order.begin(), order.end(), hostOf[r]) - order.begin());
+  const int mine = static_cast<int>(std::find(order.begin(), order.end(), hostOf[r]) - order.begin());
   h.local = ranksOf[mine];
   h.localIndex = static_cast<int>(std::find(h.local.begin(), h.local.end(), r) - h.local.begin());
   h.crossIndex = mine;
-  for (const auto& v : ranksOf)
-    h.cross.push_back(h.localIndex < static_cast<int>(v.size()) ? v[h.localIndex] : -1);
+  for (const auto& v : ranksOf) h.cross.push_back(h.localIndex < static_cast<int>(v.size()) ? v[h.localIndex] : -1);
   return h;
 }
 

@@ -1,4 +1,4 @@
-// How ranks wait (shared/DESIGN.md, "Progress and waiting").
+// How ranks wait (docs/design.md, "Progress and waiting").
 //
 // Not oversubscribed (local ranks <= cores in our CPU mask): spin with `pause` for
 // kSpinMicros, then sched_yield until the device's pollMicros(), then sleep on it (futex for
@@ -99,10 +99,9 @@ void Communicator::WaitState::periodicChecks() {
   }
   double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
   if (waited > c.protocol_.timeoutSeconds) {
-    c.abortAll(AbortCode::kTimeout,
-               "timed out after " + std::to_string(static_cast<int>(waited)) +
-                   " s (RDMACOLL_TIMEOUT) on rank " + std::to_string(c.rank_) + " waiting for " +
-                   what_ + (peer_ >= 0 ? " from rank " + std::to_string(peer_) : std::string()));
+    c.abortAll(AbortCode::kTimeout, "timed out after " + std::to_string(static_cast<int>(waited)) +
+                                        " s (RDMACOLL_TIMEOUT) on rank " + std::to_string(c.rank_) + " waiting for " +
+                                        what_ + (peer_ >= 0 ? " from rank " + std::to_string(peer_) : std::string()));
   }
   checkStall(waited);
   if (released_) c.hooks_->acquireInterpreter();

@@ -16,79 +16,72 @@ namespace {
 constexpr double kNone = std::numeric_limits<double>::infinity();
 
 const std::vector<Setting> kTable = {
-    {"algo", "RDMACOLL_ALGO", nullptr, Kind::kText, Scope::kJob, "", 0, kNone, 1, nullptr,
-     Check::kAlgoRules,
+    {"algo", "RDMACOLL_ALGO", nullptr, Kind::kText, Scope::kJob, "", 0, kNone, 1, nullptr, Check::kAlgoRules,
      "force algorithms: a name (`ring`) or rules `[collective:][LO-HI:]name,...` (LO <= bytes < "
      "HI, HI may be "
      "`inf`); a forced algorithm applies where it can run, the cost model chooses elsewhere"},
-    {"tuning_file", "RDMACOLL_TUNING_FILE", nullptr, Kind::kText, Scope::kJob, "", 0, kNone, 1,
-     nullptr, Check::kNone,
+    {"tuning_file", "RDMACOLL_TUNING_FILE", nullptr, Kind::kText, Scope::kJob, "", 0, kNone, 1, nullptr, Check::kNone,
      "the cost model's constants, written by `rdmacoll-bench --tune` (unset: "
      "~/.cache/rdmacoll/tuning.json if "
      "present; `none`: the shipped defaults); read on rank 0"},
-    {"timeout", "RDMACOLL_TIMEOUT", nullptr, Kind::kSeconds, Scope::kJob, "600", 0.001, kNone, 1,
-     nullptr, Check::kNone, "seconds a wait may make no progress before every rank raises"},
-    {"eager_bytes", "RDMACOLL_EAGER_BYTES", nullptr, Kind::kBytes, Scope::kJob, "32K", 0,
-     double(1 << 30), 1, nullptr, Check::kNone,
-     "largest message sent whole to every peer (`eager`)"},
-    {"segment_bytes", "RDMACOLL_SEGMENT_BYTES", nullptr, Kind::kBytes, Scope::kJob, "1M", 4096,
-     kNone, 64, nullptr, Check::kNone, "pipelining unit of the rings and trees"},
-    {"slot_bytes", "RDMACOLL_SLOT_BYTES", nullptr, Kind::kBytes, Scope::kJob, "256K", 4096, kNone,
-     64, nullptr, Check::kNone, "one receive slot: the largest message of the slot algorithms"},
-    {"slots", "RDMACOLL_SLOTS", nullptr, Kind::kCount, Scope::kJob, "4", 1, 64, 1, nullptr,
-     Check::kNone, "receive slots per peer (messages in flight to one peer)"},
-    {"transport", "RDMACOLL_TRANSPORT", nullptr, Kind::kText, Scope::kJob, "auto", 0, kNone, 1,
-     nullptr, Check::kTransport,
+    {"timeout", "RDMACOLL_TIMEOUT", nullptr, Kind::kSeconds, Scope::kJob, "600", 0.001, kNone, 1, nullptr, Check::kNone,
+     "seconds a wait may make no progress before every rank raises"},
+    {"eager_bytes", "RDMACOLL_EAGER_BYTES", nullptr, Kind::kBytes, Scope::kJob, "32K", 0, double(1 << 30), 1, nullptr,
+     Check::kNone, "largest message sent whole to every peer (`eager`)"},
+    {"segment_bytes", "RDMACOLL_SEGMENT_BYTES", nullptr, Kind::kBytes, Scope::kJob, "1M", 4096, kNone, 64, nullptr,
+     Check::kNone, "pipelining unit of the rings and trees"},
+    {"slot_bytes", "RDMACOLL_SLOT_BYTES", nullptr, Kind::kBytes, Scope::kJob, "256K", 4096, kNone, 64, nullptr,
+     Check::kNone, "one receive slot: the largest message of the slot algorithms"},
+    {"slots", "RDMACOLL_SLOTS", nullptr, Kind::kCount, Scope::kJob, "4", 1, 64, 1, nullptr, Check::kNone,
+     "receive slots per peer (messages in flight to one peer)"},
+    {"transport", "RDMACOLL_TRANSPORT", nullptr, Kind::kText, Scope::kJob, "auto", 0, kNone, 1, nullptr,
+     Check::kTransport,
      "which backend reaches which peers: `auto` (shared memory within a host, the network between "
      "hosts) or "
      "one backend for every peer (`rdmacoll doctor` lists those compiled in)"},
-    {"fusion_threshold", "RDMACOLL_FUSION_THRESHOLD", "HOROVOD_FUSION_THRESHOLD", Kind::kBytes,
-     Scope::kJob, "32M", 0, kNone, 1, nullptr, Check::kNone,
-     "framework adapters: bytes of gradients fused into one bucket (0: one each)"},
-    {"stall_warning", "RDMACOLL_STALL_WARNING_SECONDS", "HOROVOD_STALL_CHECK_TIME_SECONDS",
-     Kind::kSeconds, Scope::kJob, "60", 0, kNone, 1, nullptr, Check::kNone,
+    {"fusion_threshold", "RDMACOLL_FUSION_THRESHOLD", "HOROVOD_FUSION_THRESHOLD", Kind::kBytes, Scope::kJob, "32M", 0,
+     kNone, 1, nullptr, Check::kNone, "framework adapters: bytes of gradients fused into one bucket (0: one each)"},
+    {"stall_warning", "RDMACOLL_STALL_WARNING_SECONDS", "HOROVOD_STALL_CHECK_TIME_SECONDS", Kind::kSeconds, Scope::kJob,
+     "60", 0, kNone, 1, nullptr, Check::kNone,
      "log which ranks have not started a call that others wait in after this long (0: never)"},
-    {"stall_shutdown", "RDMACOLL_STALL_SHUTDOWN_SECONDS", "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS",
-     Kind::kSeconds, Scope::kJob, "0", 0, kNone, 1, nullptr, Check::kNone,
-     "raise on every rank after a stall this long (0: never)"},
-    {"timeline", "RDMACOLL_TIMELINE", "HOROVOD_TIMELINE", Kind::kText, Scope::kJob, "", 0, kNone, 1,
-     nullptr, Check::kNone,
-     "write a Chrome trace per rank (`path.rank<r>.json`) of every operation's phases"},
-    {"log_level", "RDMACOLL_LOG_LEVEL", "HOROVOD_LOG_LEVEL", Kind::kText, Scope::kRank, "warning",
-     0, kNone, 1, nullptr, Check::kLogLevel,
+    {"stall_shutdown", "RDMACOLL_STALL_SHUTDOWN_SECONDS", "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", Kind::kSeconds,
+     Scope::kJob, "0", 0, kNone, 1, nullptr, Check::kNone, "raise on every rank after a stall this long (0: never)"},
+    {"timeline", "RDMACOLL_TIMELINE", "HOROVOD_TIMELINE", Kind::kText, Scope::kJob, "", 0, kNone, 1, nullptr,
+     Check::kNone, "write a Chrome trace per rank (`path.rank<r>.json`) of every operation's phases"},
+    {"log_level", "RDMACOLL_LOG_LEVEL", "HOROVOD_LOG_LEVEL", Kind::kText, Scope::kRank, "warning", 0, kNone, 1, nullptr,
+     Check::kLogLevel,
      "messages shown: `error`, `warning`, `info` (at init(): transports, interface, settings and "
      "their sources) or "
      "`debug` (also each algorithm chosen); any case. Unset: the `rdmacoll` logger's own level "
      "(Python logging)"},
-    {"dynamic_process_sets", "RDMACOLL_DYNAMIC_PROCESS_SETS", "HOROVOD_DYNAMIC_PROCESS_SETS",
-     Kind::kCount, Scope::kJob, "0", 0, 1, 1, nullptr, Check::kNone,
+    {"dynamic_process_sets", "RDMACOLL_DYNAMIC_PROCESS_SETS", "HOROVOD_DYNAMIC_PROCESS_SETS", Kind::kCount, Scope::kJob,
+     "0", 0, 1, 1, nullptr, Check::kNone,
      "1: process sets may be added and removed after init() (`add_process_set`, "
      "`remove_process_set`); 0: only "
      "those given to `init(process_sets=[...])` (`process_sets=\"dynamic\"` also turns it on)"},
-    {"bootstrap", "RDMACOLL_BOOTSTRAP", nullptr, Kind::kText, Scope::kRank, "auto", 0, kNone, 1,
-     "auto|mpi|torch", Check::kNone,
+    {"bootstrap", "RDMACOLL_BOOTSTRAP", nullptr, Kind::kText, Scope::kRank, "auto", 0, kNone, 1, "auto|mpi|torch",
+     Check::kNone,
      "who tells rdmacoll the ranks and peers: `mpi` (mpiexec, mpirun, srun through the MPI), "
      "`torch` (torchrun's "
      "store: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT) or `auto` (the launcher found in the "
      "environment)"},
-    {"socket_ifname", "RDMACOLL_SOCKET_IFNAME", nullptr, Kind::kText, Scope::kRank, "", 0, kNone, 1,
-     nullptr, Check::kNone,
+    {"socket_ifname", "RDMACOLL_SOCKET_IFNAME", nullptr, Kind::kText, Scope::kRank, "", 0, kNone, 1, nullptr,
+     Check::kNone,
      "which interfaces the network transport may listen on, as NCCL_SOCKET_IFNAME: prefixes "
      "(eth,ib), exact "
      "names (=eth0), excluded (^docker,lo); unset: the first that is up, lo/docker/virbr/veth ones "
      "only when nothing "
      "else is; IPv6 where it has no IPv4"},
-    {"ib_device", "RDMACOLL_IB_DEVICE", nullptr, Kind::kText, Scope::kRank, "", 0, kNone, 1,
-     nullptr, Check::kNone,
+    {"ib_device", "RDMACOLL_IB_DEVICE", nullptr, Kind::kText, Scope::kRank, "", 0, kNone, 1, nullptr, Check::kNone,
      "the RDMA device, `name` or `name:port` (unset: the first device with an active port)"},
-    {"ib_gid_index", "RDMACOLL_IB_GID_INDEX", nullptr, Kind::kCount, Scope::kRank, "-1", -1, 65535,
-     1, nullptr, Check::kNone, "RoCE: the GID index (-1: the IPv4-mapped RoCE v2 GID)"},
-    {"ib_max_message", "RDMACOLL_IB_MAX_MESSAGE", nullptr, Kind::kBytes, Scope::kRank, "0", 0,
-     kNone, 1, nullptr, Check::kNone,
+    {"ib_gid_index", "RDMACOLL_IB_GID_INDEX", nullptr, Kind::kCount, Scope::kRank, "-1", -1, 65535, 1, nullptr,
+     Check::kNone, "RoCE: the GID index (-1: the IPv4-mapped RoCE v2 GID)"},
+    {"ib_max_message", "RDMACOLL_IB_MAX_MESSAGE", nullptr, Kind::kBytes, Scope::kRank, "0", 0, kNone, 1, nullptr,
+     Check::kNone,
      "largest RDMA work request; longer writes and reads are split (0: the port's max_msg_sz, at "
      "most 1 GiB)"},
-    {"ibverbs_library", "RDMACOLL_IBVERBS_LIBRARY", nullptr, Kind::kText, Scope::kRank, "", 0,
-     kNone, 1, nullptr, Check::kNone, "the verbs library to load (unset: libibverbs.so.1)"},
+    {"ibverbs_library", "RDMACOLL_IBVERBS_LIBRARY", nullptr, Kind::kText, Scope::kRank, "", 0, kNone, 1, nullptr,
+     Check::kNone, "the verbs library to load (unset: libibverbs.so.1)"},
 };
 
 std::string trim(const std::string& s) {
@@ -114,8 +107,8 @@ std::string number(double v) {
 
 void checkBounds(const Setting& s, const std::string& text, double v) {
   if (v >= s.min && v <= s.max) return;
-  std::string range = s.max == kNone ? "at least " + number(s.min)
-                                     : "between " + number(s.min) + " and " + number(s.max);
+  std::string range =
+      s.max == kNone ? "at least " + number(s.min) : "between " + number(s.min) + " and " + number(s.max);
   bad(s, text, "is out of range: " + std::string(s.name) + " must be " + range);
 }
 
@@ -188,8 +181,7 @@ Value parse(const Setting& s, const std::string& raw) {
   v.text = trim(raw);
   switch (s.kind) {
     case Kind::kBytes:
-      if (!parseBytes(v.text, false, &v.bytes))
-        bad(s, v.text, std::string("is not a size: use ") + bytesForms());
+      if (!parseBytes(v.text, false, &v.bytes)) bad(s, v.text, std::string("is not a size: use ") + bytesForms());
       checkBounds(s, v.text, double(v.bytes));
       if (v.bytes % s.multipleOf != 0) {
         bad(s, v.text, "is not a multiple of " + std::to_string(s.multipleOf) + " bytes");
@@ -207,8 +199,7 @@ Value parse(const Setting& s, const std::string& raw) {
     case Kind::kSeconds: {
       char* end = nullptr;
       const double d = v.text.empty() ? 0 : std::strtod(v.text.c_str(), &end);
-      if (v.text.empty() || *end != 0 || !std::isfinite(d))
-        bad(s, v.text, "is not a number of seconds");
+      if (v.text.empty() || *end != 0 || !std::isfinite(d)) bad(s, v.text, "is not a number of seconds");
       v.seconds = d;
       checkBounds(s, v.text, d);
       break;
@@ -216,8 +207,7 @@ Value parse(const Setting& s, const std::string& raw) {
     case Kind::kText:
       if (s.choices) {
         const std::string all = std::string("|") + s.choices + "|";
-        if (v.text.find('|') != std::string::npos ||
-            all.find("|" + v.text + "|") == std::string::npos) {
+        if (v.text.find('|') != std::string::npos || all.find("|" + v.text + "|") == std::string::npos) {
           std::string list = s.choices;
           for (char& ch : list) ch = ch == '|' ? ',' : ch;
           bad(s, v.text, "is not one of: " + list);
@@ -239,8 +229,7 @@ void Values::set(const std::string& name, const std::string& text) {
 
 const Value& Values::at(const char* name, Kind kind) const {
   const Setting& s = find(name);
-  if (s.kind != kind)
-    throw Error(std::string("internal: setting ") + name + " read as another kind");
+  if (s.kind != kind) throw Error(std::string("internal: setting ") + name + " read as another kind");
   return values_[&s - kTable.data()];
 }
 

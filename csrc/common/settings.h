@@ -1,4 +1,4 @@
-// The settings of rdmacoll: one table, one grammar (shared/DESIGN.md: "Every setting is
+// The settings of rdmacoll: one table, one grammar (docs/design.md: "Every setting is
 // declared once, in the table").
 //
 // A row: the setting's name (its key in rdmacoll.init(config=...) and in the settings the

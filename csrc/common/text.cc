@@ -8,14 +8,9 @@ std::string printableUtf8(const char* s, size_t n) {
   size_t i = 0;
   while (i < n && s[i] != 0) {
     const unsigned char c = static_cast<unsigned char>(s[i]);
-    size_t len = c < 0x80           ? 1
-                 : (c >> 5) == 0x6  ? 2
-                 : (c >> 4) == 0xe  ? 3
-                 : (c >> 3) == 0x1e ? 4
-                                    : 0;
+    size_t len = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xe ? 3 : (c >> 3) == 0x1e ? 4 : 0;
     bool ok = len > 0 && i + len <= n;
-    for (size_t k = 1; ok && k < len; ++k)
-      ok = (static_cast<unsigned char>(s[i + k]) & 0xc0) == 0x80;
+    for (size_t k = 1; ok && k < len; ++k) ok = (static_cast<unsigned char>(s[i + k]) & 0xc0) == 0x80;
     if (ok && len == 2) ok = c >= 0xc2;  // no overlong forms
     if (ok && len == 3) {
       const unsigned char c1 = static_cast<unsigned char>(s[i + 1]);

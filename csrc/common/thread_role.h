@@ -14,9 +14,7 @@ struct ThreadRole {
   // Set on the background executor: its engine's count of callers blocked waiting.
   const std::atomic<int>* blockedCallers = nullptr;
 
-  bool patient() const {
-    return blockedCallers != nullptr && blockedCallers->load(std::memory_order_relaxed) == 0;
-  }
+  bool patient() const { return blockedCallers != nullptr && blockedCallers->load(std::memory_order_relaxed) == 0; }
 };
 
 inline ThreadRole& threadRole() {

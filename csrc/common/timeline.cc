@@ -73,8 +73,7 @@ std::unique_ptr<Timeline> Timeline::open(const std::string& path, int rank) {
   return std::unique_ptr<Timeline>(new Timeline(f, std::move(mine), rank));
 }
 
-Timeline::Timeline(std::FILE* f, std::string path, int rank)
-    : f_(f), path_(std::move(path)), rank_(rank) {
+Timeline::Timeline(std::FILE* f, std::string path, int rank) : f_(f), path_(std::move(path)), rank_(rank) {
   std::fputs("{\"traceEvents\":[\n", f_);
   std::fprintf(f_,
                "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,\"args\":{\"name\":"
@@ -99,8 +98,7 @@ int64_t Timeline::nowNs() {
   return (static_cast<int64_t>(ts.tv_sec) - kEpochSeconds) * 1000000000 + ts.tv_nsec;
 }
 
-void Timeline::event(const char* name, const char* cat, int64_t startNs, int64_t durNs,
-                     const std::string& args) {
+void Timeline::event(const char* name, const char* cat, int64_t startNs, int64_t durNs, const std::string& args) {
   std::fprintf(f_,
                "%s\n{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":%d,\"tid\":0,\"ts\":%lld.%"
                "03lld,\"dur\":%lld.%03lld",
@@ -133,14 +131,12 @@ void Timeline::switchTo(Phase p) {
 
 void Timeline::flushPending() {
   if (pending_.phase != kIdle && pending_.endNs > pending_.startNs) {
-    event(phaseName(pending_.phase), "phase", pending_.startNs, pending_.endNs - pending_.startNs,
-          "");
+    event(phaseName(pending_.phase), "phase", pending_.startNs, pending_.endNs - pending_.startNs, "");
   }
   pending_.phase = kIdle;
 }
 
-void Timeline::beginOp(const char* name, bool reduces, uint64_t seq, int64_t queuedNs,
-                       const std::string& argsJson) {
+void Timeline::beginOp(const char* name, bool reduces, uint64_t seq, int64_t queuedNs, const std::string& argsJson) {
   const int64_t now = nowNs();
   opName_ = name;
   opArgs_ = argsJson;
@@ -154,8 +150,8 @@ void Timeline::beginOp(const char* name, bool reduces, uint64_t seq, int64_t que
                    "%s\n{\"name\":\"queue\",\"cat\":\"queue\",\"ph\":\"%c\",\"id\":%llu,\"pid\":%d,"
                    "\"tid\":0,"
                    "\"ts\":%lld.%03lld,\"args\":{\"seq\":%llu,\"op\":\"%s\"}}",
-                   first_ ? "" : ",", i == 0 ? 'b' : 'e', static_cast<unsigned long long>(seq),
-                   rank_, static_cast<long long>(t / 1000), static_cast<long long>(t % 1000),
+                   first_ ? "" : ",", i == 0 ? 'b' : 'e', static_cast<unsigned long long>(seq), rank_,
+                   static_cast<long long>(t / 1000), static_cast<long long>(t % 1000),
                    static_cast<unsigned long long>(seq), name);
       first_ = false;
     }
@@ -183,8 +179,7 @@ void Timeline::instant(const char* name, const std::string& text) {
                "%s\n{\"name\":\"%s\",\"cat\":\"stall\",\"ph\":\"i\",\"s\":\"p\",\"pid\":%d,\"tid\":"
                "0,\"ts\":%lld,"
                "\"args\":{\"message\":\"%s\"}}",
-               first_ ? "" : ",", name, rank_, static_cast<long long>(nowNs() / 1000),
-               escaped(text).c_str());
+               first_ ? "" : ",", name, rank_, static_cast<long long>(nowNs() / 1000), escaped(text).c_str());
   first_ = false;
   std::fflush(f_);
 }

@@ -50,8 +50,7 @@ class Timeline {
 
   // An operation starts running; queuedNs (0 = not queued) is when it was submitted.
   // argsJson: the inside of the event's "args" object.
-  void beginOp(const char* name, bool reduces, uint64_t seq, int64_t queuedNs,
-               const std::string& argsJson);
+  void beginOp(const char* name, bool reduces, uint64_t seq, int64_t queuedNs, const std::string& argsJson);
   void endOp(bool failed);
   // Phase boundaries, from the primitives; nested enter/leave pairs count once.
   void enter(Phase p) {
@@ -70,8 +69,7 @@ class Timeline {
   Timeline(std::FILE* f, std::string path, int rank);
   void switchTo(Phase p);
   void flushPending();
-  void event(const char* name, const char* cat, int64_t startNs, int64_t durNs,
-             const std::string& args);
+  void event(const char* name, const char* cat, int64_t startNs, int64_t durNs, const std::string& args);
 
   std::FILE* f_;
   std::string path_;

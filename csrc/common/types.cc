@@ -72,8 +72,7 @@ bool collectiveFromName(const std::string& name, Collective* out) {
 }
 
 bool isFloating(DataType t) {
-  return t == DataType::kFloat16 || t == DataType::kBFloat16 || t == DataType::kFloat32 ||
-         t == DataType::kFloat64;
+  return t == DataType::kFloat16 || t == DataType::kBFloat16 || t == DataType::kFloat32 || t == DataType::kFloat64;
 }
 
 bool isReducible(DataType t) { return t != DataType::kBool; }

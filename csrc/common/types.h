@@ -39,9 +39,8 @@ enum class Collective : uint8_t {
   kAlltoall = 5,
   kBarrier = 6,
 };
-constexpr Collective kCollectives[] = {Collective::kAllreduce, Collective::kAllgather,
-                                       Collective::kBroadcast, Collective::kReducescatter,
-                                       Collective::kAlltoall,  Collective::kBarrier};
+constexpr Collective kCollectives[] = {Collective::kAllreduce,     Collective::kAllgather, Collective::kBroadcast,
+                                       Collective::kReducescatter, Collective::kAlltoall,  Collective::kBarrier};
 const char* collectiveName(Collective c);
 // The collective named `name` (any case); false when there is none.
 bool collectiveFromName(const std::string& name, Collective* out);

@@ -10,9 +10,8 @@ namespace rdmacoll {
 
 DataType dtypeOf(const py::dtype& dt) {
   if (dt.byteorder() == '>') {  // (NumPy writes '<' or '=' for native on little-endian hosts)
-    throw ArgumentError(
-        "dtype " + py::str(dt).cast<std::string>() +
-        " has non-native byte order; convert with x.astype(x.dtype.newbyteorder('='))");
+    throw ArgumentError("dtype " + py::str(dt).cast<std::string>() +
+                        " has non-native byte order; convert with x.astype(x.dtype.newbyteorder('='))");
   }
   const char kind = dt.kind();
   const auto size = dt.itemsize();
@@ -32,9 +31,8 @@ DataType dtypeOf(const py::dtype& dt) {
   } else if (size == 2 && py::str(dt.attr("name")).cast<std::string>() == "bfloat16") {
     return DataType::kBFloat16;
   }
-  throw ArgumentError(
-      "unsupported dtype " + py::str(dt).cast<std::string>() +
-      "; supported: float16, bfloat16, float32, float64, int32, int64, uint8, int8, int16, bool");
+  throw ArgumentError("unsupported dtype " + py::str(dt).cast<std::string>() +
+                      "; supported: float16, bfloat16, float32, float64, int32, int64, uint8, int8, int16, bool");
 }
 
 py::array asArray(py::handle x, const char* what) {
@@ -51,22 +49,19 @@ py::array asArray(py::handle x, const char* what) {
           onCpu = x.attr("__dlpack_device__")().cast<py::tuple>()[0].cast<int>() == 1;
       } catch (py::error_already_set&) {
       }
-      throw ArgumentError(
-          std::string(what) + ": cannot view this object without a copy (" + e.what() + ")" +
-          (onCpu ? std::string() : "; GPU tensors are not supported yet, pass CPU memory"));
+      throw ArgumentError(std::string(what) + ": cannot view this object without a copy (" + e.what() + ")" +
+                          (onCpu ? std::string() : "; GPU tensors are not supported yet, pass CPU memory"));
     }
   }
   if (PyObject_CheckBuffer(x.ptr())) return py::module_::import("numpy").attr("asarray")(x);
-  throw ArgumentError(std::string(what) +
-                      " must be a NumPy array or expose the buffer protocol or DLPack, got " +
+  throw ArgumentError(std::string(what) + " must be a NumPy array or expose the buffer protocol or DLPack, got " +
                       py::str(py::type::of(x)).cast<std::string>());
 }
 
 py::array contiguousInput(py::handle x, const char* what) {
   py::array a = asArray(x, what);
   if (!(a.flags() & py::array::c_style)) {
-    throw ArgumentError(std::string(what) +
-                        " is not C-contiguous; pass numpy.ascontiguousarray(x)");
+    throw ArgumentError(std::string(what) + " is not C-contiguous; pass numpy.ascontiguousarray(x)");
   }
   return a;
 }
@@ -76,12 +71,11 @@ void checkOut(const py::array& in, const py::array& out) {
     throw ArgumentError("out is not C-contiguous; pass numpy.ascontiguousarray(x)");
   if (!out.writeable()) throw ArgumentError("out is read-only");
   if (!out.dtype().is(in.dtype()) && dtypeOf(out.dtype()) != dtypeOf(in.dtype())) {
-    throw ArgumentError("out has dtype " + py::str(out.dtype()).cast<std::string>() +
-                        ", input has " + py::str(in.dtype()).cast<std::string>());
+    throw ArgumentError("out has dtype " + py::str(out.dtype()).cast<std::string>() + ", input has " +
+                        py::str(in.dtype()).cast<std::string>());
   }
   if (out.ndim() != in.ndim() || !std::equal(in.shape(), in.shape() + in.ndim(), out.shape())) {
-    throw ArgumentError("out has shape " +
-                        py::str(py::tuple(out.attr("shape"))).cast<std::string>() + ", input has " +
+    throw ArgumentError("out has shape " + py::str(py::tuple(out.attr("shape"))).cast<std::string>() + ", input has " +
                         py::str(py::tuple(in.attr("shape"))).cast<std::string>());
   }
 }
@@ -103,8 +97,8 @@ std::vector<py::ssize_t> shapeWithRows(const py::array& a, size_t rows) {
   return dims;
 }
 
-py::array wrapBlock(const py::dtype& dt, const std::vector<py::ssize_t>& dims,
-                    std::shared_ptr<MemoryPool> pool, MemoryPool::Block* block) {
+py::array wrapBlock(const py::dtype& dt, const std::vector<py::ssize_t>& dims, std::shared_ptr<MemoryPool> pool,
+                    MemoryPool::Block* block) {
   using Owner = std::pair<std::shared_ptr<MemoryPool>, MemoryPool::Block*>;
   auto* owner = new Owner(std::move(pool), block);
   py::capsule base(owner, [](void* p) {

@@ -30,8 +30,8 @@ size_t rowElemsOf(const py::array& a);
 std::vector<py::ssize_t> shapeWithRows(const py::array& a, size_t rows);
 
 // A NumPy array over a pool block; the block returns to the pool with the array.
-py::array wrapBlock(const py::dtype& dt, const std::vector<py::ssize_t>& dims,
-                    std::shared_ptr<MemoryPool> pool, MemoryPool::Block* block);
+py::array wrapBlock(const py::dtype& dt, const std::vector<py::ssize_t>& dims, std::shared_ptr<MemoryPool> pool,
+                    MemoryPool::Block* block);
 
 // The result of a collective whose size is known only once the peers' headers arrived
 // (allgather, alltoall): a pool block, adopted by an array afterwards.

@@ -29,8 +29,7 @@ Collective collectiveNamed(const std::string& name) {
   Collective c;
   if (collectiveFromName(name, &c)) return c;
   std::string known;
-  for (Collective k : kCollectives)
-    known += (known.empty() ? "" : ", ") + std::string(collectiveName(k));
+  for (Collective k : kCollectives) known += (known.empty() ? "" : ", ") + std::string(collectiveName(k));
   throw Error("unknown collective '" + name + "' (" + known + ")");
 }
 
@@ -45,8 +44,7 @@ JobLayout layoutFromDict(const py::dict& d) {
   if (d.contains("hosts")) l.hostOf = d["hosts"].cast<std::vector<int>>();
   if (d.contains("local_cpus")) l.localCpus = d["local_cpus"].cast<int>();
   if (d.contains("ranks_per_cpu")) l.ranksPerCpu = std::max(1.0, d["ranks_per_cpu"].cast<double>());
-  if (d.contains("network_offers"))
-    l.networkOffers = d["network_offers"].cast<std::vector<std::string>>();
+  if (d.contains("network_offers")) l.networkOffers = d["network_offers"].cast<std::vector<std::string>>();
   return l;
 }
 

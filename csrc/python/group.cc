@@ -58,8 +58,7 @@ void setName(Request& r, py::handle name) {
 
 ReduceOp opOf(int op) {
   if (op < 0 || op >= kNumReduceOps) {
-    throw ArgumentError("unknown op " + std::to_string(op) +
-                        "; use rdmacoll.Sum, Average, Min, Max or Product");
+    throw ArgumentError("unknown op " + std::to_string(op) + "; use rdmacoll.Sum, Average, Min, Max or Product");
   }
   return static_cast<ReduceOp>(op);
 }
@@ -69,8 +68,7 @@ class PyGroup {
   PyGroup(int rank, int size, int localSize, const py::dict& settings, const py::dict& layout,
           const py::dict& costModels, py::object log) {
     group_ = makeGroup(rank, size, localSize, valuesFromDict(settings), layoutFromDict(layout),
-                       costModelsFromDict(costModels), std::make_shared<PyHooks>(),
-                       pythonLogSink(std::move(log)));
+                       costModelsFromDict(costModels), std::make_shared<PyHooks>(), pythonLogSink(std::move(log)));
   }
 
   explicit PyGroup(std::unique_ptr<Group> g) : group_(std::move(g)) {}
@@ -139,8 +137,7 @@ class PyGroup {
     return p;
   }
   Prepared allgather(py::handle x, py::handle name) {
-    Prepared p =
-        gathered(Collective::kAllgather, contiguousInput(x, "allgather input"), Finish::kRows);
+    Prepared p = gathered(Collective::kAllgather, contiguousInput(x, "allgather input"), Finish::kRows);
     setName(p.req, name);
     return p;
   }
@@ -154,16 +151,15 @@ class PyGroup {
     if (splitsObj.is_none()) {
       if (p.req.rows % size != 0) {
         throw ArgumentError("alltoall: the first dimension (" + std::to_string(p.req.rows) +
-                            ") is not divisible by size() (" + std::to_string(size) +
-                            "); pass splits");
+                            ") is not divisible by size() (" + std::to_string(size) + "); pass splits");
       }
       std::fill(o.splits.begin(), o.splits.end(), p.req.rows / size);
     } else {
       // Any sequence of integers (list, NumPy array, tensor): small, converted once.
       py::list l = py::module_::import("numpy").attr("asarray")(splitsObj).attr("tolist")();
       if (static_cast<int>(l.size()) != size) {
-        throw ArgumentError("alltoall: splits has " + std::to_string(l.size()) +
-                            " entries, size() is " + std::to_string(size));
+        throw ArgumentError("alltoall: splits has " + std::to_string(l.size()) + " entries, size() is " +
+                            std::to_string(size));
       }
       for (int q = 0; q < size; ++q) {
         const long long v = l[q].cast<long long>();
@@ -185,8 +181,7 @@ class PyGroup {
     p.req.rowElems = rowElemsOf(in);
     p.req.rows = rowsOf(in);
     const size_t mine = reducescatterRows(p.req.rows, g().comm().size(), g().comm().rank());
-    py::array out =
-        poolArray(in.dtype(), shapeWithRows(in, mine), mine * p.req.rowElems * in.itemsize());
+    py::array out = poolArray(in.dtype(), shapeWithRows(in, mine), mine * p.req.rowElems * in.itemsize());
     p.req.in = in.data();
     p.req.out = out.mutable_data();
     p.req.count = static_cast<size_t>(in.size());
@@ -274,8 +269,7 @@ class PyGroup {
     const Collective coll = collectiveNamed(collective);
     const algorithms::Algorithm* a = algorithms::find(coll, name);
     if (!a)
-      throw ArgumentError("unknown " + collective + " algorithm '" + name +
-                          "'; known: " + algorithms::names(coll));
+      throw ArgumentError("unknown " + collective + " algorithm '" + name + "'; known: " + algorithms::names(coll));
     return a->usable(algorithms::Situation::of(g().comm(), coll, bytes));
   }
   void close() {
@@ -306,12 +300,11 @@ void bindGroup(py::module_& m) {
   bindHandle(m);
   using P = PyGroup;
   py::class_<P>(m, "Communicator")
-      .def(
-          py::init<int, int, int, const py::dict&, const py::dict&, const py::dict&, py::object>(),
-          py::arg("rank"), py::arg("size"), py::arg("local_size"), py::arg("settings"),
-          py::arg("layout"), py::arg("cost_models"), py::arg("log") = py::none(),
-          "log: emit(level, line) receiving the core's messages at the log_level setting and above "
-          "(level 0 error, 1 warning, 2 info, 3 debug); None: they go to stderr.")
+      .def(py::init<int, int, int, const py::dict&, const py::dict&, const py::dict&, py::object>(), py::arg("rank"),
+           py::arg("size"), py::arg("local_size"), py::arg("settings"), py::arg("layout"), py::arg("cost_models"),
+           py::arg("log") = py::none(),
+           "log: emit(level, line) receiving the core's messages at the log_level setting and above "
+           "(level 0 error, 1 warning, 2 info, 3 debug); None: they go to stderr.")
       .def("split", &P::split, py::arg("members"),
            "A communicator over `members` (ranks of this one, in its rank order; this rank among "
            "them) on "
@@ -321,41 +314,32 @@ void bindGroup(py::module_& m) {
       .def("connect", &P::connect)
       .def("allreduce", [](P& c, py::handle x, py::handle out, int op,
                            py::handle name) { return c.run(c.allreduce(x, out, op, name)); })
-      .def("allgather",
-           [](P& c, py::handle x, py::handle name) { return c.run(c.allgather(x, name)); })
+      .def("allgather", [](P& c, py::handle x, py::handle name) { return c.run(c.allgather(x, name)); })
       .def("broadcast", [](P& c, py::handle x, int root, py::handle out,
                            py::handle name) { return c.run(c.broadcast(x, root, out, name)); })
-      .def("reducescatter", [](P& c, py::handle x, int op,
-                               py::handle name) { return c.run(c.reducescatter(x, op, name)); })
-      .def("alltoall", [](P& c, py::handle x, py::handle splits,
-                          py::handle name) { return c.run(c.alltoall(x, splits, name)); })
+      .def("reducescatter",
+           [](P& c, py::handle x, int op, py::handle name) { return c.run(c.reducescatter(x, op, name)); })
+      .def("alltoall",
+           [](P& c, py::handle x, py::handle splits, py::handle name) { return c.run(c.alltoall(x, splits, name)); })
       .def("barrier", [](P& c) { c.run(c.barrier()); })
-      .def("allreduce_async",
-           [](P& c, py::handle x, py::handle out, int op, py::handle name) {
-             return c.submit(c.allreduce(x, out, op, name));
-           })
-      .def("allgather_async",
-           [](P& c, py::handle x, py::handle name) { return c.submit(c.allgather(x, name)); })
-      .def("broadcast_async",
-           [](P& c, py::handle x, int root, py::handle out, py::handle name) {
-             return c.submit(c.broadcast(x, root, out, name));
-           })
+      .def("allreduce_async", [](P& c, py::handle x, py::handle out, int op,
+                                 py::handle name) { return c.submit(c.allreduce(x, out, op, name)); })
+      .def("allgather_async", [](P& c, py::handle x, py::handle name) { return c.submit(c.allgather(x, name)); })
+      .def("broadcast_async", [](P& c, py::handle x, int root, py::handle out,
+                                 py::handle name) { return c.submit(c.broadcast(x, root, out, name)); })
       .def("reducescatter_async",
-           [](P& c, py::handle x, int op, py::handle name) {
-             return c.submit(c.reducescatter(x, op, name));
-           })
-      .def("alltoall_async", [](P& c, py::handle x, py::handle splits,
-                                py::handle name) { return c.submit(c.alltoall(x, splits, name)); })
+           [](P& c, py::handle x, int op, py::handle name) { return c.submit(c.reducescatter(x, op, name)); })
+      .def("alltoall_async",
+           [](P& c, py::handle x, py::handle splits, py::handle name) { return c.submit(c.alltoall(x, splits, name)); })
       .def("barrier_async", [](P& c) { return c.submit(c.barrier()); })
       .def("empty", &P::empty)
       .def_property_readonly("outstanding", &P::outstanding)
       .def("close", &P::close)
-      .def("selected_algorithm", &P::selected, py::arg("bytes"),
-           py::arg("collective") = "allreduce",
+      .def("selected_algorithm", &P::selected, py::arg("bytes"), py::arg("collective") = "allreduce",
            "What selection runs for a message of `bytes` here (allgather, alltoall: one row per "
            "rank).")
-      .def("usable", &P::usable, py::arg("name"), py::arg("bytes"),
-           py::arg("collective") = "allreduce", "Whether an algorithm can run (name, bytes) here")
+      .def("usable", &P::usable, py::arg("name"), py::arg("bytes"), py::arg("collective") = "allreduce",
+           "Whether an algorithm can run (name, bytes) here")
       .def_property_readonly("last_algorithm", &P::lastAlgorithm,
                              "What the latest call ran: a table name, 'from>to' after a "
                              "continuation, 'local' at one rank")
@@ -368,11 +352,9 @@ void bindGroup(py::module_& m) {
       .def("restart_timeline", &P::restartTimeline, py::arg("path"),
            "Close this rank's timeline file and open path's (\"\": stop): Horovod's start_timeline")
       .def_property_readonly("rank", &P::rank)
-      .def_property_readonly("world_ranks", &P::worldRanks,
-                             "The world rank of each rank of this communicator")
+      .def_property_readonly("world_ranks", &P::worldRanks, "The world rank of each rank of this communicator")
       .def_property_readonly("size", &P::size)
       .def_property_readonly("oversubscribed", &P::oversubscribed)
-      .def_property_readonly(
-          "ranks_per_cpu", &P::ranksPerCpu,
-          "The most local ranks per CPU of any host (>= 1): the cost model's scale.");
+      .def_property_readonly("ranks_per_cpu", &P::ranksPerCpu,
+                             "The most local ranks per CPU of any host (>= 1): the cost model's scale.");
 }

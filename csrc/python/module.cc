@@ -25,14 +25,13 @@ PYBIND11_MODULE(_core, m) {
   // that Horovod users' `except ValueError` keeps working.
   // (A plain pointer, never released: a static py::object would be released after the
   // interpreter is gone.)
-  static PyObject* valueExc = PyErr_NewExceptionWithDoc(
-      "rdmacoll._core.RdmacollValueError",
-      "An invalid argument, found before communicating (an RdmacollError and a ValueError).",
-      py::make_tuple(exc, py::handle(PyExc_ValueError)).ptr(), nullptr);
+  static PyObject* valueExc =
+      PyErr_NewExceptionWithDoc("rdmacoll._core.RdmacollValueError",
+                                "An invalid argument, found before communicating (an RdmacollError and a ValueError).",
+                                py::make_tuple(exc, py::handle(PyExc_ValueError)).ptr(), nullptr);
   if (!valueExc) throw py::error_already_set();
   m.attr("RdmacollValueError") = py::handle(valueExc);
-  py::register_exception_translator(
-      [](std::exception_ptr p) { translateError(p, exc.ptr(), valueExc); });
+  py::register_exception_translator([](std::exception_ptr p) { translateError(p, exc.ptr(), valueExc); });
 
   m.attr("Sum") = static_cast<int>(ReduceOp::kSum);
   m.attr("Average") = static_cast<int>(ReduceOp::kAverage);

@@ -15,8 +15,7 @@ py::object Prepared::result(size_t rows) const {
   py::array data = owned->result->adopt(dtype, d);
   if (finish == Finish::kRows) return std::move(data);
   py::array_t<int64_t> rec(static_cast<py::ssize_t>(owned->received.size()));
-  for (size_t q = 0; q < owned->received.size(); ++q)
-    rec.mutable_at(q) = static_cast<int64_t>(owned->received[q]);
+  for (size_t q = 0; q < owned->received.size(); ++q) rec.mutable_at(q) = static_cast<int64_t>(owned->received[q]);
   return py::make_tuple(data, rec);
 }
 
@@ -55,16 +54,14 @@ void Handle::addDoneCallback(py::object self, py::object fn) {
       return;
     }
     py::object last = parts_.back();
-    last.cast<Handle&>().addDoneCallback(last,
-                                         py::cpp_function([fn, self](py::object) { fn(self); }));
+    last.cast<Handle&>().addDoneCallback(last, py::cpp_function([fn, self](py::object) { fn(self); }));
     return;
   }
   // The callable travels to the finishing thread; it is called and dropped with the GIL.
-  auto call =
-      std::shared_ptr<py::object>(new py::object(py::make_tuple(fn, self)), [](py::object* o) {
-        py::gil_scoped_acquire g;
-        delete o;
-      });
+  auto call = std::shared_ptr<py::object>(new py::object(py::make_tuple(fn, self)), [](py::object* o) {
+    py::gil_scoped_acquire g;
+    delete o;
+  });
   engine_->whenDone(op_, [call] {
     py::gil_scoped_acquire g;
     py::tuple args = *call;
@@ -82,8 +79,7 @@ py::object Handle::wait() {
   // This thread building it already means a done callback waits from inside the build.
   const std::thread::id me = std::this_thread::get_id();
   while (builder_ != std::thread::id()) {
-    if (builder_ == me)
-      throw Error("Handle.wait() from inside its own completion (a done callback waited on it)");
+    if (builder_ == me) throw Error("Handle.wait() from inside its own completion (a done callback waited on it)");
     {
       py::gil_scoped_release r;
       std::this_thread::sleep_for(std::chrono::microseconds(50));
@@ -143,9 +139,7 @@ for a list); without parts it is done at once and returns then(value) (or value)
       .def("wait", &Handle::wait, "Wait for the operation; returns its result or raises its error")
       .def(
           "add_done_callback",
-          [](py::object self, py::object fn) {
-            self.cast<Handle&>().addDoneCallback(self, std::move(fn));
-          },
+          [](py::object self, py::object fn) { self.cast<Handle&>().addDoneCallback(self, std::move(fn)); },
           "fn(handle) once the operation is done, from the thread that finished it");
 }
 

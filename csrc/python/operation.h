@@ -59,9 +59,7 @@ class Handle {
   Handle() = default;
   // Leaf: a queued operation.
   Handle(std::shared_ptr<AsyncEngine> engine, AsyncEngine::Handle op, Prepared p)
-      : engine_(std::move(engine)),
-        op_(std::move(op)),
-        prepared_(std::make_unique<Prepared>(std::move(p))) {}
+      : engine_(std::move(engine)), op_(std::move(op)), prepared_(std::make_unique<Prepared>(std::move(p))) {}
   // parts: None, a Handle or a list of Handles; then(result): applied to the part's result
   // (a list of them for a list); without parts, to `value`.
   static Handle combine(py::object parts, py::object then, py::object value);

@@ -71,8 +71,7 @@ void bindSettings(py::module_& m) {
       [](const std::string& text, bool allowInf) -> py::object {
         uint64_t v = 0;
         if (!settings::parseBytes(text, allowInf, &v)) {
-          throw Error("'" + text + "' is not a size: use " + settings::bytesForms() +
-                      (allowInf ? ", or inf" : ""));
+          throw Error("'" + text + "' is not a size: use " + settings::bytesForms() + (allowInf ? ", or inf" : ""));
         }
         if (v == settings::kInf) return py::float_(INFINITY);
         return py::int_(v);
@@ -96,11 +95,8 @@ void bindSettings(py::module_& m) {
   m.attr("DEFAULT_COST_MODELS") = defaults;
   m.def(
       "check_cost_model",
-      [](const py::dict& model, const std::string& where) {
-        tuning::checkCostModel(costModelFromDict(model), where);
-      },
-      py::arg("model"), py::arg("where"),
-      "Raises RdmacollError unless every given constant is finite and >= 0.");
+      [](const py::dict& model, const std::string& where) { tuning::checkCostModel(costModelFromDict(model), where); },
+      py::arg("model"), py::arg("where"), "Raises RdmacollError unless every given constant is finite and >= 0.");
 
   m.def(
       "algorithms",
@@ -108,8 +104,7 @@ void bindSettings(py::module_& m) {
         const Collective coll = collectiveNamed(collective);
         std::vector<std::pair<std::string, std::string>> v;
         for (const algorithms::Algorithm& a : algorithms::table()) {
-          if (a.collective == coll && (continuations || !a.continues))
-            v.emplace_back(a.name, a.description);
+          if (a.collective == coll && (continuations || !a.continues)) v.emplace_back(a.name, a.description);
         }
         return v;
       },

@@ -22,14 +22,12 @@ void bindTuning(py::module_& m) {
   m.def(
       "reduce_local",
       [](int dtype, int op, py::array out, std::vector<py::array> inputs, double scale) {
-        if (dtype < 0 || dtype >= kNumDataTypes || op < 0 || op >= kNumReduceOps)
-          throw Error("bad dtype/op");
+        if (dtype < 0 || dtype >= kNumDataTypes || op < 0 || op >= kNumReduceOps) throw Error("bad dtype/op");
         if (inputs.empty()) throw Error("need at least one input");
         std::vector<const void*> ptrs;
         const size_t n = static_cast<size_t>(out.size());
         const size_t bytes = n * dtypeSize(static_cast<DataType>(dtype));
-        if (static_cast<size_t>(out.nbytes()) != bytes)
-          throw Error("out size does not match dtype");
+        if (static_cast<size_t>(out.nbytes()) != bytes) throw Error("out size does not match dtype");
         for (auto& a : inputs) {
           if (static_cast<size_t>(a.nbytes()) != bytes) throw Error("input size mismatch");
           ptrs.push_back(a.data());
@@ -66,13 +64,12 @@ void bindTuning(py::module_& m) {
          const std::vector<std::string>& usable, const std::string& rules) {
         const std::set<std::string> ok(usable.begin(), usable.end());
         const CostModel cm = fullCostModel(model);
-        const auto* a = tuning::choose(
-            tuning::parseAlgoRules(rules, &tuning::knownAlgorithm), algorithms::Costs{cm, cm, cm},
-            oneHostSituation(collectiveNamed(collective), bytes, p),
-            [&](const algorithms::Algorithm& x) { return ok.count(x.name) > 0; });
+        const auto* a =
+            tuning::choose(tuning::parseAlgoRules(rules, &tuning::knownAlgorithm), algorithms::Costs{cm, cm, cm},
+                           oneHostSituation(collectiveNamed(collective), bytes, p),
+                           [&](const algorithms::Algorithm& x) { return ok.count(x.name) > 0; });
         return a ? py::object(py::str(a->name)) : py::object(py::none());
       },
-      py::arg("model"), py::arg("collective"), py::arg("bytes"), py::arg("p"), py::arg("usable"),
-      py::arg("rules") = "",
+      py::arg("model"), py::arg("collective"), py::arg("bytes"), py::arg("p"), py::arg("usable"), py::arg("rules") = "",
       "What selection picks among the algorithms named usable (rules: RDMACOLL_ALGO).");
 }

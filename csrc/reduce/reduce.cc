@@ -168,8 +168,8 @@ struct F16SoftCodec {
 // ---------------------------------------------------------------------------------------
 
 template <class T>
-using Wide = std::conditional_t<std::is_integral<T>::value && (sizeof(T) < sizeof(unsigned)),
-                                unsigned, std::make_unsigned_t<T>>;
+using Wide =
+    std::conditional_t<std::is_integral<T>::value && (sizeof(T) < sizeof(unsigned)), unsigned, std::make_unsigned_t<T>>;
 
 struct OpSum {
   template <class T>
@@ -243,8 +243,8 @@ struct NativeCodec {
 };
 
 template <class Codec, class Op, bool kScale>
-RC_INLINE void codecReduce(typename Codec::Stored* out, const typename Codec::Stored* const* in,
-                           int nin, size_t count, typename Codec::Acc s) {
+RC_INLINE void codecReduce(typename Codec::Stored* out, const typename Codec::Stored* const* in, int nin, size_t count,
+                           typename Codec::Acc s) {
   using S = typename Codec::Stored;
   using A = typename Codec::Acc;
   if (nin == 1) {
@@ -301,9 +301,7 @@ struct V16 {  // 16 float32 lanes, in the codec's lane order (see BF16Vec)
 // Op::apply lane by lane: minps/maxps return their second operand on NaN or equality,
 // then a NaN in the first operand is blended back in.
 RC_TARGET_AVX2 RC_INLINE __m256 vecApply(OpSum, __m256 a, __m256 b) { return _mm256_add_ps(a, b); }
-RC_TARGET_AVX2 RC_INLINE __m256 vecApply(OpProduct, __m256 a, __m256 b) {
-  return _mm256_mul_ps(a, b);
-}
+RC_TARGET_AVX2 RC_INLINE __m256 vecApply(OpProduct, __m256 a, __m256 b) { return _mm256_mul_ps(a, b); }
 RC_TARGET_AVX2 RC_INLINE __m256 vecApply(OpMin, __m256 a, __m256 b) {
   return _mm256_blendv_ps(_mm256_min_ps(a, b), a, _mm256_cmp_ps(a, a, _CMP_UNORD_Q));
 }
@@ -322,9 +320,7 @@ RC_TARGET_AVX2 RC_INLINE V16 vecFinish(V16 v, __m256 s) {
     return v;
   }
 }
-RC_TARGET_AVX2 RC_INLINE V16 accLoad(const float* p) {
-  return {_mm256_load_ps(p), _mm256_load_ps(p + 8)};
-}
+RC_TARGET_AVX2 RC_INLINE V16 accLoad(const float* p) { return {_mm256_load_ps(p), _mm256_load_ps(p + 8)}; }
 RC_TARGET_AVX2 RC_INLINE void accStore(float* p, V16 v) {
   _mm256_store_ps(p, v.lo);
   _mm256_store_ps(p + 8, v.hi);
@@ -337,15 +333,11 @@ struct F16CVec {
             _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 8)))};
   }
   static RC_TARGET_AVX2 RC_INLINE void store16(uint16_t* p, V16 v) {
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(p),
-                     _mm256_cvtps_ph(v.lo, _MM_FROUND_TO_NEAREST_INT));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(p + 8),
-                     _mm256_cvtps_ph(v.hi, _MM_FROUND_TO_NEAREST_INT));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_cvtps_ph(v.lo, _MM_FROUND_TO_NEAREST_INT));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(p + 8), _mm256_cvtps_ph(v.hi, _MM_FROUND_TO_NEAREST_INT));
   }
   static RC_TARGET_AVX2 RC_INLINE float load1(uint16_t h) { return _cvtsh_ss(h); }
-  static RC_TARGET_AVX2 RC_INLINE uint16_t store1(float f) {
-    return uint16_t(_cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT));
-  }
+  static RC_TARGET_AVX2 RC_INLINE uint16_t store1(float f) { return uint16_t(_cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT)); }
 };
 
 // bfloat16: interleaving with zero puts each value in the top half of a 32-bit lane
@@ -355,8 +347,7 @@ struct BF16Vec {
   static RC_TARGET_AVX2 RC_INLINE V16 load16(const uint16_t* p) {
     const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
     const __m256i z = _mm256_setzero_si256();
-    return {_mm256_castsi256_ps(_mm256_unpacklo_epi16(z, v)),
-            _mm256_castsi256_ps(_mm256_unpackhi_epi16(z, v))};
+    return {_mm256_castsi256_ps(_mm256_unpacklo_epi16(z, v)), _mm256_castsi256_ps(_mm256_unpackhi_epi16(z, v))};
   }
   static RC_TARGET_AVX2 RC_INLINE __m256i round8(__m256 f) {
     const __m256i x = _mm256_castps_si256(f);
@@ -367,8 +358,7 @@ struct BF16Vec {
     return _mm256_or_si256(r, _mm256_and_si256(nan, _mm256_set1_epi32(0x0040)));
   }
   static RC_TARGET_AVX2 RC_INLINE void store16(uint16_t* p, V16 v) {
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p),
-                        _mm256_packus_epi32(round8(v.lo), round8(v.hi)));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm256_packus_epi32(round8(v.lo), round8(v.hi)));
   }
   static RC_TARGET_AVX2 RC_INLINE float load1(uint16_t h) { return BF16Codec::load(h); }
   static RC_TARGET_AVX2 RC_INLINE uint16_t store1(float f) { return BF16Codec::store(f); }
@@ -376,8 +366,7 @@ struct BF16Vec {
 
 // Not always_inline: it is called from kernelBody, which has no target attribute itself.
 template <class V, class Op, bool kScale>
-RC_TARGET_AVX2 void avx2Reduce16(uint16_t* out, const uint16_t* const* in, int nin, size_t count,
-                                 float s) {
+RC_TARGET_AVX2 void avx2Reduce16(uint16_t* out, const uint16_t* const* in, int nin, size_t count, float s) {
   const __m256 vs = _mm256_set1_ps(s);
   const size_t count16 = count & ~size_t(15);
   if (nin == 1) {
@@ -531,8 +520,7 @@ template <DataType D>
 constexpr bool kScalable = D != DataType::kBool;
 
 template <DataType D, class Op>
-__attribute__((noinline)) void entryBaseline(void* out, const void* const* in, int nin,
-                                             size_t count, double scale) {
+__attribute__((noinline)) void entryBaseline(void* out, const void* const* in, int nin, size_t count, double scale) {
   if constexpr (kScalable<D>) {
     if (scale != 1.0) return kernelBody<D, Op, true, false>(out, in, nin, count, scale);
   }
@@ -541,8 +529,8 @@ __attribute__((noinline)) void entryBaseline(void* out, const void* const* in, i
 
 #if RC_HAVE_AVX2_PATH
 template <DataType D, class Op>
-RC_TARGET_AVX2 __attribute__((noinline)) void entryAvx2(void* out, const void* const* in, int nin,
-                                                        size_t count, double scale) {
+RC_TARGET_AVX2
+    __attribute__((noinline)) void entryAvx2(void* out, const void* const* in, int nin, size_t count, double scale) {
   if constexpr (kScalable<D>) {
     if (scale != 1.0) return kernelBody<D, Op, true, true>(out, in, nin, count, scale);
   }
@@ -552,14 +540,12 @@ RC_TARGET_AVX2 __attribute__((noinline)) void entryAvx2(void* out, const void* c
 
 // Rows follow DataType, columns follow ReduceOp (Sum, Average, Min, Max, Product);
 // Average is Sum with a scale.
-#define RC_ROW(ENTRY, D) \
-  {ENTRY<D, OpSum>, ENTRY<D, OpSum>, ENTRY<D, OpMin>, ENTRY<D, OpMax>, ENTRY<D, OpProduct>}
-#define RC_TABLE(ENTRY)                                                   \
-  {RC_ROW(ENTRY, DataType::kFloat16), RC_ROW(ENTRY, DataType::kBFloat16), \
-   RC_ROW(ENTRY, DataType::kFloat32), RC_ROW(ENTRY, DataType::kFloat64),  \
-   RC_ROW(ENTRY, DataType::kInt32),   RC_ROW(ENTRY, DataType::kInt64),    \
-   RC_ROW(ENTRY, DataType::kUInt8),   RC_ROW(ENTRY, DataType::kInt8),     \
-   RC_ROW(ENTRY, DataType::kInt16),   RC_ROW(ENTRY, DataType::kBool)}
+#define RC_ROW(ENTRY, D) {ENTRY<D, OpSum>, ENTRY<D, OpSum>, ENTRY<D, OpMin>, ENTRY<D, OpMax>, ENTRY<D, OpProduct>}
+#define RC_TABLE(ENTRY)                                                                                      \
+  {RC_ROW(ENTRY, DataType::kFloat16), RC_ROW(ENTRY, DataType::kBFloat16), RC_ROW(ENTRY, DataType::kFloat32), \
+   RC_ROW(ENTRY, DataType::kFloat64), RC_ROW(ENTRY, DataType::kInt32),    RC_ROW(ENTRY, DataType::kInt64),   \
+   RC_ROW(ENTRY, DataType::kUInt8),   RC_ROW(ENTRY, DataType::kInt8),     RC_ROW(ENTRY, DataType::kInt16),   \
+   RC_ROW(ENTRY, DataType::kBool)}
 
 const KernelFn kBaselineTable[kNumDataTypes][kNumReduceOps] = RC_TABLE(entryBaseline);
 #if RC_HAVE_AVX2_PATH
@@ -596,8 +582,7 @@ KernelFn selectKernel(DataType dtype, ReduceOp op, double scale) {
 
 }  // namespace
 
-void reduceN(DataType dtype, ReduceOp op, void* out, const void* const* in, int nin, size_t count,
-             double scale) {
+void reduceN(DataType dtype, ReduceOp op, void* out, const void* const* in, int nin, size_t count, double scale) {
   KernelFn fn = selectKernel(dtype, op, scale);
   RC_CHECK(nin >= 1, "reduce: need at least one input, got " + std::to_string(nin));
   if (count == 0) return;

@@ -22,12 +22,11 @@
 namespace rdmacoll {
 
 // out = in[0] op in[1] op ... op in[nin-1], then * scale. nin >= 1 (nin == 1 copies/scales).
-void reduceN(DataType dtype, ReduceOp op, void* out, const void* const* in, int nin, size_t count,
-             double scale = 1.0);
+void reduceN(DataType dtype, ReduceOp op, void* out, const void* const* in, int nin, size_t count, double scale = 1.0);
 
 // Convenience for two inputs: out = a op b (then * scale).
-inline void reduce2(DataType dtype, ReduceOp op, void* out, const void* a, const void* b,
-                    size_t count, double scale = 1.0) {
+inline void reduce2(DataType dtype, ReduceOp op, void* out, const void* a, const void* b, size_t count,
+                    double scale = 1.0) {
   const void* in[2] = {a, b};
   reduceN(dtype, op, out, in, 2, count, scale);
 }

@@ -4,7 +4,7 @@
 // handles may be waited on in any order. The executor is whichever thread gets there:
 // a progress thread started when work is queued (and gone once the queue is empty), or
 // a caller that waits (or submits a synchronous call) while nobody executes; it then
-// runs queued work itself, oldest first ("the caller takes over", shared/DESIGN.md).
+// runs queued work itself, oldest first ("the caller takes over", docs/design.md).
 // A synchronous call with nothing queued runs inline at the cost of two uncontended
 // lock operations.
 //
@@ -26,9 +26,9 @@ class AsyncEngine {
  public:
   struct Op {
     std::function<void()> run;
-    bool done = false;     // guarded by the engine's mutex
-    std::string error;     // an Error's message, if it failed
-    int64_t queuedNs = 0;  // when submitted (Timeline::nowNs), for the timeline's queue phase
+    bool done = false;             // guarded by the engine's mutex
+    std::string error;             // an Error's message, if it failed
+    int64_t queuedNs = 0;          // when submitted (Timeline::nowNs), for the timeline's queue phase
     std::function<void()> onDone;  // whenDone's, guarded by the mutex until it runs
   };
   using Handle = std::shared_ptr<Op>;

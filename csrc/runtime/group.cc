@@ -98,14 +98,12 @@ class OpTrace {
     exceptions_ = std::uncaught_exceptions();
     const Descriptor& d = call.hd.desc;
     const Collective coll = static_cast<Collective>(d.collective);
-    std::string args = "\"seq\":" + std::to_string(d.seq) +
-                       ",\"count\":" + std::to_string(d.count) + ",\"dtype\":\"" +
+    std::string args = "\"seq\":" + std::to_string(d.seq) + ",\"count\":" + std::to_string(d.count) + ",\"dtype\":\"" +
                        dtypeName(call.dtype) + "\",\"algorithm\":\"" + algorithm + "\"";
     const bool reduces = coll == Collective::kAllreduce || coll == Collective::kReducescatter;
     if (reduces) args += std::string(",\"op\":\"") + opName(call.op) + "\"";
     if (d.root >= 0) args += ",\"root\":" + std::to_string(d.root);
-    if (d.name[0])
-      args += ",\"name\":" + Timeline::jsonString(printableUtf8(d.name, sizeof(d.name)));
+    if (d.name[0]) args += ",\"name\":" + Timeline::jsonString(printableUtf8(d.name, sizeof(d.name)));
     t_->beginOp(collectiveName(coll), reduces, d.seq, AsyncEngine::queuedSinceNs(), args);
   }
   Timeline* t_;
@@ -160,16 +158,16 @@ void validate(const Request& r, int size) {
       break;
     case Collective::kBroadcast:
       if (r.root < 0 || r.root >= size) {
-        throw ArgumentError("broadcast: root_rank " + std::to_string(r.root) +
-                            " is not a rank of this job (size " + std::to_string(size) + ")");
+        throw ArgumentError("broadcast: root_rank " + std::to_string(r.root) + " is not a rank of this job (size " +
+                            std::to_string(size) + ")");
       }
       break;
     case Collective::kAlltoall: {
       uint64_t total = 0;
       for (int q = 0; q < size; ++q) total += r.splits[q];
       if (total != r.rows) {
-        throw ArgumentError("alltoall: splits sum to " + std::to_string(total) +
-                            " but the first dimension is " + std::to_string(r.rows));
+        throw ArgumentError("alltoall: splits sum to " + std::to_string(total) + " but the first dimension is " +
+                            std::to_string(r.rows));
       }
       break;
     }
@@ -178,9 +176,7 @@ void validate(const Request& r, int size) {
   }
 }
 
-size_t reducescatterRows(size_t rows, int size, int rank) {
-  return ring::chunkCount(rows, size, rank);
-}
+size_t reducescatterRows(size_t rows, int size, int rank) { return ring::chunkCount(rows, size, rank); }
 
 Group::Group(std::unique_ptr<Communicator> comm, tuning::Policy policy)
     : comm_(std::move(comm)), policy_(std::move(policy)) {}
@@ -237,11 +233,10 @@ void Group::logChoice(const algorithms::Situation& s, const algorithms::Algorith
   if (seen & (uint64_t(1) << width)) return;
   seen |= uint64_t(1) << width;
   const size_t lo = width ? size_t(1) << (width - 1) : 0;
-  comm_->log().write(LogLevel::kDebug, std::string(collectiveName(s.collective)) + " of " +
-                                           std::to_string(s.bytes) + " B (first call in [" +
-                                           std::to_string(lo) + ", " +
-                                           std::to_string(width ? lo * 2 : 1) + ") B): " + a.name +
-                                           " (" + tuning::explain(policy_, costs_, s, a) + ")");
+  comm_->log().write(LogLevel::kDebug, std::string(collectiveName(s.collective)) + " of " + std::to_string(s.bytes) +
+                                           " B (first call in [" + std::to_string(lo) + ", " +
+                                           std::to_string(width ? lo * 2 : 1) + ") B): " + a.name + " (" +
+                                           tuning::explain(policy_, costs_, s, a) + ")");
 }
 
 size_t Group::execute(const Request& r) {

@@ -20,11 +20,9 @@ settings::Value checkSetting(const std::string& name, const std::string& text) {
       break;
     case settings::Check::kLogLevel:
       try {
-        v.text = logLevelName(
-            parseLogLevel(v.text));  // canonical: "INFO" and "trace" read as info, debug
+        v.text = logLevelName(parseLogLevel(v.text));  // canonical: "INFO" and "trace" read as info, debug
       } catch (const Error&) {
-        throw Error(std::string(s.env) + "='" + v.text +
-                    "' is not one of: error, warning, info, debug");
+        throw Error(std::string(s.env) + "='" + v.text + "' is not one of: error, warning, info, debug");
       }
       break;
     case settings::Check::kNone:
@@ -37,11 +35,10 @@ std::unique_ptr<Group> makeGroup(int rank, int size, int localSize, const settin
                                  const JobLayout& layout, std::map<std::string, CostModel> measured,
                                  std::shared_ptr<WaitHooks> hooks, std::shared_ptr<LogSink> sink) {
   tuning::Policy policy = tuning::Policy::from(values, std::move(measured));
-  auto log =
-      std::make_shared<const Log>(rank, parseLogLevel(values.text("log_level")), std::move(sink));
-  auto comm = std::make_unique<Communicator>(rank, size, localSize, Protocol::from(values),
-                                             transport::Options::from(values), layout,
-                                             std::move(hooks), std::move(log));
+  auto log = std::make_shared<const Log>(rank, parseLogLevel(values.text("log_level")), std::move(sink));
+  auto comm =
+      std::make_unique<Communicator>(rank, size, localSize, Protocol::from(values), transport::Options::from(values),
+                                     layout, std::move(hooks), std::move(log));
   return std::make_unique<Group>(std::move(comm), std::move(policy));
 }
 

@@ -64,22 +64,19 @@ std::string networkOffer(const Options& options) {
   return offer;
 }
 
-std::unique_ptr<Device> createJobDevice(const Options& options, int rank,
-                                        const std::vector<int>& hostOf,
+std::unique_ptr<Device> createJobDevice(const Options& options, int rank, const std::vector<int>& hostOf,
                                         const std::vector<std::string>& offers) {
   checkTransportSetting(options.transport);
   const int size = static_cast<int>(hostOf.size());
   const size_t hosts = std::set<int>(hostOf.begin(), hostOf.end()).size();
   if (options.transport == "auto") {
     if (hosts <= 1) return createDevice(kLocal, rank, size, options);
-    return std::make_unique<hybrid::HybridDevice>(
-        rank, hostOf, createDevice(kLocal, rank, size, options),
-        createDevice(agreedNetwork(offers), rank, size, options));
+    return std::make_unique<hybrid::HybridDevice>(rank, hostOf, createDevice(kLocal, rank, size, options),
+                                                  createDevice(agreedNetwork(offers), rank, size, options));
   }
   if (options.transport == kLocal && hosts > 1) {
-    throw Error(
-        "RDMACOLL_TRANSPORT=shm, but the ranks run on " + std::to_string(hosts) +
-        " hosts: shared memory reaches only peers on the same host (use auto, tcp or ibverbs)");
+    throw Error("RDMACOLL_TRANSPORT=shm, but the ranks run on " + std::to_string(hosts) +
+                " hosts: shared memory reaches only peers on the same host (use auto, tcp or ibverbs)");
   }
   return createDevice(options.transport, rank, size, options);
 }

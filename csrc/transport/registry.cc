@@ -45,8 +45,7 @@ TransportReport probeTransport(const std::string& name, const Options& options) 
   }
 }
 
-std::unique_ptr<Device> createDevice(const std::string& name, int rank, int size,
-                                     const Options& options) {
+std::unique_ptr<Device> createDevice(const std::string& name, int rank, int size, const Options& options) {
   if (name == "shm") return std::make_unique<shm::ShmDevice>(rank, size);
   if (name == "tcp") return std::make_unique<tcp::TcpDevice>(rank, size, options);
 #ifdef RDMACOLL_WITH_IBVERBS

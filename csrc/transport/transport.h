@@ -1,4 +1,4 @@
-// The one-sided transport contract (see shared/DESIGN.md, "The transport contract").
+// The one-sided transport contract (see docs/design.md, "The transport contract").
 //
 // Everything above transport/ talks to peers only through these four classes; no
 // backend name appears above this directory. The model is RDMA verbs:
@@ -97,8 +97,8 @@ class Endpoint {
   // local memory on transports that copy at once) to dst+dstOff, then delivery of the
   // 32-bit immediate `imm` (hasImm) to the peer. len may be 0 (immediate only). Bounds
   // are checked against dst. Returns when src may be reused.
-  virtual void write(const void* src, const RemoteMemory& dst, size_t dstOff, size_t len,
-                     bool hasImm, uint32_t imm) = 0;
+  virtual void write(const void* src, const RemoteMemory& dst, size_t dstOff, size_t len, bool hasImm,
+                     uint32_t imm) = 0;
 
   // Store an 8-byte value at dst+dstOff (8-aligned), visible atomically (never torn).
   // Used for counters that only grow (credits, progress), read locally by the peer.
@@ -191,8 +191,7 @@ class Device {
 
 // Create the device of a backend by name ("shm"). Throws Error naming the alternatives
 // when the backend does not exist or cannot run on this host.
-std::unique_ptr<Device> createDevice(const std::string& name, int rank, int size,
-                                     const Options& options);
+std::unique_ptr<Device> createDevice(const std::string& name, int rank, int size, const Options& options);
 
 // Which backend reaches which peer: the one place that decides it (job.cc).
 //
@@ -206,8 +205,7 @@ std::string networkOffer(const Options& options);
 // to the others, the first network backend of rank 0's offer that every rank offers
 // (hybrid/); a backend's name uses that backend for every peer. hostOf[r] = host index of
 // rank r; offers[r] = rank r's networkOffer() (may be empty on one host).
-std::unique_ptr<Device> createJobDevice(const Options& options, int rank,
-                                        const std::vector<int>& hostOf,
+std::unique_ptr<Device> createJobDevice(const Options& options, int rank, const std::vector<int>& hostOf,
                                         const std::vector<std::string>& offers);
 // Throws Error quoting `value` unless it is "auto" or a backend's name (RDMACOLL_TRANSPORT).
 void checkTransportSetting(const std::string& value);

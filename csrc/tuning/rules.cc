@@ -33,8 +33,7 @@ bool parseRuleSize(const std::string& text, size_t* bytes) {
 bool parseRange(const std::string& text, size_t* lo, size_t* hi) {
   const size_t dash = text.find('-');
   if (dash == std::string::npos || text.find('-', dash + 1) != std::string::npos) return false;
-  if (!parseRuleSize(text.substr(0, dash), lo) || !parseRuleSize(text.substr(dash + 1), hi))
-    return false;
+  if (!parseRuleSize(text.substr(0, dash), lo) || !parseRuleSize(text.substr(dash + 1), hi)) return false;
   return *lo != kNoLimit;
 }
 
@@ -85,16 +84,14 @@ AlgoRules parseAlgoRules(const std::string& text, AlgorithmCheck check) {
         current = c;
         ++at;
       } else if (parts.size() == 3) {
-        throw Error(whole + "'" + parts[0] + "' (in '" + item +
-                    "') is not a collective; known: " + collectiveList());
+        throw Error(whole + "'" + parts[0] + "' (in '" + item + "') is not a collective; known: " + collectiveList());
       }
     }
     rule.collective = current;
     if (parts.size() - at == 2) {
       if (!parseRange(parts[at], &rule.lo, &rule.hi)) {
         throw Error(whole + "'" + parts[at] + "' (in '" + item + "') is " +
-                    (at == 0 ? "neither a collective (" + collectiveList() + ") nor "
-                             : std::string("not ")) +
+                    (at == 0 ? "neither a collective (" + collectiveList() + ") nor " : std::string("not ")) +
                     "a size range LO-HI (sizes like 0, 4096, 64K, 1M, 2G, inf)");
       }
       if (rule.hi != kNoLimit && rule.lo >= rule.hi) {
@@ -106,8 +103,7 @@ AlgoRules parseAlgoRules(const std::string& text, AlgorithmCheck check) {
     }
     rule.algorithm = parts[at];
     if (rule.algorithm.empty()) {
-      throw Error(whole + "'" + item +
-                  "' names no algorithm; expected [collective:][LO-HI:]algorithm");
+      throw Error(whole + "'" + item + "' names no algorithm; expected [collective:][LO-HI:]algorithm");
     }
     std::string known;
     if (check && !check(rule.collective, rule.algorithm, &known)) {
@@ -131,8 +127,7 @@ std::string formatAlgoRules(const AlgoRules& rules) {
   std::string s;
   for (const AlgoRule& r : rules) {
     if (!s.empty()) s += ",";
-    s += std::string(collectiveName(r.collective)) + ":" + sizeText(r.lo) + "-" + sizeText(r.hi) +
-         ":" + r.algorithm;
+    s += std::string(collectiveName(r.collective)) + ":" + sizeText(r.lo) + "-" + sizeText(r.hi) + ":" + r.algorithm;
   }
   return s;
 }

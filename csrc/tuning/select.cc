@@ -18,19 +18,16 @@ const algorithms::Algorithm& select(const Policy& policy, const algorithms::Cost
   return *a;
 }
 
-std::string explain(const Policy& policy, const algorithms::Costs& costs,
-                    const algorithms::Situation& s, const algorithms::Algorithm& chosen) {
+std::string explain(const Policy& policy, const algorithms::Costs& costs, const algorithms::Situation& s,
+                    const algorithms::Algorithm& chosen) {
   const char* forced = matchRule(policy.rules, s.collective, s.bytes);
   if (forced && chosen.name == std::string(forced)) return "forced by RDMACOLL_ALGO";
   std::vector<std::pair<double, const char*>> estimates;
   for (const algorithms::Algorithm& a : algorithms::table()) {
-    if (a.collective == s.collective && !a.continues && a.usable(s))
-      estimates.emplace_back(a.cost(costs, s), a.name);
+    if (a.collective == s.collective && !a.continues && a.usable(s)) estimates.emplace_back(a.cost(costs, s), a.name);
   }
-  std::stable_sort(estimates.begin(), estimates.end(),
-                   [](const auto& x, const auto& y) { return x.first < y.first; });
-  std::string out =
-      forced ? std::string("RDMACOLL_ALGO names ") + forced + ", which cannot run here; " : "";
+  std::stable_sort(estimates.begin(), estimates.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
+  std::string out = forced ? std::string("RDMACOLL_ALGO names ") + forced + ", which cannot run here; " : "";
   out += "cost model estimates";
   for (const auto& e : estimates) {
     char buf[64];

@@ -39,8 +39,8 @@ const algorithms::Algorithm& select(const Policy& policy, const algorithms::Cost
 
 // Why `chosen` runs a call in situation s, for the debug log: the RDMACOLL_ALGO rule that
 // forced it, or the cost model's estimate of every usable candidate (cheapest first).
-std::string explain(const Policy& policy, const algorithms::Costs& costs,
-                    const algorithms::Situation& s, const algorithms::Algorithm& chosen);
+std::string explain(const Policy& policy, const algorithms::Costs& costs, const algorithms::Situation& s,
+                    const algorithms::Algorithm& chosen);
 
 // Whether `name` is a selectable algorithm of `collective` (*known: the valid names
 // otherwise): RDMACOLL_ALGO's check.

@@ -1,5 +1,5 @@
 """The interface every benchmarked implementation offers (rdmacoll here, the comparison
-peers in rdmacoll/frameworks/peers.py), and rdmacoll's own.
+peers in rdmacoll/_bench/peers.py), and rdmacoll's own.
 
 An implementation prepares one collective at one size from this rank's send buffer and
 returns a Prepared (rdmacoll's prepare also takes broadcast's root; the peers' time
@@ -46,14 +46,14 @@ class Rdmacoll:
 
     @property
     def transport(self) -> str:
-        return rc._comm.transport
+        return rc._session.current().comm.transport
 
     @property
     def algo(self) -> str:
         """The algorithm of the last call, as the core reports it ("-" where it does not)."""
         if self.collective not in self.REPORTED:
             return "-"
-        return rc._comm.last_algorithm or "-"
+        return rc._session.current().comm.last_algorithm or "-"
 
     def supports(self, collective: str, dtype: np.dtype, op: str) -> str | None:
         return None

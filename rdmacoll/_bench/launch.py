@@ -9,6 +9,8 @@ import subprocess
 import shlex
 import sys
 
+from rdmacoll.bootstrap.launcher import detect
+
 
 def relaunch(np_: int, argv: list[str]) -> int:
     mpiexec = shutil.which("mpiexec", path=os.path.dirname(sys.executable)) or shutil.which("mpiexec")
@@ -24,8 +26,6 @@ def relaunch(np_: int, argv: list[str]) -> int:
 
 def launched(env=None) -> bool:
     """Whether a launcher (mpiexec, srun, torchrun) started this process."""
-    from rdmacoll.bootstrap.launcher import detect
-
     return detect(os.environ if env is None else env) is not None
 
 

@@ -8,6 +8,8 @@ import importlib.util
 import os
 import sys
 
+from rdmacoll import _core
+
 COLLECTIVES = ("allreduce", "allgather", "broadcast", "reducescatter", "alltoall")
 PEERS = ("mpi", "gloo", "horovod")
 DTYPES = ("float16", "bfloat16", "float32", "float64", "int32", "int64", "uint8", "int8")
@@ -74,8 +76,6 @@ def launcher_rank() -> int:
 
 def parse_size(text: str) -> int:
     """A size in the grammar of every size setting (32768, 32K, 32KB, 32KiB, 1.5M)."""
-    from rdmacoll import _core
-
     try:
         return _core.parse_size(text)
     except _core.RdmacollError:

@@ -11,7 +11,7 @@ import sys
 import time
 from dataclasses import dataclass
 
-from .options import human_bytes
+from .options import NCCL_OPS, NCCL_TYPES, human_bytes
 
 JSON_KEYS = (
     "impl",
@@ -149,8 +149,6 @@ class Table:
 
     def rows(self, rows: list[Row]) -> None:
         """Every implementation's rows at one size (rdmacoll's first), one line each."""
-        from .options import NCCL_OPS, NCCL_TYPES
-
         impls = list(dict.fromkeys(r.impl for r in rows))
         by = {(r.impl, r.placement): r for r in rows}
         for impl in impls:

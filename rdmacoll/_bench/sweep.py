@@ -3,6 +3,8 @@ the --compare peers) in the same processes on the same inputs, timed, checked, p
 
 from __future__ import annotations
 
+import os
+import socket
 import sys
 
 import numpy as np
@@ -10,8 +12,10 @@ import numpy as np
 import rdmacoll as rc
 
 from . import collectives as C
+from . import peers as peer_libs
 from .impl import Rdmacoll
 from .options import AVERAGE, algo_rules, human_bytes, launcher_rank, pairs_skipped
+from .plot import plot
 from .report import Progress, Table, make_row, write_json
 from .timing import measure, total
 
@@ -54,15 +58,13 @@ def _peers(names: list[str], say) -> tuple[list, list[str]]:
     """The comparison peers every rank can run, and a line for each one left out."""
     if not names:
         return [], []
-    from rdmacoll.frameworks import peers
-
     made, notes = [], []
     for name in names:
-        why = next((w for w in rc.allgather_object(peers.missing(name)) if w), None)
+        why = next((w for w in rc.allgather_object(peer_libs.missing(name)) if w), None)
         peer = None
         if why is None:
             try:
-                peer = peers.create(name)
+                peer = peer_libs.create(name)
             except Exception as e:  # noqa: BLE001 - reported, then the peer is left out everywhere
                 why = f"could not start: {type(e).__name__}: {e}"
             why = next((w for w in rc.allgather_object(why) if w), None)
@@ -78,9 +80,6 @@ def _peers(names: list[str], say) -> tuple[list, list[str]]:
 
 def _job(args, lead: bool) -> dict:
     """What every JSON row carries about the run, and the ranks' lines of the preamble."""
-    import os
-    import socket
-
     where = rc.allgather_object((os.getpid(), socket.gethostname()))
     version = rc.__version__
     how = "back to back" if args.back_to_back else "per call"
@@ -89,7 +88,7 @@ def _job(args, lead: bool) -> dict:
         step = f"{args.stepfactor}(factor)" if args.stepfactor > 1 else f"{args.stepbytes}(bytes)"
         print(
             f"# rdmacoll-bench {version}: {job['ranks']} ranks on {job['hosts']} host"
-            f"{'s' if job['hosts'] > 1 else ''}, transport {rc._comm.transport}"
+            f"{'s' if job['hosts'] > 1 else ''}, transport {rc._session.current().comm.transport}"
         )
         print(
             f"# minBytes {args.minbytes} maxBytes {args.maxbytes} step: {step} warmup iters: {args.warmup} "
@@ -291,8 +290,6 @@ def run(args) -> int:
         write_json(args.json, rows)
         say(f"rdmacoll-bench: wrote {len(rows)} rows to {args.json}")
     if lead and args.plot:
-        from .plot import plot
-
         plot(args.plot, [r.json() for r in rows])
         say(f"rdmacoll-bench: wrote {args.plot}")
     rc.shutdown()

@@ -36,7 +36,7 @@ def _time_allreduce(x: np.ndarray, target_s: float, rounds: int) -> tuple[float,
         for _ in range(iters):
             rc.allreduce(x, op=rc.Sum, out=x)
         elapsed = time.perf_counter() - t0
-        algo = rc._comm.last_algorithm
+        algo = rc._session.current().comm.last_algorithm
         samples.append(slowest(elapsed / iters))
     return min(samples), algo
 
@@ -73,8 +73,8 @@ def tune(args) -> int:
         config["transport"] = args.transport.strip()
     rc.init(config=config)
     rank, p = rc.rank(), rc.size()
-    per_cpu = rc._comm.ranks_per_cpu
-    transport, one_host = rc._comm.transport, rc.local_size() == p
+    per_cpu = rc._session.current().comm.ranks_per_cpu
+    transport, one_host = rc._session.current().comm.transport, rc.local_size() == p
     rc.shutdown()
     if p < 2 or not one_host:
         if rank == 0:

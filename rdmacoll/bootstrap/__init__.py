@@ -20,7 +20,7 @@ import os
 import socket
 
 from .. import _core, _log, _settings
-from . import launcher
+from . import launcher, mpi, store
 
 
 class LocalExchange:
@@ -53,17 +53,11 @@ def choose(config=None, env=None, comm=None):
                 "rdmacoll.init(comm=...) names an MPI job, but this process was "
                 "started by torchrun (or RDMACOLL_BOOTSTRAP=torch): leave comm out"
             )
-        from .mpi import exchange as mpi_exchange
-
-        return mpi_exchange(comm)
+        return mpi.exchange(comm)
     if kind == "torch":
-        from .store import torchrun_exchange
-
-        ex = torchrun_exchange(timeout_s=_settings.resolve(env, config, scope="job")[0]["timeout"])
+        ex = store.torchrun_exchange(timeout_s=_settings.resolve(env, config, scope="job")[0]["timeout"])
     elif kind == "mpi" or (kind is None and _mpi_available()):
-        from .mpi import exchange as mpi_exchange
-
-        ex = mpi_exchange()
+        ex = mpi.exchange()
     else:
         ex = LocalExchange()
     launcher.check_size(ex.size, ex.name, env)
@@ -72,15 +66,11 @@ def choose(config=None, env=None, comm=None):
 
 def mpi_library() -> str:
     """The MPI library mpi4py would load (rdmacoll doctor)."""
-    from .mpi import mpi_library as library
-
-    return library()
+    return mpi.mpi_library()
 
 
 def _mpi_available() -> bool:
-    from .mpi import available
-
-    return available()
+    return mpi.available()
 
 
 def _host_identity() -> str:

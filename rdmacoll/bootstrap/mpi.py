@@ -4,6 +4,8 @@ No collective of rdmacoll goes through MPI afterwards."""
 
 from __future__ import annotations
 
+import importlib.util
+import numbers
 import sys
 
 from .. import _core
@@ -75,8 +77,6 @@ def exchange(comm=None) -> MpiExchange:
 
 def _ranks(comm):
     """The list of ranks of init(comm=[...]); TypeError for anything else, as Horovod."""
-    import numbers
-
     try:
         ranks = list(comm)
     except TypeError:
@@ -89,8 +89,6 @@ def _ranks(comm):
 
 
 def available() -> bool:
-    import importlib.util
-
     return importlib.util.find_spec("mpi4py") is not None
 
 

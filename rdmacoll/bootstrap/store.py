@@ -14,6 +14,7 @@ the previous bootstrap's last round (which a fast rank would read as this one's)
 from __future__ import annotations
 
 import pickle
+from datetime import timedelta
 
 
 class StoreExchange:
@@ -54,8 +55,6 @@ def torchrun_exchange(timeout_s: float) -> StoreExchange:
     """The store of the job torchrun (or torch's env:// variables) started: torch's default
     group's when torch.distributed is initialised, else the one env:// rendezvous gives
     (under torchrun: a client of the agent's store, TORCHELASTIC_USE_AGENT_STORE)."""
-    from datetime import timedelta
-
     import torch.distributed as dist
 
     if dist.is_available() and dist.is_initialized():

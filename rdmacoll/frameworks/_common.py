@@ -3,6 +3,7 @@
 Nothing here imports a framework. The adapters may rely on these names (a stable API):
 
 - ``fusion_threshold()``: bytes per gradient bucket, the ``fusion_threshold`` setting.
+- ``settings_in_effect()``: the job's settings once initialised, else this process's.
 - ``parse_bytes(text)``: "64M", "1.5K", "1048576" -> bytes (the settings' one grammar).
 - ``plan_buckets(items, threshold)``: group (dtype, nbytes) items into buckets.
 - ``dense_span(shape, strides)``: elements a strided dense tensor spans in memory.
@@ -15,7 +16,8 @@ from __future__ import annotations
 
 import hashlib
 
-from .. import _core, _settings
+
+from .. import _core, _session, _settings
 
 DEFAULT_FUSION_THRESHOLD = _settings.TABLE["fusion_threshold"]["default"]  # DDP uses 25 MiB, Horovod 128 MiB
 BUCKET_ALIGN = 64  # bytes: every gradient starts on a cache line
@@ -34,7 +36,14 @@ def fusion_threshold() -> int:
     """Bucket size limit in bytes: the fusion_threshold setting (RDMACOLL_FUSION_THRESHOLD,
     or HOROVOD_FUSION_THRESHOLD so that existing job scripts keep theirs), rank 0's once
     rdmacoll is initialised. 0 puts every gradient in a bucket of its own."""
-    return _settings.current()["fusion_threshold"]
+    return settings_in_effect()["fusion_threshold"]
+
+
+def settings_in_effect() -> dict:
+    """The settings in effect: the job's (rank 0's, broadcast at init()) once rdmacoll is
+    initialised, else this process's environment."""
+    session = _session.current()
+    return dict(session.settings) if not session.closed else _settings.resolve()[0]
 
 
 def align_up(n: int, a: int) -> int:

@@ -59,7 +59,7 @@ import weakref
 import numpy as np
 
 import rdmacoll as rc
-from rdmacoll import Handle, RdmacollError, global_process_set
+from rdmacoll import Handle, RdmacollError, _session, global_process_set
 
 CONTROL = "join.control"  # (names reach error messages cut to 15 characters)
 CONTROL_MORE = "join.control+"
@@ -127,6 +127,13 @@ class JoinState:
         self.last = None  # the latest CONTROL round's handle
         self.scratch = np.zeros(CONTROL_LEN + 4096, np.int64)  # training ranks' results (unread)
         self.steppers = []  # weak references, never removed: indices stay put
+        self.session = None  # the session whose reset hook drops the templates and handles
+
+    def _reset(self):
+        """The session the rounds ran on closed: its templates and handles go (the count of
+        rounds, the same on every rank, goes on; the optimizers stay registered: they
+        outlive sessions, and so do their indices)."""
+        self.templates, self.retired, self.last, self.session = {}, [], None, None
 
     # ------------------------------------------------------------------ training ranks
     def register(self, optimizer):
@@ -151,6 +158,10 @@ class JoinState:
         """The CONTROL round(s) of the descriptor `words`, kept under `key`: the input
         arrays, and as outputs views of one scratch array (training ranks never read them;
         the engine runs one operation at a time, so they may share it)."""
+        session = _session.require()
+        if self.session is not session:  # the first template of this session: drop them with it
+            session.on_reset(self._reset)
+            self.session = session
         words = list(words)
         head = np.zeros(CONTROL_LEN, np.int64)
         head[0] = 1

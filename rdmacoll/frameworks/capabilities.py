@@ -9,7 +9,7 @@ probes is accepted and ignored.
 
 from __future__ import annotations
 
-from rdmacoll import RdmacollValueError, is_initialized
+from rdmacoll import RdmacollValueError, _session, is_initialized
 
 
 def mpi_built(verbose=False) -> bool:
@@ -52,9 +52,7 @@ def _world_core():
     """The job's core communicator; ValueError before init(), as Horovod's calls raise."""
     if not is_initialized():
         raise RdmacollValueError("rdmacoll has not been initialized; use hvd.init().")
-    import rdmacoll
-
-    return rdmacoll._w().core
+    return _session.current().comm
 
 
 def mpi_threads_supported() -> bool:

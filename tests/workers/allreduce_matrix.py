@@ -82,7 +82,7 @@ def body():
 
 def matrix(rc, a, algo: str, big_mib: int, drawn: dict) -> None:
     p, r = rc.size(), rc.rank()
-    core = rc._world.core
+    core = rc._session.current().world.core
     hashes, failures, algos, cases, turn = [], 0, {}, 0, 0
 
     def fail(case, detail):

@@ -56,7 +56,9 @@ def check() -> None:
         expect(name, bool(check_(rc.synchronize(h))))
         expect(f"{name} poll after", rc.poll(h))
     rc.barrier()
-    emit("done", bad=bad, ops=len(inflight), polled_done=sum(polled), outstanding=rc._comm.outstanding)
+    emit(
+        "done", bad=bad, ops=len(inflight), polled_done=sum(polled), outstanding=rc._session.current().comm.outstanding
+    )
 
 
 def error() -> None:

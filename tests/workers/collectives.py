@@ -189,7 +189,7 @@ def mismatch() -> None:
 
 
 def chosen() -> None:
-    """Which algorithm each collective ran (rc._comm.last_algorithm) on every rank, and
+    """Which algorithm each collective ran (rc._session.current().comm.last_algorithm) on every rank, and
     whether its result was right. allgather/alltoall get different row counts per rank:
     selection must not depend on them, or ranks would disagree."""
     rc = init()
@@ -218,7 +218,7 @@ def chosen() -> None:
             emit(
                 "chosen",
                 collective=name,
-                algo=rc._comm.last_algorithm,
+                algo=rc._session.current().comm.last_algorithm,
                 error=None,
                 ok=bool(np.array_equal(np.asarray(got), want)),
             )

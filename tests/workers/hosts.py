@@ -34,8 +34,8 @@ def body():
                 host=socket.gethostname(),
                 local_rank=rc.local_rank(),
                 local_size=rc.local_size(),
-                transport=rc._comm.transport,
-                peers=rc._comm.peer_transports(),
+                transport=rc._session.current().comm.transport,
+                peers=rc._session.current().comm.peer_transports(),
                 cross=[rc.cross_rank(), rc.cross_size(), rc.is_homogeneous()],
             )
             first = False
@@ -49,7 +49,7 @@ def body():
                 emit(
                     "case",
                     algo=algo,
-                    ran=rc._comm.last_algorithm,
+                    ran=rc._session.current().comm.last_algorithm,
                     n=n,
                     dtype=np.dtype(dtype).name,
                     ok=bool(np.allclose(got.astype(np.float64), want, rtol=1e-6, atol=0)),

@@ -89,7 +89,7 @@ def body():
         got = rc.allreduce(x, op=rc.Sum)
         if not np.array_equal(got, expected(count, n)):
             wrong.append(count)
-    emit("allreduce", transport=rc._comm.transport, wrong=wrong)
+    emit("allreduce", transport=rc._session.current().comm.transport, wrong=wrong)
     kept = fork_while_reducing(rc) if os.environ.get("RC_TEST_FORK") else ()
     rc.shutdown()
     for a in kept:  # registered arrays outlive the device: still mapped, no longer registered

@@ -13,7 +13,12 @@ SIZES = [1, 1023, (1 << 20) + 3]
 def body():
     rc = init()
     r, p = rc.rank(), rc.size()
-    emit("where", transport=rc._comm.transport, listen=rc._comm.listen_address, peers=rc._comm.peer_transports())
+    emit(
+        "where",
+        transport=rc._session.current().comm.transport,
+        listen=rc._session.current().comm.listen_address,
+        peers=rc._session.current().comm.peer_transports(),
+    )
     for n in SIZES:
         x = (np.arange(n) % 7 + r).astype(np.float32)
         want = sum((np.arange(n) % 7 + q).astype(np.float64) for q in range(p))

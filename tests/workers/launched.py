@@ -24,7 +24,14 @@ def body():
     x = np.arange(1000, dtype=np.float32) + r
     y = rc.allreduce(x, op=rc.Sum)
     ok = bool(np.array_equal(y, sum(np.arange(1000, dtype=np.float32) + q for q in range(p))))
-    emit("init", size=p, bootstrap=rc._world.exchange.name, mpi4py="mpi4py" in sys.modules, ok=ok, error=None)
+    emit(
+        "init",
+        size=p,
+        bootstrap=rc._session.current().world.exchange.name,
+        mpi4py="mpi4py" in sys.modules,
+        ok=ok,
+        error=None,
+    )
     rc.shutdown()
     emit("done")
 

@@ -24,12 +24,12 @@ def body():
         count = nbytes // 4
         x = (np.arange(count, dtype=np.float32) % 7) + r
         want = sum((np.arange(count, dtype=np.float32) % 7) + q for q in range(p))
-        selected = rc._comm.selected_algorithm(nbytes)
+        selected = rc._session.current().comm.selected_algorithm(nbytes)
         out = rc.allreduce(x, op=rc.Sum)
         emit(
             "sel",
             bytes=nbytes,
-            ran=rc._comm.last_algorithm,
+            ran=rc._session.current().comm.last_algorithm,
             selected=selected,
             ok=bool(np.array_equal(np.asarray(out), want)),
         )

@@ -25,7 +25,7 @@ def body():
         emit("init", error=str(e))
         emit("done")
         return
-    w = rc._world
+    w = rc._session.current().world
     emit("settings", values=w.settings, sources=w.sources)
     rc.shutdown()
     emit("done")

@@ -51,7 +51,7 @@ def resources(rc):
         maps = sum(1 for ln in f if "rdmacoll." in ln)
     with open("/proc/self/status") as f:
         rss = next(int(ln.split()[1]) for ln in f if ln.startswith("VmRSS:")) * 1024
-    return {"fds": fds, "maps": maps, "rss": rss, "pool": rc._comm.pool_bytes if hasattr(rc, "_comm") else 0}
+    return {"fds": fds, "maps": maps, "rss": rss, "pool": rc._session.current().comm.pool_bytes}
 
 
 def inputs(rng_seed, p, shape, dtype, op):

@@ -18,7 +18,7 @@ def run():
     rc.init()
     r, p = rc.rank(), rc.size()
     set_rank(r)
-    world = rc._comm
+    world = rc._session.current().comm
     subsets = [[0, p - 1], list(range(1, p)), [q for q in range(p) if q % 2 == 0]]
     subs = {}
     for i, s in enumerate(subsets):

@@ -576,12 +576,13 @@ def fusion(hvd, tf, np):
         want = len(plan_buckets(sizes, 400)) if threshold else 1
         for mode, fn in (("eager", grads), ("tf.function", tf.function(grads))):
             fn(x, y)  # trace first
-            counter = CountingComm(rc._comm)
-            rc._comm = counter
+            session = rc._session.current()
+            counter = CountingComm(session.comm)
+            session.comm = counter
             try:
                 fn(x, y)
             finally:
-                rc._comm = counter.inner
+                session.comm = counter.inner
             results.append((threshold or "default", mode, len(counter.calls), want))
     rc.shutdown()
     rc.init()
@@ -974,9 +975,13 @@ def error_types(hvd, tf, np):
     bad = []
     x = tf.constant(np.arange(size + 1, dtype=np.float32))
     cases = [
-        ("bad splits", lambda t: hvdtf.alltoall(t, splits=[1] * (size + 1))[0], "splits has"),
-        ("uneven alltoall", lambda t: hvdtf.alltoall(t), "not divisible"),
-        ("root outside the job", lambda t: hvdtf.broadcast(t, size), f"root_rank {size}"),
+        (
+            "bad splits",
+            lambda t: hvdtf.alltoall(t, splits=[1] * (size + 1))[0],
+            "Number of entries in splits does not equal number of workers.",
+        ),
+        ("uneven alltoall", lambda t: hvdtf.alltoall(t), "not an even multiple of the number of workers"),
+        ("root outside the job", lambda t: hvdtf.broadcast(t, size), f"invalid root rank {size}"),
     ]
     for what, fn, words in cases:
         _expect_error(

@@ -41,8 +41,8 @@ settings::Values smallSettings() {
 
 std::unique_ptr<Communicator> communicator(int rank, int size) {
   const settings::Values v = smallSettings();
-  return std::make_unique<Communicator>(rank, size, size, Protocol::from(v),
-                                        transport::Options::from(v), JobLayout{}, nullptr);
+  return std::make_unique<Communicator>(rank, size, size, Protocol::from(v), transport::Options::from(v), JobLayout{},
+                                        nullptr);
 }
 
 // Ranks 0 and 1 of a two-rank job, both in this process, connected; plus memory of
@@ -64,9 +64,8 @@ struct Pair {
   std::vector<py::bytes> templates() const {
     std::vector<py::bytes> t;
     transport::Bytes addr = a->address();
-    t.emplace_back(
-        reinterpret_cast<const char*>(addr.data() + addr.size() - transport::PackedMemory::kBytes),
-        transport::PackedMemory::kBytes);
+    t.emplace_back(reinterpret_cast<const char*>(addr.data() + addr.size() - transport::PackedMemory::kBytes),
+                   transport::PackedMemory::kBytes);
     BufferRef r1, r2;
     a->describeBuffer(block->mem->data(), 8192, &r1);
     a->describeBuffer(user.data(), user.size(), &r2);
@@ -115,9 +114,8 @@ std::vector<std::string> Pair::unpack(const std::vector<std::string>& cases) {
 // (with the right immediate). keepDescriptor: the first line (hash + descriptor) is
 // replaced by the valid one for the call, so the rest reaches viewPeer and the reads.
 // readSpans: (offset, length) pairs read from the peer's input and output per case.
-std::vector<std::string> Pair::headers(
-    const std::vector<std::string>& cases, bool keepDescriptor,
-    const std::vector<std::pair<uint64_t, uint64_t>>& readSpans) {
+std::vector<std::string> Pair::headers(const std::vector<std::string>& cases, bool keepDescriptor,
+                                       const std::vector<std::pair<uint64_t, uint64_t>>& readSpans) {
   Communicator& b = *this->b;
   Peer& toB = a->peer(1);
   Peer& fromA = b.peer(0);
@@ -190,8 +188,7 @@ void bindTestingFuzz(py::module_& m) {
   m.attr("DESCRIPTOR_BYTES") = sizeof(HashedDescriptor);
   py::class_<Pair>(m, "FuzzPair", "Ranks 0 and 1 of a two-rank job in this process (fuzzing)")
       .def(py::init<>())
-      .def("templates", &Pair::templates,
-           "Valid packed memory of rank 0: control region, allocated, user")
+      .def("templates", &Pair::templates, "Valid packed memory of rank 0: control region, allocated, user")
       .def("unpack",
            [](Pair& p, const std::vector<std::string>& cases) {
              py::gil_scoped_release r;

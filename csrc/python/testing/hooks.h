@@ -6,11 +6,10 @@
 #pragma once
 #include <pybind11/pybind11.h>
 
-void bindTestingCore(pybind11::module_& t);       // core.cc: the descriptor hash
-void bindTestingSchedules(pybind11::module_& t);  // schedules.cc: ring, fold, tree arithmetic
-void bindTestingTuning(pybind11::module_& t);     // tuning.cc: rules, cost model, selection
-void bindTestingFuzz(pybind11::module_& t);       // fuzz.cc: hostile peer input
-void bindTestingTransport(pybind11::module_& t);  // transport_probe.cc: the raw contract
-void bindTestingIbverbs(pybind11::module_& t);    // ibverbs.cc: the verbs wire format
-void bindTestingSocketInterfaces(
-    pybind11::module_& t);  // socket_interfaces.cc: SOCKET_IFNAME rules
+void bindTestingCore(pybind11::module_& t);              // core.cc: the descriptor hash
+void bindTestingSchedules(pybind11::module_& t);         // schedules.cc: ring, fold, tree arithmetic
+void bindTestingTuning(pybind11::module_& t);            // tuning.cc: rules, cost model, selection
+void bindTestingFuzz(pybind11::module_& t);              // fuzz.cc: hostile peer input
+void bindTestingTransport(pybind11::module_& t);         // transport_probe.cc: the raw contract
+void bindTestingIbverbs(pybind11::module_& t);           // ibverbs.cc: the verbs wire format
+void bindTestingSocketInterfaces(pybind11::module_& t);  // socket_interfaces.cc: SOCKET_IFNAME rules

@@ -18,9 +18,7 @@ namespace wire = rdmacoll::transport::ibverbs::wire;
 
 namespace {
 
-py::bytes toBytes(const Bytes& b) {
-  return py::bytes(reinterpret_cast<const char*>(b.data()), b.size());
-}
+py::bytes toBytes(const Bytes& b) { return py::bytes(reinterpret_cast<const char*>(b.data()), b.size()); }
 
 py::bytes packAddress(const py::dict& d) {
   wire::Address a;
@@ -90,22 +88,19 @@ py::dict unpackRegion(const std::string& bytes, int peer) {
 
 void bindTestingIbverbs(py::module_& m) {
   m.def("ibverbs_pack_address", &packAddress);
-  m.def("ibverbs_unpack_address", &unpackAddress, py::arg("bytes"), py::arg("peer"),
-        py::arg("self"), py::arg("size"));
-  m.def("ibverbs_pack_region", &packRegion, py::arg("owner"), py::arg("allocated"), py::arg("addr"),
-        py::arg("len"), py::arg("rkey"));
+  m.def("ibverbs_unpack_address", &unpackAddress, py::arg("bytes"), py::arg("peer"), py::arg("self"), py::arg("size"));
+  m.def("ibverbs_pack_region", &packRegion, py::arg("owner"), py::arg("allocated"), py::arg("addr"), py::arg("len"),
+        py::arg("rkey"));
   m.def("ibverbs_unpack_region", &unpackRegion, py::arg("bytes"), py::arg("peer"));
   m.def(
       "ibverbs_check_remote",
-      [](const py::dict& remote, int peer, size_t off, size_t len, const std::string& what,
-         size_t align) {
+      [](const py::dict& remote, int peer, size_t off, size_t len, const std::string& what, size_t align) {
         wire::checkRemote(remoteFrom(remote), peer, off, len, what.c_str(), align);
       },
-      py::arg("remote"), py::arg("peer"), py::arg("offset"), py::arg("length"),
-      py::arg("what") = "write", py::arg("align") = 1);
+      py::arg("remote"), py::arg("peer"), py::arg("offset"), py::arg("length"), py::arg("what") = "write",
+      py::arg("align") = 1);
   m.def("ibverbs_registration_error", [](int err, size_t len, uint64_t memlock) {
     return ibverbs::registrationFailed(err, reinterpret_cast<const void*>(0x10000), len, memlock);
   });
-  m.def("ibverbs_device_list_error",
-        [](int err) { return ibverbs::unusable(ibverbs::deviceListFailed(err)); });
+  m.def("ibverbs_device_list_error", [](int err) { return ibverbs::unusable(ibverbs::deviceListFailed(err)); });
 }

@@ -17,9 +17,9 @@ void bindTestingSchedules(py::module_& m) {
       "hierarchy",
       [](const std::vector<int>& hostOf, int r) {
         const schedule::Hierarchy h = schedule::hierarchy(hostOf, r);
-        return py::dict(py::arg("local") = h.local, py::arg("local_index") = h.localIndex,
-                        py::arg("cross") = h.cross, py::arg("cross_index") = h.crossIndex,
-                        py::arg("hosts") = h.hosts, py::arg("regular") = h.regular);
+        return py::dict(py::arg("local") = h.local, py::arg("local_index") = h.localIndex, py::arg("cross") = h.cross,
+                        py::arg("cross_index") = h.crossIndex, py::arg("hosts") = h.hosts,
+                        py::arg("regular") = h.regular);
       },
       "The hierarchical allreduce's groups of rank r, given every rank's host index.");
   m.def("ring_chunk", &ring::ringChunk);

@@ -20,8 +20,7 @@ void bindTestingSocketInterfaces(py::module_& t) {
   t.attr("IFF_LOOPBACK") = static_cast<int>(IFF_LOOPBACK);
   t.def(
       "choose_socket_interface",
-      [](const std::string& spec,
-         const std::vector<std::tuple<std::string, unsigned, std::string>>& entries) {
+      [](const std::string& spec, const std::vector<std::tuple<std::string, unsigned, std::string>>& entries) {
         std::vector<net::InterfaceEntry> list;
         for (const auto& [name, flags, address] : entries) {
           net::InterfaceEntry e;

@@ -45,8 +45,7 @@ class TransportProbe {
   }
   py::array view(int i) {
     Memory& m = *mems_.at(i);
-    return py::array(py::dtype("uint8"), {static_cast<py::ssize_t>(m.size())}, {}, m.data(),
-                     py::cast(this));
+    return py::array(py::dtype("uint8"), {static_cast<py::ssize_t>(m.size())}, {}, m.data(), py::cast(this));
   }
   py::bytes pack(int i) const {
     PackedMemory p;
@@ -85,8 +84,7 @@ class TransportProbe {
 
  private:
   Endpoint& ep(int peer) {
-    if (peer < 0 || peer >= static_cast<int>(eps_.size()) || !eps_[peer])
-      throw Error("no endpoint for that peer");
+    if (peer < 0 || peer >= static_cast<int>(eps_.size()) || !eps_[peer]) throw Error("no endpoint for that peer");
     return *eps_[peer];
   }
   RemoteMemory unpack(int peer, const std::string& remote) {
@@ -106,16 +104,16 @@ class TransportProbe {
 
 void bindTestingTransport(py::module_& m) {
   py::class_<TransportProbe>(m, "TransportProbe")
-      .def(py::init<const std::string&, int, int, const py::dict&>(), py::arg("name"),
-           py::arg("rank"), py::arg("size"), py::arg("settings") = py::dict())
+      .def(py::init<const std::string&, int, int, const py::dict&>(), py::arg("name"), py::arg("rank"), py::arg("size"),
+           py::arg("settings") = py::dict())
       .def("address", &TransportProbe::address)
       .def("connect", &TransportProbe::connect)
       .def("allocate", &TransportProbe::allocate)
       .def("register", &TransportProbe::registerArray)
       .def("view", &TransportProbe::view)
       .def("pack", &TransportProbe::pack)
-      .def("write", &TransportProbe::write, py::arg("peer"), py::arg("src"), py::arg("remote"),
-           py::arg("offset"), py::arg("imm") = py::none())
+      .def("write", &TransportProbe::write, py::arg("peer"), py::arg("src"), py::arg("remote"), py::arg("offset"),
+           py::arg("imm") = py::none())
       .def("put64", &TransportProbe::put64)
       .def("poll", &TransportProbe::poll)
       .def("read", &TransportProbe::read)

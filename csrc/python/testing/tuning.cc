@@ -20,8 +20,7 @@ void bindTestingTuning(py::module_& m) {
       [](const std::string& text) {
         std::vector<py::tuple> out;
         for (const auto& r : tuning::parseAlgoRules(text, &tuning::knownAlgorithm)) {
-          py::object hi =
-              r.hi == tuning::kNoLimit ? py::object(py::none()) : py::object(py::int_(r.hi));
+          py::object hi = r.hi == tuning::kNoLimit ? py::object(py::none()) : py::object(py::int_(r.hi));
           out.push_back(py::make_tuple(collectiveName(r.collective), r.lo, hi, r.algorithm));
         }
         return out;
@@ -43,8 +42,7 @@ void bindTestingTuning(py::module_& m) {
         algorithms::Situation s = oneHostSituation(Collective::kAllreduce, bytes, perHost * hosts);
         s.hosts = hosts;
         s.ranksPerHost = perHost;
-        return algorithms::find(Collective::kAllreduce, "hierarchical")
-            ->cost(algorithms::Costs{n, l, n}, s);
+        return algorithms::find(Collective::kAllreduce, "hierarchical")->cost(algorithms::Costs{n, l, n}, s);
       },
       "Predicted seconds of hierarchical allreduce: perHost ranks on each of `hosts` hosts.");
 }

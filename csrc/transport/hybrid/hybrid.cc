@@ -24,8 +24,7 @@ class HybridMemory : public Memory {
     local_->pack(&a);
     net_->pack(&b);
     for (size_t i = kHalfBytes; i < PackedMemory::kBytes; ++i) {
-      if (a.bytes[i] != 0 || b.bytes[i] != 0)
-        throw Error("hybrid: a backend packs memory into more than 32 bytes");
+      if (a.bytes[i] != 0 || b.bytes[i] != 0) throw Error("hybrid: a backend packs memory into more than 32 bytes");
     }
     std::memcpy(out->bytes, a.bytes, kHalfBytes);
     std::memcpy(out->bytes + kHalfBytes, b.bytes, kHalfBytes);
@@ -38,21 +37,17 @@ class HybridMemory : public Memory {
 // A backend's endpoint that reads its half of packed memory.
 class HalfEndpoint : public Endpoint {
  public:
-  HalfEndpoint(std::unique_ptr<Endpoint> inner, size_t half)
-      : inner_(std::move(inner)), half_(half) {}
+  HalfEndpoint(std::unique_ptr<Endpoint> inner, size_t half) : inner_(std::move(inner)), half_(half) {}
   uint32_t capabilities() const override { return inner_->capabilities(); }
   void unpack(const PackedMemory& packed, RemoteMemory* out) override {
     PackedMemory mine{};
     std::memcpy(mine.bytes, packed.bytes + half_ * kHalfBytes, kHalfBytes);
     inner_->unpack(mine, out);
   }
-  void write(const void* src, const RemoteMemory& dst, size_t dstOff, size_t len, bool hasImm,
-             uint32_t imm) override {
+  void write(const void* src, const RemoteMemory& dst, size_t dstOff, size_t len, bool hasImm, uint32_t imm) override {
     inner_->write(src, dst, dstOff, len, hasImm, imm);
   }
-  void put64(const RemoteMemory& dst, size_t dstOff, uint64_t value) override {
-    inner_->put64(dst, dstOff, value);
-  }
+  void put64(const RemoteMemory& dst, size_t dstOff, uint64_t value) override { inner_->put64(dst, dstOff, value); }
   bool pollImmediate(uint32_t* imm) override { return inner_->pollImmediate(imm); }
   void read(const RemoteMemory& src, size_t srcOff, void* dst, size_t len) override {
     inner_->read(src, srcOff, dst, len);
@@ -110,12 +105,10 @@ std::unique_ptr<Endpoint> HybridDevice::connect(int peer, const Bytes& peerAddre
   uint32_t localLen = 0;
   RC_CHECK(peerAddress.size() >= 4, "malformed address from rank " + std::to_string(peer));
   std::memcpy(&localLen, peerAddress.data(), 4);
-  RC_CHECK(localLen <= peerAddress.size() - 4,
-           "malformed address from rank " + std::to_string(peer));
+  RC_CHECK(localLen <= peerAddress.size() - 4, "malformed address from rank " + std::to_string(peer));
   const auto split = peerAddress.begin() + 4 + localLen;
   if (hostOf_[peer] == hostOf_[rank_]) {
-    return std::make_unique<HalfEndpoint>(
-        local_->connect(peer, Bytes(peerAddress.begin() + 4, split)), 0);
+    return std::make_unique<HalfEndpoint>(local_->connect(peer, Bytes(peerAddress.begin() + 4, split)), 0);
   }
   return std::make_unique<HalfEndpoint>(net_->connect(peer, Bytes(split, peerAddress.end())), 1);
 }

@@ -34,8 +34,7 @@ constexpr int kSliceMs = 1;
 
 class HybridDevice : public Device {
  public:
-  HybridDevice(int rank, std::vector<int> hostOf, std::unique_ptr<Device> local,
-               std::unique_ptr<Device> net);
+  HybridDevice(int rank, std::vector<int> hostOf, std::unique_ptr<Device> local, std::unique_ptr<Device> net);
   ~HybridDevice() override;
   const char* name() const override { return name_.c_str(); }
   std::string localBackend() const override { return local_->name(); }

@@ -46,10 +46,9 @@ std::string deviceListFailed(int err) {
            "support (no ib_uverbs module, no /sys/class/infiniband)";
   }
   return sysError("ibv_get_device_list failed", err) +
-         (err == EPERM || err == EACCES
-              ? " (no permission to open /dev/infiniband: in a container, pass the "
-                "devices through)"
-              : "");
+         (err == EPERM || err == EACCES ? " (no permission to open /dev/infiniband: in a container, pass the "
+                                          "devices through)"
+                                        : "");
 }
 
 std::string registrationFailed(int err, const void* ptr, size_t len, uint64_t memlockBytes) {
@@ -59,10 +58,9 @@ std::string registrationFailed(int err, const void* ptr, size_t len, uint64_t me
   if (err == ENOMEM) {
     s += "ENOMEM: the process may not pin that much memory (RLIMIT_MEMLOCK is ";
     s += memlockBytes == UINT64_MAX ? std::string("unlimited") : bytesText(memlockBytes);
-    s +=
-        "). Raise the limit: `ulimit -l unlimited` in the shell that starts the job, "
-        "`* - memlock unlimited` in /etc/security/limits.conf, LimitMEMLOCK=infinity for a systemd "
-        "service, or `--ulimit memlock=-1` for a container";
+    s += "). Raise the limit: `ulimit -l unlimited` in the shell that starts the job, "
+         "`* - memlock unlimited` in /etc/security/limits.conf, LimitMEMLOCK=infinity for a systemd "
+         "service, or `--ulimit memlock=-1` for a container";
     return s;
   }
   if (err == EFAULT) {

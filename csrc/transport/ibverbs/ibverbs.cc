@@ -42,8 +42,7 @@ ibv_send_wr rdmaWr(ibv_wr_opcode op, ibv_sge* sge, uint64_t raddr, uint32_t rkey
 
 // ---------------------------------------------------------------- memory
 
-IbvMemory::IbvMemory(IbvDevice* dev, void* ptr, size_t len, ibv_mr* mr, size_t mapped,
-                     bool allocated)
+IbvMemory::IbvMemory(IbvDevice* dev, void* ptr, size_t len, ibv_mr* mr, size_t mapped, bool allocated)
     : Memory(ptr, len), dev_(dev), mr_(mr), mapped_(mapped), allocated_(allocated) {}
 
 IbvMemory::~IbvMemory() {
@@ -84,8 +83,7 @@ IbvDevice::IbvDevice(int rank, int size, const Options& options)
   portName_ = port_.device + ":" + std::to_string(port_.port);
   try {
     ibv_device_attr da;
-    if (verbs_->query_device(port_.ctx, &da) != 0)
-      throw Error(sysError("ibverbs: ibv_query_device", errno));
+    if (verbs_->query_device(port_.ctx, &da) != 0) throw Error(sysError("ibverbs: ibv_query_device", errno));
     pd_ = verbs_->alloc_pd(port_.ctx);
     if (!pd_) throw Error(sysError("ibverbs: ibv_alloc_pd on " + portName_, errno));
     channel_ = verbs_->create_comp_channel(port_.ctx);
@@ -100,19 +98,14 @@ IbvDevice::IbvDevice(int rank, int size, const Options& options)
       lim.sendDepth = lim.recvDepth = da.max_cqe / 2;
     }
     if (lim.sendDepth < 8 || lim.recvDepth < 8) {
-      throw Error(unusable(portName_ + " allows only " + std::to_string(da.max_qp_wr) +
-                           " work requests per queue"));
+      throw Error(unusable(portName_ + " allows only " + std::to_string(da.max_qp_wr) + " work requests per queue"));
     }
-    lim.maxRdAtomic = static_cast<uint8_t>(
-        std::max(1, std::min({16, da.max_qp_rd_atom, da.max_qp_init_rd_atom})));
-    maxMessage_ = std::min<size_t>(port_.attr.max_msg_sz ? port_.attr.max_msg_sz : (1u << 30),
-                                   size_t(1) << 30);
-    if (options.ibMaxMessage)
-      maxMessage_ = std::min<size_t>(maxMessage_, std::max<uint64_t>(options.ibMaxMessage, 64));
+    lim.maxRdAtomic = static_cast<uint8_t>(std::max(1, std::min({16, da.max_qp_rd_atom, da.max_qp_init_rd_atom})));
+    maxMessage_ = std::min<size_t>(port_.attr.max_msg_sz ? port_.attr.max_msg_sz : (1u << 30), size_t(1) << 30);
+    if (options.ibMaxMessage) maxMessage_ = std::min<size_t>(maxMessage_, std::max<uint64_t>(options.ibMaxMessage, 64));
 
     local_.port = port_.port;
-    local_.linkLayer =
-        port_.attr.link_layer == IBV_LINK_LAYER_ETHERNET ? wire::kEthernet : wire::kInfiniBand;
+    local_.linkLayer = port_.attr.link_layer == IBV_LINK_LAYER_ETHERNET ? wire::kEthernet : wire::kInfiniBand;
     local_.mtu = static_cast<uint8_t>(port_.attr.active_mtu);
     local_.lid = port_.attr.lid;
     local_.gidIndex = port_.gidIndex;
@@ -121,8 +114,7 @@ IbvDevice::IbvDevice(int rank, int size, const Options& options)
 
     qps_.resize(static_cast<size_t>(size));
     for (int r = 0; r < size; ++r) {
-      if (r != rank)
-        qps_[r] = std::make_unique<QueuePair>(*verbs_, port_.ctx, pd_, channel_, lim, r);
+      if (r != rank) qps_[r] = std::make_unique<QueuePair>(*verbs_, port_.ctx, pd_, channel_, lim, r);
     }
   } catch (...) {
     release();
@@ -148,8 +140,7 @@ void IbvDevice::release() {
 std::unique_ptr<Memory> IbvDevice::allocate(size_t len) {
   const size_t mapped = pageRound(len);
   void* p = mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (p == MAP_FAILED)
-    throw Error(sysError("ibverbs: mmap of " + std::to_string(mapped) + " bytes", errno));
+  if (p == MAP_FAILED) throw Error(sysError("ibverbs: mmap of " + std::to_string(mapped) + " bytes", errno));
   if (mapped >= kHugePageAdviceBytes) madvise(p, mapped, MADV_HUGEPAGE);
   // Pre-fault (registration pins the pages anyway; this makes them ours first).
   volatile char* c = static_cast<volatile char*>(p);
@@ -163,8 +154,7 @@ std::unique_ptr<Memory> IbvDevice::allocate(size_t len) {
   keepInheritable(p, mapped);
   auto m = std::make_unique<IbvMemory>(this, p, len, mr, mapped, /*allocated=*/true);
   std::lock_guard<std::mutex> g(regionsMu_);
-  regions_.push_back(
-      {reinterpret_cast<uintptr_t>(p), reinterpret_cast<uintptr_t>(p) + mapped, mr->lkey, m.get()});
+  regions_.push_back({reinterpret_cast<uintptr_t>(p), reinterpret_cast<uintptr_t>(p) + mapped, mr->lkey, m.get()});
   return m;
 }
 
@@ -175,8 +165,7 @@ std::unique_ptr<Memory> IbvDevice::registerMemory(void* ptr, size_t len) {
   keepInheritable(ptr, len);
   auto m = std::make_unique<IbvMemory>(this, ptr, len, mr, 0, /*allocated=*/false);
   std::lock_guard<std::mutex> g(regionsMu_);
-  regions_.push_back({reinterpret_cast<uintptr_t>(ptr), reinterpret_cast<uintptr_t>(ptr) + len,
-                      mr->lkey, m.get()});
+  regions_.push_back({reinterpret_cast<uintptr_t>(ptr), reinterpret_cast<uintptr_t>(ptr) + len, mr->lkey, m.get()});
   return m;
 }
 
@@ -197,9 +186,7 @@ void IbvDevice::keepInheritable(void* p, size_t len) {
 // with EIO; others (rxe) keep working while the removal waits for every process to close
 // the device, so nothing else would ever tell the job.
 std::string IbvDevice::failure() {
-  if (!port_.ctx || port_.ctx->device->dev_path[0] == 0 ||
-      access(port_.ctx->device->dev_path, F_OK) == 0)
-    return {};
+  if (!port_.ctx || port_.ctx->device->dev_path[0] == 0 || access(port_.ctx->device->dev_path, F_OK) == 0) return {};
   return "ibverbs: the RDMA device " + portName_ +
          " is being removed from this host (rdma link delete, driver "
          "unload or hot-unplug: " +
@@ -210,8 +197,7 @@ std::string IbvDevice::failure() {
 
 void IbvDevice::forget(const IbvMemory* m) {
   std::lock_guard<std::mutex> g(regionsMu_);
-  regions_.erase(std::remove_if(regions_.begin(), regions_.end(),
-                                [m](const Region& r) { return r.owner == m; }),
+  regions_.erase(std::remove_if(regions_.begin(), regions_.end(), [m](const Region& r) { return r.owner == m; }),
                  regions_.end());
 }
 
@@ -248,13 +234,12 @@ Bytes IbvDevice::address() const {
 std::unique_ptr<Endpoint> IbvDevice::connect(int peer, const Bytes& peerAddress) {
   if (peer < 0 || peer >= size_ || peer == rank_)
     throw Error("ibverbs: cannot connect to rank " + std::to_string(peer));
-  if (connected_[peer])
-    throw Error("ibverbs: rank " + std::to_string(peer) + " is already connected");
+  if (connected_[peer]) throw Error("ibverbs: rank " + std::to_string(peer) + " is already connected");
   wire::Address a = wire::unpackAddress(peerAddress, peer, rank_, size_);
   if (a.linkLayer != local_.linkLayer) {
     auto ll = [](uint8_t l) { return l == wire::kEthernet ? "Ethernet (RoCE)" : "InfiniBand"; };
-    throw Error("ibverbs: rank " + std::to_string(peer) + "'s port is " + ll(a.linkLayer) +
-                ", this rank's (" + portName_ + ") is " + ll(local_.linkLayer) +
+    throw Error("ibverbs: rank " + std::to_string(peer) + "'s port is " + ll(a.linkLayer) + ", this rank's (" +
+                portName_ + ") is " + ll(local_.linkLayer) +
                 ": they cannot reach each other; choose ports with "
                 "RDMACOLL_IB_DEVICE");
   }
@@ -312,8 +297,8 @@ IbvDevice::BounceHalf& IbvDevice::nextHalf() {
   return h;
 }
 
-void IbvDevice::bounceWrite(QueuePair* qp, const char* src, uint64_t raddr, uint32_t rkey,
-                            size_t len, bool hasImm, uint32_t imm) {
+void IbvDevice::bounceWrite(QueuePair* qp, const char* src, uint64_t raddr, uint32_t rkey, size_t len, bool hasImm,
+                            uint32_t imm) {
   std::lock_guard<std::mutex> g(bounceMu_);
   for (size_t done = 0; done < len;) {
     const size_t n = std::min({len - done, kBounceHalfBytes, maxMessage_});
@@ -321,8 +306,7 @@ void IbvDevice::bounceWrite(QueuePair* qp, const char* src, uint64_t raddr, uint
     std::memcpy(h.ptr, src + done, n);
     ibv_sge sge{reinterpret_cast<uint64_t>(h.ptr), static_cast<uint32_t>(n), bounceLkey_};
     const bool last = done + n == len;
-    ibv_send_wr wr = rdmaWr(last && hasImm ? IBV_WR_RDMA_WRITE_WITH_IMM : IBV_WR_RDMA_WRITE, &sge,
-                            raddr + done, rkey);
+    ibv_send_wr wr = rdmaWr(last && hasImm ? IBV_WR_RDMA_WRITE_WITH_IMM : IBV_WR_RDMA_WRITE, &sge, raddr + done, rkey);
     if (last && hasImm) wr.imm_data = htonl(imm);
     h.seq = qp->post(&wr, /*signaled=*/true);
     h.qp = qp;
@@ -349,24 +333,21 @@ IbvEndpoint::IbvEndpoint(IbvDevice* dev, QueuePair* qp, int peer, uint32_t remot
     : dev_(dev), qp_(qp), peer_(peer), remoteQpn_(remoteQpn) {}
 
 std::string IbvEndpoint::describe() const {
-  return "ibverbs " + dev_->portName() + " (rank " + std::to_string(peer_) + ", qpn " +
-         std::to_string(qp_->qpn()) + " -> " + std::to_string(remoteQpn_) + ")";
+  return "ibverbs " + dev_->portName() + " (rank " + std::to_string(peer_) + ", qpn " + std::to_string(qp_->qpn()) +
+         " -> " + std::to_string(remoteQpn_) + ")";
 }
 
-void IbvEndpoint::unpack(const PackedMemory& packed, RemoteMemory* out) {
-  wire::unpackRegion(packed, peer_, out);
-}
+void IbvEndpoint::unpack(const PackedMemory& packed, RemoteMemory* out) { wire::unpackRegion(packed, peer_, out); }
 
-void IbvEndpoint::write(const void* src, const RemoteMemory& dst, size_t dstOff, size_t len,
-                        bool hasImm, uint32_t imm) {
+void IbvEndpoint::write(const void* src, const RemoteMemory& dst, size_t dstOff, size_t len, bool hasImm,
+                        uint32_t imm) {
   wire::checkRemote(dst, peer_, dstOff, len, "write");
   const uint64_t raddr = dst.key[0] + dstOff;
   const uint32_t rkey = static_cast<uint32_t>(dst.key[1]);
   const ibv_wr_opcode lastOp = hasImm ? IBV_WR_RDMA_WRITE_WITH_IMM : IBV_WR_RDMA_WRITE;
   if (len == 0) {
     if (!hasImm) return;
-    ibv_send_wr wr =
-        rdmaWr(IBV_WR_RDMA_WRITE_WITH_IMM, nullptr, raddr, rkey);  // the immediate alone
+    ibv_send_wr wr = rdmaWr(IBV_WR_RDMA_WRITE_WITH_IMM, nullptr, raddr, rkey);  // the immediate alone
     wr.imm_data = htonl(imm);
     qp_->post(&wr, false);
     return;

@@ -61,8 +61,7 @@ class IbvEndpoint : public Endpoint {
   IbvEndpoint(IbvDevice* dev, QueuePair* qp, int peer, uint32_t remoteQpn);
   uint32_t capabilities() const override { return kCanRead; }
   void unpack(const PackedMemory& packed, RemoteMemory* out) override;
-  void write(const void* src, const RemoteMemory& dst, size_t dstOff, size_t len, bool hasImm,
-             uint32_t imm) override;
+  void write(const void* src, const RemoteMemory& dst, size_t dstOff, size_t len, bool hasImm, uint32_t imm) override;
   void put64(const RemoteMemory& dst, size_t dstOff, uint64_t value) override;
   bool pollImmediate(uint32_t* imm) override;
   void read(const RemoteMemory& src, size_t srcOff, void* dst, size_t len) override;
@@ -102,8 +101,8 @@ class IbvDevice : public Device {
   bool findLkey(const void* p, size_t len, uint32_t* lkey) const;
   // Move [src, src+len) to the peer through the bounce halves (unregistered src), or
   // fetch into dst (read). The last chunk of a write carries the immediate.
-  void bounceWrite(QueuePair* qp, const char* src, uint64_t raddr, uint32_t rkey, size_t len,
-                   bool hasImm, uint32_t imm);
+  void bounceWrite(QueuePair* qp, const char* src, uint64_t raddr, uint32_t rkey, size_t len, bool hasImm,
+                   uint32_t imm);
   void bounceRead(QueuePair* qp, uint64_t raddr, uint32_t rkey, char* dst, size_t len);
 
  private:
@@ -130,7 +129,7 @@ class IbvDevice : public Device {
   ibv_pd* pd_ = nullptr;
   ibv_comp_channel* channel_ = nullptr;
   size_t maxMessage_ = 1u << 30;
-  bool copyOnFork_ = false;  // the kernel copies pinned pages for a forked child
+  bool copyOnFork_ = false;                      // the kernel copies pinned pages for a forked child
   std::vector<std::unique_ptr<QueuePair>> qps_;  // [peer]; null for this rank
   std::vector<bool> connected_;
   uint64_t events_ = 0;

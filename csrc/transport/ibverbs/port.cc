@@ -59,8 +59,8 @@ struct DeviceList {
 };
 
 // RoCE: the best GID of the port (see port.h); -1 when none.
-int chooseGid(const Verbs& v, ibv_device* dev, ibv_context* ctx, uint8_t port, int tableLen,
-              ibv_gid* out, std::string* type) {
+int chooseGid(const Verbs& v, ibv_device* dev, ibv_context* ctx, uint8_t port, int tableLen, ibv_gid* out,
+              std::string* type) {
   int best = -1, bestScore = 0;
   for (int i = 0; i < tableLen; ++i) {
     ibv_gid g;
@@ -116,14 +116,13 @@ void describeDevice(const Verbs& v, ibv_device* dev, std::vector<std::string>* o
     if (v.queryPort(ctx, static_cast<uint8_t>(p), &pa) != 0) continue;
     const bool eth = pa.link_layer == IBV_LINK_LAYER_ETHERNET;
     out->push_back(name + ":" + std::to_string(p) + " " + stateName(pa.state) + ", " +
-                   (eth ? "Ethernet (RoCE)" : "InfiniBand, LID " + std::to_string(pa.lid)) +
-                   ", active MTU " + mtuText(pa.active_mtu));
+                   (eth ? "Ethernet (RoCE)" : "InfiniBand, LID " + std::to_string(pa.lid)) + ", active MTU " +
+                   mtuText(pa.active_mtu));
     for (int i = 0; i < pa.gid_tbl_len; ++i) {
       ibv_gid g;
       if (v.query_gid(ctx, static_cast<uint8_t>(p), i, &g) != 0 || zeroGid(g)) continue;
       const std::string t = gidTypeOf(dev, static_cast<uint8_t>(p), i);
-      out->push_back("  GID[" + std::to_string(i) + "] " + gidText(g) +
-                     (t.empty() ? "" : " (" + t + ")"));
+      out->push_back("  GID[" + std::to_string(i) + "] " + gidText(g) + (t.empty() ? "" : " (" + t + ")"));
     }
   }
   v.close_device(ctx);
@@ -141,9 +140,8 @@ TransportReport probe(const Options& options) {
     return r;
   }
   const uint64_t memlock = memlockLimit();
-  r.lines.push_back("memlock limit (ulimit -l): " + (memlock == UINT64_MAX
-                                                         ? std::string("unlimited")
-                                                         : std::to_string(memlock >> 10) + " KiB"));
+  r.lines.push_back("memlock limit (ulimit -l): " +
+                    (memlock == UINT64_MAX ? std::string("unlimited") : std::to_string(memlock >> 10) + " KiB"));
   {
     DeviceList dl{*v};
     dl.list = v->get_device_list(&dl.n);
@@ -153,8 +151,8 @@ TransportReport probe(const Options& options) {
     PortChoice c = choosePort(*v, options);
     v->close_device(c.ctx);
     r.usable = true;
-    r.lines.push_back("would use " + c.device + ":" + std::to_string(c.port) + ", GID[" +
-                      std::to_string(c.gidIndex) + "] " + gidText(c.gid) + " (" + c.gidType + ")");
+    r.lines.push_back("would use " + c.device + ":" + std::to_string(c.port) + ", GID[" + std::to_string(c.gidIndex) +
+                      "] " + gidText(c.gid) + " (" + c.gidType + ")");
   } catch (const Error& e) {
     r.lines.push_back(e.what());
   }
@@ -162,8 +160,8 @@ TransportReport probe(const Options& options) {
 }
 
 std::string gidTypeOf(const ibv_device* dev, uint8_t port, int index) {
-  std::ifstream f(std::string(dev->ibdev_path) + "/ports/" + std::to_string(port) +
-                  "/gid_attrs/types/" + std::to_string(index));
+  std::ifstream f(std::string(dev->ibdev_path) + "/ports/" + std::to_string(port) + "/gid_attrs/types/" +
+                  std::to_string(index));
   std::string s;
   std::getline(f, s);
   return s;
@@ -185,8 +183,7 @@ PortChoice choosePort(const Verbs& v, const Options& options) {
   if (auto colon = wantDev.find(':'); colon != std::string::npos) {
     wantPort = std::atoi(wantDev.c_str() + colon + 1);
     wantDev.resize(colon);
-    if (wantPort <= 0 || wantPort > 255)
-      throw Error("RDMACOLL_IB_DEVICE: bad port in '" + envDev + "'");
+    if (wantPort <= 0 || wantPort > 255) throw Error("RDMACOLL_IB_DEVICE: bad port in '" + envDev + "'");
   }
   std::string seen;  // "mlx5_0:1 DOWN, ..." for the error text
   for (int d = 0; d < dl.n; ++d) {
@@ -210,8 +207,7 @@ PortChoice choosePort(const Verbs& v, const Options& options) {
       if (wantPort && p != wantPort) continue;
       ibv_port_attr pa;
       if (v.queryPort(ctx, static_cast<uint8_t>(p), &pa) != 0) continue;
-      seen +=
-          (seen.empty() ? "" : ", ") + name + ":" + std::to_string(p) + " " + stateName(pa.state);
+      seen += (seen.empty() ? "" : ", ") + name + ":" + std::to_string(p) + " " + stateName(pa.state);
       if (pa.state != IBV_PORT_ACTIVE) continue;
       PortChoice c;
       c.ctx = ctx;
@@ -221,12 +217,11 @@ PortChoice choosePort(const Verbs& v, const Options& options) {
       if (pa.link_layer == IBV_LINK_LAYER_ETHERNET) {
         if (options.ibGidIndex >= 0) {
           c.gidIndex = options.ibGidIndex;
-          if (c.gidIndex < 0 || c.gidIndex >= pa.gid_tbl_len ||
-              v.query_gid(ctx, c.port, c.gidIndex, &c.gid) != 0 || zeroGid(c.gid)) {
+          if (c.gidIndex < 0 || c.gidIndex >= pa.gid_tbl_len || v.query_gid(ctx, c.port, c.gidIndex, &c.gid) != 0 ||
+              zeroGid(c.gid)) {
             v.close_device(ctx);
-            throw Error("RDMACOLL_IB_GID_INDEX=" + std::to_string(options.ibGidIndex) +
-                        ": no such GID on " + name + ":" + std::to_string(p) +
-                        " (`rdmacoll doctor` lists them)");
+            throw Error("RDMACOLL_IB_GID_INDEX=" + std::to_string(options.ibGidIndex) + ": no such GID on " + name +
+                        ":" + std::to_string(p) + " (`rdmacoll doctor` lists them)");
           }
           const std::string t = gidTypeOf(dl.list[d], c.port, c.gidIndex);
           c.gidType = t.find("v2") != std::string::npos ? "RoCE v2" : "RoCE v1";
@@ -250,8 +245,8 @@ PortChoice choosePort(const Verbs& v, const Options& options) {
     v.close_device(ctx);
   }
   if (!wantDev.empty() && seen.find(wantDev + ":") == std::string::npos) {
-    throw Error(unusable("RDMACOLL_IB_DEVICE=" + std::string(envDev) +
-                         " matches no usable device (found: " + seen + ")"));
+    throw Error(
+        unusable("RDMACOLL_IB_DEVICE=" + std::string(envDev) + " matches no usable device (found: " + seen + ")"));
   }
   throw Error(unusable("no ACTIVE port with a usable address on any RDMA device (" + seen +
                        "); check cabling and `ibv_devinfo`"));

@@ -29,8 +29,8 @@ constexpr uint8_t kHopLimit = 64;
 const char* opName(const ibv_wc& wc) { return wc.wr_id ? "an RDMA write or read" : "a receive"; }
 }  // namespace
 
-QueuePair::QueuePair(const Verbs& v, ibv_context* ctx, ibv_pd* pd, ibv_comp_channel* channel,
-                     const QpLimits& lim, int peer)
+QueuePair::QueuePair(const Verbs& v, ibv_context* ctx, ibv_pd* pd, ibv_comp_channel* channel, const QpLimits& lim,
+                     int peer)
     : v_(v), peer_(peer), lim_(lim), imms_(static_cast<size_t>(lim.recvDepth)) {
   cq_ = v_.create_cq(ctx, lim.sendDepth + lim.recvDepth, nullptr, channel, 0);
   if (!cq_) throw Error(sysError("ibverbs: ibv_create_cq for rank " + std::to_string(peer), errno));
@@ -70,8 +70,7 @@ void QueuePair::connect(const LocalPort& local, const wire::Address& remote, int
   a.pkey_index = 0;
   a.port_num = local.port;
   a.qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
-  int rc =
-      v_.modify_qp(qp_, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
+  int rc = v_.modify_qp(qp_, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
   if (rc) throw Error(sysError("ibverbs: ibv_modify_qp to INIT" + who, rc));
   postRecvLocked(lim_.recvDepth);
 
@@ -104,9 +103,9 @@ void QueuePair::connect(const LocalPort& local, const wire::Address& remote, int
   a.rnr_retry = kRnrRetry;
   a.sq_psn = local.psn;
   a.max_rd_atomic = lim_.maxRdAtomic;
-  rc = v_.modify_qp(qp_, &a,
-                    IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
-                        IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC);
+  rc = v_.modify_qp(
+      qp_, &a,
+      IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC);
   if (rc) throw Error(sysError("ibverbs: ibv_modify_qp to RTS" + who, rc));
 }
 
@@ -130,8 +129,8 @@ void QueuePair::markDeadLocked(const ibv_wc& wc) {
     char vendor[32];
     std::snprintf(vendor, sizeof(vendor), "0x%x", wc.vendor_err);
     reason_ = "ibverbs: " + std::string(opName(wc)) + " with rank " + std::to_string(peer_) +
-              " failed: " + v_.wc_status_str(wc.status) + " (status " + std::to_string(wc.status) +
-              ", vendor error " + vendor + ")";
+              " failed: " + v_.wc_status_str(wc.status) + " (status " + std::to_string(wc.status) + ", vendor error " +
+              vendor + ")";
   }
 }
 
@@ -141,16 +140,14 @@ bool QueuePair::drainLocked() {
   for (;;) {
     int n = ibv_poll_cq(cq_, kPollBatch, wc);
     if (n < 0) {
-      if (!dead_)
-        dead_ = true, reason_ = "ibverbs: ibv_poll_cq failed for rank " + std::to_string(peer_);
+      if (!dead_) dead_ = true, reason_ = "ibverbs: ibv_poll_cq failed for rank " + std::to_string(peer_);
       return any;
     }
     for (int i = 0; i < n; ++i) {
       const ibv_wc& w = wc[i];
       if (w.status != IBV_WC_SUCCESS) {
         markDeadLocked(w);
-        if (w.wr_id)
-          completed_ = std::max<uint64_t>(completed_, w.wr_id);  // flushed sends retire too
+        if (w.wr_id) completed_ = std::max<uint64_t>(completed_, w.wr_id);  // flushed sends retire too
         continue;
       }
       if (w.opcode == IBV_WC_RECV_RDMA_WITH_IMM) {
@@ -233,8 +230,7 @@ bool QueuePair::alive() {
   drainLocked();
   if (dead_) return false;
   const bool probeDone = probeSeq_ == 0 || completed_ >= probeSeq_;
-  if (probeDone && posted_ == postedAtLastProbe_ &&
-      posted_ - completed_ < static_cast<uint64_t>(lim_.sendDepth - 1)) {
+  if (probeDone && posted_ == postedAtLastProbe_ && posted_ - completed_ < static_cast<uint64_t>(lim_.sendDepth - 1)) {
     ibv_send_wr wr{};
     wr.opcode = IBV_WR_RDMA_WRITE;  // zero-length, no immediate: consumes no receive request
     wr.num_sge = 0;

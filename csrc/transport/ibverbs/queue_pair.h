@@ -46,8 +46,7 @@ struct LocalPort {
 
 class QueuePair {
  public:
-  QueuePair(const Verbs& v, ibv_context* ctx, ibv_pd* pd, ibv_comp_channel* channel,
-            const QpLimits& lim, int peer);
+  QueuePair(const Verbs& v, ibv_context* ctx, ibv_pd* pd, ibv_comp_channel* channel, const QpLimits& lim, int peer);
   ~QueuePair();
   QueuePair(const QueuePair&) = delete;
   QueuePair& operator=(const QueuePair&) = delete;

@@ -49,16 +49,14 @@ Bytes packAddress(const Address& a) {
   h.f = a;
   Bytes out(sizeof(h) + a.qpn.size() * sizeof(uint32_t));
   std::memcpy(out.data(), &h, sizeof(h));
-  if (!a.qpn.empty())
-    std::memcpy(out.data() + sizeof(h), a.qpn.data(), a.qpn.size() * sizeof(uint32_t));
+  if (!a.qpn.empty()) std::memcpy(out.data() + sizeof(h), a.qpn.data(), a.qpn.size() * sizeof(uint32_t));
   return out;
 }
 
 Address unpackAddress(const Bytes& bytes, int peer, int self, int expectSize) {
   AddressHeader h;
   if (bytes.size() < sizeof(h)) {
-    throw Error(fromRank(peer) + "a " + std::to_string(bytes.size()) +
-                "-byte address, shorter than its header");
+    throw Error(fromRank(peer) + "a " + std::to_string(bytes.size()) + "-byte address, shorter than its header");
   }
   std::memcpy(&h, bytes.data(), sizeof(h));
   if (h.magic != kAddressMagic) {
@@ -67,14 +65,12 @@ Address unpackAddress(const Bytes& bytes, int peer, int self, int expectSize) {
                 "RDMACOLL_TRANSPORT=ibverbs?)");
   }
   if (h.version != kAddressVersion) {
-    throw Error(fromRank(peer) + "address version " + std::to_string(h.version) +
-                ", this rank speaks " + std::to_string(kAddressVersion) +
-                ": the ranks run different rdmacoll versions");
+    throw Error(fromRank(peer) + "address version " + std::to_string(h.version) + ", this rank speaks " +
+                std::to_string(kAddressVersion) + ": the ranks run different rdmacoll versions");
   }
   if (h.f.rank != peer || h.f.size != expectSize) {
-    throw Error(fromRank(peer) + "an address for rank " + std::to_string(h.f.rank) + " of " +
-                std::to_string(h.f.size) + ", expected rank " + std::to_string(peer) + " of " +
-                std::to_string(expectSize));
+    throw Error(fromRank(peer) + "an address for rank " + std::to_string(h.f.rank) + " of " + std::to_string(h.f.size) +
+                ", expected rank " + std::to_string(peer) + " of " + std::to_string(expectSize));
   }
   const size_t want = sizeof(h) + static_cast<size_t>(expectSize) * sizeof(uint32_t);
   if (bytes.size() != want) {
@@ -85,20 +81,17 @@ Address unpackAddress(const Bytes& bytes, int peer, int self, int expectSize) {
   if (f.linkLayer != kInfiniBand && f.linkLayer != kEthernet) {
     throw Error(fromRank(peer) + "unknown link layer " + std::to_string(f.linkLayer));
   }
-  if (f.mtu < 1 || f.mtu > 5)
-    throw Error(fromRank(peer) + "invalid MTU code " + std::to_string(f.mtu));
+  if (f.mtu < 1 || f.mtu > 5) throw Error(fromRank(peer) + "invalid MTU code " + std::to_string(f.mtu));
   if (f.psn > kMaxQpn) throw Error(fromRank(peer) + "a packet sequence number wider than 24 bits");
   if (f.port == 0) throw Error(fromRank(peer) + "port number 0");
-  if (self < 0 || self >= expectSize)
-    throw Error("ibverbs: own rank " + std::to_string(self) + " out of range");
+  if (self < 0 || self >= expectSize) throw Error("ibverbs: own rank " + std::to_string(self) + " out of range");
   Address a;
   static_cast<AddressFields&>(a) = f;
   a.qpn.resize(static_cast<size_t>(expectSize));
   std::memcpy(a.qpn.data(), bytes.data() + sizeof(h), a.qpn.size() * sizeof(uint32_t));
   const uint32_t q = a.qpn[static_cast<size_t>(self)];
   if (q == 0 || q > kMaxQpn) {
-    throw Error(fromRank(peer) + "queue pair number " + std::to_string(q) + " for rank " +
-                std::to_string(self));
+    throw Error(fromRank(peer) + "queue pair number " + std::to_string(q) + " for rank " + std::to_string(self));
   }
   if (a.linkLayer == kInfiniBand && (a.lid == 0 || a.lid >= 0xc000)) {
     throw Error(fromRank(peer) + "InfiniBand LID " + std::to_string(a.lid) +
@@ -113,8 +106,7 @@ Address unpackAddress(const Bytes& bytes, int peer, int self, int expectSize) {
 }
 
 void packRegion(const Region& r, PackedMemory* out) {
-  PackedRegion p{kRegionMagic, r.owner, r.addr,
-                 r.len,        r.rkey,  r.allocated ? kKindAllocated : kKindUser};
+  PackedRegion p{kRegionMagic, r.owner, r.addr, r.len, r.rkey, r.allocated ? kKindAllocated : kKindUser};
   std::memset(out->bytes, 0, sizeof(out->bytes));
   std::memcpy(out->bytes, &p, sizeof(p));
 }
@@ -135,8 +127,7 @@ void unpackRegion(const PackedMemory& packed, int peer, RemoteMemory* out) {
     fault = "wraps around the address space";
   }
   if (fault) {
-    throw Error("ibverbs: malformed memory descriptor from rank " + std::to_string(peer) + ": it " +
-                fault);
+    throw Error("ibverbs: malformed memory descriptor from rank " + std::to_string(peer) + ": it " + fault);
   }
   out->len = static_cast<size_t>(p.len);
   out->allocated = p.kind == kKindAllocated;
@@ -147,25 +138,22 @@ void unpackRegion(const PackedMemory& packed, int peer, RemoteMemory* out) {
   out->mapped = nullptr;
 }
 
-void checkRemote(const RemoteMemory& m, int peer, size_t off, size_t len, const char* what,
-                 size_t align) {
+void checkRemote(const RemoteMemory& m, int peer, size_t off, size_t len, const char* what, size_t align) {
   if (m.key[3] != kKeyTag || m.key[2] != static_cast<uint64_t>(static_cast<uint32_t>(peer))) {
     throw Error(std::string("ibverbs: ") + what + " to rank " + std::to_string(peer) +
                 " names memory that was not unpacked by this endpoint");
   }
   if (m.len > kMaxRegionBytes || m.key[0] > UINT64_MAX - m.len) {
-    throw Error(std::string("ibverbs: ") + what + " to rank " + std::to_string(peer) +
-                ": corrupt region");
+    throw Error(std::string("ibverbs: ") + what + " to rank " + std::to_string(peer) + ": corrupt region");
   }
   if (off > m.len || len > m.len - off) {
-    throw Error(std::string("ibverbs: ") + what + " of " + std::to_string(len) +
-                " bytes at offset " + std::to_string(off) + " is outside rank " +
-                std::to_string(peer) + "'s " + std::to_string(m.len) + "-byte region");
+    throw Error(std::string("ibverbs: ") + what + " of " + std::to_string(len) + " bytes at offset " +
+                std::to_string(off) + " is outside rank " + std::to_string(peer) + "'s " + std::to_string(m.len) +
+                "-byte region");
   }
   if (align > 1 && (m.key[0] + off) % align != 0) {
-    throw Error(std::string("ibverbs: ") + what + " to rank " + std::to_string(peer) +
-                " at offset " + std::to_string(off) + ": the address is not " +
-                std::to_string(align) + "-byte aligned");
+    throw Error(std::string("ibverbs: ") + what + " to rank " + std::to_string(peer) + " at offset " +
+                std::to_string(off) + ": the address is not " + std::to_string(align) + "-byte aligned");
   }
 }
 

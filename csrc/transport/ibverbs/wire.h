@@ -58,8 +58,7 @@ void unpackRegion(const PackedMemory& packed, int peer, RemoteMemory* out);
 // Before a work request names `m`: it was filled by unpackRegion for this peer (not by
 // another backend or endpoint), [off, off+len) lies inside it, and the target address is a
 // multiple of `align` (8 for put64). Throws Error naming the operation and the peer.
-void checkRemote(const RemoteMemory& m, int peer, size_t off, size_t len, const char* what,
-                 size_t align = 1);
+void checkRemote(const RemoteMemory& m, int peer, size_t off, size_t len, const char* what, size_t align = 1);
 
 constexpr size_t kMaxRegionBytes = size_t(1) << 48;  // larger "lengths" are garbage
 

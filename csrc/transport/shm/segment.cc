@@ -26,8 +26,7 @@ constexpr size_t kHugePageAdviceBytes = 4 << 20;
 
 std::string memfdName(pid_t pid, uint64_t id) {
   char buf[64];
-  std::snprintf(buf, sizeof(buf), "rdmacoll.%d.%llu", static_cast<int>(pid),
-                static_cast<unsigned long long>(id));
+  std::snprintf(buf, sizeof(buf), "rdmacoll.%d.%llu", static_cast<int>(pid), static_cast<unsigned long long>(id));
   return buf;
 }
 }  // namespace
@@ -70,8 +69,8 @@ Segment Segment::openPeer(pid_t pid, int fd, uint64_t id, size_t len) {
   target[n] = 0;
   std::string expect = "/memfd:" + memfdName(pid, id);
   if (std::strncmp(target, expect.c_str(), expect.size()) != 0) {
-    throw Error(std::string("shm: ") + path + " is '" + printableUtf8(target, sizeof(target)) +
-                "', expected " + expect);
+    throw Error(std::string("shm: ") + path + " is '" + printableUtf8(target, sizeof(target)) + "', expected " +
+                expect);
   }
   Segment s;
   s.fd_ = forkguard::track(open(path, O_RDWR | O_CLOEXEC));

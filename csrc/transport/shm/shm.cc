@@ -63,8 +63,7 @@ long futex(std::atomic<uint32_t>* addr, int op, uint32_t val, const struct times
 
 // ---------------------------------------------------------------- memory
 
-ShmMemory::ShmMemory(Segment seg)
-    : Memory(seg.data(), seg.size()), seg_(std::move(seg)), allocated_(true) {}
+ShmMemory::ShmMemory(Segment seg) : Memory(seg.data(), seg.size()), seg_(std::move(seg)), allocated_(true) {}
 ShmMemory::ShmMemory(void* ptr, size_t len) : Memory(ptr, len), allocated_(false) {}
 
 void ShmMemory::pack(PackedMemory* out) const {
@@ -102,8 +101,7 @@ std::unique_ptr<Memory> ShmDevice::registerMemory(void* ptr, size_t len) {
 }
 
 void ShmDevice::packUser(const void* ptr, size_t len, PackedMemory* out) {
-  Packed p{kPackedMagic, kUser, static_cast<int32_t>(getpid()), -1, reinterpret_cast<uint64_t>(ptr),
-           len};
+  Packed p{kPackedMagic, kUser, static_cast<int32_t>(getpid()), -1, reinterpret_cast<uint64_t>(ptr), len};
   std::memcpy(out->bytes, &p, sizeof(p));
 }
 
@@ -125,9 +123,8 @@ Bytes ShmDevice::address() const {
 std::unique_ptr<Endpoint> ShmDevice::connect(int peer, const Bytes& peerAddress) {
   Address a;
   if (peerAddress.size() != sizeof(a)) {
-    throw Error("shm: rank " + std::to_string(peer) + " sent a " +
-                std::to_string(peerAddress.size()) + "-byte address, expected " +
-                std::to_string(sizeof(a)));
+    throw Error("shm: rank " + std::to_string(peer) + " sent a " + std::to_string(peerAddress.size()) +
+                "-byte address, expected " + std::to_string(sizeof(a)));
   }
   std::memcpy(&a, peerAddress.data(), sizeof(a));
   a.bootId[sizeof(a.bootId) - 1] = 0;
@@ -217,30 +214,25 @@ void* ShmEndpoint::map(RemoteMemory* m) {
   return m->mapped;
 }
 
-void ShmEndpoint::checkBounds(const RemoteMemory& m, size_t off, size_t len,
-                              const char* what) const {
+void ShmEndpoint::checkBounds(const RemoteMemory& m, size_t off, size_t len, const char* what) const {
   if (off > m.len || len > m.len - off) {
-    throw Error(std::string("shm: ") + what + " of " + std::to_string(len) + " bytes at offset " +
-                std::to_string(off) + " is outside rank " + std::to_string(peer_) + "'s " +
-                std::to_string(m.len) + "-byte region");
+    throw Error(std::string("shm: ") + what + " of " + std::to_string(len) + " bytes at offset " + std::to_string(off) +
+                " is outside rank " + std::to_string(peer_) + "'s " + std::to_string(m.len) + "-byte region");
   }
 }
 
-void ShmEndpoint::cmaTransfer(const RemoteMemory& m, size_t off, void* local, size_t len,
-                              bool toPeer) {
+void ShmEndpoint::cmaTransfer(const RemoteMemory& m, size_t off, void* local, size_t len, bool toPeer) {
   char* l = static_cast<char*>(local);
   uint64_t r = m.key[2] + off;
   while (len > 0) {
     struct iovec liov{l, len};
     struct iovec riov{reinterpret_cast<void*>(r), len};
-    ssize_t n = toPeer ? process_vm_writev(pid_, &liov, 1, &riov, 1, 0)
-                       : process_vm_readv(pid_, &liov, 1, &riov, 1, 0);
+    ssize_t n = toPeer ? process_vm_writev(pid_, &liov, 1, &riov, 1, 0) : process_vm_readv(pid_, &liov, 1, &riov, 1, 0);
     if (n < 0) {
       if (errno == EINTR) continue;
       if (errno == ESRCH) dead_ = true;
-      throw Error(sysError(
-          std::string("shm: cross-memory ") + (toPeer ? "write to " : "read from ") + describe(),
-          errno));
+      throw Error(
+          sysError(std::string("shm: cross-memory ") + (toPeer ? "write to " : "read from ") + describe(), errno));
     }
     if (n == 0) throw Error("shm: cross-memory transfer made no progress with " + describe());
     l += n;
@@ -249,8 +241,8 @@ void ShmEndpoint::cmaTransfer(const RemoteMemory& m, size_t off, void* local, si
   }
 }
 
-void ShmEndpoint::write(const void* src, const RemoteMemory& dst, size_t dstOff, size_t len,
-                        bool hasImm, uint32_t imm) {
+void ShmEndpoint::write(const void* src, const RemoteMemory& dst, size_t dstOff, size_t len, bool hasImm,
+                        uint32_t imm) {
   if (len > 0) {
     checkBounds(dst, dstOff, len, "write");
     if (dst.allocated) {

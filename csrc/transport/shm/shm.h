@@ -55,8 +55,7 @@ class ShmEndpoint : public Endpoint {
   ~ShmEndpoint() override;
   uint32_t capabilities() const override { return kCanRead | kCanMap; }
   void unpack(const PackedMemory& packed, RemoteMemory* out) override;
-  void write(const void* src, const RemoteMemory& dst, size_t dstOff, size_t len, bool hasImm,
-             uint32_t imm) override;
+  void write(const void* src, const RemoteMemory& dst, size_t dstOff, size_t len, bool hasImm, uint32_t imm) override;
   void put64(const RemoteMemory& dst, size_t dstOff, uint64_t value) override;
   bool pollImmediate(uint32_t* imm) override;
   void read(const RemoteMemory& src, size_t srcOff, void* dst, size_t len) override;
@@ -74,13 +73,13 @@ class ShmEndpoint : public Endpoint {
   pid_t pid_;
   int pidfd_ = -1;
   bool dead_ = false;
-  Segment peerSeg_;           // the peer's device segment
-  DeviceHeader* peerHeader_;  // its header
-  Ring* outRing_;             // my ring inside the peer's segment (I produce)
-  Ring* inRing_;              // the peer's ring inside my segment (I consume)
-  uint64_t sent_ = 0;         // immediates produced into outRing_
-  uint64_t headSeen_ = 0;     // the consumer's head when last read (it only grows)
-  uint64_t received_ = 0;     // immediates consumed from inRing_
+  Segment peerSeg_;                               // the peer's device segment
+  DeviceHeader* peerHeader_;                      // its header
+  Ring* outRing_;                                 // my ring inside the peer's segment (I produce)
+  Ring* inRing_;                                  // the peer's ring inside my segment (I consume)
+  uint64_t sent_ = 0;                             // immediates produced into outRing_
+  uint64_t headSeen_ = 0;                         // the consumer's head when last read (it only grows)
+  uint64_t received_ = 0;                         // immediates consumed from inRing_
   std::unordered_map<uint64_t, Segment> mapped_;  // peer segment id -> my mapping
 };
 

@@ -105,8 +105,8 @@ bool Regions::find(uint32_t id, RegionRef* out) {
   return true;
 }
 
-TcpMemory::TcpMemory(std::shared_ptr<Regions> regions, int rank, char* ptr, size_t len,
-                     std::shared_ptr<void> keep, bool allocated)
+TcpMemory::TcpMemory(std::shared_ptr<Regions> regions, int rank, char* ptr, size_t len, std::shared_ptr<void> keep,
+                     bool allocated)
     : Memory(ptr, len), regions_(std::move(regions)), rank_(rank), allocated_(allocated) {
   id_ = regions_->add(ptr, len, std::move(keep));
 }
@@ -122,8 +122,8 @@ void TcpMemory::pack(PackedMemory* out) const {
 void TcpEndpoint::unpack(const PackedMemory& packed, RemoteMemory* out) {
   Packed p;
   std::memcpy(&p, packed.bytes, sizeof(p));
-  if (p.magic != kPackedMagic || (p.kind != kAllocated && p.kind != kUser) || p.rank != peer_ ||
-      p.id == 0 || p.len > (uint64_t(1) << 48)) {
+  if (p.magic != kPackedMagic || (p.kind != kAllocated && p.kind != kUser) || p.rank != peer_ || p.id == 0 ||
+      p.len > (uint64_t(1) << 48)) {
     throw Error("tcp: malformed memory descriptor from rank " + std::to_string(peer_));
   }
   out->len = p.len;
@@ -185,10 +185,8 @@ TcpDevice::~TcpDevice() {
 
 std::unique_ptr<Memory> TcpDevice::allocate(size_t len) {
   size_t maplen = len ? len : 1;
-  void* p = mmap(nullptr, maplen, PROT_READ | PROT_WRITE,
-                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
-  if (p == MAP_FAILED)
-    throw Error(sysError("tcp: allocating " + std::to_string(len) + " bytes", errno));
+  void* p = mmap(nullptr, maplen, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+  if (p == MAP_FAILED) throw Error(sysError("tcp: allocating " + std::to_string(len) + " bytes", errno));
   auto keep = std::make_shared<Mapping>(p, maplen);
   return std::make_unique<TcpMemory>(regions_, rank_, static_cast<char*>(p), len, keep, true);
 }
@@ -239,9 +237,8 @@ int TcpDevice::acceptFrom(int peer, uint64_t peerNonce) {
   auto deadline = Clock::now() + kConnectTimeout;
   while (pending_.find(peer) == pending_.end()) {
     if (Clock::now() >= deadline) {
-      throw Error("tcp: rank " + std::to_string(peer) + " did not connect to rank " +
-                  std::to_string(rank_) + " at " + ifname_ + " " + endpointText(ip_, port_) +
-                  " within " + std::to_string(kConnectTimeout.count()) +
+      throw Error("tcp: rank " + std::to_string(peer) + " did not connect to rank " + std::to_string(rank_) + " at " +
+                  ifname_ + " " + endpointText(ip_, port_) + " within " + std::to_string(kConnectTimeout.count()) +
                   " s (firewall, or wrong interface: "
                   "set RDMACOLL_SOCKET_IFNAME)");
     }
@@ -258,8 +255,8 @@ int TcpDevice::acceptFrom(int peer, uint64_t peerNonce) {
       ok = false;
     }
     // Anything else (a stray client, another job) is dropped; the real peer still comes.
-    if (!ok || h.magic != kHelloMagic || h.to != rank_ || h.size != size_ || h.toNonce != nonce_ ||
-        h.from < 0 || h.from >= rank_) {
+    if (!ok || h.magic != kHelloMagic || h.to != rank_ || h.size != size_ || h.toNonce != nonce_ || h.from < 0 ||
+        h.from >= rank_) {
       close(fd);
       continue;
     }
@@ -281,13 +278,12 @@ int TcpDevice::acceptFrom(int peer, uint64_t peerNonce) {
 std::unique_ptr<Endpoint> TcpDevice::connect(int peer, const Bytes& peerAddress) {
   Address a;
   if (peerAddress.size() != sizeof(a)) {
-    throw Error("tcp: rank " + std::to_string(peer) + " sent a " +
-                std::to_string(peerAddress.size()) + "-byte address, expected " +
-                std::to_string(sizeof(a)) + " (is it using another transport?)");
+    throw Error("tcp: rank " + std::to_string(peer) + " sent a " + std::to_string(peerAddress.size()) +
+                "-byte address, expected " + std::to_string(sizeof(a)) + " (is it using another transport?)");
   }
   std::memcpy(&a, peerAddress.data(), sizeof(a));
-  if (a.magic != kAddressMagic || a.rank != peer || a.size != size_ || peer == rank_ || peer < 0 ||
-      peer >= size_ || (a.ipVersion != 4 && a.ipVersion != 6)) {
+  if (a.magic != kAddressMagic || a.rank != peer || a.size != size_ || peer == rank_ || peer < 0 || peer >= size_ ||
+      (a.ipVersion != 4 && a.ipVersion != 6)) {
     throw Error("tcp: malformed address from rank " + std::to_string(peer));
   }
   IpAddress ip;
@@ -405,8 +401,7 @@ void TcpDevice::sleep(uint64_t seen, int timeoutMs) {
   bool events = false;
   if (n > 1 && g.try_lock()) {  // endpoints cannot go away while the list is held
     for (int i = 1; i < n; ++i) {
-      if (fds[i].revents && conns_.count(fds[i].fd) && conns_[fds[i].fd] == eps[i])
-        events |= eps[i]->drain(false);
+      if (fds[i].revents && conns_.count(fds[i].fd) && conns_[fds[i].fd] == eps[i]) events |= eps[i]->drain(false);
     }
     g.unlock();
   }

@@ -51,9 +51,7 @@ TcpEndpoint::~TcpEndpoint() {
   }
 }
 
-std::string TcpEndpoint::describe() const {
-  return "tcp (rank " + std::to_string(peer_) + " at " + where_ + ")";
-}
+std::string TcpEndpoint::describe() const { return "tcp (rank " + std::to_string(peer_) + " at " + where_ + ")"; }
 
 std::string TcpEndpoint::deathText() const {
   std::lock_guard<std::mutex> g(errMu_);
@@ -72,12 +70,10 @@ void TcpEndpoint::markDead(const std::string& why) {
   }
 }
 
-void TcpEndpoint::checkBounds(const RemoteMemory& m, size_t off, size_t len,
-                              const char* what) const {
+void TcpEndpoint::checkBounds(const RemoteMemory& m, size_t off, size_t len, const char* what) const {
   if (off > m.len || len > m.len - off) {
-    throw Error(std::string("tcp: ") + what + " of " + std::to_string(len) + " bytes at offset " +
-                std::to_string(off) + " is outside rank " + std::to_string(peer_) + "'s " +
-                std::to_string(m.len) + "-byte region");
+    throw Error(std::string("tcp: ") + what + " of " + std::to_string(len) + " bytes at offset " + std::to_string(off) +
+                " is outside rank " + std::to_string(peer_) + "'s " + std::to_string(m.len) + "-byte region");
   }
 }
 
@@ -94,8 +90,7 @@ void TcpEndpoint::sendFrame(const FrameHeader& h, const void* payload, size_t le
   std::lock_guard<std::mutex> g(sendMu_);
   if (left_.load(std::memory_order_acquire)) return;  // it no longer listens, nor needs to
   if (!alive()) throw Error(deathText());
-  struct iovec iov[2] = {{const_cast<FrameHeader*>(&h), sizeof(h)},
-                         {const_cast<void*>(payload), len}};
+  struct iovec iov[2] = {{const_cast<FrameHeader*>(&h), sizeof(h)}, {const_cast<void*>(payload), len}};
   struct iovec* v = iov;
   int count = len ? 2 : 1;
   while (count > 0) {
@@ -130,8 +125,8 @@ void TcpEndpoint::sendFrame(const FrameHeader& h, const void* payload, size_t le
   }
 }
 
-void TcpEndpoint::write(const void* src, const RemoteMemory& dst, size_t dstOff, size_t len,
-                        bool hasImm, uint32_t imm) {
+void TcpEndpoint::write(const void* src, const RemoteMemory& dst, size_t dstOff, size_t len, bool hasImm,
+                        uint32_t imm) {
   checkBounds(dst, dstOff, len, "write");
   if (len == 0 && !hasImm) return;
   checkLeft(dst);
@@ -197,10 +192,9 @@ bool TcpEndpoint::readLocked() {
       continue;
     }
     if (n == 0) {
-      markDead(left_.load() ? "the peer left (shutdown) and its process ended"
-               : parser_.atFrameBoundary()
-                   ? "the peer closed the connection (process ended?)"
-                   : "the peer closed the connection in the middle of a frame");
+      markDead(left_.load()                ? "the peer left (shutdown) and its process ended"
+               : parser_.atFrameBoundary() ? "the peer closed the connection (process ended?)"
+                                           : "the peer closed the connection in the middle of a frame");
     } else if (errno == EINTR) {
       continue;
     } else if (errno != EAGAIN && errno != EWOULDBLOCK) {

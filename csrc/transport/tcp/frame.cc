@@ -7,8 +7,7 @@ namespace rdmacoll {
 namespace transport {
 namespace tcp {
 
-FrameHeader writeHeader(uint32_t region, uint64_t offset, uint64_t length, bool hasImm,
-                        uint32_t imm) {
+FrameHeader writeHeader(uint32_t region, uint64_t offset, uint64_t length, bool hasImm, uint32_t imm) {
   FrameHeader h{};
   h.magic = kFrameMagic;
   h.type = kWrite;
@@ -55,8 +54,7 @@ FrameParser::Event FrameParser::fail(const std::string& why) {
 FrameParser::Event FrameParser::advance(size_t n, uint32_t* imm) {
   if (state_ == State::kFailed) return Event::kError;
   if (state_ == State::kHeader) {
-    if (n == 0 || n > sizeof(buf_) - have_)
-      return fail("parser misuse: header advance out of range");
+    if (n == 0 || n > sizeof(buf_) - have_) return fail("parser misuse: header advance out of range");
     have_ += n;
     if (have_ < sizeof(buf_)) return Event::kNone;
     have_ = 0;
@@ -78,31 +76,26 @@ FrameParser::Event FrameParser::advance(size_t n, uint32_t* imm) {
 FrameParser::Event FrameParser::onHeader(uint32_t* imm) {
   std::memcpy(&h_, buf_, sizeof(h_));
   const FrameHeader& h = h_;
-  if (h.magic != kFrameMagic)
-    return fail("bad frame magic (stream out of sync or not an rdmacoll peer)");
+  if (h.magic != kFrameMagic) return fail("bad frame magic (stream out of sync or not an rdmacoll peer)");
   if (h.reserved != 0) return fail("nonzero reserved field in a frame header");
   if (bye_) return fail("a frame after the goodbye");
   if (h.type == kBye) {
-    if (h.flags || h.region || h.imm || h.offset || h.length)
-      return fail("nonzero fields in a goodbye frame");
+    if (h.flags || h.region || h.imm || h.offset || h.length) return fail("nonzero fields in a goodbye frame");
     bye_ = true;
     ++frames_;
     return Event::kBye;
   }
-  if (h.type != kWrite && h.type != kPut64)
-    return fail("unknown frame type " + std::to_string(h.type));
+  if (h.type != kWrite && h.type != kPut64) return fail("unknown frame type " + std::to_string(h.type));
   if (h.type == kPut64 ? h.flags != 0 : (h.flags & ~kHasImm) != 0) {
     return fail("unknown flags " + std::to_string(h.flags) + " in a frame header");
   }
   if (!(h.flags & kHasImm) && h.imm != 0) return fail("immediate value without the immediate flag");
   RegionRef r;
-  if (!regions_->find(h.region, &r))
-    return fail("frame names unknown region " + std::to_string(h.region));
+  if (!regions_->find(h.region, &r)) return fail("frame names unknown region " + std::to_string(h.region));
   const uint64_t span = h.type == kPut64 ? 8 : h.length;
   if (h.offset > r.len || span > r.len - h.offset) {
-    return fail("frame of " + std::to_string(span) + " bytes at offset " +
-                std::to_string(h.offset) + " is outside region " + std::to_string(h.region) +
-                " of " + std::to_string(r.len) + " bytes");
+    return fail("frame of " + std::to_string(span) + " bytes at offset " + std::to_string(h.offset) +
+                " is outside region " + std::to_string(h.region) + " of " + std::to_string(r.len) + " bytes");
   }
   if (h.type == kPut64) {
     char* p = r.base + h.offset;

@@ -48,8 +48,7 @@ struct FrameHeader {
 };
 static_assert(sizeof(FrameHeader) == 32, "the frame header is 32 bytes on the wire");
 
-FrameHeader writeHeader(uint32_t region, uint64_t offset, uint64_t length, bool hasImm,
-                        uint32_t imm);
+FrameHeader writeHeader(uint32_t region, uint64_t offset, uint64_t length, bool hasImm, uint32_t imm);
 FrameHeader put64Header(uint32_t region, uint64_t offset, uint64_t value);
 FrameHeader byeHeader();
 

@@ -62,16 +62,13 @@ Rule parseRule(const std::string& spec) {
     i = comma + 1;
   }
   if (r.names.empty()) {
-    throw Error(
-        std::string("tcp: ") + kSetting + "=" + spec +
-        " names no interface (e.g. eth for eth*, =eth0 for eth0 alone, ^docker,lo to exclude)");
+    throw Error(std::string("tcp: ") + kSetting + "=" + spec +
+                " names no interface (e.g. eth for eth*, =eth0 for eth0 alone, ^docker,lo to exclude)");
   }
   return r;
 }
 
-bool startsWith(const std::string& s, const char* prefix) {
-  return s.compare(0, std::strlen(prefix), prefix) == 0;
-}
+bool startsWith(const std::string& s, const char* prefix) { return s.compare(0, std::strlen(prefix), prefix) == 0; }
 
 // 0 for ordinary interfaces; the ones NCCL-style defaults pass over come after, in this order.
 int lateness(const std::string& name, unsigned flags) {
@@ -82,9 +79,7 @@ int lateness(const std::string& name, unsigned flags) {
   return 0;
 }
 
-bool linkLocal(const IpAddress& a) {
-  return a.family == AF_INET6 && a.bytes[0] == 0xfe && (a.bytes[1] & 0xc0) == 0x80;
-}
+bool linkLocal(const IpAddress& a) { return a.family == AF_INET6 && a.bytes[0] == 0xfe && (a.bytes[1] & 0xc0) == 0x80; }
 
 // One interface, its entries merged, in the order the system lists them.
 struct Iface {
@@ -162,8 +157,7 @@ bool parseIp(const std::string& text, IpAddress* out) {
   return true;
 }
 
-InterfaceChoice chooseInterface(const std::vector<InterfaceEntry>& entries,
-                                const std::string& spec) {
+InterfaceChoice chooseInterface(const std::vector<InterfaceEntry>& entries, const std::string& spec) {
   const Rule rule = parseRule(spec);
   const std::vector<Iface> all = merge(entries);
   const Iface* best = nullptr;
@@ -177,8 +171,8 @@ InterfaceChoice chooseInterface(const std::vector<InterfaceEntry>& entries,
     if (!best || lateness(f.name, f.flags) < lateness(best->name, best->flags)) best = &f;
   }
   if (!best) {
-    const std::string what = rule.set ? std::string(kSetting) + "=" + spec + " allows no interface"
-                                      : std::string("no interface");
+    const std::string what =
+        rule.set ? std::string(kSetting) + "=" + spec + " allows no interface" : std::string("no interface");
     throw Error("tcp: " + what +
                 " that is up with an IPv4 or IPv6 address (link-local IPv6 does not count); "
                 "interfaces here: " +
@@ -203,20 +197,16 @@ InterfaceChoice chooseInterface(const std::vector<InterfaceEntry>& entries,
   } else {
     std::string allowed;
     if (rule.exclude) {
-      allowed = excluded.empty() ? "excluded none of the interfaces here"
-                                 : "excluded " + joined(excluded, ", ");
+      allowed = excluded.empty() ? "excluded none of the interfaces here" : "excluded " + joined(excluded, ", ");
     } else {
-      allowed = rule.exact ? "named " + joined(rule.names, " or ")
-                           : "name starts with " + joined(rule.names, " or ");
+      allowed = rule.exact ? "named " + joined(rule.names, " or ") : "name starts with " + joined(rule.names, " or ");
     }
     c.why = std::string(kSetting) + "=" + spec + ": " + allowed + "; " + pick;
   }
   return c;
 }
 
-std::string describeInterfaces(const std::vector<InterfaceEntry>& entries) {
-  return describeAll(merge(entries));
-}
+std::string describeInterfaces(const std::vector<InterfaceEntry>& entries) { return describeAll(merge(entries)); }
 
 std::vector<InterfaceEntry> systemInterfaces() {
   struct ifaddrs* list = nullptr;
@@ -231,8 +221,7 @@ std::vector<InterfaceEntry> systemInterfaces() {
       std::memcpy(e.addr.bytes, &reinterpret_cast<struct sockaddr_in*>(i->ifa_addr)->sin_addr, 4);
     } else if (i->ifa_addr && i->ifa_addr->sa_family == AF_INET6) {
       e.addr.family = AF_INET6;
-      std::memcpy(e.addr.bytes, &reinterpret_cast<struct sockaddr_in6*>(i->ifa_addr)->sin6_addr,
-                  16);
+      std::memcpy(e.addr.bytes, &reinterpret_cast<struct sockaddr_in6*>(i->ifa_addr)->sin6_addr, 16);
     }
     out.push_back(e);
   }

@@ -50,8 +50,7 @@ struct InterfaceChoice {
 };
 
 // The rules above over `entries` in the system's order; `spec` is RDMACOLL_SOCKET_IFNAME.
-InterfaceChoice chooseInterface(const std::vector<InterfaceEntry>& entries,
-                                const std::string& spec);
+InterfaceChoice chooseInterface(const std::vector<InterfaceEntry>& entries, const std::string& spec);
 // "lo (up, 127.0.0.1, ::1), eth1 (down, no address)": every interface and what it has.
 std::string describeInterfaces(const std::vector<InterfaceEntry>& entries);
 // This host's entries, in getifaddrs order.

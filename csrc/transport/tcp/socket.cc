@@ -22,8 +22,7 @@ namespace tcp {
 namespace {
 
 int msLeft(Clock::time_point deadline) {
-  auto left =
-      std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
   if (left <= 0) return 0;
   return left > 1000 ? 1000 : static_cast<int>(left);
 }
@@ -76,8 +75,7 @@ int listenOn(const IpAddress& ip, uint16_t* port, int backlog) {
   return fd;
 }
 
-int connectTo(const IpAddress& ip, uint16_t port, Clock::time_point deadline,
-              const std::string& what) {
+int connectTo(const IpAddress& ip, uint16_t port, Clock::time_point deadline, const std::string& what) {
   struct sockaddr_storage a;
   const socklen_t alen = toSockaddr(ip, port, &a);
   int lastErr = 0;
@@ -87,8 +85,8 @@ int connectTo(const IpAddress& ip, uint16_t port, Clock::time_point deadline,
     if (connect(fd, reinterpret_cast<struct sockaddr*>(&a), alen) == 0) return fd;
     lastErr = errno;
     close(fd);
-    bool retry = lastErr == ECONNREFUSED || lastErr == ENETUNREACH || lastErr == EHOSTUNREACH ||
-                 lastErr == ETIMEDOUT || lastErr == EINTR || lastErr == EAGAIN;
+    bool retry = lastErr == ECONNREFUSED || lastErr == ENETUNREACH || lastErr == EHOSTUNREACH || lastErr == ETIMEDOUT ||
+                 lastErr == EINTR || lastErr == EAGAIN;
     if (!retry || Clock::now() >= deadline) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
@@ -106,8 +104,7 @@ bool readFull(int fd, void* p, size_t n, Clock::time_point deadline) {
     }
     if (r == 0) return false;
     if (errno == EINTR) continue;
-    if (errno != EAGAIN && errno != EWOULDBLOCK)
-      throw Error(sysError("tcp: handshake read", errno));
+    if (errno != EAGAIN && errno != EWOULDBLOCK) throw Error(sysError("tcp: handshake read", errno));
     if (!waitFor(fd, POLLIN, deadline)) return false;
   }
   return true;
@@ -123,8 +120,7 @@ bool writeFull(int fd, const void* p, size_t n, Clock::time_point deadline) {
       continue;
     }
     if (r < 0 && errno == EINTR) continue;
-    if (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK)
-      throw Error(sysError("tcp: handshake write", errno));
+    if (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK) throw Error(sysError("tcp: handshake write", errno));
     if (!waitFor(fd, POLLOUT, deadline)) return false;
   }
   return true;
@@ -133,8 +129,7 @@ bool writeFull(int fd, const void* p, size_t n, Clock::time_point deadline) {
 void tuneDataSocket(int fd) {
   int one = 1, buf = kSocketBufferBytes;
   int flags = fcntl(fd, F_GETFL);
-  if (flags < 0 || fcntl(fd, F_SETFL, flags | O_NONBLOCK) != 0)
-    throw Error(sysError("tcp: O_NONBLOCK", errno));
+  if (flags < 0 || fcntl(fd, F_SETFL, flags | O_NONBLOCK) != 0) throw Error(sysError("tcp: O_NONBLOCK", errno));
   if (setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)) != 0) {
     throw Error(sysError("tcp: TCP_NODELAY", errno));
   }

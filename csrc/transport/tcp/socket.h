@@ -22,8 +22,7 @@ constexpr int kSocketBufferBytes = 4 << 20;
 // A listening socket on ip, port chosen by the kernel (returned in *port).
 int listenOn(const IpAddress& ip, uint16_t* port, int backlog);
 // A connected blocking socket, retrying refused/unreachable attempts until deadline.
-int connectTo(const IpAddress& ip, uint16_t port, Clock::time_point deadline,
-              const std::string& what);
+int connectTo(const IpAddress& ip, uint16_t port, Clock::time_point deadline, const std::string& what);
 // Blocking exact-size transfer with a deadline on a (possibly non-blocking) socket.
 // Return false on timeout or EOF; throw Error on other failures.
 bool readFull(int fd, void* p, size_t n, Clock::time_point deadline);

@@ -58,8 +58,8 @@ class Regions : public RegionLookup {
 
 class TcpMemory : public Memory {
  public:
-  TcpMemory(std::shared_ptr<Regions> regions, int rank, char* ptr, size_t len,
-            std::shared_ptr<void> keep, bool allocated);
+  TcpMemory(std::shared_ptr<Regions> regions, int rank, char* ptr, size_t len, std::shared_ptr<void> keep,
+            bool allocated);
   ~TcpMemory() override;
   void pack(PackedMemory* out) const override;
 
@@ -78,8 +78,7 @@ class TcpEndpoint : public Endpoint {
   ~TcpEndpoint() override;
   uint32_t capabilities() const override { return 0; }
   void unpack(const PackedMemory& packed, RemoteMemory* out) override;
-  void write(const void* src, const RemoteMemory& dst, size_t dstOff, size_t len, bool hasImm,
-             uint32_t imm) override;
+  void write(const void* src, const RemoteMemory& dst, size_t dstOff, size_t len, bool hasImm, uint32_t imm) override;
   void put64(const RemoteMemory& dst, size_t dstOff, uint64_t value) override;
   bool pollImmediate(uint32_t* imm) override;
   bool alive() override { return !dead_.load(std::memory_order_acquire); }

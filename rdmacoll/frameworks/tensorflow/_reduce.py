@@ -8,7 +8,7 @@ import rdmacoll as rc
 
 from .._common import fusion_threshold
 from .compression import Compression
-from .errors import InvalidArgumentError
+from .errors import RULES
 from .functions import check_adasum, fused_allreduce
 
 
@@ -34,10 +34,7 @@ class GradientReducer:
         scale_local_gradients=True,
         process_set=rc.global_process_set,
     ):
-        if gradient_predivide_factor != 1.0 and op != rc.Average:
-            raise ValueError("gradient_predivide_factor needs op=Average")
-        if op not in (rc.Average, rc.Sum, rc.Min, rc.Max, rc.Product, rc.Adasum):
-            raise ValueError(f"unsupported op for gradients: {op!r}")
+        RULES.check_optimizer(RULES.check_op(op), gradient_predivide_factor, 1)
         self.op = op
         self.compression = compression
         self.predivide = float(gradient_predivide_factor)
@@ -76,8 +73,7 @@ class GradientReducer:
     def _reduce(self, grads):
         present = [i for i, g in enumerate(grads) if g is not None]
         ps = self.process_set
-        if ps.size() is None:
-            raise InvalidArgumentError("Process set does not exist or has not been registered.")
+        RULES.set_size(ps.size())
         if not present or not ps.included() or ps.size() <= 1:
             return grads
         if self.op == rc.Adasum:  # sparse gradients are reduced as dense here: no refusal for them

@@ -32,7 +32,7 @@ import time
 import numpy as np
 
 import rdmacoll as rc
-from rdmacoll import _settings
+from .._common import settings_in_effect
 
 
 class _Request:
@@ -132,7 +132,7 @@ class SessionOrder:
         finally:
             self._cv.acquire()
         key = int(buf[0])
-        timeout = float(_settings.current()["timeout"])
+        timeout = float(settings_in_effect()["timeout"])
         deadline = time.monotonic() + timeout
         while key not in self._pending:
             left = deadline - time.monotonic()

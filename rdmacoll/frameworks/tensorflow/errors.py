@@ -1,4 +1,5 @@
-"""Errors of the TensorFlow collectives as Horovod's TensorFlow ops raise them.
+"""Errors of the TensorFlow collectives as Horovod's TensorFlow ops raise them (the kinds of
+../_horovod.py mapped to tf.errors types: RULES below).
 
 Horovod's ops turn its statuses into TensorFlow's (horovod/tensorflow/mpi_ops.cc,
 ConvertStatus): an argument its enqueue rejects (bad splits, a root or a rank outside the
@@ -30,6 +31,16 @@ import tensorflow as tf
 
 from rdmacoll import RdmacollError, RdmacollValueError
 
+from .._horovod import (
+    BAD_ARGUMENT,
+    INTERNAL,
+    NOT_IMPLEMENTED,
+    PYTHON_VALUE,
+    RANKS_DISAGREE,
+    Rules,
+    core_error_kind,
+)
+
 
 class InvalidArgumentError(tf.errors.InvalidArgumentError, RdmacollValueError):
     """An invalid argument, found before communicating (Horovod: INVALID_ARGUMENT)."""
@@ -54,9 +65,15 @@ class UnknownError(tf.errors.UnknownError, RdmacollError):
         tf.errors.UnknownError.__init__(self, None, None, message)
 
 
-# Beginnings of the core's messages for a mismatch between ranks (comm/communicator.cc,
-# comm/primitives.cc) and for a communicator used outside init() .. shutdown().
-_PRECONDITION = ("collective mismatch", "protocol mismatch", "rdmacoll is not initialised", "rdmacoll is shut down")
+RULES = Rules(
+    {
+        PYTHON_VALUE: RdmacollValueError,  # Horovod's ValueError, raised in its Python code
+        BAD_ARGUMENT: InvalidArgumentError,
+        NOT_IMPLEMENTED: NotImplementedError,
+        RANKS_DISAGREE: FailedPreconditionError,
+        INTERNAL: UnknownError,
+    }
+)
 
 
 def as_tf_error(error: BaseException) -> BaseException:
@@ -65,11 +82,8 @@ def as_tf_error(error: BaseException) -> BaseException:
     itself for anything else (KeyboardInterrupt, TypeError, NotImplementedError...)."""
     if isinstance(error, tf.errors.OpError):
         return error
-    if isinstance(error, ValueError):
-        return InvalidArgumentError(str(error))
-    if isinstance(error, RdmacollError):
-        text = str(error)
-        return FailedPreconditionError(text) if text.startswith(_PRECONDITION) else UnknownError(text)
+    if isinstance(error, (ValueError, RdmacollError)):
+        return RULES.error(core_error_kind(error), str(error))
     return error
 
 

@@ -12,7 +12,6 @@ import tensorflow as tf
 
 import rdmacoll as rc
 from rdmacoll import global_process_set
-from rdmacoll.adasum import check_size
 
 from .. import _join as joinable  # collectives announced to ranks inside join()
 from .._common import fusion_threshold
@@ -21,12 +20,8 @@ from .compression import Compression
 
 
 def _resolve_op(average, op):
-    """Horovod's deprecated average= flag, or op= (default Average)."""
-    if average is not None and op is not None:
-        raise ValueError("pass either average= (deprecated) or op=, not both")
-    if average is not None:
-        return rc.Average if average else rc.Sum
-    return rc.Average if op is None else op
+    """Horovod's deprecated average= flag, or op= (default Average): ../_horovod.py."""
+    return errors.RULES.resolve_op(average, op, stacklevel=4)
 
 
 def _name(name, default):
@@ -36,10 +31,7 @@ def _name(name, default):
 def _set_size(process_set):
     """The number of ranks of process_set (InvalidArgumentError, in Horovod's words, when
     it is not registered)."""
-    size = process_set.size()
-    if size is None:
-        raise errors.InvalidArgumentError("Process set does not exist or has not been registered.")
-    return size
+    return errors.RULES.set_size(process_set.size())
 
 
 def fused_allreduce(tensors, op=rc.Average, threshold=None, name=None, process_set=global_process_set):
@@ -53,22 +45,23 @@ def fused_allreduce(tensors, op=rc.Average, threshold=None, name=None, process_s
     return gradients.fused(tensors, op, threshold, _name(name, "allreduce"), process_set)
 
 
+def _checked(tensor, collective):
+    """tensor as a tf.Tensor, of a dtype `collective` takes (../_horovod.py's table;
+    InvalidArgumentError before anything is sent)."""
+    t = tf.convert_to_tensor(tensor)
+    errors.RULES.check_dtype(collective, t.dtype.name, f"{collective} input")
+    return t
+
+
 def _scale(t, factor):
     return t if factor == 1.0 else t * tf.cast(factor, t.dtype)
 
 
 def check_adasum(process_set, sparse=False):
-    """Horovod's refusals for op=Adasum on CPU tensors (horovod/tensorflow/__init__.py), in
-    its order, before anything is sent: sparse tensors, a process set other than the global
-    one, a number of ranks that is not a power of two (rdmacoll/adasum.py)."""
-    if sparse:
-        raise NotImplementedError(
-            "The Adasum reduction does not currently support sparse tensors. As a "
-            "workaround please pass sparse_as_dense=True to DistributedOptimizer"
-        )
-    if process_set is not None and process_set is not rc.global_process_set:
-        raise NotImplementedError("Adasum does not support non-global process sets yet.")
-    check_size(rc.size())
+    """Horovod's refusals for op=Adasum on CPU tensors (../_horovod.py), in its order, before
+    anything is sent: sparse tensors, a process set other than the global one, a number of
+    ranks that is not a power of two."""
+    errors.RULES.check_adasum(process_set is None or process_set is rc.global_process_set, rc.size(), sparse)
 
 
 def allreduce(
@@ -94,16 +87,13 @@ def allreduce(
     if isinstance(tensor, tf.IndexedSlices):
         # Horovod's rules and exception types (horovod/tensorflow/__init__.py), checked
         # before anything is sent: two allgathers, values divided by the size for Average
-        if op not in (rc.Average, rc.Sum):
-            raise NotImplementedError("Only Sum and Average ops are supported with tf.IndexedSlices")
-        if prescale_factor != 1.0 or postscale_factor != 1.0:
-            raise NotImplementedError("Pre/postscale_factor are not supported with tf.IndexedSlices")
+        errors.RULES.check_sparse_allreduce(op, prescale_factor, postscale_factor)
         values = allgather(tensor.values, name=_name(name, "allreduce") + ".values", process_set=process_set)
         indices = allgather(tensor.indices, name=_name(name, "allreduce") + ".indices", process_set=process_set)
         if op == rc.Average:
             values = values / tf.cast(_set_size(process_set), values.dtype)
         return tf.IndexedSlices(values, indices, dense_shape=tensor.dense_shape)
-    compressed, ctx = compression.compress(_scale(tf.convert_to_tensor(tensor), prescale_factor))
+    compressed, ctx = compression.compress(_scale(_checked(tensor, "allreduce"), prescale_factor))
     reduced = gradients.allreduce(compressed, op, _name(name, "allreduce"), process_set)
     return _scale(compression.decompress(reduced, ctx), postscale_factor)
 
@@ -127,19 +117,19 @@ def grouped_allreduce(
     op = _resolve_op(average, op)
     if op == rc.Adasum:
         check_adasum(process_set, sparse=any(isinstance(t, tf.IndexedSlices) for t in tensors))
-    pairs = [compression.compress(_scale(tf.convert_to_tensor(t), prescale_factor)) for t in tensors]
+    pairs = [compression.compress(_scale(_checked(t, "grouped_allreduce"), prescale_factor)) for t in tensors]
     reduced = gradients.grouped_allreduce([p[0] for p in pairs], op, _name(name, "grouped_allreduce"), process_set)
     return [_scale(compression.decompress(r, ctx), postscale_factor) for r, (_, ctx) in zip(reduced, pairs)]
 
 
 def allgather(tensor, name=None, ignore_name_scope=False, process_set=global_process_set):
     """Every rank's tensor concatenated along the first dimension (which may differ)."""
-    return gradients.allgather(tensor, _name(name, "allgather"), process_set)
+    return gradients.allgather(_checked(tensor, "allgather"), _name(name, "allgather"), process_set)
 
 
 def broadcast(tensor, root_rank, name=None, ignore_name_scope=False, process_set=global_process_set):
     """root_rank's tensor on every rank (of process_set; root_rank is a global rank)."""
-    return gradients.broadcast(tensor, root_rank, _name(name, "broadcast"), process_set)
+    return gradients.broadcast(_checked(tensor, "broadcast"), root_rank, _name(name, "broadcast"), process_set)
 
 
 def reducescatter(
@@ -155,7 +145,7 @@ def reducescatter(
 ):
     """The reduction of tensor across ranks, split along the first dimension: this rank's
     share (the first rows % size ranks get one row more)."""
-    compressed, ctx = compression.compress(_scale(tf.convert_to_tensor(tensor), prescale_factor))
+    compressed, ctx = compression.compress(_scale(_checked(tensor, "reducescatter"), prescale_factor))
     reduced = gradients.reducescatter(compressed, op, _name(name, "reducescatter"), process_set)
     return _scale(compression.decompress(reduced, ctx), postscale_factor)
 
@@ -164,7 +154,7 @@ def alltoall(tensor, splits=None, name=None, ignore_name_scope=False, process_se
     """Send splits[j] rows of tensor to rank j (j: the position in process_set; splits=None:
     even split). Returns, as Horovod does, what every rank sent here in rank order, and
     with splits given also the rows received from each rank: (output, received_splits)."""
-    out, received = gradients.alltoall(tensor, splits, _name(name, "alltoall"), process_set)
+    out, received = gradients.alltoall(_checked(tensor, "alltoall"), splits, _name(name, "alltoall"), process_set)
     return out if splits is None else (out, received)
 
 

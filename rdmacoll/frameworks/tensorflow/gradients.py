@@ -63,10 +63,13 @@ def _alltoall_raw(t, splits, name, process_set):
     inputs = [t] if splits is None else [t, tf.cast(tf.convert_to_tensor(splits), tf.int64)]
 
     def fn(a, s=None):
-        _checks.splits(a.shape[0] if a.ndim else 1, None if s is None else s.tolist(), process_set)
-        out, received = joinable.alltoall(
-            a, None if s is None else s.tolist(), name=name, return_received_splits=True, process_set=process_set
+        rows = a.shape[0] if a.ndim else 1
+        send = _checks.splits(
+            rows, None if s is None else s.reshape(-1).tolist(), process_set, 1 if s is None else s.ndim
         )
+        if send is not None and sum(send) < rows:
+            a = a[: sum(send)]  # Horovod sends only the rows the splits cover
+        out, received = joinable.alltoall(a, send, name=name, return_received_splits=True, process_set=process_set)
         return [out, np.asarray(received, np.int32)]
 
     return _graph.run(fn, inputs, [t.dtype, tf.int32], [[None] + t.shape[1:], [None]], process_set)

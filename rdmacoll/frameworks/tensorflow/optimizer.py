@@ -8,7 +8,9 @@ import tensorflow as tf
 import rdmacoll as rc
 
 from ._reduce import GradientReducer
+from .errors import RULES
 from .compression import Compression
+from .gradient_tape import local_layer_variables
 
 
 class _DistributedOptimizer:
@@ -99,8 +101,7 @@ def DistributedOptimizer(
     wrap before training (or use BroadcastGlobalVariablesCallback / load_model).
     process_set: gradients are averaged over its ranks; a rank outside it applies its own.
     """
-    if backward_passes_per_step < 1:
-        raise ValueError("backward_passes_per_step must be >= 1")
+    RULES.check_optimizer(op, gradient_predivide_factor, backward_passes_per_step)
     if keras.config.dtype_policy().name == "mixed_float16" and not isinstance(
         optimizer, keras.optimizers.LossScaleOptimizer
     ):
@@ -144,10 +145,7 @@ def PartialDistributedOptimizer(
 ):
     """DistributedOptimizer that leaves the gradients of local_layers' variables unreduced
     (divided by the size when scale_local_gradients), as Horovod's horovod.keras one."""
-    from .gradient_tape import local_layer_variables
-
-    if op not in (rc.Average, rc.Sum):
-        raise ValueError("op currently only supports Average and Sum")
+    RULES.check_optimizer(op, gradient_predivide_factor, 1, ops=(rc.Average, rc.Sum))
     local = local_layer_variables(local_layers)
     dist = DistributedOptimizer(
         optimizer,

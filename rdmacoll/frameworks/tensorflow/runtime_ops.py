@@ -11,7 +11,7 @@ import numpy as np
 import tensorflow as tf
 
 import rdmacoll as rc
-from rdmacoll.process_sets import TABLE
+from rdmacoll.process_sets import registered
 
 from . import errors
 
@@ -29,8 +29,7 @@ def _at_run_time(fn, name):
 
 def _registered(process_set_id):
     """The registered set with that id, or None."""
-    rc.size()  # (RdmacollError before init(): FailedPreconditionError, as Horovod's)
-    return TABLE.sets.get(process_set_id)
+    return registered(process_set_id)  # (RdmacollError before init(): FailedPreconditionError, as Horovod's)
 
 
 def _set_size(process_set_id):

@@ -7,7 +7,8 @@
     hvd.broadcast_optimizer_state(optimizer, root_rank=0)
 
 Pure Python over the core (nothing compiled against PyTorch, so any PyTorch >= 2.1).
-CPU tensors only for now: tensors on other devices raise RdmacollError. See docs/torch.md.
+CPU tensors only for now: tensors on other devices raise RdmacollError. A failed collective
+raises HorovodInternalError (an RdmacollError), as Horovod's. See docs/torch.md.
 """
 
 from __future__ import annotations
@@ -21,6 +22,9 @@ import rdmacoll as _rc  # noqa: E402
 from rdmacoll import (
     RdmacollError,
     RdmacollValueError,
+    cross_rank,
+    cross_size,
+    is_homogeneous,
     is_initialized,
     local_rank,
     local_size,
@@ -29,6 +33,7 @@ from rdmacoll import (
     size,
 )
 
+from .._horovod import HorovodInternalError, HostsUpdatedInterrupt
 from ..capabilities import (
     ccl_built,
     cuda_built,
@@ -50,6 +55,16 @@ from .functions import (
     broadcast_optimizer_state,
     broadcast_parameters,
 )
+from .collectives import (
+    allgather,
+    allreduce,
+    alltoall,
+    broadcast,
+    grouped_allgather,
+    grouped_allreduce,
+    grouped_reducescatter,
+    reducescatter,
+)
 from .ops import (
     Adasum,
     Average,
@@ -57,31 +72,23 @@ from .ops import (
     Min,
     Product,
     Sum,
-    allgather,
     allgather_async,
-    allreduce,
     allreduce_,
     allreduce_async,
     allreduce_async_,
-    alltoall,
     alltoall_async,
     barrier,
-    broadcast,
     broadcast_,
     broadcast_async,
     broadcast_async_,
     global_process_set,
-    grouped_allgather,
     grouped_allgather_async,
-    grouped_allreduce,
     grouped_allreduce_,
     grouped_allreduce_async,
     grouped_allreduce_async_,
-    grouped_reducescatter,
     grouped_reducescatter_async,
     join,
     poll,
-    reducescatter,
     reducescatter_async,
     synchronize,
 )
@@ -98,19 +105,6 @@ def init(comm=None, process_sets=None, config=None):
     process_sets: ProcessSet objects or "dynamic". config: rdmacoll's settings
     (rdmacoll.init). Idempotent."""
     _rc.init(config, process_sets, comm=comm)
-
-
-def cross_rank() -> int:
-    """Index of this rank's host (ranks are grouped by host in rank order)."""
-    return rank() // local_size()
-
-
-def cross_size() -> int:
-    return size() // local_size()
-
-
-def is_homogeneous() -> bool:
-    return True
 
 
 __all__ = [
@@ -180,6 +174,8 @@ __all__ = [
     "remove_process_set",
     "RdmacollError",
     "RdmacollValueError",
+    "HorovodInternalError",
+    "HostsUpdatedInterrupt",
     "SyncBatchNorm",
     "sparse_allreduce_async",
 ]

@@ -9,7 +9,10 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+import rdmacoll as rc
 from rdmacoll import RdmacollError, RdmacollValueError, _core
+
+from ._rules import RULES
 
 _NP_OF_TORCH = {
     torch.float16: np.float16,
@@ -22,9 +25,7 @@ _NP_OF_TORCH = {
     torch.int64: np.int64,
     torch.bool: np.bool_,
 }
-_SUPPORTED = (
-    "uint8, int8, int16, int32, int64, float16, bfloat16, float32, float64, bool (bool: allgather, broadcast, alltoall)"
-)
+_DTYPE_NAMES = {d: str(d).replace("torch.", "") for d in (*_NP_OF_TORCH, torch.bfloat16)}
 
 
 def _bfloat16():
@@ -36,8 +37,10 @@ def _bfloat16():
     return ml_dtypes.bfloat16
 
 
-def check_tensor(t, what="tensor"):
-    """Raise a clear RdmacollError for what the core cannot take (yet)."""
+def check_tensor(t, what="tensor", collective="allgather"):
+    """Raise a clear error for what the core cannot take (yet), before communicating: not a
+    tensor, not on the CPU (RdmacollError), not dense (Horovod's ValueError and words), a
+    dtype `collective` does not take (../_horovod.py's table: ValueError)."""
     if not isinstance(t, torch.Tensor):
         raise RdmacollError(f"{what} must be a torch.Tensor, got {type(t).__name__}")
     if t.device.type != "cpu":
@@ -52,19 +55,12 @@ def check_tensor(t, what="tensor"):
             "collectives take dense tensors; a sparse COO tensor is reduced by "
             "sparse_allreduce_async, or use tensor.to_dense())"
         )
-    if t.dtype != torch.bfloat16 and t.dtype not in _NP_OF_TORCH:
-        raise RdmacollValueError(f"{what} has dtype {t.dtype}; supported: {_SUPPORTED}")
+    RULES.check_dtype(collective, _DTYPE_NAMES.get(t.dtype) or str(t.dtype), what)
 
 
-def check_reducible(t, what="tensor"):
-    """check_tensor, and refuse bool for reductions as Horovod does (ValueError), before
-    communicating."""
-    check_tensor(t, what)
-    if t.dtype == torch.bool:
-        raise RdmacollValueError(
-            f"{what} has dtype torch.bool, which cannot be reduced (allreduce, "
-            "reducescatter); bool tensors travel by allgather, broadcast, alltoall"
-        )
+def check_reducible(t, what="tensor", collective="allreduce"):
+    """check_tensor for a reduction: bool is refused as Horovod does (ValueError)."""
+    check_tensor(t, what, collective)
 
 
 def scale_(t, factor):
@@ -129,8 +125,6 @@ def contiguous(t):
 def library_tensor(nbytes: int):
     """A zero-filled uint8 tensor of nbytes in rdmacoll's allocated memory (rdmacoll.empty):
     peers on the same host reach it directly."""
-    import rdmacoll
-
-    t = torch.from_numpy(rdmacoll.empty((nbytes,), "uint8"))
+    t = torch.from_numpy(rc.empty((nbytes,), "uint8"))
     t.zero_()
     return t

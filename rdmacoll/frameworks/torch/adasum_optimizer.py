@@ -22,10 +22,11 @@ import contextlib
 import torch
 
 import rdmacoll as rc
-from rdmacoll import RdmacollError, RdmacollValueError
-from rdmacoll.adasum import check_size
+from rdmacoll import RdmacollError
 
 from .. import _join as joinable  # announced to ranks inside join()
+from ._params import collect_params, name_params
+from ._rules import RULES
 from ._tensors import as_numpy, as_torch, contiguous
 from .ops import global_process_set
 
@@ -34,11 +35,9 @@ class _DistributedAdasumOptimizer:
     """Mixed in before the user's optimizer class (isinstance checks keep working)."""
 
     def _rc_adasum_setup(self, named_parameters, compression):
-        from .optimizer import _DistributedOptimizer
-
         self._rc_compression = compression
         # Horovod's checks of named_parameters (the names themselves are not needed here)
-        _DistributedOptimizer._rc_name_params(named_parameters, _DistributedOptimizer._rc_collect_params(self))
+        name_params(named_parameters, collect_params(self))
 
     def synchronize(self):
         """Nothing to wait for: step() reduces (as Horovod's Adasum optimizer)."""
@@ -50,11 +49,9 @@ class _DistributedAdasumOptimizer:
 
     def step(self, closure=None):
         loss = closure() if closure is not None else None
-        check_size(rc.size())
-        from .optimizer import _DistributedOptimizer
-
+        RULES.check_adasum(True, rc.size())
         # every group's, now (add_param_group's included, which Horovod never steps)
-        params = [p for p in _DistributedOptimizer._rc_collect_params(self) if p.requires_grad]
+        params = [p for p in collect_params(self) if p.requires_grad]
         with torch.no_grad():
             starts = [p.detach().clone() for p in params]
             super().step()
@@ -73,19 +70,13 @@ class _DistributedAdasumOptimizer:
 def adasum_optimizer(
     optimizer, named_parameters, compression, backward_passes_per_step, gradient_predivide_factor, process_set
 ):
-    """DistributedOptimizer(op=Adasum), with Horovod's checks in Horovod's order."""
-    from .optimizer import DistributedOptimizer
-
-    if gradient_predivide_factor != 1.0:
-        raise RdmacollValueError("gradient_predivide_factor not supported with op != Average")
-    if backward_passes_per_step <= 0:
-        raise RdmacollValueError("backward_passes_per_step must be > 0")
+    """DistributedOptimizer(op=Adasum), with Horovod's checks in Horovod's order; None on
+    one rank, where Horovod builds its plain optimizer with op=Sum instead (optimizer.py's
+    DistributedOptimizer then does)."""
+    RULES.check_optimizer(rc.Adasum, gradient_predivide_factor, backward_passes_per_step)
     if rc.size() == 1:  # Horovod's plain optimizer then, whose Adasum of one rank is the identity
-        return DistributedOptimizer(
-            optimizer, named_parameters, compression, backward_passes_per_step, rc.Sum, process_set=process_set
-        )
-    if process_set is not None and process_set is not global_process_set:
-        raise NotImplementedError("Adasum does not support non-global process sets yet.")
+        return None
+    RULES.check_adasum(process_set is None or process_set is global_process_set, 1)  # (the size: at step())
     if not isinstance(optimizer, torch.optim.Optimizer):
         raise RdmacollError(f"DistributedOptimizer needs a torch.optim.Optimizer, got {type(optimizer).__name__}")
     cls = type(optimizer.__class__.__name__, (_DistributedAdasumOptimizer, optimizer.__class__), {})

@@ -28,6 +28,7 @@ from torch.distributed import DistBackendError, ReduceOp
 
 import rdmacoll as rc
 from rdmacoll import RdmacollError
+from rdmacoll._session import Session
 from rdmacoll.bootstrap import bootstrap
 from rdmacoll.bootstrap.store import StoreExchange
 
@@ -145,11 +146,11 @@ class _Work(dist.Work):
 class ProcessGroupRdmacoll(dist.ProcessGroup):
     """A torch.distributed process group over an rdmacoll communicator."""
 
-    def __init__(self, rank: int, size: int, comm, world, name: str):
+    def __init__(self, rank: int, size: int, comm, session, name: str):
         super().__init__(rank, size)
         self._rank, self._size = rank, size
         self._comm = comm  # the core communicator of this group
-        self._world = world  # the bootstrap World whose connections it uses
+        self._session = session  # the session (not rdmacoll's current one) whose connections it uses
         self._name = name  # torch's name of the group (DeviceMesh, FSDP look groups up by it)
 
     # ------------------------------------------------------------------ identity
@@ -401,8 +402,6 @@ class ProcessGroupRdmacoll(dist.ProcessGroup):
 
 def _grouped(c, views, op):
     """Parts of an allreduce of several same-dtype arrays, in place (one fused buffer)."""
-    import rdmacoll
-
     fused = c.empty(sum(v.size for v in views), views[0].dtype)
     o = 0
     for v in views:
@@ -417,17 +416,18 @@ def _grouped(c, views, op):
             o += v.size
         return views
 
-    return rdmacoll.Handle(h, back)
+    return rc.Handle(h, back)
 
 
 class _Family:
-    """The connections rdmacoll's groups of this process share: a bootstrap World made
-    through the store of the first rdmacoll group (the default group, or a group over all
-    ranks made with dist.new_group(backend="rdmacoll") beside another default backend),
-    and the torch ranks of its members in its rank order."""
+    """The connections rdmacoll's groups of this process share: a session (rdmacoll._session,
+    not the current one of rdmacoll.init()) over a bootstrap World made through the store
+    of the first rdmacoll group (the default group, or a group over all ranks made with
+    dist.new_group(backend="rdmacoll") beside another default backend), and the torch
+    ranks of its members in its rank order."""
 
-    def __init__(self, world, ranks):
-        self.world, self.ranks = world, list(ranks)
+    def __init__(self, session, ranks):
+        self.session, self.ranks = session, list(ranks)
 
     def members(self, ranks):
         missing = [g for g in ranks if g not in self.ranks]
@@ -452,13 +452,13 @@ def _create(opts, backend_options=None):
         family = _Families.current
         if family is None or not opts.global_ranks_in_group:
             world = bootstrap(exchange=StoreExchange(store, rank, size, prefix="rdmacoll/world/"))
-            _Families.current = _Family(world, ranks)
-            return ProcessGroupRdmacoll(rank, size, world.core, world, str(opts.group_id))
-        sub = family.world.core.split(family.members(ranks))
+            session = Session(world, 1 if family is None else family.session.epoch + 1)
+            _Families.current = _Family(session, ranks)
+            return ProcessGroupRdmacoll(rank, size, session.comm, session, str(opts.group_id))
         ex = StoreExchange(store, rank, size, prefix="rdmacoll/group/")
-        sub.connect(ex.allgather(sub.address()))
+        sub = family.session.split(family.members(ranks), ex.allgather)
         ex.barrier()
-        return ProcessGroupRdmacoll(rank, size, sub, family.world, str(opts.group_id))
+        return ProcessGroupRdmacoll(rank, size, sub, family.session, str(opts.group_id))
     except RdmacollError as e:
         raise DistBackendError(str(e)) from None
 

@@ -12,6 +12,7 @@ from rdmacoll import RdmacollError
 
 from .. import _join as joinable  # announced to ranks inside join() (which refuse them, as Horovod)
 from .ops import broadcast_async_, global_process_set
+from .optimizer import _DistributedOptimizer
 
 
 def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set):
@@ -109,8 +110,6 @@ def _initialize_state(optimizer, model):
                     isinstance(optimizer, torch.optim.SGD) and id(p) in sparse
                 ):
                     p.grad = p.grad.to_sparse()
-    from .optimizer import _DistributedOptimizer
-
     if isinstance(optimizer, _DistributedOptimizer):
         super(_DistributedOptimizer, optimizer).step()
     else:

@@ -2,21 +2,21 @@
 (a non-contiguous tensor is made contiguous first; compression and scaling make copies).
 
 Handles are rdmacoll.Handle objects (Horovod's are ints): pass them to poll() /
-synchronize(); an adapter's result is Handle(core_handle, then=finish).
+synchronize(); an adapter's result is Handle(core_handle, then=finish). The synchronous,
+differentiable forms (allreduce, allgather...) are collectives.py's.
 """
 
 from __future__ import annotations
 
-import warnings
-
 import torch
 
 import rdmacoll as rc
-from rdmacoll import Handle, RdmacollError, RdmacollValueError, global_process_set
+from rdmacoll import Handle, RdmacollError, global_process_set
 from rdmacoll import ProcessSet, add_process_set, remove_process_set  # noqa: F401  (re-exported)
-from rdmacoll.adasum import check_size
 from rdmacoll.process_sets import comm_of
 
+from .._horovod import BAD_ARGUMENT
+from ._rules import RULES, reraise
 from ._tensors import as_numpy, as_torch, check_reducible, check_tensor, contiguous, flat, scale_
 from .. import _join as joinable  # the collectives, announced to ranks inside join()
 from .compression import Compression
@@ -31,20 +31,20 @@ def _set_size(process_set):
 
 
 def resolve_op(average=None, op=None):
-    """Horovod's rules: op wins; average=True/False means Average/Sum; default Average."""
-    if op is not None and average is not None:
-        raise RdmacollValueError("The op parameter supersedes average. Please provide only one of them.")
-    if op is None and average is not None:
-        warnings.warn(
-            "Parameter `average` has been replaced with `op` and will be removed in v1.0",
-            DeprecationWarning,
-            stacklevel=3,
-        )
-    if op is None:
-        op = Sum if average is False else Average
-    if op not in _OPS:
-        raise RdmacollError(f"unsupported reduction op {op!r}; use Average, Sum, Min, Max, Product or Adasum")
-    return op
+    """Horovod's rules (../_horovod.py): op wins; average=True/False means Average/Sum;
+    default Average."""
+    return RULES.resolve_op(average, op, stacklevel=4)
+
+
+class _Handle(Handle):
+    """rdmacoll's Handle, whose wait() raises a failed collective as Horovod's torch ops do:
+    HorovodInternalError (an RdmacollError), argument errors as they are."""
+
+    def wait(self):
+        try:
+            return super().wait()
+        except RdmacollError as e:
+            reraise(e)
 
 
 def poll(handle) -> bool:
@@ -53,8 +53,12 @@ def poll(handle) -> bool:
 
 
 def synchronize(handle):
-    """Wait for an asynchronous operation and return its result."""
-    return handle.wait()
+    """Wait for an asynchronous operation and return its result (a failed collective raises
+    HorovodInternalError, as Horovod's)."""
+    try:
+        return handle.wait()
+    except RdmacollError as e:
+        reraise(e)
 
 
 _scale = scale_  # Horovod's ScaleBuffer (see _tensors.scale_)
@@ -63,17 +67,11 @@ _scale = scale_  # Horovod's ScaleBuffer (see _tensors.scale_)
 def _adasum_rules(process_set):
     """Horovod's refusals of op=Adasum, in its order, before communicating (the reduction
     itself is the plain API's, rdmacoll/adasum.py: float16/32/64 only, run in the call)."""
-    if process_set is not None and process_set is not global_process_set:
-        raise NotImplementedError("Adasum does not support non-global process sets yet.")
-    check_size(rc.size())
+    RULES.check_adasum(process_set is None or process_set is global_process_set, rc.size())
 
 
 def _fold_average(op, postscale_factor, size):
-    """Horovod's rule (common/operations.cc): Average with a postscale factor is Sum, then
-    one multiply by postscale_factor / size (not a division then a multiply)."""
-    if op == Average and postscale_factor != 1.0:
-        return Sum, postscale_factor / size
-    return op, postscale_factor
+    return RULES.fold_average(op, postscale_factor, size)
 
 
 class _NamesInFlight:
@@ -90,10 +88,11 @@ class _NamesInFlight:
         if h is None:
             return
         if not self._done(h):
-            raise RdmacollValueError(
+            raise RULES.error(
+                BAD_ARGUMENT,
                 "Requested to allreduce, allgather, or broadcast a tensor with the same name as "
                 f"another tensor that is currently being processed ({name!r}). If you want to "
-                "request another tensor, use a different tensor name."
+                "request another tensor, use a different tensor name.",
             )
         del self._handles[name]
 
@@ -150,12 +149,12 @@ def allreduce_async(
 ):
     """Start reducing tensor across ranks (of process_set); synchronize(handle) returns a
     new tensor."""
-    if process_set is not global_process_set and process_set is not None:  # (the fast path: two identity tests)
-        comm_of(process_set, "Allreduce")
-    op = resolve_op(average, op)
-    check_reducible(tensor, "allreduce input")  # sparse tensors: ValueError (sparse_allreduce_async)
+    op = resolve_op(average, op)  # Horovod's order: op, Adasum, dtype (Python), then the set (enqueue)
     if op == Adasum:
         _adasum_rules(process_set)
+    check_reducible(tensor, "allreduce input")  # sparse tensors: ValueError (sparse_allreduce_async)
+    if process_set is not global_process_set and process_set is not None:  # (the fast path: two identity tests)
+        comm_of(process_set, "Allreduce")
     _in_flight.check(name)
     op, postscale_factor = _fold_average(op, postscale_factor, _set_size(process_set))
     x, ctx = compression.compress(tensor.detach())
@@ -170,49 +169,26 @@ def allreduce_async(
     def finish(_):
         return compression.decompress(_scale(out, postscale_factor), ctx)
 
-    return Handle(h, finish)
-
-
-def allreduce(
-    tensor,
-    average=None,
-    name=None,
-    compression=Compression.none,
-    op=None,
-    prescale_factor=1.0,
-    postscale_factor=1.0,
-    process_set=global_process_set,
-):
-    """tensor reduced across ranks (Average by default), as a new tensor (differentiable
-    when tensor requires grad)."""
-    from . import autograd
-
-    if autograd.wanted(tensor):
-        return autograd.Allreduce.apply(
-            tensor, resolve_op(average, op), name, compression, prescale_factor, postscale_factor, process_set
-        )
-    return allreduce_async(
-        tensor, average, name, op, prescale_factor, postscale_factor, process_set, compression
-    ).wait()
+    return _Handle(h, finish)
 
 
 def allreduce_async_(
     tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set
 ):
     """Start reducing tensor in place; synchronize(handle) returns tensor."""
-    if process_set is not global_process_set and process_set is not None:
-        comm_of(process_set, "Allreduce")
     op = resolve_op(average, op)
-    check_reducible(tensor, "allreduce_ input")
     if op == Adasum:
         _adasum_rules(process_set)
+    check_reducible(tensor, "allreduce_ input")
+    if process_set is not global_process_set and process_set is not None:
+        comm_of(process_set, "Allreduce")
     _in_flight.check(name)
     op, postscale_factor = _fold_average(op, postscale_factor, _set_size(process_set))
     work, copy_back = _in_place(tensor)
     _scale(work, prescale_factor)
     a = flat(work)
     h = _in_flight.started(name, joinable.allreduce_async(a, op=op, name=name, out=a, process_set=process_set))
-    return Handle(h, lambda _: copy_back(_scale(work, postscale_factor)))
+    return _Handle(h, lambda _: copy_back(_scale(work, postscale_factor)))
 
 
 def allreduce_(
@@ -223,12 +199,12 @@ def allreduce_(
 
 
 def _grouped(tensors, op, name, prescale_factor, postscale_factor, compression, inplace, process_set):
-    if process_set is not global_process_set and process_set is not None:
-        comm_of(process_set, "Allreduce")
-    for i, t in enumerate(tensors):
-        check_reducible(t, f"grouped_allreduce input {i}")
     if op == Adasum:
         _adasum_rules(process_set)
+    for i, t in enumerate(tensors):
+        check_reducible(t, f"grouped_allreduce input {i}", "grouped_allreduce")
+    if process_set is not global_process_set and process_set is not None:
+        comm_of(process_set, "Allreduce")
     _in_flight.check(name)
     op, postscale_factor = _fold_average(op, postscale_factor, _set_size(process_set))
     packed = []
@@ -253,7 +229,7 @@ def _grouped(tensors, op, name, prescale_factor, postscale_factor, compression, 
             out.append(r)
         return out
 
-    return Handle(h, finish)
+    return _Handle(h, finish)
 
 
 def grouped_allreduce_async(
@@ -271,30 +247,6 @@ def grouped_allreduce_async(
     return _grouped(
         list(tensors), resolve_op(average, op), name, prescale_factor, postscale_factor, compression, False, process_set
     )
-
-
-def grouped_allreduce(
-    tensors,
-    average=None,
-    name=None,
-    compression=Compression.none,
-    op=None,
-    prescale_factor=1.0,
-    postscale_factor=1.0,
-    process_set=global_process_set,
-):
-    from . import autograd
-
-    tensors = list(tensors)
-    if any(autograd.wanted(t) for t in tensors):
-        return list(
-            autograd.GroupedAllreduce.apply(
-                resolve_op(average, op), name, compression, prescale_factor, postscale_factor, process_set, *tensors
-            )
-        )
-    return grouped_allreduce_async(
-        tensors, average, name, op, prescale_factor, postscale_factor, process_set, compression
-    ).wait()
 
 
 def grouped_allreduce_async_(
@@ -329,27 +281,24 @@ def allgather_async(tensor, name=None, process_set=global_process_set):
     _check_rows(tensor, "Allgather")
     _in_flight.check(name)
     x = contiguous(tensor.detach())
-    return Handle(
+    return _Handle(
         _in_flight.started(name, joinable.allgather_async(as_numpy(x), name=name, process_set=process_set)), as_torch
     )
 
 
-def allgather(tensor, name=None, process_set=global_process_set):
-    """Every rank's tensor concatenated along the first dimension (sizes may differ);
-    differentiable when tensor requires grad."""
-    from . import autograd
-
-    if autograd.wanted(tensor):
-        return autograd.Allgather.apply(tensor, name, process_set)
-    return allgather_async(tensor, name, process_set).wait()
+def _set_ranks(process_set):
+    if process_set is None or process_set is global_process_set:
+        return range(rc.size())
+    return process_set.ranks or ()
 
 
 def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_set):
-    check_tensor(tensor, "broadcast_ input")
+    check_tensor(tensor, "broadcast_ input", "broadcast")
+    RULES.check_root(root_rank, _set_ranks(process_set))
     _in_flight.check(name)
     work, copy_back = _in_place(tensor)
     a = flat(work)
-    return Handle(
+    return _Handle(
         _in_flight.started(name, joinable.broadcast_async(a, root_rank, name=name, out=a, process_set=process_set)),
         lambda _: copy_back(work),
     )
@@ -361,52 +310,27 @@ def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):
 
 
 def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set):
-    check_tensor(tensor, "broadcast input")
+    check_tensor(tensor, "broadcast input", "broadcast")
     return broadcast_async_(tensor.detach().clone(memory_format=torch.contiguous_format), root_rank, name, process_set)
 
 
-def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
-    """root_rank's tensor, as a new tensor on every rank (differentiable when tensor
-    requires grad)."""
-    from . import autograd
-
-    if autograd.wanted(tensor):
-        return autograd.Broadcast.apply(tensor, root_rank, name, process_set)
-    return broadcast_async(tensor, root_rank, name, process_set).wait()
-
-
 def _splits_list(splits, rows, size):
-    """Horovod's checks of alltoall's splits (common/operations.cc), before communicating:
-    a list, or a 1-D int32 tensor, of size() entries whose sum is at most rows (the rows
-    past the sum are not sent); without splits, rows must divide evenly."""
+    """Horovod's checks of alltoall's splits (../_horovod.py), before communicating: a list,
+    or a 1-D int32 tensor, of size() entries whose sum is at most rows (the rows past the
+    sum are not sent); without splits, rows must divide evenly."""
     if splits is None:
-        if rows % size:
-            raise RdmacollValueError(
-                "splits not provided, but first dimension of tensor is not an even multiple of the number of workers."
-            )
-        return None
+        return RULES.alltoall_splits(rows, None, size)
     if not isinstance(splits, torch.Tensor):
         splits = torch.tensor(splits, dtype=torch.int32)  # (what Horovod does with a list)
-    if splits.dim() > 1:
-        raise RdmacollValueError("alltoall expects a 1D splits tensor")
-    if splits.dtype != torch.int32:
-        raise RdmacollValueError("alltoall expects splits to contain 32-bit integer elements.")
-    if splits.numel() == 0:
-        return _splits_list(None, rows, size)
-    if splits.numel() != size:
-        raise RdmacollValueError("Number of entries in splits does not equal number of workers.")
-    out = [int(s) for s in splits.tolist()]
-    if any(s < 0 for s in out):
-        raise RdmacollValueError(f"alltoall: splits must not be negative, got {out}")
-    if sum(out) > rows:
-        raise RdmacollValueError("Sum of splits entries is greater than the first dimension of tensor.")
-    return out
+    return RULES.alltoall_splits(
+        rows, splits.reshape(-1).tolist(), size, splits.dim(), str(splits.dtype).replace("torch.", "")
+    )
 
 
 def alltoall_async(tensor, splits=None, name=None, process_set=global_process_set):
     if process_set is not global_process_set and process_set is not None:
         comm_of(process_set, "Alltoall")
-    check_tensor(tensor, "alltoall input")
+    check_tensor(tensor, "alltoall input", "alltoall")
     rows = tensor.shape[0] if tensor.dim() else 1
     send = _splits_list(splits, rows, _set_size(process_set))
     _in_flight.check(name)
@@ -423,25 +347,13 @@ def alltoall_async(tensor, splits=None, name=None, process_set=global_process_se
         out = as_torch(data)
         return out if splits is None else (out, torch.as_tensor(received, dtype=torch.int32))
 
-    return Handle(h, finish)
-
-
-def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
-    """splits[j] rows of tensor to rank j; returns the rows every rank sent here (and, when
-    splits is given, a tensor of how many came from each rank), as Horovod does."""
-    from . import autograd
-
-    if autograd.wanted(tensor):
-        out, received = autograd.Alltoall.apply(tensor, splits, name, process_set)
-        return out if splits is None else (out, received)
-    return alltoall_async(tensor, splits, name, process_set).wait()
+    return _Handle(h, finish)
 
 
 def _check_rows(tensor, what):
     """Horovod's refusal of scalars (before communicating): these collectives split or
     concatenate along the first dimension."""
-    if tensor.dim() == 0:
-        raise RdmacollValueError(f"{what} does not support scalar inputs")
+    RULES.check_rows(tensor.dim(), what)
 
 
 def reducescatter_async(
@@ -450,7 +362,7 @@ def reducescatter_async(
     if process_set is not global_process_set and process_set is not None:
         comm_of(process_set, "Reducescatter")
     op = resolve_op(None, op)
-    check_reducible(tensor, "reducescatter input")
+    check_reducible(tensor, "reducescatter input", "reducescatter")
     _check_rows(tensor, "Reducescatter")
     _in_flight.check(name)
     op, postscale_factor = _fold_average(op, postscale_factor, _set_size(process_set))
@@ -458,30 +370,7 @@ def reducescatter_async(
     if prescale_factor != 1.0:
         x = _scale(_private(x, tensor), prescale_factor)
     h = _in_flight.started(name, joinable.reducescatter_async(as_numpy(x), op=op, name=name, process_set=process_set))
-    return Handle(h, lambda r: _scale(as_torch(r), postscale_factor))
-
-
-def reducescatter(
-    tensor,
-    name=None,
-    compression=Compression.none,
-    op=Average,
-    process_set=global_process_set,
-    prescale_factor=1.0,
-    postscale_factor=1.0,
-):
-    """The reduction of tensor across ranks, split along the first dimension (the first
-    rows % size ranks get one row more); differentiable when tensor requires grad."""
-    from . import autograd
-
-    x, ctx = compression.compress(tensor)
-    if autograd.wanted(x):
-        out = autograd.Reducescatter.apply(
-            x, name, resolve_op(None, op), process_set, prescale_factor, postscale_factor
-        )
-    else:
-        out = reducescatter_async(x, name, op, process_set, prescale_factor, postscale_factor).wait()
-    return compression.decompress(out, ctx)
+    return _Handle(h, lambda r: _scale(as_torch(r), postscale_factor))
 
 
 # --------------------------------------------------------------------------- grouped allgather / reducescatter
@@ -494,24 +383,13 @@ def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
         comm_of(process_set, "Allgather")
     tensors = list(tensors)
     for i, t in enumerate(tensors):
-        check_tensor(t, f"grouped_allgather input {i}")
+        check_tensor(t, f"grouped_allgather input {i}", "grouped_allgather")
         _check_rows(t, "Allgather")
     _in_flight.check(name)
     h = joinable.grouped_allgather_async(
         [as_numpy(contiguous(t.detach())) for t in tensors], name=name, process_set=process_set
     )
-    return Handle(_in_flight.started(name, h), lambda results: tuple(as_torch(r) for r in results))
-
-
-def grouped_allgather(tensors, name=None, process_set=global_process_set):
-    """Each tensor concatenated with the same tensor of every rank along the first
-    dimension, as one operation; a tuple, differentiable where a tensor requires grad."""
-    from . import autograd
-
-    tensors = list(tensors)
-    if any(autograd.wanted(t) for t in tensors):
-        return autograd.GroupedAllgather.apply(name, process_set, *tensors)
-    return grouped_allgather_async(tensors, name, process_set).wait()
+    return _Handle(_in_flight.started(name, h), lambda results: tuple(as_torch(r) for r in results))
 
 
 def grouped_reducescatter_async(
@@ -524,7 +402,7 @@ def grouped_reducescatter_async(
     op = resolve_op(None, op)
     tensors = list(tensors)
     for i, t in enumerate(tensors):
-        check_reducible(t, f"grouped_reducescatter input {i}")
+        check_reducible(t, f"grouped_reducescatter input {i}", "grouped_reducescatter")
         _check_rows(t, "Reducescatter")
     _in_flight.check(name)
     op, postscale_factor = _fold_average(op, postscale_factor, _set_size(process_set))
@@ -533,37 +411,16 @@ def grouped_reducescatter_async(
         x = contiguous(t.detach())
         xs.append(_scale(_private(x, t), prescale_factor) if prescale_factor != 1.0 else x)
     h = joinable.grouped_reducescatter_async([as_numpy(x) for x in xs], op=op, name=name, process_set=process_set)
-    return Handle(
+    return _Handle(
         _in_flight.started(name, h), lambda results: tuple(_scale(as_torch(r), postscale_factor) for r in results)
     )
 
 
-def grouped_reducescatter(
-    tensors,
-    name=None,
-    compression=Compression.none,
-    op=Average,
-    process_set=global_process_set,
-    prescale_factor=1.0,
-    postscale_factor=1.0,
-):
-    """Each tensor reduced across ranks and split along the first dimension, as one
-    operation per dtype; a list, differentiable where a tensor requires grad."""
-    from . import autograd
-
-    packed = [compression.compress(t) for t in tensors]
-    xs = [x for x, _ in packed]
-    if any(autograd.wanted(x) for x in xs):
-        out = autograd.GroupedReducescatter.apply(
-            name, resolve_op(None, op), process_set, prescale_factor, postscale_factor, *xs
-        )
-    else:
-        out = grouped_reducescatter_async(xs, name, op, process_set, prescale_factor, postscale_factor).wait()
-    return [compression.decompress(r, ctx) for r, (_, ctx) in zip(out, packed)]
-
-
 def barrier(process_set=global_process_set):
-    joinable.barrier(process_set)
+    try:
+        joinable.barrier(process_set)
+    except RdmacollError as e:
+        reraise(e)
 
 
 def join(device=-1):
@@ -573,4 +430,7 @@ def join(device=-1):
     Allgather, broadcast, alltoall and reducescatter raise Horovod's error on the training
     ranks while a rank is joined. Returns the rank that joined last (ties: the higher
     rank). See join.py."""
-    return _join_protocol()
+    try:
+        return _join_protocol()
+    except RdmacollError as e:
+        reraise(e)

@@ -43,13 +43,16 @@ import warnings
 import torch
 
 import rdmacoll as rc
-from rdmacoll import RdmacollError, RdmacollValueError
+from rdmacoll import RdmacollError
 
 from .._common import first_difference, fusion_threshold, signature_digest
+from ._params import collect_params, name_params
+from ._rules import RULES, reraise
 from ._tensors import contiguous, copy_into, flat
 from .buckets import Layout
 from .compression import Compression
 from .. import _join as joinable
+from .adasum_optimizer import adasum_optimizer
 from .._join import BUCKETS, STEP
 from .join import STATE as JOIN_STATE
 from .ops import comm_of, global_process_set
@@ -80,12 +83,7 @@ class _DistributedOptimizer:
         process_set,
         sparse_as_dense=False,
     ):
-        if backward_passes_per_step < 1:
-            raise RdmacollError("backward_passes_per_step must be at least 1")
-        if op not in (rc.Average, rc.Sum):
-            raise RdmacollError("DistributedOptimizer supports op=Average or op=Sum")
-        if gradient_predivide_factor != 1.0 and op != rc.Average:
-            raise RdmacollError("gradient_predivide_factor needs op=Average")
+        RULES.check_optimizer(op, gradient_predivide_factor, backward_passes_per_step, ops=(rc.Average, rc.Sum))
         self._rc_compression = compression
         self._rc_passes = backward_passes_per_step
         self._rc_op = op
@@ -98,8 +96,8 @@ class _DistributedOptimizer:
         # rank 0's setting (broadcast at init): ranks with different bucket plans could
         # not reduce together
         self._rc_threshold = fusion_threshold()
-        self._rc_params = self._rc_collect_params()
-        self._rc_names = self._rc_name_params(named_parameters, self._rc_params)
+        self._rc_params = collect_params(self)
+        self._rc_names = name_params(named_parameters, self._rc_params, self.param_groups)
         self._rc_hooks = {}  # id(param) -> hook handle: parameters that require gradients
         self._rc_control = None  # this step's join announcement (STEP), in flight
         self._rc_buckets_control = None  # BUCKETS, when a rank is joined
@@ -122,16 +120,6 @@ class _DistributedOptimizer:
         # join() serves the global set's optimizers (its control round is over every rank)
         self._rc_join_index = JOIN_STATE.register(self) if self._rc_set is None else None
 
-    def _rc_collect_params(self):
-        """Every parameter of every group, once, in group order."""
-        seen, params = set(), []
-        for group in self.param_groups:
-            for p in group["params"]:
-                if id(p) not in seen:
-                    seen.add(id(p))
-                    params.append(p)
-        return params
-
     def _rc_hook_params(self):
         """A gradient hook on every parameter that requires gradients and has none yet
         (frozen ones cannot take one; they get it once unfrozen)."""
@@ -145,43 +133,16 @@ class _DistributedOptimizer:
         super().add_param_group(param_group)
         if "_rc_params" not in self.__dict__ or self._rc_excluded:
             return  # called by the optimizer's own __init__, or outside the process set
-        self._rc_params = self._rc_collect_params()
+        self._rc_params = collect_params(self)
         group = len(self.param_groups) - 1
         for i, p in enumerate(self.param_groups[-1]["params"]):
             self._rc_names.setdefault(id(p), f"param_groups.{group}.{i}")
         self._rc_hook_params()
 
-    @staticmethod
-    def _rc_name_params(named_parameters, params):
-        if named_parameters is None:
-            return {id(p): f"allreduce.noname.{i}" for i, p in enumerate(params)}
-        # Horovod's checks and errors (ValueError), in Horovod's order
-        named_parameters = list(named_parameters)
-        if not all(isinstance(item, tuple) and len(item) == 2 for item in named_parameters):
-            raise RdmacollValueError(
-                "named_parameters should be a sequence of tuples (name, parameter), "
-                "usually produced by model.named_parameters()."
-            )
-        seen, dups = set(), []
-        for n, _ in named_parameters:
-            if n in seen and n not in dups:
-                dups.append(n)
-            seen.add(n)
-        if dups:
-            raise RdmacollValueError(
-                f"Parameter names in named_parameters must be unique. Found duplicates: {', '.join(map(str, dups))}"
-            )
-        names = {}
-        for n, p in named_parameters:
-            names.setdefault(id(p), n)
-        missing = [i for i, p in enumerate(params) if id(p) not in names]
-        if missing:
-            raise RdmacollValueError(
-                "named_parameters was specified, but one or more model parameters "
-                f"were not named: {len(missing)} of the optimizer's parameters "
-                f"(positions {missing[:5]} in param_groups)"
-            )
-        return names  # also names of parameters a later add_param_group may bring
+    @property
+    def _parameter_names(self):
+        """Horovod's {parameter: name} (scripts read it): every parameter of the optimizer."""
+        return {p: self._rc_names[id(p)] for p in self._rc_params}
 
     def _rc_gathered(self, p):
         """Whether p's gradient is reduced by allgather (sparse, sparse_as_dense=False)."""
@@ -459,7 +420,14 @@ class _DistributedOptimizer:
 
     def synchronize(self):
         """Wait until every gradient is reduced (for clipping or unscaling before step();
-        then call step() inside `with optimizer.skip_synchronize():`)."""
+        then call step() inside `with optimizer.skip_synchronize():`). A failure raises
+        HorovodInternalError, as Horovod's."""
+        try:
+            self._rc_synchronize()
+        except RdmacollError as e:
+            reraise(e)
+
+    def _rc_synchronize(self):
         if self._rc_synchronized or self._rc_excluded:
             return
         if not self._rc_started and self._rc_layout_key() != self._rc_key:
@@ -567,12 +535,20 @@ def DistributedOptimizer(
     only (on the others step() applies the local gradients, as in Horovod). op=Adasum (more
     than one rank): Horovod's Adasum optimizer (adasum_optimizer.py).
     """
+    if op != rc.Adasum:  # Horovod's checks, in its order, before anything needs init()
+        RULES.check_optimizer(op, gradient_predivide_factor, backward_passes_per_step, ops=(rc.Average, rc.Sum))
+        if named_parameters is not None:
+            named_parameters = list(named_parameters)
+            RULES.named_parameters(named_parameters)
     if op == rc.Adasum:
-        from .adasum_optimizer import adasum_optimizer
-
-        return adasum_optimizer(
+        dist = adasum_optimizer(
             optimizer, named_parameters, compression, backward_passes_per_step, gradient_predivide_factor, process_set
         )
+        if dist is not None:
+            return dist
+        # one rank: Horovod's plain optimizer with op=Sum (the Adasum of one rank is the
+        # identity), sparse_as_dense left at its default as Horovod's fallback leaves it
+        op, sparse_as_dense = rc.Sum, False
     if process_set is None:
         process_set = global_process_set
     elif process_set is not global_process_set and process_set.included():

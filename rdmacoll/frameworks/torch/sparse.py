@@ -16,6 +16,7 @@ import torch
 import rdmacoll as rc
 from rdmacoll import RdmacollValueError, global_process_set
 
+from . import ops
 from ._tensors import check_tensor
 
 
@@ -34,8 +35,6 @@ def sparse_allreduce_async(tensor, name, op, process_set=global_process_set):
     """Start reducing the sparse COO tensor across ranks (of process_set); handle() or
     synchronize(handle) returns the sparse result. op: Sum or Average (Horovod treats any
     op other than Average as Sum; rdmacoll refuses the others)."""
-    from . import ops
-
     if not isinstance(tensor, torch.Tensor) or tensor.layout != torch.sparse_coo:
         raise RdmacollValueError(
             "sparse_allreduce_async takes a sparse COO tensor (torch.sparse_coo_tensor, "

@@ -17,7 +17,7 @@ from torch.nn.modules.batchnorm import _BatchNorm
 
 import rdmacoll as rc
 
-from . import ops
+from . import collectives, ops
 
 
 class SyncBatchNorm(_BatchNorm):
@@ -50,11 +50,11 @@ class SyncBatchNorm(_BatchNorm):
         shape = [1, -1] + [1] * (input.dim() - 2)
         c = self.num_features
         local = torch.cat([input.sum(dims), input.new_tensor([input.numel() // c])])
-        total = ops.allreduce(local, op=ops.Sum, name="sync_batch_norm.sum")
+        total = collectives.allreduce(local, op=ops.Sum, name="sync_batch_norm.sum")
         count = total[c]
         mean = total[:c] / count
         centered = input - mean.view(shape)
-        var = ops.allreduce((centered * centered).sum(dims), op=ops.Sum, name="sync_batch_norm.var") / count
+        var = collectives.allreduce((centered * centered).sum(dims), op=ops.Sum, name="sync_batch_norm.var") / count
         if self.training and self.track_running_stats:
             with torch.no_grad():
                 f = self._factor()

@@ -5,10 +5,10 @@ Each peer offers the interface of rdmacoll/_bench/impl.py (supports, prepare -> 
 close; name, algo and transport for the table). The framework and MPI imports happen
 inside the constructors, so importing this module costs nothing.
 
-Module boundaries: frameworks (torch, horovod) are imported only inside
-rdmacoll/frameworks/, and this module is, besides rdmacoll/bootstrap/mpi.py (which starts
-MPI-launched jobs), the only one of the package that imports mpi4py: MPI is a peer being
-measured here, never a path rdmacoll's own collectives take.
+Module boundaries (docs/design.md): frameworks (torch, horovod) are imported only inside
+rdmacoll/frameworks/, and mpi4py only in rdmacoll/bootstrap/mpi.py (which starts
+MPI-launched jobs), except here: MPI, torch.distributed and Horovod are peers being
+measured, never a path rdmacoll's own collectives take.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import socket
 import numpy as np
 
 import rdmacoll as rc
-from rdmacoll._bench.impl import Prepared, nothing, restore
+from .impl import Prepared, nothing, restore
 
 _INSTALL = {
     "mpi": "pip install mpi4py",
