@@ -1,17 +1,20 @@
 """rdmacoll's ibverbs transport against perftest's `ib_write_bw`, on the same RDMA device,
 interleaved in the same run.
 
+    export PYTHONPATH=build/cp311-cp311-linux_x86_64/hooks   # the test hooks (below)
     mpiexec -n 2 python benchmarks/ibverbs_vs_ib_write_bw.py [--sizes 64K,1M,4M] [--rounds 5]
     # in the Soft-RoCE guest:
-    sudo python3 scripts/rdma_guest.py run -- .venv/bin/mpiexec -n 2 .venv/bin/python \\
-        benchmarks/ibverbs_vs_ib_write_bw.py
+    sudo python3 scripts/rdma_guest.py run -- env PYTHONPATH=$PYTHONPATH .venv/bin/mpiexec -n 2 \\
+        .venv/bin/python benchmarks/ibverbs_vs_ib_write_bw.py
 
 Per round and size, three measurements, one after the other (never two at once):
   ib_write_bw   perftest's RDMA WRITE bandwidth between two processes on this host (rank 0
                 starts its server and client; -s SIZE, -n ITERS, default queue depth)
-  write loop    the transport itself (rdmacoll._core._testing.TransportProbe, the
-                conformance tests' handle on a backend): rank 0 writes SIZE bytes from
-                registered memory into rank 1's registered region, ITERS times, each write
+  write loop    the transport itself (_rdmacoll_testing.TransportProbe, the
+                conformance tests' handle on a backend; the test hooks' module, which
+                `pip install .` builds into build/<wheel tag>/hooks/, never installed): rank
+                0 writes SIZE bytes from registered memory into rank 1's registered
+                region, ITERS times, each write
                 returning when its completion arrives (the transport contract: the source
                 may be reused on return); bytes / time
   allreduce     rc.allreduce of SIZE bytes of float32 over RDMACOLL_TRANSPORT=ibverbs, busbw
@@ -32,8 +35,8 @@ import time
 
 from mpi4py import MPI
 
+import _rdmacoll_testing as _testing
 import rdmacoll as rc
-from rdmacoll._core import _testing
 
 WORLD = MPI.COMM_WORLD
 

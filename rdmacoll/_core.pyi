@@ -1,5 +1,6 @@
 """Type stubs for the C++ extension rdmacoll._core (the one Python/C++ boundary).
-Test hooks live in the submodule rdmacoll._core._testing (not typed here: not an API)."""
+The test hooks are a separate module, _rdmacoll_testing, built beside this one and never
+installed (csrc/python/testing/, tests/conftest.py): not an API, not typed here."""
 
 from typing import Any, Callable, Optional, Union
 
@@ -48,6 +49,7 @@ class Handle:
 
 def _view(x: Any) -> np.ndarray: ...
 def stream_copy(dst: Any, src: Any) -> None: ...
+def fork_tracked_fds() -> int: ...  # descriptors the core holds now, which a forked child closes
 
 STREAM_COPY_MIN_BYTES: int
 

@@ -53,5 +53,8 @@ fi
 export LD_PRELOAD="$LIBASAN $(${CXX:-c++} -print-file-name=libstdc++.so)"
 export ASAN_OPTIONS="detect_leaks=0:abort_on_error=1:allocator_may_return_null=1:detect_odr_violation=0"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
+# The test hooks' module (_rdmacoll_testing, never installed) of this sanitized build:
+# tests/conftest.py looks on PYTHONPATH first, then in the tree's build/.
+export PYTHONPATH="$BUILD/hooks${PYTHONPATH:+:$PYTHONPATH}"
 cd /tmp  # outside the source tree: the installed package is the one imported
 exec python -m pytest -q -p no:cacheprovider "$@"

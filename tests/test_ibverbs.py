@@ -14,7 +14,7 @@ import subprocess
 import pytest
 
 from rdmacoll import _core
-from rdmacoll._core import _testing
+import _rdmacoll_testing as _testing
 from mpi_util import rank_records, run_mpi
 
 Error = _core.RdmacollError

@@ -14,13 +14,14 @@ import shutil
 import subprocess
 import sys
 
+import _rdmacoll_testing
 import pytest
 
 from mpi_util import rank_records, run_mpi
 from test_hosts import net_hosts
 
 core = pytest.importorskip("rdmacoll._core")
-T = core._testing
+T = _rdmacoll_testing
 UP, LOOPBACK = T.IFF_UP, T.IFF_LOOPBACK
 
 

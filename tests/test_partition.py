@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from rdmacoll import _core
-from rdmacoll._core import _testing
+import _rdmacoll_testing as _testing
 from reference import DTYPES, FLOATS, OPS, fold, np_dtype
 
 RANKS = range(1, 65)

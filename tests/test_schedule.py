@@ -3,7 +3,7 @@
 
 import pytest
 
-from rdmacoll._core import _testing
+import _rdmacoll_testing as _testing
 
 RANKS = range(1, 65)
 COUNTS = [0, 1, 2, 3, 7, 63, 64, 65, 1023, 2**20 + 3]

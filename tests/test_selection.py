@@ -4,7 +4,7 @@ file (rank 0's constants reach every rank) and what a malformed setting says."""
 import pytest
 
 from rdmacoll import _core, _settings
-from rdmacoll._core import _testing
+import _rdmacoll_testing as _testing
 from mpi_util import rank_records, run_mpi
 
 K, M, G = 1 << 10, 1 << 20, 1 << 30

@@ -1,5 +1,5 @@
 """Conformance of the shared-memory transport to the one-sided contract
-(csrc/transport/transport.h), through rdmacoll._core._testing.TransportProbe on 2 ranks (tcp:
+(csrc/transport/transport.h), through _rdmacoll_testing.TransportProbe on 2 ranks (tcp:
 tests/test_tcp.py; ibverbs below, where this host has a usable RDMA port)."""
 
 import pytest

@@ -1,6 +1,6 @@
 // Rank arithmetic of recursive doubling, halving-doubling and the double binary tree, as
 // pure functions (unit-tested without any transport, see tests/test_schedule.py through
-// the rdmacoll._core._testing hooks of python/testing/schedules.cc).
+// the _rdmacoll_testing hooks of python/testing/schedules.cc).
 //
 // Terms
 //   fold     non-powers of two: P = the largest power of two <= p, rem = p - P. Before

@@ -1,5 +1,5 @@
 // Where the ranks run, as the hierarchical allreduce needs it: a pure function of every
-// rank's host (unit-tested without any transport through rdmacoll._core._testing.hierarchy),
+// rank's host (unit-tested without any transport through _rdmacoll_testing.hierarchy),
 // computed once per Communicator (Communicator::topology()).
 //
 // Terms

@@ -1,12 +1,14 @@
 // The one Python/C++ boundary, _core: put together from its pieces (bindings.h).
 // Constants (dtypes, ops, settings, algorithms) are exported from C++, never restated in
-// Python. Test hooks live in the submodule _core._testing.
+// Python. Test hooks are a separate module, _rdmacoll_testing (testing/hooks.h), never
+// installed.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
 #include <cstring>
 
 #include "common/error.h"
+#include "common/fork_guard.h"
 #include "common/types.h"
 #include "python/arrays.h"
 #include "python/bindings.h"
@@ -29,15 +31,7 @@ PYBIND11_MODULE(_core, m) {
                                 py::make_tuple(exc, py::handle(PyExc_ValueError)).ptr(), nullptr);
   if (!valueExc) throw py::error_already_set();
   m.attr("RdmacollValueError") = py::handle(valueExc);
-  py::register_exception_translator([](std::exception_ptr p) {
-    try {
-      if (p) std::rethrow_exception(p);
-    } catch (const ArgumentError& e) {
-      PyErr_SetString(valueExc, e.what());
-    } catch (const Error& e) {
-      PyErr_SetString(exc.ptr(), e.what());
-    }
-  });
+  py::register_exception_translator([](std::exception_ptr p) { translateError(p, exc.ptr(), valueExc); });
 
   m.attr("Sum") = static_cast<int>(ReduceOp::kSum);
   m.attr("Average") = static_cast<int>(ReduceOp::kAverage);
@@ -79,13 +73,7 @@ PYBIND11_MODULE(_core, m) {
   bindSettings(m);
   bindGroup(m);
   bindTuning(m);
-
-  py::module_ t = m.def_submodule("_testing", "Hooks for rdmacoll's tests: not an API.");
-  bindTestingCore(t);
-  bindTestingSchedules(t);
-  bindTestingTuning(t);
-  bindTestingFuzz(t);
-  bindTestingTransport(t);
-  bindTestingIbverbs(t);
-  bindTestingSocketInterfaces(t);
+  m.def("fork_tracked_fds", &forkguard::trackedCount,
+        "Descriptors the core holds now: the ones a forked child closes (common/fork_guard.h). "
+        "Introspection for tests: the registry is process state of this module's core.");
 }

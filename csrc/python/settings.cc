@@ -1,6 +1,5 @@
 // The settings table and the algorithm table, exported (constants are never restated in
-// Python), and the dicts the Python package hands over: settings values, the job's
-// layout, measured cost-model constants.
+// Python). The dicts the Python package hands over are converted in convert.cc.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
@@ -49,49 +48,6 @@ py::object typed(const settings::Setting& s, const settings::Value& v) {
 }
 
 }  // namespace
-
-py::dict costModelToDict(const CostModel& m) {
-  py::dict d;
-  d["alpha"] = m.alpha;
-  d["beta"] = m.beta;
-  d["gamma"] = m.gamma;
-  return d;
-}
-
-Collective collectiveNamed(const std::string& name) {
-  Collective c;
-  if (collectiveFromName(name, &c)) return c;
-  std::string known;
-  for (Collective k : kCollectives) known += (known.empty() ? "" : ", ") + std::string(collectiveName(k));
-  throw Error("unknown collective '" + name + "' (" + known + ")");
-}
-
-settings::Values valuesFromDict(const py::dict& d) {
-  settings::Values v;
-  for (auto kv : d) v.set(py::str(kv.first), py::str(kv.second));
-  return v;
-}
-
-JobLayout layoutFromDict(const py::dict& d) {
-  JobLayout l;
-  if (d.contains("hosts")) l.hostOf = d["hosts"].cast<std::vector<int>>();
-  if (d.contains("local_cpus")) l.localCpus = d["local_cpus"].cast<int>();
-  if (d.contains("ranks_per_cpu")) l.ranksPerCpu = std::max(1.0, d["ranks_per_cpu"].cast<double>());
-  if (d.contains("network_offers")) l.networkOffers = d["network_offers"].cast<std::vector<std::string>>();
-  return l;
-}
-
-CostModel costModelFromDict(const py::dict& d) {
-  const double missing = std::numeric_limits<double>::quiet_NaN();
-  auto get = [&](const char* k) { return d.contains(k) ? d[k].cast<double>() : missing; };
-  return CostModel{get("alpha"), get("beta"), get("gamma")};
-}
-
-std::map<std::string, CostModel> costModelsFromDict(const py::dict& d) {
-  std::map<std::string, CostModel> out;
-  for (auto kv : d) out[py::str(kv.first)] = costModelFromDict(kv.second.cast<py::dict>());
-  return out;
-}
 
 void bindSettings(py::module_& m) {
   py::list rows;

@@ -18,25 +18,6 @@
 namespace py = pybind11;
 using namespace rdmacoll;
 
-CostModel fullCostModel(const py::dict& d) {
-  const CostModel given = costModelFromDict(d);
-  return CostModel{std::isnan(given.alpha) ? kDefaultLocal.alpha : given.alpha,
-                   std::isnan(given.beta) ? kDefaultLocal.beta : given.beta,
-                   std::isnan(given.gamma) ? kDefaultLocal.gamma : given.gamma};
-}
-
-algorithms::Situation oneHostSituation(Collective coll, size_t bytes, int p) {
-  algorithms::Situation s;
-  s.collective = coll;
-  s.bytes = bytes;
-  s.ranks = p;
-  s.hosts = 1;
-  s.ranksPerHost = p;
-  s.peersReadable = s.peersMappable = true;
-  s.eagerBytes = SIZE_MAX;
-  return s;
-}
-
 void bindTuning(py::module_& m) {
   m.def(
       "reduce_local",

@@ -88,7 +88,7 @@ def body():
     seed, scale = int(sys.argv[1]), float(sys.argv[2])
     rng = random.Random(seed)
     from rdmacoll import _core
-    from rdmacoll._core import _testing
+    import _rdmacoll_testing as _testing
 
     n = lambda k: max(10, int(k * scale))  # noqa: E731
 

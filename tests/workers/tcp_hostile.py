@@ -19,7 +19,7 @@ from mpi4py import MPI
 
 from common import emit, ignore_launcher_notifications, main, set_rank
 from rdmacoll import _core
-from rdmacoll._core import _testing
+import _rdmacoll_testing as _testing
 
 WORLD = MPI.COMM_WORLD
 DEADLINE_S = 30

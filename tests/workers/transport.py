@@ -1,4 +1,4 @@
-"""Transport conformance, driven through rdmacoll._core._testing.TransportProbe on 2 ranks.
+"""Transport conformance, driven through _rdmacoll_testing.TransportProbe on 2 ranks.
 
 Addresses and packed regions travel over mpi4py; everything else goes through the
 transport. Rank 0 is the writer (the active side), rank 1 the reader (the owner of the
@@ -21,7 +21,7 @@ import numpy as np
 from mpi4py import MPI
 
 from common import emit, ignore_launcher_notifications, main, set_rank
-from rdmacoll._core import _testing
+import _rdmacoll_testing as _testing
 from rdmacoll._core import RdmacollError
 
 WORLD = MPI.COMM_WORLD

@@ -1,11 +1,11 @@
-// Test hooks of the core without ranks: the descriptor hash, the fork guard.
+// Test hook of the core without ranks: the descriptor hash. (The fork guard's count is
+// _core.fork_tracked_fds: its registry is process state of _core's copy of the core.)
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
 #include "comm/call.h"
 #include "common/error.h"
-#include "common/fork_guard.h"
-#include "python/bindings.h"
+#include "python/testing/hooks.h"
 
 namespace py = pybind11;
 using namespace rdmacoll;
@@ -25,6 +25,4 @@ void bindTestingCore(py::module_& m) {
     d.segmentBytes = seg;
     return hashDescriptor(d);
   });
-  m.def("fork_tracked_fds", &forkguard::trackedCount,
-        "Descriptors the core holds and a forked child closes (common/fork_guard.h).");
 }

@@ -18,7 +18,7 @@
 #include "comm/primitives.h"
 #include "common/error.h"
 #include "common/fork_guard.h"
-#include "python/bindings.h"
+#include "python/testing/hooks.h"
 #include "comm/call.h"
 #include "transport/transport.h"
 

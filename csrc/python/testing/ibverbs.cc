@@ -8,7 +8,7 @@
 #include <string>
 
 #include "common/error.h"
-#include "python/bindings.h"
+#include "python/testing/hooks.h"
 #include "transport/ibverbs/diagnose.h"
 #include "transport/ibverbs/wire.h"
 

@@ -2,7 +2,7 @@
 // unit-tested from Python without any transport (tests/test_partition.py and friends).
 #include <pybind11/pybind11.h>
 
-#include "python/bindings.h"
+#include "python/testing/hooks.h"
 #include <pybind11/stl.h>
 
 #include "algorithms/partition.h"

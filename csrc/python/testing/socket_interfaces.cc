@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "common/error.h"
-#include "python/bindings.h"
+#include "python/testing/hooks.h"
 #include "transport/tcp/interfaces.h"
 
 namespace py = pybind11;

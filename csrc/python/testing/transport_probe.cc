@@ -1,10 +1,11 @@
-// _core._testing.TransportProbe: the transport contract exposed raw, for the conformance tests
+// _rdmacoll_testing.TransportProbe: the transport contract exposed raw, for the conformance tests
 // (tests/test_transport.py). Tests exchange addresses and packed regions themselves
 // (through mpi4py), then drive write/put64/poll/read/map on one endpoint per peer.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
-#include "python/bindings.h"
+#include "python/convert.h"
+#include "python/testing/hooks.h"
 #include <pybind11/stl.h>
 
 #include <cstring>

@@ -7,7 +7,8 @@
 
 #include "algorithms/table.h"
 #include "common/error.h"
-#include "python/bindings.h"
+#include "python/convert.h"
+#include "python/testing/hooks.h"
 #include "tuning/select.h"
 
 namespace py = pybind11;
