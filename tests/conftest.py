@@ -54,3 +54,19 @@ if _dir not in sys.path:
 _path = os.environ.get("PYTHONPATH", "")
 if _dir not in _path.split(os.pathsep):
     os.environ["PYTHONPATH"] = _dir + (os.pathsep + _path if _path else "")
+
+
+# CI's budget: the summary splits pytest's time between the host tests and the Soft-RoCE
+# guest's (tests/test_rdma_guest.py), whose jobs run under emulation (.ci/run's stages)
+_SPENT = {"host": 0.0, "guest": 0.0}
+
+
+def pytest_runtest_logreport(report):
+    _SPENT["guest" if report.nodeid.startswith("tests/test_rdma_guest.py") else "host"] += report.duration
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    terminalreporter.write_line(
+        f"time in tests: host {_SPENT['host']:.0f} s, Soft-RoCE guest {_SPENT['guest']:.0f} s "
+        "(setup, call and teardown of each test)"
+    )
