@@ -275,6 +275,14 @@ def comm_of(process_set, op):
     return _initialised_table(process_set).comm_of(process_set, op)
 
 
+def ranks_of(process_set):
+    """The global ranks of process_set (None or the global set: every rank; an unregistered
+    set's own list): what a root rank is checked against."""
+    if process_set is None or process_set is global_process_set:
+        return range(_session.require().size)
+    return process_set.ranks or ()
+
+
 def comm_for(process_set, op):
     """The communicator a collective `op` on process_set (None: the global set) runs on."""
     if process_set is None or process_set is global_process_set:

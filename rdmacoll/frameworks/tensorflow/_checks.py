@@ -6,20 +6,14 @@ InvalidArgumentError (errors.py)."""
 from __future__ import annotations
 
 import rdmacoll as rc
-from rdmacoll.process_sets import comm_of
+from rdmacoll.process_sets import comm_of, ranks_of
 
 from .errors import RULES
 
 
-def _ranks(process_set):
-    if process_set is None or process_set is rc.global_process_set:
-        return range(rc.size())
-    return process_set.ranks or ()
-
-
 def root_rank(root, process_set):
     """root (a global rank) must be a rank of process_set."""
-    RULES.check_root(root, _ranks(process_set))
+    RULES.check_root(root, ranks_of(process_set))
 
 
 def splits(rows, split_list, process_set, ndim=1):
@@ -28,4 +22,4 @@ def splits(rows, split_list, process_set, ndim=1):
     Horovod). Returns the list to send with (None: even split)."""
     if process_set is not None and process_set is not rc.global_process_set:
         comm_of(process_set, "Alltoall")  # (ValueError first on a rank outside the set, as Horovod)
-    return RULES.alltoall_splits(rows, split_list, len(_ranks(process_set)), ndim)
+    return RULES.alltoall_splits(rows, split_list, len(ranks_of(process_set)), ndim)

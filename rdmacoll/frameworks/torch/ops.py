@@ -13,7 +13,7 @@ import torch
 import rdmacoll as rc
 from rdmacoll import Handle, RdmacollError, global_process_set
 from rdmacoll import ProcessSet, add_process_set, remove_process_set  # noqa: F401  (re-exported)
-from rdmacoll.process_sets import comm_of
+from rdmacoll.process_sets import comm_of, ranks_of
 
 from .._horovod import BAD_ARGUMENT
 from ._rules import RULES, reraise
@@ -286,15 +286,9 @@ def allgather_async(tensor, name=None, process_set=global_process_set):
     )
 
 
-def _set_ranks(process_set):
-    if process_set is None or process_set is global_process_set:
-        return range(rc.size())
-    return process_set.ranks or ()
-
-
 def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_set):
     check_tensor(tensor, "broadcast_ input", "broadcast")
-    RULES.check_root(root_rank, _set_ranks(process_set))
+    RULES.check_root(root_rank, ranks_of(process_set))
     _in_flight.check(name)
     work, copy_back = _in_place(tensor)
     a = flat(work)
