@@ -40,6 +40,14 @@ EXTRA_WORLDS = {5: "0,1,4,6,1023,100003", 8: "0,1,7,9,1023"}
 # element boundaries fall) run one dtype per element width and one op of each kind (a
 # fold, a scaled fold, an exact one); 1-4 ranks with the default thresholds run them all.
 SUBSET = ["--dtypes", ",".join(ONE_PER_WIDTH), "--ops", "Sum,Average,Max"]
+# Above 64 Ki elements, where each case costs milliseconds per rank, only the selector's
+# choice runs every dtype and op (the reduction kernels are the same under every
+# algorithm); the forced algorithms run the subset there: where their chunk and segment
+# boundaries fall depends on the element width only. The mixed-memory cases run where an
+# algorithm takes a path by memory kind: direct, ring (direct reads) and the selector's.
+# (Every algorithm ran every case at every size until 0.1.x: 152 s of CI for the file.)
+LARGE_SUBSET = ["--subset-above", 65536, "--subset-dtypes", ",".join(ONE_PER_WIDTH), "--subset-ops", "Sum,Average,Max"]
+LARGE_SUBSET += ["--full-algos", "default", "--mixed-algos", "default,direct,ring"]
 
 
 def configurations():
@@ -75,6 +83,8 @@ def launch_group(launches, nranks, thresholds):
             args += ["--sizes", EXTRA_WORLDS[nranks]]
         if nranks in EXTRA_WORLDS or thresholds != "default":
             args += SUBSET
+        else:
+            args += LARGE_SUBSET
         # The 64 MiB case costs seconds per run: run it where it says most.
         if thresholds == "default" and nranks in (2, 4):
             args += ["--big-mib", BIG_MIB, "--big-algos", "default"]

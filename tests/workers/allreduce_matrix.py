@@ -3,13 +3,19 @@
     mpiexec -n N python allreduce_matrix.py [--sizes 0,1,7] [--big-mib 64] [--rotate-above 65536]
                                             [--dtypes ...] [--ops ...] [--no-mixed]
                                             [--algos default,ring,...] [--big-algos default]
+                                            [--subset-above N --subset-dtypes ... --subset-ops ...
+                                             --full-algos default] [--mixed-algos default,direct]
 
 --algos runs the matrix once per algorithm, each in its own init() ... shutdown() with
 {"algo": name} ("default": the selector's choice, or RDMACOLL_ALGO's); one launch then
 serves every algorithm (a launch costs ~2 s of Python start-up per rank, the matrix less).
 Records, each with its "algo": one "fail" per wrong case, then "done" with the number of
 cases, the algorithms used (by message size) and whether every rank got bit-identical
-results. The ranks take turns computing the NumPy reference (one checker per count, dtype
+results. Above --subset-above elements, the algorithms not in --full-algos run only the
+--subset-dtypes and --subset-ops (an algorithm moves bytes; the reduction of each dtype and
+op is the same kernel under every algorithm, run in full by --full-algos); the mixed-memory
+cases run under --mixed-algos only (the algorithms that take a path by memory kind). The
+ranks take turns computing the NumPy reference (one checker per count, dtype
 and op): the others' results are right when their bytes equal the checker's, which every
 rank compares.
 """
@@ -71,19 +77,33 @@ def body():
     ap.add_argument("--algos", default="default", help="algorithms to force in turn")
     ap.add_argument("--no-mixed", action="store_true", help="skip the ranks-differ-in-memory-kind cases")
     ap.add_argument("--big-algos", default=None, help="those of --algos that run --big-mib (default: all)")
+    ap.add_argument("--subset-above", type=int, default=None, help="see --full-algos")
+    ap.add_argument("--subset-dtypes", default=None, help="see --full-algos (default: --dtypes)")
+    ap.add_argument("--subset-ops", default=None, help="see --full-algos (default: --ops)")
+    ap.add_argument(
+        "--full-algos",
+        default=None,
+        help="those of --algos that run every --dtypes and --ops above --subset-above elements; "
+        "the others run --subset-dtypes and --subset-ops there (default: all run every one)",
+    )
+    ap.add_argument(
+        "--mixed-algos", default=None, help="those of --algos that run the mixed-memory cases (default: all)"
+    )
     a = ap.parse_args()
     big_algos = a.algos.split(",") if a.big_algos is None else a.big_algos.split(",")
     drawn = {}  # (count, dtype, op) -> (input, reference, tolerance): the same for every algorithm
+    full_algos = a.algos.split(",") if a.full_algos is None else a.full_algos.split(",")
+    mixed_algos = a.algos.split(",") if a.mixed_algos is None else a.mixed_algos.split(",")
     for algo in a.algos.split(","):
         rc = init(None if algo == "default" else {"algo": algo})
-        matrix(rc, a, algo, a.big_mib if algo in big_algos else 0, drawn)
+        matrix(rc, a, algo, a.big_mib if algo in big_algos else 0, drawn, algo in full_algos, algo in mixed_algos)
         rc.shutdown()
 
 
-def matrix(rc, a, algo: str, big_mib: int, drawn: dict) -> None:
+def matrix(rc, a, algo: str, big_mib: int, drawn: dict, full: bool, mixed: bool) -> None:
     p, r = rc.size(), rc.rank()
     core = rc._session.current().world.core
-    hashes, failures, algos, cases, turn = [], 0, {}, 0, 0
+    hashes, failures, algos, cases = [], 0, {}, 0
 
     def fail(case, detail):
         nonlocal failures
@@ -95,22 +115,26 @@ def matrix(rc, a, algo: str, big_mib: int, drawn: dict) -> None:
         inputs = Inputs(p, count)
         shape = SHAPES.get(count, (count,))
         rotation = 0
-        for dtype in a.dtypes.split(","):
+        dtypes, ops = a.dtypes.split(","), a.ops.split(",")
+        if not full and a.subset_above is not None and count > a.subset_above:
+            dtypes = [d for d in dtypes if a.subset_dtypes is None or d in a.subset_dtypes.split(",")]
+            ops = [o for o in ops if a.subset_ops is None or o in a.subset_ops.split(",")]
+        for dtype in dtypes:
             dt = np_dtype(dtype)
-            for op in a.ops.split(","):
+            for op in ops:
                 opv = getattr(rc, op)
-                # One rank per (count, dtype, op) computes the reference (they take turns):
-                # the others' results are checked by their bytes matching the checker's.
-                checker = turn % p
-                turn += 1
+                # One rank per (count, dtype, op) computes the reference (they take turns, in
+                # the order the cases are first drawn): the others' results are checked by
+                # their bytes matching the checker's.
                 if (count, dtype, op) not in drawn:
+                    checker = len(drawn) % p
                     expected = tol = None
                     if r == checker:
                         expected, tol = reference(inputs.all(dtype, op), dtype, op)
                         expected = expected.reshape(shape)
                         tol = None if tol is None else tol.reshape(shape)
-                    drawn[count, dtype, op] = inputs.get(r, dtype, op).reshape(shape), expected, tol
-                x, expected, tol = drawn[count, dtype, op]
+                    drawn[count, dtype, op] = inputs.get(r, dtype, op).reshape(shape), expected, tol, checker
+                x, expected, tol, checker = drawn[count, dtype, op]
                 modes = MODES
                 if a.rotate_above is not None and count > a.rotate_above:
                     modes = [MODES[rotation % len(MODES)]]
@@ -148,7 +172,7 @@ def matrix(rc, a, algo: str, big_mib: int, drawn: dict) -> None:
     # Ranks that differ in memory kind (odd ranks rc.empty, even ranks NumPy): algorithms
     # that choose a path by memory kind must still agree (direct, 1-16 MiB: the slot ring
     # as soon as any rank's buffers are user memory).
-    for nbytes in () if a.no_mixed else (1 << 20, (4 << 20) + 12, 16 << 20):
+    for nbytes in () if a.no_mixed or not mixed else (1 << 20, (4 << 20) + 12, 16 << 20):
         if ("mixed", nbytes) not in drawn:
             idx = np.arange(nbytes // 4, dtype=np.int64)
             expected = np.zeros(nbytes // 4, np.float32)
