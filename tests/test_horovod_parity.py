@@ -376,11 +376,12 @@ def comm_expected(w, n):
     return out
 
 
-@pytest.mark.parametrize("nranks", [3, 4])
+@pytest.mark.parametrize("nranks", [3])
 def test_init_comm(nranks, tmp_path):
     """init(comm=) with a split communicator and with a list of ranks (renumbered in the
     list's order): collectives over the resulting job; a rank outside the list gets
-    ValueError; a comm of a wrong type ValueError."""
+    ValueError; a comm of a wrong type ValueError. (At 3 ranks only: a split job of one
+    rank and one of two, a reordered list with a rank outside it; 4 ranks added nothing.)"""
     cases = run_worker(RC, nranks, tmp_path, mode="comm")
     for w, got in cases.items():
         want = comm_expected(w, nranks)

@@ -12,7 +12,10 @@ from mpi_util import rank_records, run_torchrun
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch is not installed")
 
 
-@pytest.mark.parametrize("n", [2, 3, 4])
+# 3 and 4 processes: the worker's groups ([0, n-1], [1..n-1], the world) run every op over
+# 2-rank communicators too (a world of 2 ran as well until 0.1.x: nothing it ran is not run
+# by these over a 2-rank group)
+@pytest.mark.parametrize("n", [3, 4])
 def test_every_op_matches_the_reference(n):
     res = run_torchrun(n, "torch_dist.py", ["ops"], timeout=240)
     done = rank_records(res, n, "done")
@@ -36,7 +39,8 @@ def test_every_op_matches_the_reference(n):
         res.check(seen == want, f"rank {r} ran group checks for {sorted(seen)}, wants {sorted(want)}")
 
 
-@pytest.mark.parametrize("n", [2, 3])
+# 3 processes: buckets are reduced over a world of no power of two (FSDP below runs at 2)
+@pytest.mark.parametrize("n", [3])
 def test_ddp_over_rdmacoll_trains_like_gloo(n):
     res = run_torchrun(n, "torch_dist.py", ["ddp"], timeout=300)
     rank_records(res, n, "done")
