@@ -423,6 +423,8 @@ def body():
     ap.add_argument("suite", choices=["conformance", "writer-exits", "reader-exits", "corrupted-region"])
     ap.add_argument("--transport", default="shm")
     ap.add_argument("--setting", action="append", default=[], help="NAME=VALUE for the device")
+    ap.add_argument("--payload-rounds", type=int, default=16, help="immediate_after_payload's rounds")
+    ap.add_argument("--payload-mib", type=int, default=8, help="immediate_after_payload's pattern size")
     a = ap.parse_args()
     set_rank(WORLD.Get_rank())
     ignore_launcher_notifications()
@@ -431,7 +433,7 @@ def body():
     if a.suite == "conformance":
         capabilities(ctx)
         for kind in ("allocated", "registered"):
-            immediate_after_payload(ctx, kind)
+            immediate_after_payload(ctx, kind, a.payload_rounds, a.payload_mib << 20)
             unaligned_writes(ctx, kind)
             put64_visible(ctx, kind)
             read_and_map(ctx, kind)
