@@ -4,10 +4,13 @@ subsets, uneven splits; DDP and FSDP trained over gloo and over rdmacoll from th
 seed end with the same parameters; a mismatch raises DistBackendError on every rank."""
 
 import importlib.util
+import shlex
+import socket
+import sys
 
 import pytest
 
-from mpi_util import rank_records, run_torchrun
+from mpi_util import Launch, rank_records, run_torchrun
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch is not installed")
 
@@ -67,3 +70,49 @@ def test_mismatch_raises_dist_backend_error_everywhere():
     res = run_torchrun(2, "torch_dist.py", ["mismatch"], timeout=120)
     for r, rec in rank_records(res, 2, "error").items():
         res.check(rec["type"] == "DistBackendError" and "mismatch" in (rec["text"] or ""), f"rank {r}: {rec}")
+
+
+def _check_lost(res, n, how):
+    """Every rank but the lost one raised from its training step (the stalled one raises too,
+    once it goes on and finds its peers gone), naming the lost rank; none crashed."""
+    errors = rank_records(res, n - 1 if how == "kill" else n, "error")
+    res.check(res.select(kind="lost"), "the last rank was not lost")
+    for r, rec in errors.items():
+        # DDP's reducer reads a bucket's result in C++: the failure reaches backward() as
+        # RuntimeError carrying the DistBackendError (gloo's gives RuntimeError too)
+        res.check(rec["type"] in ("DistBackendError", "RuntimeError"), f"rank {r}: {rec['type']}: {rec['text']}")
+        res.check("DistBackendError" in rec["type"] + rec["text"], f"rank {r}: no DistBackendError: {rec['text']}")
+        if r < n - 1:
+            res.check(f"rank {n - 1}" in rec["text"], f"rank {r} does not name rank {n - 1}: {rec['text']}")
+        res.check(rec["step"] == 3, f"rank {r} raised at step {rec['step']}")
+    res.check("Segmentation fault" not in res.output() and "SIGSEGV" not in res.output(), "a native crash")
+
+
+def test_ddp_with_a_peer_killed_raises_everywhere_ranks_started_by_hand():
+    """No launcher (nothing kills the survivors for us): ranks 0 and 1 raise, naming rank 2,
+    which was SIGKILLed before its backward (0.1.x: SIGSEGV in DDP's reducer)."""
+    n = 3
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+
+    def command(script):
+        one = f"{shlex.quote(sys.executable)} {shlex.quote(str(script))} lost"
+        each = " ".join(f'(RANK={r} LOCAL_RANK={r} {one}; echo "rank {r} exit status $?") &' for r in range(n))
+        return ["sh", "-c", f"{each} wait"]
+
+    env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port, "WORLD_SIZE": n, "LOCAL_WORLD_SIZE": n}
+    env |= {"RC_TEST_LOSE": "kill", "RDMACOLL_TIMEOUT": 30}
+    with Launch(0, "torch_dist.py", env=env, timeout=120, command=command) as launch:
+        res = launch.finish()
+    _check_lost(res, n, "kill")
+    for r in range(n - 1):
+        res.check(f"rank {r} exit status 0" in res.output(), f"rank {r} did not exit normally (139: SIGSEGV)")
+
+
+def test_ddp_with_a_peer_stalled_past_the_timeout_raises_everywhere_under_torchrun():
+    """Rank 1 sleeps 5 s before its backward, RDMACOLL_TIMEOUT=2: rank 0 raises after 2 s
+    naming it, and rank 1, going on, raises as it finds rank 0 gone."""
+    env = {"RC_TEST_LOSE": "stall", "RC_TEST_STALL_S": 5, "RDMACOLL_TIMEOUT": 2}
+    res = run_torchrun(2, "torch_dist.py", ["lost"], env=env, timeout=120)
+    _check_lost(res, 2, "stall")

@@ -7,11 +7,19 @@ from every rank's deterministic input.
                              no_sync + accumulation, a comm hook, find_unused_parameters)
     torch_dist.py fsdp       FSDP2 (fully_shard) over gloo and over rdmacoll
     torch_dist.py mismatch   ranks call different sizes: every rank raises DistBackendError
+    torch_dist.py lost       DDP training; at step 3 the last rank is lost before its
+                             backward (RC_TEST_LOSE=kill: SIGKILLs itself; stall: sleeps
+                             RC_TEST_STALL_S past RDMACOLL_TIMEOUT, then goes on): every
+                             rank left must raise from the step (never a native crash);
+                             records "error" {step, type, text}
 
 Records: "check" {name, ok, detail}; "params" {run, digest, diff}; "error" {text, type}; "done".
 """
 
+import os
+import signal
 import sys
+import time
 
 import torch
 import torch.distributed as dist
@@ -281,5 +289,36 @@ def mismatch():
     emit("done")
 
 
+def lost():
+    import rdmacoll.frameworks.torch.distributed  # noqa: F401
+
+    how = os.environ["RC_TEST_LOSE"]
+    dist.init_process_group("rdmacoll")
+    r, n = dist.get_rank(), dist.get_world_size()
+    set_rank(r)
+    torch.manual_seed(0)
+    model = nn.parallel.DistributedDataParallel(nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4)))
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    g = torch.Generator().manual_seed(100 + r)
+    for step in range(6):
+        x = torch.randn(8, 16, generator=g)
+        if step == 3 and r == n - 1:
+            emit("lost", how=how)
+            if how == "kill":
+                os.kill(os.getpid(), signal.SIGKILL)
+            time.sleep(float(os.environ["RC_TEST_STALL_S"]))
+        try:
+            opt.zero_grad()
+            model(x).pow(2).mean().backward()
+            opt.step()
+        except Exception as e:  # noqa: BLE001 - its type and text are what is checked
+            emit("error", step=step, type=type(e).__name__, text=str(e)[:3000])
+            break
+    emit("done")
+    # the job is broken: leave without tearing down what a dead peer shares
+    sys.stdout.flush()
+    os._exit(0)
+
+
 if __name__ == "__main__":
-    main({"ops": ops, "ddp": ddp, "fsdp": fsdp, "mismatch": mismatch}[sys.argv[1]])
+    main({"ops": ops, "ddp": ddp, "fsdp": fsdp, "mismatch": mismatch, "lost": lost}[sys.argv[1]])

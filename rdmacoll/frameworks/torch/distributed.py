@@ -65,16 +65,31 @@ def _view(t, what):
     return as_numpy(t).reshape(-1)
 
 
+def _value(fut):
+    return fut.value()  # (raises the error a failed operation's future holds)
+
+
 class _Work(dist.Work):
     """An operation in flight: core handles, then `finish` (copies into the caller's
-    tensors) and the future's result, from whichever thread completes the last handle."""
+    tensors) and the future's result, from whichever thread completes the last handle.
+
+    A failure must reach C++ as a failed future. torch.futures.Future.set_exception does
+    not make one: it completes the future with the exception object as its value (Python
+    unwraps it), and DDP's reducer, reading a bucket's result in C++, takes that value for
+    tensors (it found none and read past the end: SIGSEGV in parseCppCommHookResult, where
+    gloo raises). The future handed out (get_future) is therefore a continuation of the
+    one this work completes: a callback that raises fails it in C++ (Future.then), so DDP's
+    backward() raises RuntimeError "... DistBackendError: <rdmacoll's message>" as with
+    gloo, and Python callers of wait() and value() get the error as well. wait() raises
+    the DistBackendError itself."""
 
     def __init__(self, handles, finish, result):
         super().__init__()
         self._handles = list(handles)
         self._finish = finish
         self._result = result
-        self._fut = torch.futures.Future()
+        self._done = torch.futures.Future()  # completed here, as set_exception/set_result
+        self._fut = self._done.then(_value)  # what callers get: failed in C++ on an error
         self._error = None
         self._completing = False  # set (with the GIL) by the one thread that completes it
         self._waiters = set()  # threads inside wait(): they complete it themselves
@@ -104,9 +119,9 @@ class _Work(dist.Work):
         except Exception as e:  # noqa: BLE001 - surfaces through the future, like gloo's
             self._error = e
         if self._error is not None:
-            self._fut.set_exception(self._error)
+            self._done.set_exception(self._error)
         else:
-            self._fut.set_result(self._result)
+            self._done.set_result(self._result)
 
     def wait(self, timeout=None):
         me = threading.get_ident()
@@ -120,14 +135,14 @@ class _Work(dist.Work):
         finally:
             self._waiters.discard(me)
         self._complete()
-        self._fut.wait()
+        self._done.wait()  # (raises the DistBackendError itself, not the continuation's text)
         return True
 
     def is_completed(self):
-        return self._fut.done()
+        return self._done.done()
 
     def is_success(self):
-        return self._fut.done() and self._error is None
+        return self._done.done() and self._error is None
 
     def exception(self):
         return self._error
