@@ -47,8 +47,18 @@ def parser() -> argparse.ArgumentParser:
     return ap
 
 
+# The subcommands that hand the rest of the line, options included, to another command.
+# argparse's REMAINDER inside a subparser does not take a first word that starts with '-'
+# (`rdmacoll run -np 2 ...` was "unrecognized arguments: -np"): they are dispatched before
+# parsing; the parser only lists them for --help.
+_PASS_THROUGH = {"bench": bench.main, "run": run.main}
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(sys.argv[1:] if argv is None else argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv and argv[0] in _PASS_THROUGH:
+        return _PASS_THROUGH[argv[0]](argv[1:])
+    args = parser().parse_args(argv)
     return args.func(args)
 
 

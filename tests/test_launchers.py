@@ -121,17 +121,39 @@ def test_rdmacoll_run_reads_hostfiles_and_host_lists(tmp_path):
         rdmacoll_run.parse_hosts("a:x")
 
 
-def test_rdmacoll_run_launches_with_the_users_mpi():
+@pytest.mark.parametrize("command", [["rdmacoll-run"], ["rdmacoll", "run"]], ids=["rdmacoll-run", "rdmacoll run"])
+def test_rdmacoll_run_launches_with_the_users_mpi(command):
     if find_mpiexec() is None:
         pytest.skip("no mpiexec")
-    exe = Path(sys.executable).parent / "rdmacoll-run"
+    exe = Path(sys.executable).parent / command[0]
     if not exe.exists():
-        pytest.skip("rdmacoll-run is not installed next to this Python")
+        pytest.skip(f"{command[0]} is not installed next to this Python")
     res = run_launcher(
-        [str(exe), "-np", "2", "-x", "RDMACOLL_TEST_PASSED=yes", "--mpirun", find_mpiexec()], "launched.py", timeout=120
+        [str(exe), *command[1:], "-np", "2", "-x", "RDMACOLL_TEST_PASSED=yes", "--mpirun", find_mpiexec()],
+        "launched.py",
+        timeout=120,
     )
     for rec in _inits(res, 2):
         res.check(rec["error"] is None and rec["ok"] and rec["size"] == 2, f"{rec}")
     printed = [ln.text for ln in res.lines if ln.text.startswith("rdmacoll-run: ")]
     flag = "-genvlist" if launcher_kind() == "mpich" else "-x"
     res.check(printed and flag in printed[0] and "RDMACOLL_TEST_PASSED" in printed[0], f"printed {printed}")
+
+
+@pytest.mark.parametrize("sub, usage", [("run", "rdmacoll-run"), ("bench", "rdmacoll-bench")])
+def test_cli_subcommands_take_their_commands_options(sub, usage, capsys):
+    """`rdmacoll run|bench ARGS` is `rdmacoll-run|rdmacoll-bench ARGS`, options first included
+    (0.1.x: "unrecognized arguments" for every option); `rdmacoll --help` lists them."""
+    from rdmacoll import cli
+
+    with pytest.raises(SystemExit) as e:
+        cli.main([sub, "--help"])
+    out = capsys.readouterr().out
+    assert e.value.code == 0 and out.startswith(f"usage: {usage}"), out[:200]
+    with pytest.raises(SystemExit) as e:
+        cli.main([sub, "--no-such-option"])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and f"{usage}: error:" in err, err
+    with pytest.raises(SystemExit) as e:
+        cli.main(["--help"])
+    assert e.value.code == 0 and f" {sub} " in capsys.readouterr().out
