@@ -86,6 +86,7 @@ def _check_lost(res, n, how):
             res.check(f"rank {n - 1}" in rec["text"], f"rank {r} does not name rank {n - 1}: {rec['text']}")
         res.check(rec["step"] == 3, f"rank {r} raised at step {rec['step']}")
     res.check("Segmentation fault" not in res.output() and "SIGSEGV" not in res.output(), "a native crash")
+    print(f"rank 0 raised {errors[0]['type']}: {errors[0]['text'][:400]}")
 
 
 def test_ddp_with_a_peer_killed_raises_everywhere_ranks_started_by_hand():
