@@ -703,8 +703,28 @@ def broadcast_callback(hvd, tf, np):
         refused = False
     except ValueError:
         refused = True
-    ok = ok and kept and synced and refused
-    return ok, f"{detail}; local kept {kept}, others synced {synced}, a non-variable refused {refused}"
+
+    # a model built lazily (no Input: built by its first step, as Horovod's
+    # tensorflow2_keras_mnist.py's): broadcast at the end of the first batch, as Horovod does
+    keras.utils.set_random_seed(300 + rank)
+    lazy = keras.Sequential([keras.layers.Dense(8, activation="tanh"), keras.layers.Dense(1)])
+    lazy.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.Adam(0.01)), loss="mse")
+    lazy.fit(
+        x,
+        y,
+        batch_size=BATCH,
+        epochs=1,
+        shuffle=False,
+        verbose=0,
+        callbacks=[hvd.callbacks.BroadcastGlobalVariablesCallback(0)],
+    )
+    lazy_final = weights_digest(lazy.get_weights())
+    lazy_same = len(set(hvd.allgather_object(lazy_final))) == 1
+    ok = ok and kept and synced and refused and lazy_same
+    return ok, (
+        f"{detail}; local kept {kept}, others synced {synced}, a non-variable refused {refused}, "
+        f"a lazily built model identical on every rank {lazy_same}"
+    )
 
 
 @check

@@ -14,7 +14,11 @@ from .functions import broadcast_variables
 
 class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
     """At the start of the first fit(), root_rank's model weights and optimizer state on
-    every rank (ranks may start from different random weights)."""
+    every rank (ranks may start from different random weights). A model built lazily (a
+    Sequential without an Input, built by its first step) has no weights then: it is
+    broadcast at the end of the first batch instead, where Horovod always broadcasts (the
+    optimizer is built by that step too; building it before, over no variables, made Keras
+    refuse the model's variables later: "Unknown variable")."""
 
     def __init__(self, root_rank=0, device="", local_variables=None):
         """local_variables: variables (tf.Variable or Keras 3 Variable) each rank keeps
@@ -35,8 +39,14 @@ class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
         self._local.add(id(var))
 
     def on_train_begin(self, logs=None):
-        if self.broadcast_done:
-            return
+        if not self.broadcast_done and self.model.weights:
+            self._broadcast()
+
+    def on_train_batch_end(self, batch, logs=None):
+        if not self.broadcast_done:  # (built by the step that just ran)
+            self._broadcast()
+
+    def _broadcast(self):
         variables = [v for v in self.model.weights if id(v) not in self._local]
         opt = getattr(self.model, "optimizer", None)
         if opt is not None:
