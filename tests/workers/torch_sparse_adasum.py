@@ -370,6 +370,26 @@ def adasum_optimizer_cases(r, n, out):
             return "entered"
 
     out["adasum optimizer skip_synchronize"] = (skip, None, 0)
+
+    def broadcast_state():
+        """Horovod's pytorch_synthetic_benchmark.py --use-adasum: the broadcasts before any
+        step. A fresh optimizer's state is made by one step of the wrapped optimizer on every
+        rank (0.1.x stepped the Adasum optimizer itself, a collective, on the root only)."""
+        model = Mlp()
+        with torch.no_grad():
+            for p in model.parameters():
+                p.add_(r)  # ranks differ until the broadcast
+        opt = hvd.DistributedOptimizer(
+            torch.optim.Adam(model.parameters(), lr=0.02), named_parameters=model.named_parameters(), op=hvd.Adasum
+        )
+        hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+        hvd.broadcast_optimizer_state(opt, root_rank=0)
+        state = opt.state_dict()["state"]
+        return [p.detach().clone() for p in model.parameters()] + [
+            torch.as_tensor(v, dtype=torch.float32) for k in sorted(state) for v in state[k].values()
+        ]
+
+    out["broadcast_optimizer_state of an Adasum optimizer"] = (broadcast_state, None, 0)
     out["adasum optimizer gradient_predivide_factor"] = (
         lambda: (
             hvd.DistributedOptimizer(

@@ -12,6 +12,7 @@ from rdmacoll import RdmacollError
 
 from .. import _join as joinable  # announced to ranks inside join() (which refuse them, as Horovod)
 from .ops import broadcast_async_, global_process_set
+from .adasum_optimizer import _DistributedAdasumOptimizer
 from .optimizer import _DistributedOptimizer
 
 
@@ -110,10 +111,13 @@ def _initialize_state(optimizer, model):
                     isinstance(optimizer, torch.optim.SGD) and id(p) in sparse
                 ):
                     p.grad = p.grad.to_sparse()
-    if isinstance(optimizer, _DistributedOptimizer):
-        super(_DistributedOptimizer, optimizer).step()
-    else:
-        optimizer.step()
+    # (the Adasum optimizer's step is a collective too: 0.1.x stepped it on the root only,
+    # which then waited for peers inside the broadcast, a mismatch)
+    for distributed in (_DistributedOptimizer, _DistributedAdasumOptimizer):
+        if isinstance(optimizer, distributed):
+            super(distributed, optimizer).step()
+            return
+    optimizer.step()
 
 
 def broadcast_optimizer_state(optimizer, root_rank=0, model=None, process_set=global_process_set):
