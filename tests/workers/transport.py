@@ -67,9 +67,9 @@ def check(fn):
     failure. Ranks meet at a barrier afterwards, so one check's traffic never mixes with
     the next one's."""
 
-    def run(ctx, *args):
+    def run(ctx, *args, **sizes):  # (sizes: not part of the check's name)
         try:
-            ok, detail = fn(ctx, *args)
+            ok, detail = fn(ctx, *args, **sizes)
         except Exception as e:  # noqa: BLE001 - reported as the check's failure
             ok, detail = False, f"{type(e).__name__}: {e}"
         result(fn.__name__ + "".join(f"[{a}]" for a in args), ok, detail)
@@ -433,7 +433,7 @@ def body():
     if a.suite == "conformance":
         capabilities(ctx)
         for kind in ("allocated", "registered"):
-            immediate_after_payload(ctx, kind, a.payload_rounds, a.payload_mib << 20)
+            immediate_after_payload(ctx, kind, rounds=a.payload_rounds, nbytes=a.payload_mib << 20)
             unaligned_writes(ctx, kind)
             put64_visible(ctx, kind)
             read_and_map(ctx, kind)
