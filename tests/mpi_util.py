@@ -578,13 +578,14 @@ def check_forced_algorithms(nranks: int, env: dict, rules: str, sizes: str, labe
     print(f"{label}, {nranks} ranks, rules {rules}: {done[0]['cases']} cases, algorithms {sorted(used)}")
 
 
-def check_default_selection(nranks: int, env: dict, label: str, timeout=240, extra=()) -> None:
-    """The selector's own choice with the default thresholds, up to 16 MiB: right results,
-    and only algorithms that run without mapped memory. (`extra`: more worker arguments.)"""
+def check_default_selection(nranks: int, env: dict, label: str, timeout=240, extra=(), big_mib=16) -> None:
+    """The selector's own choice with the default thresholds, up to big_mib MiB: right
+    results, and only algorithms that run without mapped memory. (`extra`: more worker
+    arguments.)"""
     res = run_mpi(
         nranks,
         "allreduce_matrix.py",
-        [*ROTATED_MATRIX, "--sizes", "0,1,1023,100003", "--big-mib", 16, *extra],
+        [*ROTATED_MATRIX, "--sizes", "0,1,1023,100003", "--big-mib", big_mib, *extra],
         env=env,
         timeout=timeout,
     )

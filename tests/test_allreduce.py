@@ -13,7 +13,7 @@ from mpi_util import matrix_results, rank_records, run_mpi
 from reference import ONE_PER_WIDTH
 
 # Small thresholds: 4 KiB segments and slots, 2 slots per peer and a 256-byte eager limit,
-# so that the 2**20+3-element inputs run through hundreds of segments per chunk and wait on
+# so that the 100003-element inputs run through tens of segments per chunk and wait on
 # slot credits all the time, and the eager limit falls between the small sizes.
 THRESHOLDS = {
     "default": {},
@@ -81,6 +81,10 @@ def launch_group(launches, nranks, thresholds):
         args = ["--algos", ",".join(algos), "--rotate-above", -1 if nranks in EXTRA_WORLDS else 65536]
         if nranks in EXTRA_WORLDS:
             args += ["--sizes", EXTRA_WORLDS[nranks]]
+        elif thresholds == "small":
+            # 100003 elements are already ~100 of the 4 KiB segments (25 per chunk at 4 ranks)
+            # waiting on 2 slots' credits; 2**20+3 (the default matrix's) added only time
+            args += ["--sizes", "0,1,7,1023,100003"]
         if nranks in EXTRA_WORLDS or thresholds != "default":
             args += SUBSET
         else:

@@ -87,6 +87,11 @@ def body():
         "the others run --subset-dtypes and --subset-ops there (default: all run every one)",
     )
     ap.add_argument(
+        "--mixed-bytes",
+        default=f"{1 << 20},{(4 << 20) + 12},{16 << 20}",
+        help="the mixed-memory cases' sizes in bytes (multiples of 4)",
+    )
+    ap.add_argument(
         "--mixed-algos", default=None, help="those of --algos that run the mixed-memory cases (default: all)"
     )
     a = ap.parse_args()
@@ -172,7 +177,7 @@ def matrix(rc, a, algo: str, big_mib: int, drawn: dict, full: bool, mixed: bool)
     # Ranks that differ in memory kind (odd ranks rc.empty, even ranks NumPy): algorithms
     # that choose a path by memory kind must still agree (direct, 1-16 MiB: the slot ring
     # as soon as any rank's buffers are user memory).
-    for nbytes in () if a.no_mixed or not mixed else (1 << 20, (4 << 20) + 12, 16 << 20):
+    for nbytes in () if a.no_mixed or not mixed else [int(b) for b in a.mixed_bytes.split(",")]:
         if ("mixed", nbytes) not in drawn:
             idx = np.arange(nbytes // 4, dtype=np.int64)
             expected = np.zeros(nbytes // 4, np.float32)
