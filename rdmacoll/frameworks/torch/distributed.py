@@ -135,14 +135,21 @@ class _Work(dist.Work):
         finally:
             self._waiters.discard(me)
         self._complete()
-        self._done.wait()  # (raises the DistBackendError itself, not the continuation's text)
+        # The continuation completes in the thread that completed this work, after _done's
+        # waiters wake: wait for it too, so that get_future().value() is ready on return.
+        try:
+            self._fut.wait()
+        except Exception:  # noqa: BLE001 - the continuation's copy of self._error, raised below
+            pass
+        if self._error is not None:
+            raise self._error
         return True
 
     def is_completed(self):
-        return self._done.done()
+        return self._fut.done()
 
     def is_success(self):
-        return self._done.done() and self._error is None
+        return self._fut.done() and self._error is None
 
     def exception(self):
         return self._error
