@@ -660,16 +660,12 @@ def broadcast_callback(hvd, tf, np):
             seen.setdefault("first_batch", weights_digest(self.model.get_weights()))
 
     (x, y), _, _ = dataset(rank, size)
-    model.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.Adam(0.01)), loss="mse")
-    model.fit(
-        x,
-        y,
-        batch_size=BATCH,
-        epochs=1,
-        shuffle=False,
-        verbose=0,
-        callbacks=[hvd.callbacks.BroadcastGlobalVariablesCallback(0), AtStart()],
-    )
+
+    def fit_once(model, optimizer, callback):
+        model.compile(optimizer=hvd.DistributedOptimizer(optimizer), loss="mse")
+        model.fit(x, y, batch_size=BATCH, epochs=1, shuffle=False, verbose=0, callbacks=callback)
+
+    fit_once(model, keras.optimizers.Adam(0.01), [hvd.callbacks.BroadcastGlobalVariablesCallback(0), AtStart()])
     emit(
         "broadcast",
         initial=initial,
@@ -685,15 +681,8 @@ def broadcast_callback(hvd, tf, np):
     model = make_model(200 + rank)
     local = model.weights[0]
     mine, others = local.numpy().copy(), [w.numpy().copy() for w in model.weights[1:]]
-    model.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.SGD(0.0)), loss="mse")
-    model.fit(
-        x,
-        y,
-        batch_size=BATCH,
-        epochs=1,
-        shuffle=False,
-        verbose=0,
-        callbacks=[hvd.callbacks.BroadcastGlobalVariablesCallback(0, local_variables=[local])],
+    fit_once(
+        model, keras.optimizers.SGD(0.0), [hvd.callbacks.BroadcastGlobalVariablesCallback(0, local_variables=[local])]
     )
     root_others = hvd.broadcast_object([w.tolist() for w in others], root_rank=0)
     kept = np.array_equal(local.numpy(), mine)
@@ -708,16 +697,7 @@ def broadcast_callback(hvd, tf, np):
     # tensorflow2_keras_mnist.py's): broadcast at the end of the first batch, as Horovod does
     keras.utils.set_random_seed(300 + rank)
     lazy = keras.Sequential([keras.layers.Dense(8, activation="tanh"), keras.layers.Dense(1)])
-    lazy.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.Adam(0.01)), loss="mse")
-    lazy.fit(
-        x,
-        y,
-        batch_size=BATCH,
-        epochs=1,
-        shuffle=False,
-        verbose=0,
-        callbacks=[hvd.callbacks.BroadcastGlobalVariablesCallback(0)],
-    )
+    fit_once(lazy, keras.optimizers.Adam(0.01), [hvd.callbacks.BroadcastGlobalVariablesCallback(0)])
     lazy_final = weights_digest(lazy.get_weights())
     lazy_same = len(set(hvd.allgather_object(lazy_final))) == 1
     ok = ok and kept and synced and refused and lazy_same
