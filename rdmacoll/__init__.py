@@ -38,6 +38,7 @@ __all__ = [
     "cross_size",
     "is_homogeneous",
     "allreduce",
+    "shape_key",
     "grouped_allreduce",
     "grouped_allgather",
     "grouped_reducescatter",
@@ -165,13 +166,16 @@ def is_homogeneous() -> bool:
     return _session.require().is_homogeneous
 
 
-def allreduce(x, op=Average, name=None, out=None, process_set=None):
+def allreduce(x, op=Average, name=None, out=None, process_set=None, *, shape=None):
     """Reduce x across ranks; returns the result.
 
     out=None returns a new array (from the library's memory pool); out=x reduces in
     place; any other array of the same shape and dtype receives the result. x may be a
     NumPy array, anything with the buffer protocol, or a DLPack producer (CPU tensors).
-    Every rank must call it in the same order with the same shape, dtype, op and name.
+    Every rank must call it in the same order with the same shape, dtype, op and name
+    (a rank whose shape differs gets "collective mismatch (different shapes)" on every
+    rank). shape: what the ranks compare instead of x's shape, from shape_key(), for
+    callers that flatten or fuse tensors before they reduce them.
     process_set: a registered ProcessSet: only its ranks take part (Average divides by
     its size); a rank outside it gets ValueError. None means every rank.
     op=Adasum: Horovod's Adasum (float16/32/64, a power-of-two number of ranks; adasum.py).
@@ -183,16 +187,25 @@ def allreduce(x, op=Average, name=None, out=None, process_set=None):
     )
     if op == Adasum:
         return _adasum.allreduce_async(c, x, out, name).wait()
-    return c.allreduce(x, out, op, name)
+    return c.allreduce(x, out, op, name, shape)
 
 
-def grouped_allreduce(xs, op=Average, name=None, out=None, process_set=None):
+def shape_key(*shapes):
+    """The int a collective's ranks compare for these shapes (allreduce's shape=): of one
+    shape, what the core compares for an array of that shape; of several (a fused
+    buffer), one key for all of them in order."""
+    if len(shapes) == 1:
+        return _core.shape_hash(list(shapes[0]))
+    return _core.shape_hash([-1, len(shapes)] + [d for s in shapes for d in (len(s), *s)])
+
+
+def grouped_allreduce(xs, op=Average, name=None, out=None, process_set=None, *, shapes=None):
     """Reduce a list of arrays as one fused operation per dtype; returns a list.
 
     Arrays of one dtype are packed into one buffer of library memory (one copy in),
     reduced by a single collective, and returned as views of that buffer (out=None) or
     copied into `out` (a list of arrays; out=xs reduces in place)."""
-    return grouped_allreduce_async(xs, op, name, out, process_set).wait()
+    return grouped_allreduce_async(xs, op, name, out, process_set, shapes=shapes).wait()
 
 
 def allgather(x, name=None, process_set=None):
@@ -205,13 +218,13 @@ def allgather(x, name=None, process_set=None):
     return c.allgather(x, name)
 
 
-def broadcast(x, root_rank, name=None, out=None, process_set=None):
+def broadcast(x, root_rank, name=None, out=None, process_set=None, *, shape=None):
     """root_rank's x on every rank; out=x writes it in place. root_rank is a global rank,
-    also with a process_set (it must be in the set)."""
+    also with a process_set (it must be in the set). shape: as allreduce's."""
     if process_set is None or process_set is global_process_set:
-        return _session._current.comm.broadcast(x, root_rank, out, name)
+        return _session._current.comm.broadcast(x, root_rank, out, name, shape)
     c, root = _broadcast_comm(process_set, root_rank)
-    return c.broadcast(x, root, out, name)
+    return c.broadcast(x, root, out, name, shape)
 
 
 def reducescatter(x, op=Average, name=None, process_set=None):
@@ -287,7 +300,7 @@ def synchronize(handle):
     return handle.wait()
 
 
-def allreduce_async(x, op=Average, name=None, out=None, process_set=None):
+def allreduce_async(x, op=Average, name=None, out=None, process_set=None, *, shape=None):
     """allreduce queued to run in the background; returns a Handle. x (and out) must
     not be modified until synchronize(handle). op=Adasum runs in the call (its steps
     depend on each other) and returns a finished Handle."""
@@ -298,11 +311,14 @@ def allreduce_async(x, op=Average, name=None, out=None, process_set=None):
     )
     if op == Adasum:
         return _adasum.allreduce_async(c, x, out, name)
-    return c.allreduce_async(x, out, op, name)
+    return c.allreduce_async(x, out, op, name, shape)
 
 
-def grouped_allreduce_async(xs, op=Average, name=None, out=None, process_set=None):
-    """grouped_allreduce queued to run in the background; returns a Handle."""
+def grouped_allreduce_async(xs, op=Average, name=None, out=None, process_set=None, *, shapes=None):
+    """grouped_allreduce queued to run in the background; returns a Handle. The ranks
+    compare the arrays' shapes, one key per dtype group (shape_key of its arrays' shapes);
+    shapes: those keys given instead (join's stand-ins, which reduce one zero array per
+    group in place of arrays they never saw)."""
     c = (
         _session._current.comm
         if process_set is None or process_set is global_process_set
@@ -324,7 +340,8 @@ def grouped_allreduce_async(xs, op=Average, name=None, out=None, process_set=Non
             fused[o : o + views[i].size] = views[i].reshape(-1)
             offsets.append(o)
             o += views[i].size
-        parts.append(c.allreduce_async(fused, fused, op, None if name is None else f"{name}.{g}"))
+        key = shape_key(*(views[i].shape for i in idx)) if shapes is None else shapes[g]
+        parts.append(c.allreduce_async(fused, fused, op, None if name is None else f"{name}.{g}", key))
         plans.append((fused, idx, offsets))
 
     def finish(_):
@@ -351,11 +368,11 @@ def allgather_async(x, name=None, process_set=None):
     return c.allgather_async(x, name)
 
 
-def broadcast_async(x, root_rank, name=None, out=None, process_set=None):
+def broadcast_async(x, root_rank, name=None, out=None, process_set=None, *, shape=None):
     if process_set is None or process_set is global_process_set:
-        return _session._current.comm.broadcast_async(x, root_rank, out, name)
+        return _session._current.comm.broadcast_async(x, root_rank, out, name, shape)
     c, root = _broadcast_comm(process_set, root_rank)
-    return c.broadcast_async(x, root, out, name)
+    return c.broadcast_async(x, root, out, name, shape)
 
 
 def reducescatter_async(x, op=Average, name=None, process_set=None):

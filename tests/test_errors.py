@@ -95,6 +95,20 @@ def test_non_native_byte_order(nranks):
 def test_mismatch(nranks, algo):
     env = {"RDMACOLL_ALGO": algo} if algo != "default" else {}
     res = run_mpi(nranks, "mismatch.py", env=env, timeout=120)
+    _check_mismatches(res, nranks, f"{nranks} ranks, {algo}")
+
+
+def test_mismatched_shapes_through_the_torch_adapter():
+    """Horovod's "Mismatched ... tensor shapes": rank 0 hvd.allreduce(torch.ones(3, 4)), rank 1
+    torch.ones(4, 3) (and each collective's own shape rule) raise HorovodInternalError."""
+    pytest.importorskip("torch", reason="the torch adapter's check needs torch")
+    res = run_mpi(2, "mismatch.py", ["torch"], timeout=120)
+    _check_mismatches(res, 2, "torch adapter, 2 ranks")
+    wrong = [m for m in res.select(kind="mismatch") if m["error_type"] != "HorovodInternalError"]
+    res.check(not wrong, "; ".join(f"rank {m['rank']} {m['case']}: raised {m['error_type']}" for m in wrong[:4]))
+
+
+def _check_mismatches(res, nranks, label):
     rank_records(res, nranks, "done")
     deviant = nranks - 1
     worst = {}
@@ -112,7 +126,7 @@ def test_mismatch(nranks, algo):
         worst[m["case"]] = max(worst.get(m["case"], 0.0), m["seconds"])
     res.check(len(worst) * nranks == len(res.select(kind="mismatch")), "some ranks skipped cases")
     print(
-        f"mismatch detection, {nranks} ranks, {algo}: slowest rank per case (ms): "
+        f"mismatch detection, {label}: slowest rank per case (ms): "
         + ", ".join(f"{c} {s * 1e3:.2f}" for c, s in worst.items())
     )
 

@@ -227,7 +227,7 @@ def test_half_precision_rounds_once_to_nearest_even():
 
 
 def test_descriptor_hash_sees_every_field():
-    base = dict(coll=1, seq=5, dtype=2, count=1000, op=0, root=-1, name_hash=0, algo=2, seg=1 << 20)
+    base = dict(coll=1, seq=5, dtype=2, count=1000, op=0, root=-1, name_hash=0, algo=2, seg=1 << 20, shape_hash=0)
     h0 = _testing.hash_descriptor(*base.values())
     assert h0 == _testing.hash_descriptor(*base.values())
     for field, other in [
@@ -240,6 +240,7 @@ def test_descriptor_hash_sees_every_field():
         ("name_hash", 12345),
         ("algo", 3),
         ("seg", 1 << 19),
+        ("shape_hash", 7),
     ]:
         changed = dict(base, **{field: other})
         assert _testing.hash_descriptor(*changed.values()) != h0, f"{field} does not change the hash"

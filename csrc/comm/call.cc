@@ -25,9 +25,18 @@ uint64_t hashDescriptor(const Descriptor& d) {
   h = mix(h, d.op);
   h = mix(h, static_cast<uint64_t>(static_cast<int64_t>(d.root)));
   h = mix(h, d.nameHash);
+  h = mix(h, d.shapeHash);
   h = mix(h, d.algorithm);
   h = mix(h, d.segmentBytes);
   return h;
+}
+
+uint32_t hashShape(const int64_t* dims, size_t n) {
+  uint64_t h = mix(0x5348415045ULL, n);
+  for (size_t i = 0; i < n; ++i) h = mix(h, static_cast<uint64_t>(dims[i]));
+  // never 0 (0 means unchecked): a shape always differs from "no shape"
+  const uint32_t folded = static_cast<uint32_t>(h ^ (h >> 32));
+  return folded ? folded : 1;
 }
 
 std::string describeCall(const Descriptor& d) {

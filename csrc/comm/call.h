@@ -44,6 +44,9 @@ struct Call {
 
 // The descriptor's hash: any change of any field changes it.
 uint64_t hashDescriptor(const Descriptor& d);
+// Descriptor::shapeHash of a shape (dims[0..n)); the same function serves keys that
+// callers build from several shapes (grouped collectives: _core.shape_hash).
+uint32_t hashShape(const int64_t* dims, size_t n);
 // "allreduce(#5, count=10, dtype=float32, op=Sum, name='w')", for messages.
 std::string describeCall(const Descriptor& d);
 

@@ -265,6 +265,8 @@ void Communicator::checkDescriptor(const HashedDescriptor& mine, const HashedDes
     what = "different dtypes";
   else if (a.op != b.op)
     what = "different ops";
+  else if (a.shapeHash != b.shapeHash)
+    what = "different shapes";
   else if (a.root != b.root)
     what = "different root ranks";
   else if (a.nameHash != b.nameHash)

@@ -39,7 +39,11 @@ struct Descriptor {
   uint64_t seq = 0;
   uint64_t count = 0;
   uint64_t segmentBytes = 0;
-  uint64_t nameHash = 0;
+  uint32_t nameHash = 0;
+  // The tensor's shape as the collective needs it to agree (hashShape: the whole shape;
+  // allgather, alltoall: the dimensions after the first), or a key the caller computed
+  // for what it fused (grouped collectives); 0: not checked beyond the count.
+  uint32_t shapeHash = 0;
   char name[16] = {};  // first bytes of the name, for messages
 };
 

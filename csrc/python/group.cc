@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "comm/call.h"
 #include "common/error.h"
 #include "python/arrays.h"
 #include "python/operation.h"
@@ -45,6 +46,24 @@ class PyHooks : public WaitHooks {
     return s;
   }
 };
+
+// Descriptor::shapeHash (comm/call.h): the input's shape with its first `skip` dimensions
+// left out (allgather, alltoall: 1, the rows ranks contribute may differ), or the caller's
+// own key (an int from _core.shape_hash: grouped collectives, which fuse their tensors,
+// and join's stand-ins, which reduce zeros in place of a tensor they never saw).
+void setShape(Request& r, py::handle input, py::ssize_t skip, py::handle key) {
+  if (!key.is_none()) {
+    if (!PyLong_Check(key.ptr())) throw ArgumentError("shape must be an int from _core.shape_hash, or None");
+    r.shapeHash = static_cast<uint32_t>(key.cast<uint64_t>());
+    return;
+  }
+  const auto a = py::reinterpret_borrow<py::array>(input);
+  int64_t small[8];  // (no allocation per call for up to 8 dimensions)
+  std::vector<int64_t> more(a.ndim() > 8 ? a.ndim() : 0);
+  int64_t* dims = a.ndim() > 8 ? more.data() : small;
+  for (py::ssize_t i = 0; i < a.ndim(); ++i) dims[i] = i < skip ? 0 : a.shape(i);
+  r.shapeHash = hashShape(dims, static_cast<size_t>(a.ndim()));
+}
 
 // A name borrowed from a Python str for the duration of a call.
 void setName(Request& r, py::handle name) {
@@ -108,16 +127,18 @@ class PyGroup {
     p.keepOut = std::move(out);
     return p;
   }
-  Prepared allreduce(py::handle x, py::handle out, int op, py::handle name) {
+  Prepared allreduce(py::handle x, py::handle out, int op, py::handle name, py::handle shape) {
     Prepared p = inOut(Collective::kAllreduce, x, out, "allreduce");
     p.req.op = opOf(op);
     setName(p.req, name);
+    setShape(p.req, p.keepIn, 0, shape);
     return p;
   }
-  Prepared broadcast(py::handle x, int root, py::handle out, py::handle name) {
+  Prepared broadcast(py::handle x, int root, py::handle out, py::handle name, py::handle shape) {
     Prepared p = inOut(Collective::kBroadcast, x, out, "broadcast");
     p.req.root = root;
     setName(p.req, name);
+    setShape(p.req, p.keepIn, 0, shape);
     return p;
   }
   // Rows of unknown count: the result comes from a PoolResult once they are known.
@@ -136,12 +157,13 @@ class PyGroup {
     p.keepIn = in;
     return p;
   }
-  Prepared allgather(py::handle x, py::handle name) {
+  Prepared allgather(py::handle x, py::handle name, py::handle shape) {
     Prepared p = gathered(Collective::kAllgather, contiguousInput(x, "allgather input"), Finish::kRows);
     setName(p.req, name);
+    setShape(p.req, p.keepIn, 1, shape);
     return p;
   }
-  Prepared alltoall(py::handle x, py::handle splitsObj, py::handle name) {
+  Prepared alltoall(py::handle x, py::handle splitsObj, py::handle name, py::handle shape) {
     py::array in = contiguousInput(x, "alltoall input");
     Prepared p = gathered(Collective::kAlltoall, in, Finish::kAlltoall);
     const int size = g().comm().size();
@@ -170,9 +192,10 @@ class PyGroup {
     p.req.splits = o.splits.data();
     p.req.received = o.received.data();
     setName(p.req, name);
+    setShape(p.req, in, 1, shape);
     return p;
   }
-  Prepared reducescatter(py::handle x, int op, py::handle name) {
+  Prepared reducescatter(py::handle x, int op, py::handle name, py::handle shape) {
     Prepared p;
     py::array in = contiguousInput(x, "reducescatter input");
     p.req.collective = Collective::kReducescatter;
@@ -186,6 +209,7 @@ class PyGroup {
     p.req.out = out.mutable_data();
     p.req.count = static_cast<size_t>(in.size());
     p.ready = out;
+    setShape(p.req, in, 0, shape);
     p.keepIn = std::move(in);
     p.keepOut = std::move(out);
     setName(p.req, name);
@@ -294,43 +318,44 @@ class PyGroup {
   std::unique_ptr<Group> group_;
 };
 
+template <typename... Args, typename... Extra>
+void defCollective(py::class_<PyGroup>& cls, const char* name, Prepared (PyGroup::*prepare)(Args...),
+                   const Extra&... extra) {
+  cls.def(name, [prepare](PyGroup& c, Args... a) { return c.run((c.*prepare)(a...)); }, extra...);
+  cls.def((std::string(name) + "_async").c_str(),
+          [prepare](PyGroup& c, Args... a) { return c.submit((c.*prepare)(a...)); }, extra...);
+}
+
 }  // namespace
 
 void bindGroup(py::module_& m) {
+  using namespace pybind11::literals;
   bindHandle(m);
+  m.def(
+      "shape_hash", [](const std::vector<int64_t>& dims) { return hashShape(dims.data(), dims.size()); }, "dims"_a,
+      "The key a collective's descriptor carries for a shape (comm/call.h), for the `shape` "
+      "argument of callers that fuse tensors: every rank must build it from the same shapes.");
   using P = PyGroup;
-  py::class_<P>(m, "Communicator")
-      .def(py::init<int, int, int, const py::dict&, const py::dict&, const py::dict&, py::object>(), py::arg("rank"),
-           py::arg("size"), py::arg("local_size"), py::arg("settings"), py::arg("layout"), py::arg("cost_models"),
-           py::arg("log") = py::none(),
-           "log: emit(level, line) receiving the core's messages at the log_level setting and above "
-           "(level 0 error, 1 warning, 2 info, 3 debug); None: they go to stderr.")
+  py::class_<P> cls(m, "Communicator");
+  cls.def(py::init<int, int, int, const py::dict&, const py::dict&, const py::dict&, py::object>(), py::arg("rank"),
+          py::arg("size"), py::arg("local_size"), py::arg("settings"), py::arg("layout"), py::arg("cost_models"),
+          py::arg("log") = py::none(),
+          "log: emit(level, line) receiving the core's messages at the log_level setting and above "
+          "(level 0 error, 1 warning, 2 info, 3 debug); None: they go to stderr.")
       .def("split", &P::split, py::arg("members"),
            "A communicator over `members` (ranks of this one, in its rank order; this rank among "
            "them) on "
            "the same connections: connect it with the addresses of the members, gathered among "
            "them.")
       .def("address", &P::address)
-      .def("connect", &P::connect)
-      .def("allreduce", [](P& c, py::handle x, py::handle out, int op,
-                           py::handle name) { return c.run(c.allreduce(x, out, op, name)); })
-      .def("allgather", [](P& c, py::handle x, py::handle name) { return c.run(c.allgather(x, name)); })
-      .def("broadcast", [](P& c, py::handle x, int root, py::handle out,
-                           py::handle name) { return c.run(c.broadcast(x, root, out, name)); })
-      .def("reducescatter",
-           [](P& c, py::handle x, int op, py::handle name) { return c.run(c.reducescatter(x, op, name)); })
-      .def("alltoall",
-           [](P& c, py::handle x, py::handle splits, py::handle name) { return c.run(c.alltoall(x, splits, name)); })
-      .def("barrier", [](P& c) { c.run(c.barrier()); })
-      .def("allreduce_async", [](P& c, py::handle x, py::handle out, int op,
-                                 py::handle name) { return c.submit(c.allreduce(x, out, op, name)); })
-      .def("allgather_async", [](P& c, py::handle x, py::handle name) { return c.submit(c.allgather(x, name)); })
-      .def("broadcast_async", [](P& c, py::handle x, int root, py::handle out,
-                                 py::handle name) { return c.submit(c.broadcast(x, root, out, name)); })
-      .def("reducescatter_async",
-           [](P& c, py::handle x, int op, py::handle name) { return c.submit(c.reducescatter(x, op, name)); })
-      .def("alltoall_async",
-           [](P& c, py::handle x, py::handle splits, py::handle name) { return c.submit(c.alltoall(x, splits, name)); })
+      .def("connect", &P::connect);
+  // Each collective twice: run on the caller's thread, and queued (<name>_async, a Handle)
+  defCollective(cls, "allreduce", &P::allreduce, "x"_a, "out"_a, "op"_a, "name"_a, "shape"_a = py::none());
+  defCollective(cls, "allgather", &P::allgather, "x"_a, "name"_a, "shape"_a = py::none());
+  defCollective(cls, "broadcast", &P::broadcast, "x"_a, "root"_a, "out"_a, "name"_a, "shape"_a = py::none());
+  defCollective(cls, "reducescatter", &P::reducescatter, "x"_a, "op"_a, "name"_a, "shape"_a = py::none());
+  defCollective(cls, "alltoall", &P::alltoall, "x"_a, "splits"_a, "name"_a, "shape"_a = py::none());
+  cls.def("barrier", [](P& c) { c.run(c.barrier()); })
       .def("barrier_async", [](P& c) { return c.submit(c.barrier()); })
       .def("empty", &P::empty)
       .def_property_readonly("outstanding", &P::outstanding)

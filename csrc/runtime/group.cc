@@ -73,7 +73,8 @@ Call describe(Communicator& c, const Request& r, const algorithms::Algorithm& a)
   d.seq = call.seq;
   d.count = r.count;
   d.segmentBytes = c.protocol().segmentBytes;
-  d.nameHash = r.name && r.nameLen ? hashBytes(r.name, r.nameLen) : 0;
+  d.nameHash = r.name && r.nameLen ? static_cast<uint32_t>(hashBytes(r.name, r.nameLen)) : 0;
+  d.shapeHash = r.shapeHash;
   if (r.name && r.nameLen) std::memcpy(d.name, r.name, std::min(r.nameLen, sizeof(d.name) - 1));
   call.hd.hash = hashDescriptor(d);
   c.announce(call.hd);

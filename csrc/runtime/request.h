@@ -27,6 +27,7 @@ struct Request {
   ResultBuffer* result = nullptr;    // allgather, alltoall: where the result is allocated
   const char* name = nullptr;        // optional; the first 15 bytes travel, all are hashed
   size_t nameLen = 0;
+  uint32_t shapeHash = 0;  // Descriptor::shapeHash: 0, unchecked
 };
 
 }  // namespace rdmacoll

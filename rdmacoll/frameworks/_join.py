@@ -13,12 +13,13 @@ training ranks (they never wait for it before their collective; it runs just ahe
     elements 2..   the descriptor's first CONTROL_LEN - 2 words; the rest, if any, in a
                    second round of n - (CONTROL_LEN - 2) values (CONTROL_MORE)
 
-Every word is below 2**32, so count * word never overflows; joined ranks contribute
+Every word is below 2**32 (shape keys: rdmacoll.shape_key, 32 bits), so count * word never overflows; joined ranks contribute
 zeros and read the descriptor as sum / count (and check that it divides: training ranks
 that announced different collectives are an error). Descriptors (WORDS):
 
-    ALLREDUCE  op, dtype, elements (2 words), name     -> zeros, same op and name
-    GROUPED    op, groups, (dtype, elements) per dtype group, name
+    ALLREDUCE  op, dtype, elements (2 words), shape key, name
+                                                       -> zeros, same op, name and key
+    GROUPED    op, groups, (dtype, elements, shape key) per dtype group, name
                                                        -> one zero array per group
     BARRIER                                            -> barrier
     STEP       optimizer, rebuild                      -> nothing (the step's buckets
@@ -254,16 +255,16 @@ class JoinState:
     def _serve(self, words):
         kind = words[0]
         if kind == ALLREDUCE:
-            op, dtype, lo, hi = words[1:5]
-            name, _ = _read_name(words, 5)
+            op, dtype, lo, hi, key = words[1:6]
+            name, _ = _read_name(words, 6)
             z = _zeros(dtype, lo | hi << 32)
-            rc.allreduce(z, op=op, name=name, out=z)
+            rc.allreduce(z, op=op, name=name, out=z, shape=key)
         elif kind == GROUPED:
             op, groups = words[1:3]
-            parts = [words[3 + 3 * g : 6 + 3 * g] for g in range(groups)]
-            name, _ = _read_name(words, 3 + 3 * groups)
-            zs = [_zeros(dtype, lo | hi << 32) for dtype, lo, hi in parts]
-            rc.grouped_allreduce(zs, op=op, name=name, out=zs)
+            parts = [words[3 + 4 * g : 7 + 4 * g] for g in range(groups)]
+            name, _ = _read_name(words, 3 + 4 * groups)
+            zs = [_zeros(dtype, lo | hi << 32) for dtype, lo, hi, _ in parts]
+            rc.grouped_allreduce(zs, op=op, name=name, out=zs, shapes=[key for *_, key in parts])
         elif kind == BARRIER:
             rc.barrier()
         elif kind == BUCKETS:
@@ -296,10 +297,11 @@ def allreduce_async(x, op=rc.Average, name=None, out=None, process_set=None):
     if not _is_global(process_set):
         return rc.allreduce_async(x, op, name, out, process_set)
     a = x if isinstance(x, np.ndarray) else rc._core._view(x)
-    key = (a.dtype.num, a.size, op, name)  # (dtype.name costs microseconds: only when new)
+    key = (a.dtype.num, a.shape, op, name)  # (dtype.name costs microseconds: only when new)
     words = None
     if key not in STATE.templates:
-        words = [ALLREDUCE, op, _DTYPE_CODE[a.dtype.name]] + _elements(a.size) + _name_words(name)
+        shape = rc.shape_key(a.shape)
+        words = [ALLREDUCE, op, _DTYPE_CODE[a.dtype.name]] + _elements(a.size) + [shape] + _name_words(name)
     STATE.announce(key, words)
     return rc.allreduce_async(x, op, name, out)
 
@@ -314,13 +316,14 @@ def grouped_allreduce_async(xs, op=rc.Average, name=None, out=None, process_set=
     groups = {}  # the dtype groups rdmacoll.grouped_allreduce_async makes, in its order
     for x in xs:
         a = x if isinstance(x, np.ndarray) else rc._core._view(x)
-        groups[a.dtype] = groups.get(a.dtype, 0) + a.size
-    key = (GROUPED, tuple(groups.items()), op, name)
+        groups.setdefault(a.dtype, []).append(a.shape)
+    key = (GROUPED, tuple((dtype, tuple(shapes)) for dtype, shapes in groups.items()), op, name)
     words = None
     if key not in STATE.templates:
         words = [GROUPED, op, len(groups)]
-        for dtype, n in groups.items():
-            words += [_DTYPE_CODE[dtype.name]] + _elements(n)
+        for dtype, shapes in groups.items():
+            n = sum(int(np.prod(s, dtype=np.int64)) for s in shapes)
+            words += [_DTYPE_CODE[dtype.name]] + _elements(n) + [rc.shape_key(*shapes)]
         words += _name_words(name)
     STATE.announce(key, words)
     return rc.grouped_allreduce_async(xs, op, name, out)
@@ -370,12 +373,14 @@ def grouped_allgather_async(xs, name=None, process_set=None):
     return _refused_async(ALLGATHER, lambda: rc.grouped_allgather_async(xs, name, process_set), process_set)
 
 
-def broadcast(x, root_rank, name=None, out=None, process_set=None):
-    return _refused(BROADCAST, lambda: rc.broadcast(x, root_rank, name, out, process_set), process_set)
+def broadcast(x, root_rank, name=None, out=None, process_set=None, shape=None):
+    return _refused(BROADCAST, lambda: rc.broadcast(x, root_rank, name, out, process_set, shape=shape), process_set)
 
 
-def broadcast_async(x, root_rank, name=None, out=None, process_set=None):
-    return _refused_async(BROADCAST, lambda: rc.broadcast_async(x, root_rank, name, out, process_set), process_set)
+def broadcast_async(x, root_rank, name=None, out=None, process_set=None, shape=None):
+    return _refused_async(
+        BROADCAST, lambda: rc.broadcast_async(x, root_rank, name, out, process_set, shape=shape), process_set
+    )
 
 
 def reducescatter(x, op=rc.Average, name=None, process_set=None):

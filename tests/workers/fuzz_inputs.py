@@ -120,8 +120,8 @@ def body():
     D = _testing.DESCRIPTOR_BYTES
     cases = [bytes(rng.randrange(256) for _ in range(D)) for _ in range(n(1500))]
     # The descriptor the hook compares with: allreduce #1 of 10 float16, Sum, no root, "grad.w".
-    desc = struct.pack("<BBBBiQQQQ16s", 1, 0, 0, 0, -1, 1, 10, 0, 0, b"grad.w")
-    base = struct.pack("<Q", _testing.hash_descriptor(1, 1, 0, 10, 0, -1, 0, 0, 0)) + desc
+    desc = struct.pack("<BBBBiQQQII16s", 1, 0, 0, 0, -1, 1, 10, 0, 0, 0, b"grad.w")
+    base = struct.pack("<Q", _testing.hash_descriptor(1, 1, 0, 10, 0, -1, 0, 0, 0, 0)) + desc
     cases += [mutate(rng, base) for _ in range(n(1500))]
     summarize("descriptors", _testing.fuzz_descriptors(cases), None, len(cases))
     del pair

@@ -4,8 +4,13 @@ The last rank deviates in one way per case; the others agree. Per case, after a 
 every rank times its call until the RdmacollError, checks that a later call raises too
 (the communicator stays broken), then shutdown() and init() start the next case afresh.
 Records: one "mismatch" per case and rank, then "done".
+
+Argument "torch": the shape cases (and one count case) through Horovod's torch API
+(rdmacoll.frameworks.torch) with torch tensors, which must raise HorovodInternalError as
+Horovod's do; "error_type" in each record names what was raised.
 """
 
+import sys
 import time
 
 import numpy as np
@@ -16,27 +21,123 @@ from common import emit, init, main
 EAGER, RING = 1000, 100_000  # elements: below and above the default eager limit (32 KiB)
 
 # case: (what the agreeing ranks pass, what the last rank passes), each as
-# (count, dtype, op name, name), and the words every rank's message must contain.
+# (collective, shape, dtype, op name, name), and the words every rank's message must
+# contain. Shapes: Horovod checks them for every collective (the whole shape; allgather
+# and alltoall: the dimensions after the first), with the same element counts here.
 CASES = {
-    "count": ((EAGER, "float32", "Sum", None), (EAGER + 1, "float32", "Sum", None), "different counts"),
-    "count large": ((RING, "float32", "Sum", None), (RING + 7, "float32", "Sum", None), "different counts"),
-    "count small vs large": ((10, "float32", "Sum", None), (RING, "float32", "Sum", None), "different counts"),
-    "dtype": ((EAGER, "float32", "Sum", None), (EAGER, "float64", "Sum", None), "different dtypes"),
-    "dtype same bytes": ((RING, "float32", "Sum", None), (RING, "int32", "Sum", None), "different dtypes"),
-    "op": ((EAGER, "float32", "Sum", None), (EAGER, "float32", "Max", None), "different ops"),
-    "op large": ((RING, "float64", "Min", None), (RING, "float64", "Max", None), "different ops"),
-    "name": ((EAGER, "float32", "Sum", "grad.a"), (EAGER, "float32", "Sum", "grad.b"), "different names"),
-    "name missing": ((RING, "float32", "Sum", "grad.a"), (RING, "float32", "Sum", None), "different names"),
+    "count": (
+        ("allreduce", EAGER, "float32", "Sum", None),
+        ("allreduce", EAGER + 1, "float32", "Sum", None),
+        "different counts",
+    ),
+    "count large": (
+        ("allreduce", RING, "float32", "Sum", None),
+        ("allreduce", RING + 7, "float32", "Sum", None),
+        "different counts",
+    ),
+    "count small vs large": (
+        ("allreduce", 10, "float32", "Sum", None),
+        ("allreduce", RING, "float32", "Sum", None),
+        "different counts",
+    ),
+    "dtype": (
+        ("allreduce", EAGER, "float32", "Sum", None),
+        ("allreduce", EAGER, "float64", "Sum", None),
+        "different dtypes",
+    ),
+    "dtype same bytes": (
+        ("allreduce", RING, "float32", "Sum", None),
+        ("allreduce", RING, "int32", "Sum", None),
+        "different dtypes",
+    ),
+    "op": (("allreduce", EAGER, "float32", "Sum", None), ("allreduce", EAGER, "float32", "Max", None), "different ops"),
+    "op large": (
+        ("allreduce", RING, "float64", "Min", None),
+        ("allreduce", RING, "float64", "Max", None),
+        "different ops",
+    ),
+    "name": (
+        ("allreduce", EAGER, "float32", "Sum", "grad.a"),
+        ("allreduce", EAGER, "float32", "Sum", "grad.b"),
+        "different names",
+    ),
+    "name missing": (
+        ("allreduce", RING, "float32", "Sum", "grad.a"),
+        ("allreduce", RING, "float32", "Sum", None),
+        "different names",
+    ),
+    "shape": (
+        ("allreduce", (3, 4), "float32", "Sum", None),
+        ("allreduce", (4, 3), "float32", "Sum", None),
+        "different shapes",
+    ),
+    "shape large": (
+        ("allreduce", (1000, 100), "float32", "Sum", None),
+        ("allreduce", (100, 1000), "float32", "Sum", None),
+        "different shapes",
+    ),
+    "shape rank": (
+        ("allreduce", (12,), "float32", "Sum", None),
+        ("allreduce", (1, 12), "float32", "Sum", None),
+        "different shapes",
+    ),
+    "shape grouped": (
+        ("grouped", (3, 4), "float32", "Sum", None),
+        ("grouped", (4, 3), "float32", "Sum", None),
+        "different shapes",
+    ),
+    "shape broadcast": (
+        ("broadcast", (3, 4), "float32", None, None),
+        ("broadcast", (4, 3), "float32", None, None),
+        "different shapes",
+    ),
+    "shape allgather": (
+        ("allgather", (1, 2, 3), "float32", None, None),
+        ("allgather", (1, 3, 2), "float32", None, None),
+        "different shapes",
+    ),
+    "shape alltoall": (
+        ("alltoall", (0, 2, 3), "float32", None, None),
+        ("alltoall", (0, 3, 2), "float32", None, None),
+        "different shapes",
+    ),
+    "shape reducescatter": (
+        ("reducescatter", (0, 6), "float32", "Sum", None),
+        ("reducescatter", (0, 3, 2), "float32", "Sum", None),
+        "different shapes",
+    ),
 }
 
 
+TORCH = sys.argv[1:] == ["torch"]
+if TORCH:
+    import torch
+
+    CASES = {k: v for k, v in CASES.items() if k == "count" or k.startswith("shape")}
+
+
 def call(rc, spec):
-    count, dtype, op, name = spec
-    return rc.allreduce(np.ones(count, dtype), op=getattr(rc, op), name=name)
+    kind, shape, dtype, op, name = spec
+    p = rc.size()
+    # a first dimension of 0 stands for size() rows (alltoall, reducescatter: one per rank)
+    shape = (shape,) if isinstance(shape, int) else tuple(d or p for d in shape)
+    ones = (lambda s, dt: torch.ones(s, dtype=getattr(torch, dt))) if TORCH else np.ones
+    x = ones(shape, dtype)
+    if kind == "allreduce":
+        return rc.allreduce(x, op=getattr(rc, op), name=name)
+    if kind == "grouped":  # the shape of the first of two arrays differs
+        return rc.grouped_allreduce([x, ones(5, dtype)], op=getattr(rc, op), name=name)
+    if kind == "broadcast":
+        return rc.broadcast(x, 0, name=name)
+    if kind == "reducescatter":
+        return rc.reducescatter(x, op=getattr(rc, op), name=name)
+    return getattr(rc, kind)(x, name=name)
 
 
 def body():
     rc = init()
+    if TORCH:
+        import rdmacoll.frameworks.torch as rc  # its init() joins the session init() started
     world = MPI.COMM_WORLD
     p, r = rc.size(), rc.rank()
     for case, (agreed, deviant, words) in CASES.items():
@@ -44,17 +145,17 @@ def body():
         call(rc, agreed)  # a correct call first: the mismatch is not the first message
         world.Barrier()
         t0 = time.perf_counter()
-        error = later = None
+        error = later = error_type = None
         try:
             call(rc, mine)
-        except rc.RdmacollError as e:
-            error = str(e)
+        except RuntimeError as e:  # RdmacollError; HorovodInternalError (torch), a subclass
+            error, error_type = str(e), type(e).__name__
         seconds = time.perf_counter() - t0
         try:
             call(rc, agreed)
-        except rc.RdmacollError as e:
+        except RuntimeError as e:
             later = str(e)
-        emit("mismatch", case=case, error=error, seconds=seconds, later=later, words=words)
+        emit("mismatch", case=case, error=error, error_type=error_type, seconds=seconds, later=later, words=words)
         rc.shutdown()
         rc.init()
     emit("done")

@@ -1317,8 +1317,10 @@ def mismatch_raises(hvd, tf, np):
     """Ranks whose models differ get an error naming the mismatch, not a hang: eagerly
     tf.errors.FailedPreconditionError (Horovod's type for it), inside tf.function the
     PyFunc op's error (UnknownError: TensorFlow keeps only ValueError's type for Python
-    ops; errors.py), with rdmacoll's text both times. Last: the job is aborted afterwards."""
-    v = tf.Variable(tf.ones([3 + hvd.rank()]))
+    ops; errors.py), with rdmacoll's text both times. The models differ in a shape only
+    (rank 0 a 2x3 variable, the others 3x2: the same count; Horovod: "Mismatched allreduce
+    tensor shapes"). Last: the job is aborted afterwards."""
+    v = tf.Variable(tf.ones([2, 3] if hvd.rank() == 0 else [3, 2]))
 
     def grads():
         with tf.GradientTape() as tape:
@@ -1339,7 +1341,7 @@ def mismatch_raises(hvd, tf, np):
                 (
                     mode,
                     f"{type(e).__name__}: ...{text[-300:]}",
-                    isinstance(e, want) and "collective mismatch (different counts)" in text,
+                    isinstance(e, want) and "collective mismatch (different shapes)" in text,
                 )
             )
     return all(ok for _, _, ok in seen), "; ".join(f"{m}: {t}" for m, t, _ in seen)

@@ -11,8 +11,8 @@ namespace py = pybind11;
 using namespace rdmacoll;
 
 void bindTestingCore(py::module_& m) {
-  m.def("hash_descriptor", [](int coll, uint64_t seq, int dtype, uint64_t count, int op, int root, uint64_t nameHash,
-                              int algo, uint64_t seg) {
+  m.def("hash_descriptor", [](int coll, uint64_t seq, int dtype, uint64_t count, int op, int root, uint32_t nameHash,
+                              int algo, uint64_t seg, uint32_t shapeHash) {
     Descriptor d;
     d.collective = static_cast<uint8_t>(coll);
     d.seq = seq;
@@ -23,6 +23,7 @@ void bindTestingCore(py::module_& m) {
     d.nameHash = nameHash;
     d.algorithm = static_cast<uint8_t>(algo);
     d.segmentBytes = seg;
+    d.shapeHash = shapeHash;
     return hashDescriptor(d);
   });
 }

@@ -45,5 +45,7 @@ def broadcast_arrays(arrays, root_rank, name, process_set=None):
     if rc.rank() == root_rank:
         for a, o, n in zip(arrays, offsets, sizes):
             buf[o : o + n] = np.ascontiguousarray(a).reshape(-1).view(np.uint8)
-    joinable.broadcast(buf, root_rank, name=name, out=buf, process_set=process_set)
+    # the ranks compare every array's shape, as Horovod's broadcast of each variable does
+    key = rc.shape_key(*(a.shape for a in arrays))
+    joinable.broadcast(buf, root_rank, name=name, out=buf, process_set=process_set, shape=key)
     return [buf[o : o + n].copy().view(a.dtype).reshape(a.shape) for a, o, n in zip(arrays, offsets, sizes)]

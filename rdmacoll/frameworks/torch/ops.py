@@ -17,7 +17,7 @@ from rdmacoll.process_sets import comm_of, ranks_of
 
 from .._horovod import BAD_ARGUMENT
 from ._rules import RULES, reraise
-from ._tensors import as_numpy, as_torch, check_reducible, check_tensor, contiguous, flat, scale_
+from ._tensors import as_numpy, as_torch, check_reducible, check_tensor, contiguous, scale_
 from .. import _join as joinable  # the collectives, announced to ranks inside join()
 from .compression import Compression
 from .join import join as _join_protocol
@@ -163,7 +163,7 @@ def allreduce_async(
         x = _scale(_private(x, tensor), prescale_factor)
     out = torch.empty_like(x, memory_format=torch.contiguous_format)
     h = _in_flight.started(
-        name, joinable.allreduce_async(flat(x), op=op, name=name, out=flat(out), process_set=process_set)
+        name, joinable.allreduce_async(as_numpy(x), op=op, name=name, out=as_numpy(out), process_set=process_set)
     )
 
     def finish(_):
@@ -186,7 +186,7 @@ def allreduce_async_(
     op, postscale_factor = _fold_average(op, postscale_factor, _set_size(process_set))
     work, copy_back = _in_place(tensor)
     _scale(work, prescale_factor)
-    a = flat(work)
+    a = as_numpy(work)
     h = _in_flight.started(name, joinable.allreduce_async(a, op=op, name=name, out=a, process_set=process_set))
     return _Handle(h, lambda _: copy_back(_scale(work, postscale_factor)))
 
@@ -291,7 +291,7 @@ def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_se
     RULES.check_root(root_rank, ranks_of(process_set))
     _in_flight.check(name)
     work, copy_back = _in_place(tensor)
-    a = flat(work)
+    a = as_numpy(work)
     return _Handle(
         _in_flight.started(name, joinable.broadcast_async(a, root_rank, name=name, out=a, process_set=process_set)),
         lambda _: copy_back(work),
