@@ -34,11 +34,16 @@ from typing import Any, Callable
 from . import _core
 
 
+# Horovod raises ValueError ("Horovod has not been initialized; use hvd.init()."): a
+# RdmacollValueError is both that and an RdmacollError; the text names both ways in.
+NOT_INITIALISED = "rdmacoll is not initialised: call rdmacoll.init() first (hvd.init() with Horovod's API)"
+
+
 class _Uninitialized:
     """Stands in for the communicator of a closed session."""
 
     def __getattr__(self, name):
-        raise _core.RdmacollError("rdmacoll is not initialised: call rdmacoll.init() first")
+        raise _core.RdmacollValueError(NOT_INITIALISED)
 
 
 _CLOSED_COMM = _Uninitialized()
@@ -187,9 +192,10 @@ def current() -> Session:
 
 
 def require() -> Session:
-    """The current session; RdmacollError when rdmacoll is not initialised."""
+    """The current session; RdmacollValueError (a ValueError, as Horovod's) when rdmacoll
+    is not initialised."""
     if _current.closed:
-        raise _core.RdmacollError("rdmacoll is not initialised: call rdmacoll.init() first")
+        raise _core.RdmacollValueError(NOT_INITIALISED)
     return _current
 
 

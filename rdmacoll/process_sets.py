@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from . import _objects, _session
-from ._core import RdmacollError
+from ._core import RdmacollValueError
 
 
 class ProcessSet:
@@ -265,7 +265,7 @@ def _initialised_table(process_set):
     if sets is None:
         if not isinstance(process_set, ProcessSet):
             raise ValueError(f"process_set must be a ProcessSet, got {type(process_set).__name__}")
-        raise RdmacollError("rdmacoll is not initialised: call rdmacoll.init() first")
+        raise RdmacollValueError(_session.NOT_INITIALISED)
     return sets
 
 

@@ -114,6 +114,11 @@ CASES = {
         },
         {"before_init": True},
     ),
+    "rank() before init()": (
+        lambda f: f.hvd.rank(),
+        value_error("hvd.init()"),  # Horovod: "Horovod has not been initialized; use hvd.init()."
+        {"before_init": True},
+    ),
     "optimizer _parameter_names": (
         lambda f: f.parameter_names(),
         {"torch": {"value": lambda r, n: [["a", "w"], ["allreduce.noname.0.0", "allreduce.noname.0.1"]]}},

@@ -59,7 +59,9 @@ def check_session_launch(res, hosts):
         res.check(rec["join_sum"] == [p * (p + 1) / 2] * 5, f"rank {r}: join's allreduce {rec['join_sum']}")
         res.check(rec["join_templates"] == 1, f"rank {r}: join templates {rec['join_templates']}, expected 1")
 
-    not_init = "RdmacollError: rdmacoll is not initialised: call rdmacoll.init() first"
+    not_init = (
+        "RdmacollValueError: rdmacoll is not initialised: call rdmacoll.init() first (hvd.init() with Horovod's API)"
+    )
     hooks_closed = [[tag, False, True, not_init] for tag in ("a", "b", "c")]
     for r, rec in rank_records(res, p, "closed").items():
         res.check(rec["calls"] == hooks_closed, f"rank {r}: hooks at shutdown {rec['calls']}, expected {hooks_closed}")

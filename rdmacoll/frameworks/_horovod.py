@@ -86,10 +86,10 @@ def core_error_kind(error: BaseException) -> str:
     """The kind of an error the core (or the plain API) raised from a collective: an argument
     error (ValueError) is BAD_ARGUMENT, a mismatch between ranks, join's refusals or a
     communicator used outside init() .. shutdown() RANKS_DISAGREE, anything else INTERNAL."""
-    if isinstance(error, ValueError):
-        return BAD_ARGUMENT
     text = str(error)
-    return RANKS_DISAGREE if text.startswith(_PRECONDITION) or _JOIN_REFUSAL in text else INTERNAL
+    if text.startswith(_PRECONDITION) or _JOIN_REFUSAL in text:  # (not initialised: a ValueError too)
+        return RANKS_DISAGREE
+    return BAD_ARGUMENT if isinstance(error, ValueError) else INTERNAL
 
 
 class Rules:
