@@ -67,7 +67,12 @@ def test_fsdp_over_rdmacoll_trains_like_gloo():
 
 
 def test_mismatch_raises_dist_backend_error_everywhere():
+    """Also: init_process_group("rdmacoll") in a script that never imports rdmacoll (the
+    backend registered by torch's plugin hook at `import torch`; torch's own error
+    otherwise: "Unknown backend type rdmacoll")."""
     res = run_torchrun(2, "torch_dist.py", ["mismatch"], timeout=120)
+    for r, rec in rank_records(res, 2, "imported_before_init").items():
+        res.check(rec["modules"] == [], f"rank {r}: rdmacoll was imported before init_process_group: {rec}")
     for r, rec in rank_records(res, 2, "error").items():
         res.check(rec["type"] == "DistBackendError" and "mismatch" in (rec["text"] or ""), f"rank {r}: {rec}")
 

@@ -7,6 +7,8 @@ from every rank's deterministic input.
                              no_sync + accumulation, a comm hook, find_unused_parameters)
     torch_dist.py fsdp       FSDP2 (fully_shard) over gloo and over rdmacoll
     torch_dist.py mismatch   ranks call different sizes: every rank raises DistBackendError
+                             (this script imports no rdmacoll: the backend comes from
+                             torch's plugin hook, rdmacoll_torch_plugin)
     torch_dist.py lost       DDP training; at step 3 the last rank is lost before its
                              backward (RC_TEST_LOSE=kill: SIGKILLs itself; stall: sleeps
                              RC_TEST_STALL_S past RDMACOLL_TIMEOUT, then goes on): every
@@ -276,11 +278,13 @@ def fsdp():
 
 
 def mismatch():
-    import rdmacoll.frameworks.torch.distributed  # noqa: F401
-
+    # no import of rdmacoll here: torch's plugin hook registered the backend at `import torch`
+    # (rdmacoll_torch_plugin), as a script written for gloo or NCCL finds it
+    before = sorted(m for m in sys.modules if m.split(".")[0] == "rdmacoll")
     dist.init_process_group("rdmacoll")
     r = dist.get_rank()
     set_rank(r)
+    emit("imported_before_init", modules=before)
     try:
         dist.all_reduce(torch.ones(10 + r))
         emit("error", text=None, type=None)

@@ -1,8 +1,10 @@
 """rdmacoll as a torch.distributed backend, for DistributedDataParallel, FSDP and every
 torch.distributed collective on CPU tensors:
 
-    import rdmacoll.frameworks.torch.distributed     # registers the backend "rdmacoll"
     torch.distributed.init_process_group("rdmacoll") # under torchrun, srun or mpirun
+
+(torch's plugin hook registers the backend at `import torch`: rdmacoll_torch_plugin, whose
+creator imports this module; importing it registers it too, where the hook is off.)
 
 Pure Python over the core (nothing compiled against torch): a ProcessGroup subclass
 whose collectives are rdmacoll's, queued in call order on rdmacoll's executor. Every op
