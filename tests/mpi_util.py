@@ -244,6 +244,18 @@ class Result:
             )
         return f"command: {' '.join(self.command)}\nexit status: {self.returncode}\n" + "\n".join(body)
 
+    def part(self, index: int) -> Result:
+        """One part of a chained launch (run_chain, workers/chain.py) as if it had been a
+        launch of its own: its records, every other line of output, and the launch's exit
+        status unless a later part started (then this one ended normally)."""
+        lines, later = [], False
+        for ln in self.lines:
+            rec = parse_record(ln)
+            if rec is None or rec.get("part") == index:
+                lines.append(ln)
+            later = later or (rec is not None and rec.get("part", -1) > index)
+        return Result(self.command, 0 if later else self.returncode, lines, self.leftovers)
+
     def fail(self, why: str):
         pytest.fail(f"{why}\n--- ranks' output ---\n{self.output()}", pytrace=False)
 
@@ -416,6 +428,17 @@ def run_mpi(nranks, script_path, args=(), env=None, timeout=120, extra_launcher_
         return launch.finish()
 
 
+def run_part(nranks, part: dict, timeout=120) -> Result:
+    """One part ({"script", "args", "env"}, as run_chain takes them) as a launch of its own."""
+    return run_mpi(nranks, part["script"], part.get("args", ()), env=part.get("env"), timeout=timeout)
+
+
+def run_chain(nranks, parts: list[dict], env=None, timeout=120) -> Result:
+    """The parts one after another in one launch (workers/chain.py): each rank starts once.
+    Result.part(i) reads each."""
+    return run_mpi(nranks, "chain.py", [json.dumps(parts)], env=env, timeout=timeout)
+
+
 def find_torchrun() -> str:
     beside = Path(sys.executable).parent / "torchrun"
     exe = str(beside) if beside.is_file() else shutil.which("torchrun")
@@ -554,19 +577,25 @@ UNMAPPED_RULES = {
 UNMAPPED_ALGORITHMS = {"eager", "recursive_doubling", "tree", "halving_doubling", "ring_slots"}
 
 
-def check_forced_algorithms(nranks: int, env: dict, rules: str, sizes: str, label: str, timeout=240, extra=()) -> None:
+def forced_algorithms_part(env: dict, rules: str, sizes: str, extra=()) -> dict:
+    """The launch check_forced_algorithms checks (a part, as run_chain takes them)."""
+    return {
+        "script": "allreduce_matrix.py",
+        "args": [*ROTATED_MATRIX, "--sizes", sizes, *extra],
+        "env": dict(env, RDMACOLL_ALGO=UNMAPPED_RULES[rules]),
+    }
+
+
+def check_forced_algorithms(
+    nranks: int, env: dict, rules: str, sizes: str, label: str, timeout=240, extra=(), res=None
+) -> None:
     """workers/allreduce_matrix.py with UNMAPPED_RULES[rules] forced (`extra`: more of its
     arguments): every case right, only those algorithms ran, and each forced one (but
-    eager, size-limited) did."""
+    eager, size-limited) did. res: that launch's result, when it ran already (a chain's part)."""
     import re
 
-    res = run_mpi(
-        nranks,
-        "allreduce_matrix.py",
-        [*ROTATED_MATRIX, "--sizes", sizes, *extra],
-        env=dict(env, RDMACOLL_ALGO=UNMAPPED_RULES[rules]),
-        timeout=timeout,
-    )
+    if res is None:
+        res = run_part(nranks, forced_algorithms_part(env, rules, sizes, extra), timeout)
     done = matrix_results(res, nranks)
     used = set(done[0]["algorithms"])
     forced = set(re.findall(r":([a-z_]+)", UNMAPPED_RULES[rules]))
@@ -578,17 +607,21 @@ def check_forced_algorithms(nranks: int, env: dict, rules: str, sizes: str, labe
     print(f"{label}, {nranks} ranks, rules {rules}: {done[0]['cases']} cases, algorithms {sorted(used)}")
 
 
-def check_default_selection(nranks: int, env: dict, label: str, timeout=240, extra=(), big_mib=16) -> None:
+def default_selection_part(env: dict, extra=(), big_mib=16) -> dict:
+    """The launch check_default_selection checks (a part, as run_chain takes them)."""
+    return {
+        "script": "allreduce_matrix.py",
+        "args": [*ROTATED_MATRIX, "--sizes", "0,1,1023,100003", "--big-mib", big_mib, *extra],
+        "env": env,
+    }
+
+
+def check_default_selection(nranks: int, env: dict, label: str, timeout=240, extra=(), big_mib=16, res=None) -> None:
     """The selector's own choice with the default thresholds, up to big_mib MiB: right
     results, and only algorithms that run without mapped memory. (`extra`: more worker
-    arguments.)"""
-    res = run_mpi(
-        nranks,
-        "allreduce_matrix.py",
-        [*ROTATED_MATRIX, "--sizes", "0,1,1023,100003", "--big-mib", big_mib, *extra],
-        env=env,
-        timeout=timeout,
-    )
+    arguments; res: that launch's result, when it ran already.)"""
+    if res is None:
+        res = run_part(nranks, default_selection_part(env, extra, big_mib), timeout)
     done = matrix_results(res, nranks)
     used = set(done[0]["algorithms"])
     allowed = UNMAPPED_ALGORITHMS | {"local"}
@@ -596,10 +629,16 @@ def check_default_selection(nranks: int, env: dict, label: str, timeout=240, ext
     res.check(res.returncode == 0, "the launch failed")
 
 
-def check_async(env: dict, label: str, timeout=240) -> None:
+def async_part(env: dict) -> dict:
+    """The launch check_async checks (3 ranks; a part, as run_chain takes them)."""
+    return {"script": "async_ops.py", "args": ["check"], "env": dict(env, RDMACOLL_SEGMENT_BYTES=65536)}
+
+
+def check_async(env: dict, label: str, timeout=240, res=None) -> None:
     """workers/async_ops.py at 3 ranks: many operations in flight, every result right,
-    nothing left queued."""
-    res = run_mpi(3, "async_ops.py", ["check"], env=dict(env, RDMACOLL_SEGMENT_BYTES=65536), timeout=timeout)
+    nothing left queued. (res: that launch's result, when it ran already.)"""
+    if res is None:
+        res = run_part(3, async_part(env), timeout)
     for r, rec in rank_records(res, 3, "done").items():
         res.check(not rec["bad"], f"rank {r}: wrong results for {rec['bad']} ({label})")
         res.check(rec["outstanding"] == 0, f"rank {r}: {rec['outstanding']} operations still queued ({label})")

@@ -29,12 +29,17 @@ import pytest
 from rdmacoll import _core
 
 from mpi_util import (
+    async_part,
     check_async,
     check_default_selection,
     check_forced_algorithms,
     check_killed_peer,
+    default_selection_part,
+    forced_algorithms_part,
     rank_records,
+    run_chain,
     run_mpi,
+    run_part,
 )
 from reference import ONE_PER_WIDTH
 
@@ -60,32 +65,77 @@ SIZES = "0,1,2,3,4,5,1023,4097,100003" + (",300007" if FULL else "")
 SUBSET = [] if FULL else ["--dtypes", ",".join(ONE_PER_WIDTH)]
 
 
+# ci: the parts below run as two chained launches (mpi_util.run_chain: each rank starts
+# once per launch; under emulation a rank's start, Python, NumPy and the core, is ~5 s):
+# at 2 ranks the collectives (both work request sizes) and the selector's choice, at 3
+# every forced algorithm, the asynchronous operations and the sub-communicators. Each test
+# reads its part. The full matrix launches each on its own.
+
+
+def _collectives_part(max_wr):
+    env = IB | {"RDMACOLL_SEGMENT_BYTES": 4096, "RDMACOLL_SLOT_BYTES": 4096, "RDMACOLL_SLOTS": 2}
+    if max_wr:
+        env |= {"RDMACOLL_SEGMENT_BYTES": 65536, "RDMACOLL_SLOT_BYTES": 65536, "RDMACOLL_IB_MAX_MESSAGE": max_wr}
+    return {"script": "collectives.py", "args": ["check", *SUBSET], "env": env}
+
+
+# ci: two ops (one arithmetic, one exact); no mixed-memory cases (they test direct's choice
+# by memory kind, and direct maps peer memory, which verbs cannot; the selector's run keeps
+# them)
+FORCED_EXTRA = SUBSET and [*SUBSET, "--ops", "Sum,Max", "--no-mixed"]
+# ci: up to 4 MiB (several of the default 1 MiB segments per chunk already; 16 MiB through
+# rxe under emulation took a third of the test)
+SELECTION_EXTRA = SUBSET and [*SUBSET, "--ops", "Sum,Average,Max", "--mixed-bytes", f"{1 << 20},{(4 << 20) + 12}"]
+BIG_MIB = 16 if FULL else 4
+
+
+def _forced_part(rules):
+    return forced_algorithms_part(IB | SMALL, rules, SIZES, FORCED_EXTRA)
+
+
+def _selection_part():
+    return default_selection_part(IB, SELECTION_EXTRA, BIG_MIB)
+
+
+SPLIT = {"script": "split.py", "env": IB}
+CHAINS = {
+    2: {
+        "collectives-None": _collectives_part(None),
+        "collectives-4K": _collectives_part("4K"),
+        "selection": _selection_part(),
+    },
+    3: {"forced-a": _forced_part("a"), "async": async_part(IB), "split": SPLIT},
+}
+_launched: dict = {}
+
+
+def _chained(nranks, name):
+    """ci: the result of the part `name` of the chain at nranks ranks (launched once, by the
+    first test that needs it); full matrix: None (the test launches its own)."""
+    if FULL:
+        return None
+    if nranks not in _launched:
+        parts = CHAINS[nranks]
+        _launched[nranks] = (list(parts), run_chain(nranks, list(parts.values()), timeout=600))
+    names, res = _launched[nranks]
+    return res.part(names.index(name))
+
+
 # Verbs write and read but do not map: the algorithms tcp runs (mpi_util.UNMAPPED_RULES).
 # Either rule set forces every such algorithm; the full matrix runs both at every size.
 @pytest.mark.parametrize(
     "nranks, rules", [(2, "a"), (2, "b"), (3, "a"), (3, "b"), (4, "a"), (4, "b")] if FULL else [(3, "a")]
 )  # (ci: tests/test_tcp.py runs every rank count's schedules under both rule sets)
 def test_allreduce_algorithms(nranks, rules):
-    # (ci: no mixed-memory cases either: they test direct's choice by memory kind, and direct
-    # maps peer memory, which verbs cannot; test_default_selection_and_big_message keeps them)
-    check_forced_algorithms(
-        nranks,
-        IB | SMALL,
-        rules,
-        SIZES,
-        "ibverbs",
-        timeout=400,
-        extra=SUBSET and [*SUBSET, "--ops", "Sum,Max", "--no-mixed"],
-    )
+    res = None if FULL else _chained(3, f"forced-{rules}")
+    check_forced_algorithms(nranks, IB | SMALL, rules, SIZES, "ibverbs", timeout=400, extra=FORCED_EXTRA, res=res)
 
 
 @pytest.mark.parametrize("nranks", [2, 4] if FULL else [2])
 def test_default_selection_and_big_message(nranks):
     """The selector's own choice over verbs with the default thresholds, up to 16 MiB (ci: 4)."""
-    # ci: up to 4 MiB (several of the default 1 MiB segments per chunk already; 16 MiB
-    # through rxe under emulation took a third of the test)
-    ci = [*SUBSET, "--ops", "Sum,Average,Max", "--mixed-bytes", f"{1 << 20},{(4 << 20) + 12}"] if SUBSET else []
-    check_default_selection(nranks, IB, "ibverbs", timeout=400, extra=ci, big_mib=16 if FULL else 4)
+    res = None if FULL else _chained(2, "selection")
+    check_default_selection(nranks, IB, "ibverbs", timeout=400, extra=SELECTION_EXTRA, big_mib=BIG_MIB, res=res)
 
 
 @pytest.mark.parametrize(
@@ -96,10 +146,9 @@ def test_collectives_match_numpy(nranks, max_wr):
     with small slots so that parts span several messages and senders wait for credits; and
     with work requests capped at 4 KiB (RDMACOLL_IB_MAX_MESSAGE), so that every longer
     write goes as several requests, the immediate with the last."""
-    env = IB | {"RDMACOLL_SEGMENT_BYTES": 4096, "RDMACOLL_SLOT_BYTES": 4096, "RDMACOLL_SLOTS": 2}
-    if max_wr:
-        env |= {"RDMACOLL_SEGMENT_BYTES": 65536, "RDMACOLL_SLOT_BYTES": 65536, "RDMACOLL_IB_MAX_MESSAGE": max_wr}
-    res = run_mpi(nranks, "collectives.py", ["check", *SUBSET], env=env, timeout=400)
+    res = None if FULL else _chained(2, f"collectives-{max_wr}")
+    if res is None:
+        res = run_part(nranks, _collectives_part(max_wr), timeout=400)
     done = rank_records(res, nranks, "done")
     fails = res.select(kind="fail")
     res.check(
@@ -112,12 +161,15 @@ def test_collectives_match_numpy(nranks, max_wr):
 
 
 def test_async_many_in_flight():
-    check_async(IB, "ibverbs", timeout=400)
+    check_async(IB, "ibverbs", timeout=400, res=None if FULL else _chained(3, "async"))
 
 
 def test_subcommunicators_over_verbs():
-    res = run_mpi(4, "split.py", env=IB, timeout=400)
-    rank_records(res, 4, "done")
+    """Overlapping subsets on the world's queue pairs, at 4 ranks (ci: 3, in the chain; 4
+    ranks' subsets run over shm and tcp on the host, tests/test_split.py)."""
+    nranks = 4 if FULL else 3
+    res = run_part(4, SPLIT, timeout=400) if FULL else _chained(3, "split")
+    rank_records(res, nranks, "done")
     bad = [c for c in res.select(kind="check") if not c["ok"]]
     res.check(not bad, "; ".join(f"rank {c['rank']} {c['name']}: {c['detail']}" for c in bad[:6]))
 

@@ -21,6 +21,12 @@ if TESTS_DIR not in sys.path:
     sys.path.insert(0, TESTS_DIR)
 
 _rank = None
+_part = None  # workers/chain.py: the index of the part running, tagged on every record
+
+
+def set_part(part) -> None:
+    global _part
+    _part = part
 
 
 def launcher_rank() -> int:
@@ -38,6 +44,8 @@ def set_rank(rank: int) -> None:
 
 def emit(kind: str, **fields) -> None:
     rec = {"kind": kind, "rank": launcher_rank() if _rank is None else _rank, "pid": os.getpid(), "t": time.time()}
+    if _part is not None:
+        rec["part"] = _part
     rec.update(fields)
     sys.stdout.write("@@rc " + json.dumps(rec, default=str) + "\n")
     sys.stdout.flush()
