@@ -8,7 +8,7 @@ import importlib.util
 import os
 import sys
 
-from rdmacoll import _core
+from rdmacoll import _core, _settings
 
 COLLECTIVES = ("allreduce", "allgather", "broadcast", "reducescatter", "alltoall")
 PEERS = ("mpi", "gloo", "horovod")
@@ -210,7 +210,11 @@ def build_parser(description: str | None = None) -> argparse.ArgumentParser:
         default=None,
         help="force an algorithm: a name (applied to every collective swept) or RDMACOLL_ALGO rules",
     )
-    ap.add_argument("--transport", default=None, help="RDMACOLL_TRANSPORT for this run (default: shm)")
+    ap.add_argument(
+        "--transport",
+        default=None,
+        help=f"RDMACOLL_TRANSPORT for this run (default: the setting's, {_settings.TABLE['transport']['default']})",
+    )
     ap.add_argument(
         "--inplace",
         type=int,
@@ -241,6 +245,14 @@ def build_parser(description: str | None = None) -> argparse.ArgumentParser:
         help="with --plot: redraw from a saved --json file (runs nothing, needs no launcher)",
     )
     ap.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
+    ap.add_argument(
+        "--progress-every",
+        metavar="SECONDS",
+        type=float,
+        default=10.0,
+        help="when stderr is not a terminal (under mpiexec): a progress line at most this often, "
+        "none before (default: 10; a terminal shows one line redrawn in place)",
+    )
     ap.add_argument("--list", action="store_true", help="list the allreduce algorithms and exit")
     ap.add_argument("--np", type=positive_int, default=None, help="launch this many local ranks through mpiexec")
     ap.add_argument("--tune", action="store_true", help="measure the cost model constants and write the tuning file")

@@ -211,11 +211,16 @@ def write_json(path: str, rows: list[Row]) -> None:
 
 class Progress:
     """Current size and an estimate of the time left, on stderr. Work is counted as bytes
-    moved plus a fixed cost per size (small sizes are latency bound)."""
+    moved plus a fixed cost per size (small sizes are latency bound). On a terminal one
+    line redrawn in place; elsewhere (under mpiexec, whose merged streams would put it
+    between the rows, or redirected) a line at most every every_s seconds (--progress-every),
+    none in a sweep shorter than that, and the first once the estimate rests on that much (the
+    first sizes, warm-up included, once made it ~91 s for a 15 s sweep)."""
 
     FIXED = 256 << 10
+    EVERY_S = 10.0
 
-    def __init__(self, steps: list[tuple[str, int]], enabled: bool, err=sys.stderr):
+    def __init__(self, steps: list[tuple[str, int]], enabled: bool, err=sys.stderr, every_s: float = EVERY_S):
         self.steps = steps  # (collective, bytes) in sweep order
         self.enabled = enabled
         self.err = err
@@ -224,6 +229,8 @@ class Progress:
         self.total = sum(self._weight(n) for _, n in steps) or 1.0
         self.tty = enabled and getattr(err, "isatty", lambda: False)()
         self.index = 0
+        self.shown = 0.0  # (not a terminal) when the last line was written
+        self.every_s = every_s
 
     def _weight(self, nbytes: int) -> float:
         return float(nbytes + self.FIXED)
@@ -237,6 +244,11 @@ class Progress:
             return
         coll, nbytes = self.steps[self.index]
         elapsed = time.monotonic() - self.start
+        if not self.tty:
+            if elapsed < self.every_s or (self.shown and elapsed - self.shown < self.every_s):
+                self.index += 1
+                return
+            self.shown = elapsed
         left = f"~{elapsed * (self.total - self.done) / self.done:.0f} s left" if self.done else "estimating"
         text = f"rdmacoll-bench: {coll} {human_bytes(nbytes)} ({self.index + 1}/{len(self.steps)}), {left}"
         if self.tty:
@@ -247,8 +259,8 @@ class Progress:
         self.index += 1
 
     def finish(self) -> None:
-        if self.enabled:
-            elapsed = time.monotonic() - self.start
+        elapsed = time.monotonic() - self.start
+        if self.enabled and (self.tty or elapsed >= self.every_s):
             text = f"rdmacoll-bench: done in {elapsed:.1f} s"
             self.err.write(("\r\033[K" + text + "\n") if self.tty else text + "\n")
             self.err.flush()

@@ -278,7 +278,9 @@ def run(args) -> int:
             )
         )
     progress = Progress(
-        [(coll, n) for coll, combos in plan for _, _, steps in combos for n, _, _ in steps], lead and not args.quiet
+        [(coll, n) for coll, combos in plan for _, _, steps in combos for n, _, _ in steps],
+        lead and not args.quiet,
+        every_s=args.progress_every,
     )
     try:
         rows = _sweep(args, plan, impls, notes, progress, lead, job)

@@ -90,7 +90,11 @@ def tune(args) -> int:
     path = args.tune_file or (chosen if chosen.lower() not in ("", "none") else _settings.default_tuning_path())
     sizes = [parse_size(s) for s in args.tune_sizes.split(",") if s.strip()]
     names = [name for name, _ in rc.algorithms()]
-    progress = Progress([(f"--tune {name}", n) for name in names for n in sizes], rank == 0 and not args.quiet)
+    progress = Progress(
+        [(f"--tune {name}", n) for name in names for n in sizes],
+        rank == 0 and not args.quiet,
+        every_s=args.progress_every,
+    )
     gamma_kernel = measure_gamma()
     times: dict[tuple[str, int], float] = {}
     for name in names:
