@@ -326,7 +326,8 @@ def test_tune_stores_each_transport_under_its_own_key_with_progress(tmp_path):
     """--tune over tcp writes a "tcp" entry (and shows progress on stderr); a second run
     over shm with -q adds a "shm" entry beside it, silently."""
     path = tmp_path / "tuning.json"
-    args = ["--tune", "--tune-file", str(path), "--tune-sizes", "8,16K"]
+    # (stderr is a pipe under mpiexec: --progress-every 0 asks for every progress line)
+    args = ["--tune", "--tune-file", str(path), "--tune-sizes", "8,16K", "--progress-every", "0"]
     res = run_mpi(2, "bench_cli.py", args, env={"RDMACOLL_TRANSPORT": "tcp"}, timeout=240)
     for rec in rank_records(res, 2, "bench").values():
         res.check(rec["code"] == 0, f"--tune exited {rec['code']}")
