@@ -37,10 +37,12 @@ averaged over ranks (-a 1; -a 0 rank 0's, 2 the fastest rank's, 3 the slowest's)
 blocking mode), and -a chooses how ranks combine in either mode. algbw = size / time;
 busbw = algbw times 2(n-1)/n for allreduce, (n-1)/n for allgather, reducescatter and
 alltoall, 1 for broadcast. #wrong counts elements that differ from the NumPy reference
-(-c 1, the default; checked once per size and placement).
+(-c 1, the default; checked once per size and placement). Rows whose calls spread widely,
+or that are much slower than a larger size, are named in one warning at the end (with the
+load average): another job on the cores, or more ranks than cores.
 
 --json FILE writes every row (keys impl collective placement bytes count dtype op root algo
-transport time_us min_us median_us max_us algbw busbw wrong ranks hosts version timing);
+transport time_us min_us q1_us median_us q3_us max_us algbw busbw wrong ranks hosts version timing);
 --plot FILE.png draws busbw and time against size, from this run or, with --from FILE.json,
 from a saved one.
 

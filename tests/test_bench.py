@@ -2,6 +2,7 @@
 sweeps of every collective under mpiexec with --check, --compare (a missing peer is
 skipped, rdmacoll's rows stay), --json, --plot and --np."""
 
+import dataclasses
 import importlib.util
 import json
 
@@ -10,7 +11,7 @@ import pytest
 
 from mpi_util import rank_records, run_mpi, run_python
 from rdmacoll._bench import collectives as C
-from rdmacoll._bench.report import JSON_KEYS
+from rdmacoll._bench.report import JSON_KEYS, Row, unstable
 from rdmacoll.bench import main
 
 HAVE_TORCH = importlib.util.find_spec("torch") is not None
@@ -206,7 +207,9 @@ def _row(placement="out-of-place", impl="rdmacoll", time_us=2.0, wrong=0, **kw):
         transport="shm",
         time_us=time_us,
         min_us=1.0,
+        q1_us=time_us * 0.9,
         median_us=time_us,
+        q3_us=time_us * 1.1,
         max_us=3.0,
         algbw=1024 / time_us / 1e3,
         busbw=1024 / time_us / 1e3,
@@ -275,6 +278,29 @@ def test_table_prints_both_placements_side_by_side_with_nccl_tests_headers():
     ]
     assert lines[4].split()[9:13] == ["N/A"] * 4
     assert lines[-3:] == ["# Out of bounds values : 0 OK", "# Avg bus bandwidth    : 0.384", "#"]
+
+
+def test_unstable_timings_are_named():
+    from rdmacoll._bench.report import instability_warning
+
+    quiet = [_row(bytes=8, time_us=1.0), _row(), _row(bytes=4096, time_us=3.0)]
+    assert instability_warning(quiet, 2, 0.3, 2) is None
+    assert instability_warning(quiet, 4, 1.9, 2) is None
+    busy = instability_warning(quiet, 2, 1.0, 2)  # another job on a core: every size slower
+    assert "machine was busy (load average 1.0 on 2 cores before the sweep, 2 ranks on this host)" in busy
+    # spread: most calls ~1 us, a quarter a scheduler quantum later
+    spread = _row(bytes=8, count=2, time_us=1.2, q1_us=0.9, q3_us=880.0, max_us=4000.0)
+    text = instability_warning([spread] + quiet[1:], 2, 3.1, 2)
+    assert "in 1 of 3 rows" in text and "rdmacoll allreduce 8 B out-of-place: quartiles 0.9-880.0 us" in text
+    assert "load average 3.1 on 2 cores" in text
+    # back to back, the spread is over ranks (imbalance, not noise): not judged
+    assert instability_warning([dataclasses.replace(spread, timing="back to back, -a 1")], 2, None, 2) is None
+    # inversion: 8 B steadily at 180 us, 1 KiB at 2 us (another series is not compared)
+    slow = _row(bytes=8, time_us=180.0, q1_us=175.0, q3_us=185.0)
+    text = instability_warning([slow, _row(), _row(bytes=16, impl="mpi", time_us=1.0)], 2, None, 2)
+    assert "in 1 of 3 rows" in text and "8 B out-of-place: 180.0 us, slower than a larger size at 2.0 us" in text
+    # a small inversion is noise
+    assert instability_warning([_row(bytes=8, time_us=3.0), _row()], 2, None, 2) is None
 
 
 def test_table_with_peers_puts_impl_and_ratios_after_nccl_tests_columns():
@@ -428,7 +454,9 @@ def test_json_row_has_exactly_the_keys():
             "transport",
             "time_us",
             "min_us",
+            "q1_us",
             "median_us",
+            "q3_us",
             "max_us",
             "algbw",
             "busbw",
@@ -504,7 +532,8 @@ def test_sweep_every_collective_compared_json_plot(tmp_path):
                 res.check(all(r["wrong"] == 0 for r in mine), f"{impl} {coll}: wrong elements {mine}")
                 res.check(
                     all(
-                        r["min_us"] <= r["median_us"] <= r["max_us"] and r["time_us"] == r["median_us"] > 0
+                        r["min_us"] <= r["q1_us"] <= r["median_us"] <= r["q3_us"] <= r["max_us"]
+                        and r["time_us"] == r["median_us"] > 0
                         for r in mine
                     ),
                     f"{impl} {coll}: min/median/max {mine}",
@@ -542,6 +571,12 @@ def test_sweep_every_collective_compared_json_plot(tmp_path):
         "rdmacoll's lines carry a ratio per peer",
     )
     res.check(any("left" in t for t in err) and not any("left" in t for t in out), "progress belongs on stderr only")
+    bad = unstable([Row(**r) for r in rows])
+    warned = [t for t in err if "timings unstable" in t]
+    res.check(
+        len(warned) == (1 if bad else 0) and all(f"in {len(bad)} of {len(rows)} rows" in t for t in warned),
+        f"{len(bad)} unstable rows, warnings: {warned}",
+    )
     res.check(recs[1]["matplotlib"] is False, "rank 1 imported matplotlib without plotting")
     if HAVE_MPL:
         from matplotlib import image

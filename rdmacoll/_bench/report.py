@@ -26,7 +26,9 @@ JSON_KEYS = (
     "transport",
     "time_us",
     "min_us",
+    "q1_us",
     "median_us",
+    "q3_us",
     "max_us",
     "algbw",
     "busbw",
@@ -54,7 +56,9 @@ class Row:
     transport: str
     time_us: float  # the reported time: the median per call, or back to back the -a combination
     min_us: float  # spread over calls (per call) or over ranks (back to back)
+    q1_us: float  # quartiles
     median_us: float
+    q3_us: float
     max_us: float
     algbw: float  # GB/s
     busbw: float  # GB/s
@@ -87,13 +91,74 @@ def make_row(
         transport,
         t * 1e6,
         times.min * 1e6,
+        times.q1 * 1e6,
         times.median * 1e6,
+        times.q3 * 1e6,
         times.max * 1e6,
         algbw,
         algbw * factor,
         wrong,
         **job,
     )
+
+
+# Signs that a machine's timings are not worth quoting (instability_warning):
+# - spread: per call, the middle half of the calls lies within this share of the median
+#   on a quiet machine (a 2-rank shm allreduce here: (q3 - q1) / median 0.05-0.3 from 8 B
+#   to 16 MiB); a burst of other work puts some calls a scheduler quantum behind the rest;
+# - inversion: a size slower than INVERSION times a larger size of the same series (and by
+#   more than INVERSION_US): a steady load makes ranks sleep and wake through the kernel,
+#   and a whole size's calls then cost hundreds of microseconds (8 B at 180 us beside
+#   512 B at 2 us, seen here with the test suite running on the same 2 cores).
+UNSTABLE_SPREAD = 0.5
+INVERSION = 2.0
+INVERSION_US = 20.0
+
+
+def unstable(rows: list[Row]) -> list[tuple[Row, str]]:
+    """The rows whose times are not worth quoting, each with why. Spread is judged per
+    call only (back to back, it is over ranks: imbalance, not noise)."""
+    bad = {}
+    for r in rows:
+        if r.timing.startswith("per call") and r.median_us > 0 and (r.q3_us - r.q1_us) / r.median_us > UNSTABLE_SPREAD:
+            bad[id(r)] = (
+                r,
+                f"quartiles {r.q1_us:.1f}-{r.q3_us:.1f} us around a median of {r.median_us:.1f} us",
+            )
+    series = {}
+    for r in rows:
+        series.setdefault((r.impl, r.collective, r.placement, r.dtype, r.op), []).append(r)
+    for same in series.values():
+        same.sort(key=lambda r: r.bytes)
+        fastest_above = float("inf")
+        for r in reversed(same):
+            if r.time_us > INVERSION * fastest_above and r.time_us - fastest_above > INVERSION_US and id(r) not in bad:
+                bad[id(r)] = (r, f"{r.time_us:.1f} us, slower than a larger size at {fastest_above:.1f} us")
+            fastest_above = min(fastest_above, r.time_us)
+    return list(bad.values())
+
+
+def instability_warning(rows: list[Row], cores: int, load: float | None, ranks_here: int) -> str | None:
+    """One warning, or None: how many rows are unstable and the first; or, where none is,
+    that the machine was already busy when the run started (load: the 1-minute load
+    average then, before the sweep's own ranks weighed on it; None: unknown), which
+    slows every size alike."""
+    bad = unstable(rows)
+    busy = load is not None and load + ranks_here > cores + 0.5
+    where = (
+        f"load average {load:.1f} on {cores} cores before the sweep, {ranks_here} ranks on this host" if busy else ""
+    )
+    advice = "quote the median of several runs on a quiet machine"
+    if bad:
+        r, why = min(bad, key=lambda b: (b[0].bytes, b[0].impl))
+        return (
+            f"warning: timings unstable in {len(bad)} of {len(rows)} rows (e.g. {r.impl} {r.collective} "
+            f"{human_bytes(r.bytes)} {r.placement}: {why}{'; ' + where if where else ''}). Something else "
+            f"runs on these cores, or there are more ranks than cores: {advice}"
+        )
+    if busy:
+        return f"warning: the machine was busy ({where}): every time may be inflated; {advice}"
+    return None
 
 
 def nccl_time(us: float) -> str:

@@ -16,7 +16,7 @@ from . import peers as peer_libs
 from .impl import Rdmacoll
 from .options import AVERAGE, algo_rules, human_bytes, launcher_rank, pairs_skipped
 from .plot import plot
-from .report import Progress, Table, make_row, write_json
+from .report import Progress, Table, instability_warning, make_row, write_json
 from .timing import measure, total
 
 
@@ -37,6 +37,14 @@ def _available_memory() -> int | None:
     except OSError:
         pass
     return None
+
+
+def _load() -> float | None:
+    """The 1-minute load average (None where the system has none)."""
+    try:
+        return os.getloadavg()[0]
+    except OSError:
+        return None
 
 
 def too_big(
@@ -277,6 +285,7 @@ def run(args) -> int:
                 ],
             )
         )
+    load = _load()  # before the sweep: the ranks' own spinning is not in it yet
     progress = Progress(
         [(coll, n) for coll, combos in plan for _, _, steps in combos for n, _, _ in steps],
         lead and not args.quiet,
@@ -288,6 +297,9 @@ def run(args) -> int:
         progress.finish()
         for impl in reversed(impls):
             impl.close()
+    warning = instability_warning(rows, len(os.sched_getaffinity(0)), load, rc.local_size())
+    if lead and warning:
+        say(f"rdmacoll-bench: {warning}")
     if lead and args.json:
         write_json(args.json, rows)
         say(f"rdmacoll-bench: wrote {len(rows)} rows to {args.json}")

@@ -44,7 +44,9 @@ def combine(per_rank: np.ndarray, average: int) -> np.ndarray:
 class Times(NamedTuple):
     time: float  # the reported time (seconds per call)
     min: float
+    q1: float  # quartiles (report.unstable)
     median: float
+    q3: float
     max: float
     algo: str
 
@@ -53,7 +55,8 @@ ROUNDS = 4
 
 
 def _spread(values: np.ndarray, reported: float, algo: str) -> Times:
-    return Times(float(reported), float(values.min()), float(np.median(values)), float(values.max()), algo)
+    q1, median, q3 = (float(q) for q in np.quantile(values, [0.25, 0.5, 0.75]))
+    return Times(float(reported), float(values.min()), q1, median, q3, float(values.max()), algo)
 
 
 def measure(
