@@ -121,6 +121,16 @@ def _check_mismatches(res, nranks, label):
             deviant in named and len(named) == 2,
             f"{where}: {m['error']!r} should name rank {deviant} and a rank that disagrees with it",
         )
+        if m["shapes"] and m["shapes"][0] and m["error"]:
+            # the rank that found it names its own shape (the peer's is known by hash only)
+            said = re.search(r"\brank (\d+) called [^)]*\) with shape (\[[^\]]*\]) but rank \d+ called", m["error"])
+            res.check(
+                said is not None
+                and said.group(2) == m["shapes"][int(said.group(1)) == deviant]
+                and "with another shape" in m["error"],
+                f"{where}: {m['error']!r} should name the shape of the rank that found the mismatch, "
+                f"{m['shapes'][0]} or (rank {deviant}) {m['shapes'][1]}",
+            )
         res.check(m["seconds"] < MISMATCH_BOUND_S, f"{where}: detection took {m['seconds']:.1f} s")
         res.check(m["later"] is not None, f"{where}: a later call succeeded on a broken communicator")
         worst[m["case"]] = max(worst.get(m["case"], 0.0), m["seconds"])

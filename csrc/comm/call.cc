@@ -39,6 +39,13 @@ uint32_t hashShape(const int64_t* dims, size_t n) {
   return folded ? folded : 1;
 }
 
+std::string describeShape(const Shape& s) {
+  if (s.ndims < 0) return "";
+  std::string t = " with shape [";
+  for (int i = 0; i < s.ndims; ++i) t += (i ? ", " : "") + (i < s.skip ? std::string("*") : std::to_string(s.dims[i]));
+  return t + "]";
+}
+
 std::string describeCall(const Descriptor& d) {
   std::ostringstream o;
   o << collectiveName(static_cast<Collective>(d.collective)) << "(#" << d.seq << ", count=" << d.count

@@ -20,6 +20,16 @@ class ResultBuffer {
   virtual void* allocate(size_t bytes) = 0;
 };
 
+// A tensor's shape, for messages only (what peers compare is Descriptor::shapeHash): up
+// to 8 dimensions, the first `skip` left out of the check (allgather, alltoall: 1).
+struct Shape {
+  int64_t dims[8] = {};
+  int8_t ndims = -1;  // -1: unknown (a caller's key, or more than 8 dimensions)
+  uint8_t skip = 0;
+};
+// " with shape [3, 4]" (" with shape [*, 4]" where the first dimension is free), or "".
+std::string describeShape(const Shape& s);
+
 struct Call {
   const void* in = nullptr;
   void* out = nullptr;  // (allgather, alltoall: from `result`, once sizes are known)
@@ -32,6 +42,7 @@ struct Call {
   size_t elemBytes = 0;
   uint64_t seq = 0;
   HashedDescriptor hd{};  // descriptor and its hash, identical on all ranks when correct
+  Shape shape;            // the input's, for a mismatch message
   // Arguments of some collectives.
   int root = -1;                     // broadcast
   size_t rows = 0;                   // allgather: my rows

@@ -252,7 +252,8 @@ void Communicator::raisePeerAbort() const {
   throw Error(broken_);
 }
 
-void Communicator::checkDescriptor(const HashedDescriptor& mine, const HashedDescriptor& theirs, int peer) {
+void Communicator::checkDescriptor(const HashedDescriptor& mine, const HashedDescriptor& theirs, int peer,
+                                   const Shape* shape) {
   if (mine.hash == theirs.hash) return;
   const Descriptor& a = mine.desc;
   const Descriptor& b = theirs.desc;
@@ -277,9 +278,12 @@ void Communicator::checkDescriptor(const HashedDescriptor& mine, const HashedDes
     what = "different algorithms (RDMACOLL_ALGO differs?)";
   else
     what = "different settings";
+  // (a peer's shape is known by its hash only: the rank that finds the mismatch names its own)
+  const bool shapes = a.shapeHash != b.shapeHash && what == "different shapes" && shape != nullptr;
   abortAll(AbortCode::kMismatch, "collective mismatch (" + what + "): rank " + std::to_string(rank_) + " called " +
-                                     describeCall(a) + " but rank " + std::to_string(peer) + " called " +
-                                     describeCall(b));
+                                     describeCall(a) + (shapes ? describeShape(*shape) : std::string()) + " but rank " +
+                                     std::to_string(peer) + " called " + describeCall(b) +
+                                     (shapes ? " with another shape" : ""));
 }
 
 }  // namespace rdmacoll

@@ -187,7 +187,9 @@ class Communicator {
   void beginCall();
   // Compare a peer's descriptor with mine; on a difference abort everyone with a message
   // naming both calls and both ranks.
-  void checkDescriptor(const HashedDescriptor& mine, const HashedDescriptor& theirs, int peer);
+  // shape: mine, named when the shapes differ
+  void checkDescriptor(const HashedDescriptor& mine, const HashedDescriptor& theirs, int peer,
+                       const Shape* shape = nullptr);
 
  private:
   // A sub-communicator of `parent` (split).

@@ -23,7 +23,7 @@ namespace {
   } else if (kind == kEagerTag) {
     theirs = reinterpret_cast<const HashedDescriptor*>(c.ctrl() + c.layout().eager(from.rank, call.seq));
   }
-  if (theirs != nullptr) c.checkDescriptor(call.hd, *theirs, from.rank);
+  if (theirs != nullptr) c.checkDescriptor(call.hd, *theirs, from.rank, &call.shape);
   c.abortAll(AbortCode::kMismatch, "protocol mismatch with rank " + std::to_string(from.rank) + " during call #" +
                                        std::to_string(call.seq) + ": expected message " + std::to_string(want) +
                                        ", got " + std::to_string(got) +
@@ -88,7 +88,7 @@ const CallHeader& recvHeader(Communicator& c, Peer& from, const Call& call) {
   HashedDescriptor theirs;
   theirs.hash = h.hash;
   theirs.desc = h.desc;
-  c.checkDescriptor(call.hd, theirs, from.rank);
+  c.checkDescriptor(call.hd, theirs, from.rank, &call.shape);
   return h;
 }
 
@@ -212,7 +212,7 @@ const void* recvEager(Communicator& c, Peer& from, const Call& call) {
   const char* p = c.ctrl() + c.layout().eager(from.rank, call.seq);
   const char* body = p + sizeof(HashedDescriptor);
   if (*reinterpret_cast<const uint64_t*>(body) != call.hd.hash) {
-    c.checkDescriptor(call.hd, *reinterpret_cast<const HashedDescriptor*>(p), from.rank);
+    c.checkDescriptor(call.hd, *reinterpret_cast<const HashedDescriptor*>(p), from.rank, &call.shape);
   }
   return body + sizeof(uint64_t);
 }

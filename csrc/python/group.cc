@@ -58,11 +58,15 @@ void setShape(Request& r, py::handle input, py::ssize_t skip, py::handle key) {
     return;
   }
   const auto a = py::reinterpret_borrow<py::array>(input);
-  int64_t small[8];  // (no allocation per call for up to 8 dimensions)
-  std::vector<int64_t> more(a.ndim() > 8 ? a.ndim() : 0);
-  int64_t* dims = a.ndim() > 8 ? more.data() : small;
-  for (py::ssize_t i = 0; i < a.ndim(); ++i) dims[i] = i < skip ? 0 : a.shape(i);
-  r.shapeHash = hashShape(dims, static_cast<size_t>(a.ndim()));
+  const py::ssize_t n = a.ndim();
+  std::vector<int64_t> more(n > 8 ? n : 0);  // (no allocation per call for up to 8 dimensions)
+  int64_t* dims = n > 8 ? more.data() : r.shape.dims;
+  for (py::ssize_t i = 0; i < n; ++i) dims[i] = i < skip ? 0 : a.shape(i);
+  r.shapeHash = hashShape(dims, static_cast<size_t>(n));
+  if (n <= 8) {  // for messages: the dimensions left out of the hash show as *
+    r.shape.ndims = static_cast<int8_t>(n);
+    r.shape.skip = static_cast<uint8_t>(skip);
+  }
 }
 
 // A name borrowed from a Python str for the duration of a call.

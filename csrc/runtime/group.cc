@@ -75,6 +75,7 @@ Call describe(Communicator& c, const Request& r, const algorithms::Algorithm& a)
   d.segmentBytes = c.protocol().segmentBytes;
   d.nameHash = r.name && r.nameLen ? static_cast<uint32_t>(hashBytes(r.name, r.nameLen)) : 0;
   d.shapeHash = r.shapeHash;
+  call.shape = r.shape;
   if (r.name && r.nameLen) std::memcpy(d.name, r.name, std::min(r.nameLen, sizeof(d.name) - 1));
   call.hd.hash = hashDescriptor(d);
   c.announce(call.hd);

@@ -28,6 +28,7 @@ struct Request {
   const char* name = nullptr;        // optional; the first 15 bytes travel, all are hashed
   size_t nameLen = 0;
   uint32_t shapeHash = 0;  // Descriptor::shapeHash: 0, unchecked
+  Shape shape;             // the shape hashed, for messages (ndims -1: a caller's key)
 };
 
 }  // namespace rdmacoll

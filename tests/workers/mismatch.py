@@ -134,6 +134,18 @@ def call(rc, spec):
     return getattr(rc, kind)(x, name=name)
 
 
+def shape_text(spec, p):
+    """How the error names a rank's shape (rdmacoll's " with shape [...]"): None where the
+    ranks compare a key (grouped: fused tensors); allgather and alltoall's rows are free."""
+    kind, shape, *_ = spec
+    if kind == "grouped":
+        return None
+    dims = [str(d or p) for d in ((shape,) if isinstance(shape, int) else shape)]
+    if kind in ("allgather", "alltoall"):
+        dims[0] = "*"
+    return "[" + ", ".join(dims) + "]"
+
+
 def body():
     rc = init()
     if TORCH:
@@ -155,7 +167,17 @@ def body():
             call(rc, agreed)
         except RuntimeError as e:
             later = str(e)
-        emit("mismatch", case=case, error=error, error_type=error_type, seconds=seconds, later=later, words=words)
+        shapes = [shape_text(agreed, p), shape_text(deviant, p)] if case.startswith("shape") else None
+        emit(
+            "mismatch",
+            case=case,
+            error=error,
+            error_type=error_type,
+            seconds=seconds,
+            later=later,
+            words=words,
+            shapes=shapes,
+        )
         rc.shutdown()
         rc.init()
     emit("done")
