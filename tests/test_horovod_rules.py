@@ -189,9 +189,14 @@ CASES = {
         {**value(lambda r, n: [[0, 2, False], [0, 1, False], [1, 2, False]][r]), "horovod": None},
     ),
     # --- failures while communicating
+    # Not run under real Horovod: 0.28.1's torch ops name their tensors "allreduce.NAME" and
+    # "allgather.NAME" (torch/mpi_ops_v2.cc GetOpName), so its coordinator sees two tensors
+    # that some ranks never submit and waits; the stall inspector names them each minute,
+    # and with HOROVOD_STALL_SHUTDOWN_TIME_SECONDS the job shuts down and cannot init again
+    # (seen here: "MPI_Query_thread() ... after MPI_FINALIZE", every rank exits 1)
     "ranks disagree (rank 0 allreduce, the others allgather)": (
         lambda f: f.disagree(),
-        ranks_disagree("ismatch"),  # rdmacoll: "collective mismatch", Horovod: "Mismatched"
+        {**ranks_disagree("collective mismatch"), "horovod": None},
         {"breaks": True},
     ),
 }

@@ -184,9 +184,10 @@ def body():
                 run(case, d)
     for case in later:  # each leaves the job broken: a fresh one after it
         for d in drivers:
-            run(case, d)
-            first.shutdown()
-            start()
+            if expectation(case, d.adapter) is not None:  # (Horovod cannot init after a shutdown)
+                run(case, d)
+                first.shutdown()
+                start()
     emit("done", outcomes=json.dumps(results))
     first.shutdown()
 
