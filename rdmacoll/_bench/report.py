@@ -103,14 +103,17 @@ def make_row(
 
 
 # Signs that a machine's timings are not worth quoting (instability_warning):
-# - spread: per call, the middle half of the calls lies within this share of the median
-#   on a quiet machine (a 2-rank shm allreduce here: (q3 - q1) / median 0.05-0.3 from 8 B
-#   to 16 MiB); a burst of other work puts some calls a scheduler quantum behind the rest;
+# - spread: per call, the middle half of the calls spreads over more than this share of
+#   the median (a 2-rank shm allreduce on a quiet 2-core machine here: (q3 - q1) / median
+#   0.02-0.25 from 8 B to 2 MiB, up to 0.63 at 16 MiB, where memory bandwidth drifts);
+#   a burst of other work puts some calls a scheduler quantum behind the rest (2.6 seen);
 # - inversion: a size slower than INVERSION times a larger size of the same series (and by
 #   more than INVERSION_US): a steady load makes ranks sleep and wake through the kernel,
 #   and a whole size's calls then cost hundreds of microseconds (8 B at 180 us beside
 #   512 B at 2 us, seen here with the test suite running on the same 2 cores).
-UNSTABLE_SPREAD = 0.5
+# (The load average is no sign by itself: it still counts the minute before, a previous
+# run's ranks included.)
+UNSTABLE_SPREAD = 1.0
 INVERSION = 2.0
 INVERSION_US = 20.0
 
@@ -138,27 +141,19 @@ def unstable(rows: list[Row]) -> list[tuple[Row, str]]:
     return list(bad.values())
 
 
-def instability_warning(rows: list[Row], cores: int, load: float | None, ranks_here: int) -> str | None:
-    """One warning, or None: how many rows are unstable and the first; or, where none is,
-    that the machine was already busy when the run started (load: the 1-minute load
-    average then, before the sweep's own ranks weighed on it; None: unknown), which
-    slows every size alike."""
+def instability_warning(rows: list[Row], cores: int, load: float | None) -> str | None:
+    """One warning naming how many rows are unstable and the first, or None (load: the
+    1-minute load average before the sweep, shown; None: unknown)."""
     bad = unstable(rows)
-    busy = load is not None and load + ranks_here > cores + 0.5
-    where = (
-        f"load average {load:.1f} on {cores} cores before the sweep, {ranks_here} ranks on this host" if busy else ""
+    if not bad:
+        return None
+    r, why = min(bad, key=lambda b: (b[0].bytes, b[0].impl))
+    where = f"; load average {load:.1f} on {cores} cores before the sweep" if load is not None else ""
+    return (
+        f"warning: timings unstable in {len(bad)} of {len(rows)} rows (e.g. {r.impl} {r.collective} "
+        f"{human_bytes(r.bytes)} {r.placement}: {why}{where}). Something else runs on these cores, or "
+        f"there are more ranks than cores: quote the median of several runs on a quiet machine"
     )
-    advice = "quote the median of several runs on a quiet machine"
-    if bad:
-        r, why = min(bad, key=lambda b: (b[0].bytes, b[0].impl))
-        return (
-            f"warning: timings unstable in {len(bad)} of {len(rows)} rows (e.g. {r.impl} {r.collective} "
-            f"{human_bytes(r.bytes)} {r.placement}: {why}{'; ' + where if where else ''}). Something else "
-            f"runs on these cores, or there are more ranks than cores: {advice}"
-        )
-    if busy:
-        return f"warning: the machine was busy ({where}): every time may be inflated; {advice}"
-    return None
 
 
 def nccl_time(us: float) -> str:

@@ -285,7 +285,7 @@ def run(args) -> int:
                 ],
             )
         )
-    load = _load()  # before the sweep: the ranks' own spinning is not in it yet
+    load = _load()  # before the sweep (shown in the warning)
     progress = Progress(
         [(coll, n) for coll, combos in plan for _, _, steps in combos for n, _, _ in steps],
         lead and not args.quiet,
@@ -297,7 +297,7 @@ def run(args) -> int:
         progress.finish()
         for impl in reversed(impls):
             impl.close()
-    warning = instability_warning(rows, len(os.sched_getaffinity(0)), load, rc.local_size())
+    warning = instability_warning(rows, len(os.sched_getaffinity(0)), load)
     if lead and warning:
         say(f"rdmacoll-bench: {warning}")
     if lead and args.json:
