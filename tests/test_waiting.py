@@ -5,6 +5,8 @@ import os
 import signal
 import time
 
+import pytest
+
 from mpi_util import Launch, rank_records, run_mpi
 
 
@@ -44,6 +46,16 @@ def test_two_communicators_in_one_process():
         recs = rank_records(res, n, "result")
         for r, rec in recs.items():
             res.check(rec["ok"], f"rank {r} got wrong results from two interleaved communicators")
+
+
+@pytest.mark.parametrize("nranks", [2, 3])
+def test_two_threads_calling_at_once_never_hang(nranks):
+    """A thread waiting for its turn on the engine releases the GIL: before, it slept on
+    the engine holding it while the thread executing needed it (4 of 5 launches at 3
+    ranks hung, past RDMACOLL_TIMEOUT)."""
+    res = run_mpi(nranks, "waiting.py", ["threads"], env={"RDMACOLL_TIMEOUT": "30"}, timeout=90)
+    for r, rec in rank_records(res, nranks, "done").items():
+        res.check(not rec["errors"] and rec["wrong"] == 0, f"rank {r}: {rec}")
 
 
 def test_forked_child_cannot_use_the_parents_communicator():

@@ -41,8 +41,11 @@ namespace rdmacoll {
 class WaitHooks {
  public:
   virtual ~WaitHooks() = default;
-  virtual void releaseInterpreter() {}
-  virtual void acquireInterpreter() {}
+  // Releases the interpreter if this thread holds it; returns what acquireInterpreter
+  // needs to take it back (nullptr: it was not held here, so nothing to take back). Calls
+  // nest: a wait inside a caller that released it gets nullptr.
+  virtual void* releaseInterpreter() { return nullptr; }
+  virtual void acquireInterpreter(void* /*token*/) {}
   // True when a signal handler raised (Ctrl-C); called with the interpreter held.
   virtual bool signalPending() { return false; }
 };
@@ -117,6 +120,8 @@ class Communicator {
   // The next immediate of this communicator from peer p, if one arrived (comm/links.h).
   bool pollImmediate(const Peer& p, uint32_t* imm) { return links_->poll(p.link, channel_, imm); }
   uint32_t channel() const { return channel_; }
+  // The interpreter's hooks (the binding's), for the engine's waits (runtime/async.h).
+  const std::shared_ptr<WaitHooks>& hooks() const { return hooks_; }
 
   int rank() const { return rank_; }
   int size() const { return size_; }
@@ -218,7 +223,8 @@ class Communicator {
     uint64_t iter_ = 0;
     uint64_t seen_ = 0;  // the device's event count when the sleep was announced
     bool released_ = false;
-    double nextStallReport_ = 0;  // seconds of this wait after which the inspector reports
+    void* interpreter_ = nullptr;  // releaseInterpreter's token while released_
+    double nextStallReport_ = 0;   // seconds of this wait after which the inspector reports
     // Yield at once and sleep soon: the cores are oversubscribed, or this thread runs in
     // the background of a caller that computes (common/thread_role.h).
     bool patient_;

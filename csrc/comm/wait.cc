@@ -12,6 +12,7 @@
 #include <sched.h>
 
 #include <string>
+#include <utility>
 
 #include "comm/communicator.h"
 #include "common/error.h"
@@ -46,7 +47,7 @@ Communicator::WaitState::WaitState(Communicator& c, int peer, const char* what)
       patient_(c.oversubscribed_ || threadRole().patient()) {}
 
 Communicator::WaitState::~WaitState() {
-  if (released_) c_.hooks_->acquireInterpreter();
+  if (released_) c_.hooks_->acquireInterpreter(interpreter_);
 }
 
 bool Communicator::WaitState::step() {
@@ -68,7 +69,7 @@ bool Communicator::WaitState::step() {
     return false;
   }
   if (!released_) {
-    c_.hooks_->releaseInterpreter();
+    interpreter_ = c_.hooks_->releaseInterpreter();
     released_ = true;
   }
   // Announce the sleep; the caller re-checks its condition, then sleeps. Announcing
@@ -104,9 +105,9 @@ void Communicator::WaitState::periodicChecks() {
                                         what_ + (peer_ >= 0 ? " from rank " + std::to_string(peer_) : std::string()));
   }
   checkStall(waited);
-  if (released_) c.hooks_->acquireInterpreter();
+  if (released_) c.hooks_->acquireInterpreter(std::exchange(interpreter_, nullptr));
   bool sig = c.hooks_->signalPending();
-  if (released_) c.hooks_->releaseInterpreter();
+  if (released_) interpreter_ = c.hooks_->releaseInterpreter();
   if (sig) {
     try {
       c.abortAll(AbortCode::kInterrupted,

@@ -28,23 +28,16 @@ using namespace rdmacoll;
 
 namespace {
 
-// Waits release the GIL while they sleep and poll for Ctrl-C. Collectives also run on
-// the progress thread, which never holds the GIL: there the hooks do nothing.
+// Waits release the GIL while they sleep and poll for Ctrl-C; so does a caller waiting
+// for its turn on the engine (runtime/async.h). Collectives also run on the progress
+// thread, which never holds the GIL: there the hooks do nothing.
 class PyHooks : public WaitHooks {
  public:
-  void releaseInterpreter() override {
-    if (PyGILState_Check()) state() = PyEval_SaveThread();
-  }
-  void acquireInterpreter() override {
-    if (state()) PyEval_RestoreThread(std::exchange(state(), nullptr));
+  void* releaseInterpreter() override { return PyGILState_Check() ? PyEval_SaveThread() : nullptr; }
+  void acquireInterpreter(void* token) override {
+    if (token) PyEval_RestoreThread(static_cast<PyThreadState*>(token));
   }
   bool signalPending() override { return PyGILState_Check() && PyErr_CheckSignals() != 0; }
-
- private:
-  static PyThreadState*& state() {
-    thread_local PyThreadState* s = nullptr;
-    return s;
-  }
 };
 
 // Descriptor::shapeHash (comm/call.h): the input's shape with its first `skip` dimensions

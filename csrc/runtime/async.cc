@@ -1,7 +1,9 @@
 #include "runtime/async.h"
 
 #include <chrono>
+#include <utility>
 
+#include "comm/communicator.h"
 #include "common/error.h"
 #include "common/thread_role.h"
 #include "common/timeline.h"
@@ -137,15 +139,29 @@ bool AsyncEngine::wait(const Handle& h, const std::function<bool()>& interrupted
 AsyncEngine::Inline::Inline(AsyncEngine& e) : e_(e) {
   std::unique_lock<std::mutex> lk(e_.mu_);
   const int64_t queued = e_.executing_ || !e_.queue_.empty() ? Timeline::nowNs() : 0;
-  // Everything queued before this call runs first, here or on the executor.
-  while (e_.executing_ || !e_.queue_.empty()) {
-    if (!e_.executing_) {
-      e_.executeQueued(lk, nullptr);
-    } else {
-      e_.blockedCallers_.fetch_add(1, std::memory_order_relaxed);
-      e_.cv_.wait(lk);
-      e_.blockedCallers_.fetch_sub(1, std::memory_order_relaxed);
+  bool released = false;  // the interpreter lock, before sleeping (never under mu_)
+  void* token = nullptr;
+  for (;;) {
+    // Everything queued before this call runs first, here or on the executor.
+    while (e_.executing_ || !e_.queue_.empty()) {
+      if (!e_.executing_) {
+        e_.executeQueued(lk, nullptr);
+      } else if (!released && e_.hooks_) {
+        lk.unlock();
+        token = e_.hooks_->releaseInterpreter();
+        released = true;
+        lk.lock();
+      } else {
+        e_.blockedCallers_.fetch_add(1, std::memory_order_relaxed);
+        e_.cv_.wait(lk);
+        e_.blockedCallers_.fetch_sub(1, std::memory_order_relaxed);
+      }
     }
+    if (!released) break;
+    lk.unlock();
+    e_.hooks_->acquireInterpreter(std::exchange(token, nullptr));  // then look again: another thread may have begun
+    released = false;
+    lk.lock();
   }
   e_.executing_ = true;
   tQueuedNs = queued;

@@ -10,6 +10,10 @@
 //
 // Threads: submit/poll/wait/runInline from any thread. Operations run without the
 // interpreter lock; they must not touch Python objects (the binding keeps them alive).
+// A caller never sleeps on the engine holding the interpreter lock: the thread that
+// executes may need it (a wait that released it takes it back), so runInline releases
+// it (setHooks) before it sleeps, and the binding releases it around wait() and drain().
+// The engine's mutex is never held while the interpreter lock is taken.
 #pragma once
 #include <atomic>
 #include <condition_variable>
@@ -21,6 +25,8 @@
 #include <thread>
 
 namespace rdmacoll {
+
+class WaitHooks;  // comm/communicator.h
 
 class AsyncEngine {
  public:
@@ -59,6 +65,10 @@ class AsyncEngine {
     fn();
   }
   size_t outstanding();
+  // What a caller does with the interpreter while it sleeps waiting for its turn in
+  // runInline (released, so that the thread executing can take it: the Python binding's
+  // hooks; without them, nothing). Set once, before any call.
+  void setHooks(std::shared_ptr<WaitHooks> hooks) { hooks_ = std::move(hooks); }
   // On the thread running an operation: when that operation was submitted, if it waited
   // for earlier work (asynchronous ops always; a synchronous call only when work was
   // ahead of it), else 0. Read by the timeline (common/timeline.h).
@@ -88,6 +98,7 @@ class AsyncEngine {
   bool threadRunning_ = false;
   std::atomic<int> blockedCallers_{0};  // callers asleep in wait()/Inline (common/thread_role.h)
   std::thread thread_;
+  std::shared_ptr<WaitHooks> hooks_;
 };
 
 }  // namespace rdmacoll

@@ -181,7 +181,9 @@ void validate(const Request& r, int size) {
 size_t reducescatterRows(size_t rows, int size, int rank) { return ring::chunkCount(rows, size, rank); }
 
 Group::Group(std::unique_ptr<Communicator> comm, tuning::Policy policy)
-    : comm_(std::move(comm)), policy_(std::move(policy)) {}
+    : comm_(std::move(comm)), policy_(std::move(policy)) {
+  engine_->setHooks(comm_->hooks());
+}
 
 Group::Group(std::shared_ptr<AsyncEngine> engine, tuning::Policy policy)
     : policy_(std::move(policy)), engine_(std::move(engine)) {}

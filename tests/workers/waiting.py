@@ -6,6 +6,8 @@ waiting.py gil         rank 0 waits for a late rank 1 while a Python thread coun
 waiting.py two         every rank bootstraps two communicators and interleaves them
 waiting.py fork        every rank forks after init(): the child's copy refuses to run,
                        the parent goes on with its peers
+waiting.py threads     two Python threads make synchronous allreduces at once, all alike
+                       (same name, size and op: any interleaving pairs them correctly)
 """
 
 import os
@@ -103,5 +105,33 @@ def fork() -> None:
     emit("result", child=child, parent_ok=bool((x == rc.size()).all()))
 
 
+def threads() -> None:
+    """Each thread waits long enough (1 MiB, 3 ranks on 2 cores) to release the GIL in its
+    wait, and to find the other thread executing when it asks for its turn."""
+    rc = init()
+    r, p = rc.rank(), rc.size()
+    want = p * (p + 1) / 2
+    wrong, errors = [0], []
+
+    def work():
+        try:
+            for _ in range(THREAD_CALLS):
+                x = np.full(1 << 18, r + 1, np.float32)
+                rc.allreduce(x, op=rc.Sum, name="threads", out=x)
+                wrong[0] += int(np.count_nonzero(x != want))
+        except Exception as e:  # noqa: BLE001 - reported, the test fails on it
+            errors.append(repr(e))
+
+    ts = [threading.Thread(target=work) for _ in range(2)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    emit("done", wrong=wrong[0], errors=errors, calls=2 * THREAD_CALLS)
+
+
+THREAD_CALLS = 40
+
+
 if __name__ == "__main__":
-    main({"sigint": sigint, "gil": gil, "two": two, "fork": fork}[sys.argv[1]])
+    main({"sigint": sigint, "gil": gil, "two": two, "fork": fork, "threads": threads}[sys.argv[1]])
