@@ -16,7 +16,7 @@ import numpy as _np
 
 from . import _core, _objects, _session, _version
 from . import process_sets as _process_sets
-from ._core import Average, Handle, Max, Min, Product, RdmacollError, RdmacollValueError, Sum
+from ._core import Average, Handle, Max, Min, Product, RdmacollError, RdmacollMemoryError, RdmacollValueError, Sum
 from . import adasum as _adasum
 from .adasum import ADASUM as Adasum
 from .bootstrap import bootstrap as _bootstrap
@@ -70,6 +70,7 @@ __all__ = [
     "Product",
     "Adasum",
     "RdmacollError",
+    "RdmacollMemoryError",
     "RdmacollValueError",
     "ProcessSet",
     "global_process_set",

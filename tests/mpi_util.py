@@ -16,6 +16,7 @@ when a test fails. A launch:
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -701,3 +702,43 @@ def require_real_horovod() -> None:
             "real Horovod is not installed in this interpreter (build it with "
             "build-horovod.sh and run pytest from its venv)"
         )
+
+
+@contextlib.contextmanager
+def memory_cgroup(limit_bytes: int):
+    """A memory cgroup of its own under this process's (v2, else v1), limited to
+    limit_bytes; yields its directory, which a worker joins by writing its pid to
+    cgroup.procs (workers/init_fails.py: RDMACOLL_TEST_CGROUP). Skips, saying why, where
+    none can be made (not root, no memory controller)."""
+    made = None
+    for line in Path("/proc/self/cgroup").read_text().splitlines():
+        _, controllers, path = line.split(":", 2)
+        if controllers == "" and Path("/sys/fs/cgroup/cgroup.controllers").is_file():
+            parent, limit_file = Path("/sys/fs/cgroup" + path), "memory.max"
+        elif "memory" in controllers.split(","):
+            parent, limit_file = Path("/sys/fs/cgroup/memory" + path), "memory.limit_in_bytes"
+        else:
+            continue
+        try:
+            d = parent / f"rdmacoll-test-{os.getpid()}"
+            d.mkdir()
+            try:
+                (d / limit_file).write_text(str(limit_bytes))
+            except OSError:
+                d.rmdir()
+                raise
+            made = d
+            break
+        except OSError as e:
+            why = f"cannot make a memory cgroup under {parent}: {e}"
+    if made is None:
+        pytest.skip(locals().get("why", "this process has no memory cgroup to make one under"))
+    try:
+        yield str(made)
+    finally:
+        for _ in range(50):  # the ranks have exited; the kernel empties the group shortly after
+            try:
+                made.rmdir()
+                break
+            except OSError:
+                time.sleep(0.1)

@@ -7,7 +7,7 @@ import pytest
 
 import rdmacoll as rc
 from rdmacoll import _core
-from mpi_util import rank_records, run_mpi, run_python, run_torchrun
+from mpi_util import memory_cgroup, rank_records, run_mpi, run_python, run_torchrun
 
 MISMATCH_BOUND_S = 30  # catches hangs only; the measured time is printed
 
@@ -59,6 +59,12 @@ def _check_bad_input(res, nranks):
                 f"{what} after shutdown() gave {s[what]!r}, expected a not-initialised error",
             )
         res.check(s["kept_array_readable"], "an rc.empty array kept past shutdown() lost its data")
+    for r, m in rank_records(res, nranks, "memory").items():
+        res.check(
+            m["types"] is not None and {"MemoryError", "RdmacollError"} <= set(m["types"]) and "4.0 TiB" in m["error"],
+            f"rank {r}: a 4 TiB rc.empty raised {m['types']}: {m['error']}",
+        )
+        res.check(m["after"] == nranks, f"rank {r}: the allreduce after it gave {m['after']}")
     res.check(res.returncode == 0, "the launch failed")
 
 
@@ -152,6 +158,10 @@ BAD_SETTINGS = {
     "negative timeout": ({"RDMACOLL_TIMEOUT": "-1"}, "RDMACOLL_TIMEOUT"),
     "unparsable timeout": ({"RDMACOLL_TIMEOUT": "abc"}, "RDMACOLL_TIMEOUT"),
     "unparsable size": ({"RDMACOLL_SLOT_BYTES": "lots"}, "RDMACOLL_SLOT_BYTES"),
+    # each within its range, together more than the machine has: named before anything is
+    # faulted in (before, pre-faulting them had the kernel kill every rank)
+    "staging beyond memory": ({"RDMACOLL_SEGMENT_BYTES": "1T"}, "RDMACOLL_SEGMENT_BYTES (1099511627776)"),
+    "slots beyond memory": ({"RDMACOLL_SLOT_BYTES": "1T"}, "RDMACOLL_SLOTS x RDMACOLL_SLOT_BYTES (4 x 1099511627776)"),
 }
 
 
@@ -166,6 +176,22 @@ def test_bad_setting_fails_init_everywhere(setting):
         )
         res.check(not rec["initialized"], "is_initialized() after a failed init()")
         res.check(rec["later"] is not None, "allreduce after a failed init() did not raise")
+
+
+def test_settings_beyond_a_memory_limit_fail_init_everywhere():
+    """RDMACOLL_EAGER_BYTES=1G (its maximum) in a 2 GiB memory cgroup: 2 x 1 GiB per peer
+    does not fit; every rank raises RdmacollValueError naming it (before: the cgroup's
+    out-of-memory killer took both ranks, no message)."""
+    with memory_cgroup(2 << 30) as cgroup:
+        env = {"RDMACOLL_EAGER_BYTES": "1G", "RDMACOLL_TEST_CGROUP": cgroup}
+        res = run_mpi(2, "init_fails.py", env=env, timeout=30)
+    for rec in rank_records(res, 2, "init").values():
+        res.check(
+            rec["error"] is not None
+            and "RDMACOLL_EAGER_BYTES (1073741824)" in rec["error"]
+            and "cgroup memory limit" in rec["error"],
+            f"rank {rec['rank']}: init() gave {rec['error']!r}",
+        )
 
 
 def test_bogus_algo_singleton():

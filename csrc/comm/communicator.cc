@@ -12,6 +12,7 @@
 
 #include "common/error.h"
 #include "common/fork_guard.h"
+#include "common/memory_limit.h"
 #include "common/text.h"
 #include "common/timeline.h"
 
@@ -76,9 +77,31 @@ void Communicator::setUp(int localSize) {
   topology_ = schedule::hierarchy(job_.hostOf, rank_);
   transport::Device& device = links_->device();
   pollMicros_ = device.pollMicros();
+  checkSetupMemory(localSize);
   ctrl_ = device.allocate(ctrlLayout_.total());
   staging_ = device.allocate(std::max(2, size_) * protocol_.segmentBytes);
   peers_.resize(size_);
+}
+
+// What setup allocates follows from the settings (RDMACOLL_EAGER_BYTES, SLOT_BYTES,
+// SLOTS, SEGMENT_BYTES: each within its own range, but together maybe more than the
+// machine has): checked before anything is faulted in, for all the ranks of this host
+// (they allocate alike, at once), as an error naming the settings.
+void Communicator::checkSetupMemory(int localSize) const {
+  const long double staging = static_cast<long double>(std::max(2, size_)) * protocol_.segmentBytes;
+  const long double perRank = static_cast<long double>(ctrlLayout_.total()) + staging;
+  const long double host = perRank * std::max(1, localSize);
+  if (host < kHeadroomCheckBytes) return;
+  const MemoryHeadroom h = memoryHeadroom();
+  if (host <= static_cast<long double>(h.bytes)) return;
+  auto text = [](long double b) { return bytesText(static_cast<size_t>(std::min<long double>(b, 1e19L))); };
+  throw ArgumentError(
+      "the settings need " + text(perRank) + " per rank at init(), " + text(host) + " for the " +
+      std::to_string(localSize) + " ranks of this host, more than this process can get (" + bytesText(h.bytes) + ", " +
+      h.limitedBy + "): each peer's inbox holds 2 x RDMACOLL_EAGER_BYTES (" + std::to_string(protocol_.eagerBytes) +
+      ") and RDMACOLL_SLOTS x RDMACOLL_SLOT_BYTES (" + std::to_string(protocol_.slots) + " x " +
+      std::to_string(protocol_.slotBytes) + "), and staging takes " + std::to_string(std::max(2, size_)) +
+      " x RDMACOLL_SEGMENT_BYTES (" + std::to_string(protocol_.segmentBytes) + "): lower them");
 }
 
 Communicator::~Communicator() {

@@ -193,6 +193,7 @@ class Communicator {
   // Compare a peer's descriptor with mine; on a difference abort everyone with a message
   // naming both calls and both ranks.
   // shape: mine, named when the shapes differ
+  void checkSetupMemory(int localSize) const;
   void checkDescriptor(const HashedDescriptor& mine, const HashedDescriptor& theirs, int peer,
                        const Shape* shape = nullptr);
 

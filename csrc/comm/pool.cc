@@ -1,6 +1,7 @@
 #include "comm/pool.h"
 
 #include "common/error.h"
+#include "common/memory_limit.h"
 
 namespace rdmacoll {
 
@@ -23,6 +24,13 @@ MemoryPool::Block* MemoryPool::acquire(size_t bytes) {
     return b;
   }
   if (dev_ == nullptr) throw Error("rdmacoll is shut down: cannot allocate memory");
+  if (cls >= kHeadroomCheckBytes) {  // (faulting in more than the machine gives gets the process killed)
+    const MemoryHeadroom h = memoryHeadroom();
+    if (cls > h.bytes) {
+      throw OutOfMemory("cannot allocate " + bytesText(cls) + " from rdmacoll's memory pool: this process can get " +
+                        bytesText(h.bytes) + " more (" + h.limitedBy + ")");
+    }
+  }
   auto b = std::make_unique<Block>(Block{dev_->allocate(cls), cls, true});
   Block* raw = b.get();
   blocks_.emplace(reinterpret_cast<uintptr_t>(raw->mem->data()), std::move(b));

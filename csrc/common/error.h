@@ -17,6 +17,13 @@ class ArgumentError : public Error {
   explicit ArgumentError(const std::string& what) : Error(what) {}
 };
 
+// Memory the machine cannot give (common/memory_limit.h), found before faulting it in:
+// rdmacoll.RdmacollMemoryError, also a MemoryError (what NumPy raises).
+class OutOfMemory : public Error {
+ public:
+  explicit OutOfMemory(const std::string& what) : Error(what) {}
+};
+
 // Raised by a wait that noticed a pending Python signal (Ctrl-C): the binding turns it
 // back into the Python exception that the signal handler set (KeyboardInterrupt).
 class Interrupted : public std::runtime_error {

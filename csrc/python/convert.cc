@@ -79,11 +79,13 @@ algorithms::Situation oneHostSituation(Collective coll, size_t bytes, int p) {
   return s;
 }
 
-void translateError(std::exception_ptr p, PyObject* error, PyObject* valueError) {
+void translateError(std::exception_ptr p, PyObject* error, PyObject* valueError, PyObject* memoryError) {
   try {
     if (p) std::rethrow_exception(p);
   } catch (const ArgumentError& e) {
     PyErr_SetString(valueError, e.what());
+  } catch (const OutOfMemory& e) {
+    PyErr_SetString(memoryError, e.what());
   } catch (const Error& e) {
     PyErr_SetString(error, e.what());
   }

@@ -29,6 +29,6 @@ rdmacoll::CostModel fullCostModel(const pybind11::dict& d);
 rdmacoll::algorithms::Situation oneHostSituation(rdmacoll::Collective coll, size_t bytes, int p);
 
 // For a pybind11 exception translator: p rethrown, an ArgumentError raised as valueError
-// (RdmacollValueError), any other rdmacoll::Error as error (RdmacollError); other
-// exceptions pass on to the next translator.
-void translateError(std::exception_ptr p, PyObject* error, PyObject* valueError);
+// (RdmacollValueError), an OutOfMemory as memoryError (RdmacollMemoryError), any other
+// rdmacoll::Error as error (RdmacollError); other exceptions pass on to the next translator.
+void translateError(std::exception_ptr p, PyObject* error, PyObject* valueError, PyObject* memoryError);

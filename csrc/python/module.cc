@@ -31,7 +31,15 @@ PYBIND11_MODULE(_core, m) {
                                 py::make_tuple(exc, py::handle(PyExc_ValueError)).ptr(), nullptr);
   if (!valueExc) throw py::error_already_set();
   m.attr("RdmacollValueError") = py::handle(valueExc);
-  py::register_exception_translator([](std::exception_ptr p) { translateError(p, exc.ptr(), valueExc); });
+  // Memory the machine cannot give, found before faulting it in: also a MemoryError.
+  static PyObject* memoryExc = PyErr_NewExceptionWithDoc(
+      "rdmacoll._core.RdmacollMemoryError",
+      "More memory than the machine or its limits give, found before any was faulted in (an RdmacollError and a "
+      "MemoryError).",
+      py::make_tuple(exc, py::handle(PyExc_MemoryError)).ptr(), nullptr);
+  if (!memoryExc) throw py::error_already_set();
+  m.attr("RdmacollMemoryError") = py::handle(memoryExc);
+  py::register_exception_translator([](std::exception_ptr p) { translateError(p, exc.ptr(), valueExc, memoryExc); });
 
   m.attr("Sum") = static_cast<int>(ReduceOp::kSum);
   m.attr("Average") = static_cast<int>(ReduceOp::kAverage);

@@ -3,7 +3,7 @@ Horovod raises for bad arguments), never a crash, a hang or a silently wrong res
 
 Every check is local (validation happens before any message), so ranks stay in step; the
 communicator must still work afterwards. Records: one "check" per bad call (its error
-text, or None when nothing was raised), then "byteorder" (a big-endian array is refused or reduced
+text, or None when nothing was raised), "memory" (a 4 TiB rc.empty), then "byteorder" (a big-endian array is refused or reduced
 correctly), "after" (valid calls still work), then
 "shutdown" (what happens once the communicator is gone).
 """
@@ -55,6 +55,15 @@ def body():
         except rc.RdmacollError as e:
             error, value_error = str(e), isinstance(e, ValueError)
         emit("check", name=name, error=error, words=words, value_error=value_error)
+
+    # More memory than the machine has: MemoryError before any is faulted in (before: the
+    # kernel's out-of-memory killer took every rank); the job goes on.
+    try:
+        rc.empty((2**40,), "float32")  # 4 TiB
+        types = error = None
+    except rc.RdmacollError as e:
+        types, error = [c.__name__ for c in type(e).__mro__], str(e)
+    emit("memory", types=types, error=error, after=float(rc.allreduce(np.array(1.0), op=rc.Sum)))
 
     # Non-native byte order: refused, or reduced correctly; never reduced as native bytes.
     swapped = np.arange(1, 65, dtype=">f4")

@@ -18,7 +18,9 @@ PYBIND11_MODULE(_rdmacoll_testing, m) {
   py::module_ core = py::module_::import("rdmacoll._core");
   static PyObject* error = py::object(core.attr("RdmacollError")).release().ptr();
   static PyObject* valueError = py::object(core.attr("RdmacollValueError")).release().ptr();
-  py::register_local_exception_translator([](std::exception_ptr p) { translateError(p, error, valueError); });
+  static PyObject* memoryError = py::object(core.attr("RdmacollMemoryError")).release().ptr();
+  py::register_local_exception_translator(
+      [](std::exception_ptr p) { translateError(p, error, valueError, memoryError); });
 
   bindTestingCore(m);
   bindTestingSchedules(m);
