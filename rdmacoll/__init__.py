@@ -14,7 +14,7 @@ import pickle as _pickle
 
 import numpy as _np
 
-from . import _core, _objects, _session, _version
+from . import _core, _objects, _session, _settings, _version
 from . import process_sets as _process_sets
 from ._core import Average, Handle, Max, Min, Product, RdmacollError, RdmacollMemoryError, RdmacollValueError, Sum
 from . import adasum as _adasum
@@ -100,8 +100,20 @@ def init(config=None, process_sets=None, comm=None) -> None:
     ValueError). None or [] : the whole launch.
 
     The job is held by a session (rdmacoll._session): after shutdown(), init() builds a
-    new one, whose membership epoch is one more."""
-    if not _session.current().closed:
+    new one, whose membership epoch is one more. Called again while initialised it does
+    nothing, as Horovod's; with a config whose settings the running session does not have,
+    RdmacollValueError (they would be silently ignored: shutdown() first)."""
+    running = _session.current()
+    if not running.closed:
+        if config:
+            wanted = _settings.given(config)
+            differ = {k: v for k, v in wanted.items() if running.settings.get(k, object()) != v}
+            if differ:
+                have = ", ".join(f"{k}={running.settings.get(k, '(per rank)')!r}" for k in differ)
+                raise RdmacollValueError(
+                    f"init(config={config!r}) while initialised with {have}: the running session keeps its "
+                    "settings; call shutdown() first"
+                )
         return
     dynamic = isinstance(process_sets, str) and process_sets.lower() == "dynamic"
     if isinstance(process_sets, str) and not dynamic:

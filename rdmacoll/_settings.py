@@ -248,10 +248,14 @@ def _check_entry(path: str, i: int, entry) -> dict:
 def read_tuning_file(path: str) -> tuple[list[dict], str | None]:
     """(entries, None), or ([], why) for a file of another version (ignored, not an error:
     an old file must never stop a job). RdmacollError if the file is malformed."""
+
+    def no_constant(name):  # NaN, Infinity: JSON has none; a cost model needs finite numbers
+        raise ValueError(f"{name} is not a number JSON has")
+
     try:
         with open(path) as f:
-            doc = json.load(f)
-    except (OSError, ValueError) as e:
+            doc = json.load(f, parse_constant=no_constant)
+    except (OSError, ValueError, RecursionError) as e:
         raise _core.RdmacollError(
             f"tuning file {path!r} is unreadable ({e}); rerun rdmacoll-bench --tune or set RDMACOLL_TUNING_FILE=none"
         ) from None

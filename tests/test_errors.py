@@ -194,6 +194,19 @@ def test_settings_beyond_a_memory_limit_fail_init_everywhere():
         )
 
 
+def test_init_again_with_other_settings_is_an_error():
+    res = run_mpi(2, "reinit_config.py", timeout=30)
+    for r, rec in rank_records(res, 2, "reinit").items():
+        res.check(rec["same"] is None and rec["again"] is None, f"rank {r}: init() again raised: {rec}")
+        res.check(
+            rec["value_error"]
+            and "while initialised with algo='ring'" in rec["other"]
+            and "shutdown()" in rec["other"],
+            f"rank {r}: init(config={{'algo': 'tree'}}) while initialised gave {rec['other']!r}",
+        )
+        res.check(rec["sum"] == 2.0, f"rank {r}: the session did not go on: {rec}")
+
+
 def test_bogus_algo_singleton():
     res = run_python("init_fails.py", env={"RDMACOLL_ALGO": "bogus"}, timeout=60)
     rec = rank_records(res, 1, "init")[0]

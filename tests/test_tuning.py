@@ -271,6 +271,8 @@ def _v3(entry_changes):
     "content, words",
     [
         ("{not json", "unreadable"),
+        ("[" * 100_000 + "]" * 100_000, "unreadable"),  # (before: RecursionError)
+        (_v3({"cost_model": {"alpha": float("nan")}}), "NaN is not a number JSON has"),  # (before: used)
         ("[]", "not a JSON object"),
         (json.dumps({"version": 3}), "'entries'"),
         (json.dumps({"version": 3, "entries": [3]}), "entries[0] is not an object"),

@@ -68,13 +68,24 @@ void setName(Request& r, py::handle name) {
   if (!PyUnicode_Check(name.ptr())) throw ArgumentError("name must be a str");
   Py_ssize_t n = 0;
   r.name = PyUnicode_AsUTF8AndSize(name.ptr(), &n);
-  if (r.name == nullptr) throw py::error_already_set();
+  if (r.name == nullptr) {  // (a lone surrogate: not UTF-8)
+    PyErr_Clear();
+    throw ArgumentError("name " + py::repr(name).cast<std::string>() + " cannot be encoded as UTF-8");
+  }
   r.nameLen = static_cast<size_t>(n);
 }
 
-ReduceOp opOf(int op) {
+// An op from Python: one of the ints rdmacoll.Sum ... Product (anything else, a str or a
+// float included, is an argument error, not pybind's TypeError).
+ReduceOp opOf(py::handle o) {
+  Py_ssize_t op = -1;
+  if (PyIndex_Check(o.ptr()) && !PyBool_Check(o.ptr())) {  // (int, NumPy's integers)
+    op = PyNumber_AsSsize_t(o.ptr(), nullptr);
+    if (op == -1 && PyErr_Occurred()) PyErr_Clear();
+  }
   if (op < 0 || op >= kNumReduceOps) {
-    throw ArgumentError("unknown op " + std::to_string(op) + "; use rdmacoll.Sum, Average, Min, Max or Product");
+    throw ArgumentError("unknown op " + py::repr(o).cast<std::string>() +
+                        "; use rdmacoll.Sum, Average, Min, Max or Product");
   }
   return static_cast<ReduceOp>(op);
 }
@@ -124,7 +135,7 @@ class PyGroup {
     p.keepOut = std::move(out);
     return p;
   }
-  Prepared allreduce(py::handle x, py::handle out, int op, py::handle name, py::handle shape) {
+  Prepared allreduce(py::handle x, py::handle out, py::handle op, py::handle name, py::handle shape) {
     Prepared p = inOut(Collective::kAllreduce, x, out, "allreduce");
     p.req.op = opOf(op);
     setName(p.req, name);
@@ -181,6 +192,9 @@ class PyGroup {
                             std::to_string(size));
       }
       for (int q = 0; q < size; ++q) {
+        if (!PyLong_Check(l[q].ptr()) || PyBool_Check(l[q].ptr())) {
+          throw ArgumentError("alltoall: splits must be integers; got " + py::repr(l[q]).cast<std::string>());
+        }
         const long long v = l[q].cast<long long>();
         if (v < 0) throw ArgumentError("alltoall: negative split");
         o.splits[q] = static_cast<uint64_t>(v);
@@ -192,7 +206,7 @@ class PyGroup {
     setShape(p.req, in, 1, shape);
     return p;
   }
-  Prepared reducescatter(py::handle x, int op, py::handle name, py::handle shape) {
+  Prepared reducescatter(py::handle x, py::handle op, py::handle name, py::handle shape) {
     Prepared p;
     py::array in = contiguousInput(x, "reducescatter input");
     p.req.collective = Collective::kReducescatter;

@@ -20,6 +20,11 @@ def bad_calls(rc, p):
     return {
         # name: (call, words the message must contain)
         "dtype complex64": (lambda: rc.allreduce(x.astype(np.complex64)), ["unsupported dtype", "complex64"]),
+        # (before: pybind's TypeError, "Unable to cast", UnicodeEncodeError)
+        "op a str": (lambda: rc.allreduce(x, op="Sum"), ["unknown op 'Sum'", "rdmacoll.Sum"]),
+        "op a float": (lambda: rc.reducescatter(x, op=1.0), ["unknown op 1.0"]),
+        "splits floats": (lambda: rc.alltoall(x, splits=[64 / p] * p), ["splits must be integers"]),
+        "name not UTF-8": (lambda: rc.allreduce(x, name="bad\udc80"), ["cannot be encoded as UTF-8"]),
         "dtype bool": (lambda: rc.allreduce(x > 3), ["bool", "cannot be reduced"]),
         "dtype uint16": (lambda: rc.allreduce(ints.astype(np.uint16), op=rc.Sum), ["unsupported dtype", "uint16"]),
         "non-contiguous input": (lambda: rc.allreduce(x[::2]), ["contiguous"]),
