@@ -1,5 +1,6 @@
 """Bad input gets a clear RdmacollError: never a crash, a hang or a wrong result."""
 
+import os
 import re
 
 import numpy as np
@@ -205,6 +206,23 @@ def test_init_again_with_other_settings_is_an_error():
             f"rank {r}: init(config={{'algo': 'tree'}}) while initialised gave {rec['other']!r}",
         )
         res.check(rec["sum"] == 2.0, f"rank {r}: the session did not go on: {rec}")
+
+
+def test_torch_bootstrap_without_torch_names_the_fix(tmp_path):
+    """RDMACOLL_BOOTSTRAP=torch where torch does not import (a torch that raises what an
+    absent one does, ahead on the path): RdmacollError saying what to do, not a bare
+    ModuleNotFoundError."""
+    (tmp_path / "torch").mkdir()
+    (tmp_path / "torch" / "__init__.py").write_text(
+        "raise ModuleNotFoundError(\"No module named 'torch'\", name='torch')\n"
+    )
+    path = os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")]))
+    res = run_python("init_fails.py", env={"RDMACOLL_BOOTSTRAP": "torch", "PYTHONPATH": path}, timeout=60)
+    rec = rank_records(res, 1, "init")[0]
+    res.check(
+        rec["error"] is not None and "RDMACOLL_BOOTSTRAP=torch" in rec["error"] and "pip install torch" in rec["error"],
+        f"init() gave {rec['error']!r}",
+    )
 
 
 def test_bogus_algo_singleton():

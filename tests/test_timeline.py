@@ -7,7 +7,7 @@ import os
 import shutil
 import tempfile
 
-from mpi_util import rank_records, run_mpi
+from mpi_util import rank_records, run_mpi, run_python
 
 NRANKS = 3
 EPS = 0.05  # microseconds: what a double keeps of the trace's timestamps, and then some
@@ -59,6 +59,18 @@ def _check_rank(res, r, doc, calls):
     queued = {start[i]["args"].get("name", "") for i in ends}
     res.check(any(n.startswith("async.") for n in queued), f"rank {r}: no asynchronous operation was queued ({queued})")
     return {p["name"] for p in phases} | ({"queue"} if ends else set())
+
+
+def test_timeline_does_not_follow_a_planted_link(tmp_path):
+    """A symbolic link where a rank's trace goes (planted in a shared directory): init()
+    fails naming it, and what it points to is left alone (before: overwritten)."""
+    victim = tmp_path / "victim"
+    victim.write_text("keep")
+    (tmp_path / "trace.rank0.json").symlink_to(victim)
+    res = run_python("init_fails.py", env={"RDMACOLL_TIMELINE": str(tmp_path / "trace.json")}, timeout=60)
+    rec = rank_records(res, 1, "init")[0]
+    res.check(rec["error"] is not None and "is a symbolic link; not followed" in rec["error"], f"init() gave {rec}")
+    res.check(victim.read_text() == "keep", "the link's target was written")
 
 
 def test_timeline_phases_per_rank():

@@ -1,6 +1,8 @@
 #include "common/timeline.h"
 
+#include <fcntl.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <cerrno>
 
@@ -67,8 +69,19 @@ std::string Timeline::rankPath(const std::string& path, int rank) {
 
 std::unique_ptr<Timeline> Timeline::open(const std::string& path, int rank) {
   std::string mine = rankPath(path, rank);
-  std::FILE* f = std::fopen(mine.c_str(), "w");
-  if (f == nullptr) throw Error(sysError("RDMACOLL_TIMELINE: cannot write " + mine, errno));
+  // Not through a symbolic link (one planted in a shared directory such as /tmp would
+  // have this rank overwrite whatever it points to); the mode is the user's umask's.
+  const int fd = ::open(mine.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0666);
+  if (fd < 0 && errno == ELOOP) {
+    throw Error("RDMACOLL_TIMELINE: " + mine + " is a symbolic link; not followed (remove it or choose another path)");
+  }
+  if (fd < 0) throw Error(sysError("RDMACOLL_TIMELINE: cannot write " + mine, errno));
+  std::FILE* f = ::fdopen(fd, "w");
+  if (f == nullptr) {
+    const int err = errno;
+    ::close(fd);
+    throw Error(sysError("RDMACOLL_TIMELINE: cannot write " + mine, err));
+  }
   std::setvbuf(f, nullptr, _IOFBF, 1 << 16);
   return std::unique_ptr<Timeline>(new Timeline(f, std::move(mine), rank));
 }

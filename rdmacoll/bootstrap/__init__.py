@@ -55,7 +55,18 @@ def choose(config=None, env=None, comm=None):
             )
         return mpi.exchange(comm)
     if kind == "torch":
-        ex = store.torchrun_exchange(timeout_s=_settings.resolve(env, config, scope="job")[0]["timeout"])
+        try:
+            ex = store.torchrun_exchange(timeout_s=_settings.resolve(env, config, scope="job")[0]["timeout"])
+        except ModuleNotFoundError as e:  # (before: that bare error)
+            if (e.name or "").split(".")[0] != "torch":
+                raise
+            how = (
+                "RDMACOLL_BOOTSTRAP=torch" if mine["bootstrap"] == "torch" else "torchrun's variables (TORCHELASTIC_*)"
+            )
+            raise _core.RdmacollError(
+                f"rdmacoll.init(): {how} asks for torch's store, and torch does not import here ({e}): "
+                "pip install torch, or launch with mpiexec (RDMACOLL_BOOTSTRAP=mpi)"
+            ) from None
     elif kind == "mpi" or (kind is None and _mpi_available()):
         ex = mpi.exchange()
     else:
