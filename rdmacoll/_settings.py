@@ -278,7 +278,15 @@ def write_tuning_file(path: str, entries: list[dict]) -> None:
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     doc = {"version": TUNING_FILE_VERSION, "entries": entries}
     tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w") as f:
+    # a new file, never through a link planted under that name (the rename then replaces
+    # `path` itself, a link there included, never what a link points to)
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
+    except FileExistsError:
+        raise _core.RdmacollError(
+            f"cannot write the tuning file: {tmp!r} exists (a link or a stale file; remove it)"
+        ) from None
+    with os.fdopen(fd, "w") as f:
         json.dump(doc, f, indent=2, sort_keys=True)
         f.write("\n")
     os.replace(tmp, path)

@@ -4,6 +4,7 @@ host, CPU, cores, rdmacoll version, transport and ranks per host; used only wher
 match, else ignored with a log line saying why)."""
 
 import json
+import os
 import logging
 import socket
 
@@ -288,6 +289,17 @@ def test_malformed_tuning_file_is_an_error(tmp_path, content, words):
     with pytest.raises(_core.RdmacollError) as e:
         _job(str(path))
     assert words in str(e.value) and str(path) in str(e.value)
+
+
+def test_tuning_file_is_not_written_through_a_planted_link(tmp_path):
+    """A link where the writer's temporary file goes: an error, and its target is left alone
+    (before: written through)."""
+    victim, path = tmp_path / "victim", tmp_path / "t.json"
+    victim.write_text("keep")
+    (tmp_path / f"t.json.tmp{os.getpid()}").symlink_to(victim)
+    with pytest.raises(_core.RdmacollError, match="exists"):
+        _settings.write_tuning_file(str(path), [_settings.tuning_entry("shm", 2, CONSTS)])
+    assert victim.read_text() == "keep" and not path.exists()
 
 
 def test_missing_tuning_file_is_an_error(tmp_path):
