@@ -126,6 +126,53 @@ def test_hostile_frames_close_the_connection():
     res.check(res.returncode == 0, "the launch failed")
 
 
+# --------------------------------------------------------------------------- strangers
+
+
+def test_hmac_sha256_matches_pythons():
+    """The handshake's MAC (csrc/common/sha256.cc) against Python's hmac over keys and
+    messages on both sides of SHA-256's block boundaries (55/56/64 bytes, keys past 64)."""
+    import hashlib
+    import hmac
+    import random
+
+    import _rdmacoll_testing as testing
+
+    rng = random.Random(7)
+    for key_len in (0, 1, 32, 63, 64, 65, 200):
+        for msg_len in (0, 1, 55, 56, 63, 64, 65, 119, 120, 128, 1000):
+            key, msg = rng.randbytes(key_len), rng.randbytes(msg_len)
+            assert testing.hmac_sha256(key, msg) == hmac.new(key, msg, hashlib.sha256).digest(), (key_len, msg_len)
+
+
+def test_strangers_during_setup_are_dropped_and_logged():
+    """Issue 36's failure 5 and its acceptance: while 3 ranks set up over tcp, a stranger
+    holds 16 idle connections at every listener (before: handled one at a time with a 10 s
+    hello timeout, 13 of them made init() fail after 120 s), sends garbage, forges hellos
+    whose proof lacks the secret, names another device, and replays a real peer's
+    recorded hello and proof (through a relay that then carries that pair's traffic). Every
+    attempt is dropped and named in each rank's one setup warning, the replay is refused,
+    the results are exact, and once init() returned every listener refuses connections."""
+    res = run_mpi(3, "tcp_strangers.py", ["strangers"], env=TCP, timeout=120)
+    res.check(res.returncode == 0, "the launch failed")
+    setup = {r["rank"]: r for r in res.select(kind="setup")}
+    res.check(set(setup) == {0, 1, 2}, f"setup records: {setup}")
+    attempts = 16 + 2 + 2 + 1
+    for rank, rec in setup.items():
+        expected = attempts + (1 if rank == 1 else 0)  # rank 1 also gets the replay
+        res.check(rec["dropped"] == expected, f"rank {rank} logged {rec['dropped']} dropped, expected {expected}")
+        if rank:  # (rank 0 accepts from nobody: its strangers are dropped when setup ends)
+            for why in ("garbage", "without proving the job's secret", "another rank, job or device"):
+                res.check(why in rec["reasons"], f"rank {rank}'s warning names no '{why}': {rec['reasons']}")
+    print("init() seconds under strangers:", {r: round(v["seconds"], 3) for r, v in sorted(setup.items())})
+    replay = res.select(kind="replay")
+    res.check(len(replay) == 1 and replay[0]["refused"], f"the replayed handshake: {replay}")
+    after, sums = res.select(kind="after"), res.select(kind="sums")
+    res.check(len(after) == 3 and all(r["refused"] for r in after), f"listeners after init(): {after}")
+    res.check(len(sums) == 3 and all(r["ok"] for r in sums), f"sums: {sums}")
+    res.check(len(res.select(kind="done")) == 3, "not every rank finished")
+
+
 # --------------------------------------------------------------------------- allreduce
 
 SMALL = {"RDMACOLL_SEGMENT_BYTES": 4096, "RDMACOLL_SLOT_BYTES": 4096, "RDMACOLL_SLOTS": 2, "RDMACOLL_EAGER_BYTES": 256}

@@ -18,6 +18,22 @@
 
 namespace rdmacoll {
 
+namespace {
+
+// Setup's connections that did not prove the job's secret (Device::endSetup): one
+// warning naming each (a stranger on the host or network, or a rank of another job).
+void logTurnedAway(const Log& log, const std::vector<std::string>& lines) {
+  if (lines.empty() || !log.enabled(LogLevel::kWarning)) return;
+  constexpr size_t kNamed = 32;
+  std::string text = std::to_string(lines.size()) + " connection" + (lines.size() == 1 ? "" : "s") +
+                     " during setup did not prove this job's secret and were dropped: ";
+  for (size_t i = 0; i < lines.size() && i < kNamed; ++i) text += (i ? "; " : "") + lines[i];
+  if (lines.size() > kNamed) text += "; and " + std::to_string(lines.size() - kNamed) + " more";
+  log.write(LogLevel::kWarning, text);
+}
+
+}  // namespace
+
 Communicator::Communicator(int rank, int size, int localSize, const Protocol& protocol,
                            const transport::Options& options, const JobLayout& job, std::shared_ptr<WaitHooks> hooks,
                            std::shared_ptr<const Log> log)
@@ -142,7 +158,7 @@ transport::Bytes Communicator::address() const {
   return a;
 }
 
-void Communicator::connect(const std::vector<transport::Bytes>& addresses) {
+void Communicator::connect(const std::vector<transport::Bytes>& addresses, const transport::Bytes& secret) {
   RC_CHECK(!connected_, "communicator already connected");
   RC_CHECK(static_cast<int>(addresses.size()) == size_,
            "expected " + std::to_string(size_) + " addresses, got " + std::to_string(addresses.size()));
@@ -166,6 +182,7 @@ void Communicator::connect(const std::vector<transport::Bytes>& addresses) {
   channel_ = channel;
   peersReadable_ = true;
   peersMappable_ = true;
+  if (world_) links_->device().beginSetup(secret);
   for (int r = 0; r < size_; ++r) {
     if (r == rank_) continue;
     const transport::Bytes& a = addresses[r];
@@ -187,6 +204,7 @@ void Communicator::connect(const std::vector<transport::Bytes>& addresses) {
     if (!(caps & transport::kCanRead) && !(caps & transport::kCanMap)) peersReadable_ = false;
     if (!(caps & transport::kCanMap)) peersMappable_ = false;
   }
+  if (world_) logTurnedAway(*log_, links_->device().endSetup());
   // Reading user memory in place needs per-call registration to be free (shm).
   if (!links_->device().cheapRegistration()) peersReadable_ = peersMappable_ = false;
   connected_ = true;

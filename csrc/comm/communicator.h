@@ -90,7 +90,9 @@ class Communicator {
   // The world's: device address + control region; a sub-communicator's: control region
   // + the channels in use at this rank.
   transport::Bytes address() const;
-  void connect(const std::vector<transport::Bytes>& addresses);
+  // `secret`: the job's (bootstrap's), which the world's connections prove (transport.h,
+  // Device::beginSetup); a sub-communicator makes no connection and ignores it.
+  void connect(const std::vector<transport::Bytes>& addresses, const transport::Bytes& secret = {});
   // A communicator over `members` (ranks of this one, in the new communicator's rank
   // order; this rank among them) on the same Links. Connected by its own connect().
   std::unique_ptr<Communicator> split(const std::vector<int>& members) const;

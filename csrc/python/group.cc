@@ -110,11 +110,12 @@ class PyGroup {
     auto a = g().address();
     return py::bytes(reinterpret_cast<const char*>(a.data()), a.size());
   }
-  void connect(const std::vector<std::string>& addresses) {
+  void connect(const std::vector<std::string>& addresses, const std::string& secret) {
     std::vector<transport::Bytes> all;
     for (const auto& s : addresses) all.emplace_back(s.begin(), s.end());
+    const transport::Bytes key(secret.begin(), secret.end());
     py::gil_scoped_release r;  // (it waits for this rank's operations in flight)
-    g().connect(all);
+    g().connect(all, key);
   }
 
   // ---- preparing each collective
@@ -359,7 +360,7 @@ void bindGroup(py::module_& m) {
            "the same connections: connect it with the addresses of the members, gathered among "
            "them.")
       .def("address", &P::address)
-      .def("connect", &P::connect);
+      .def("connect", &P::connect, "addresses"_a, "secret"_a = py::bytes());
   // Each collective twice: run on the caller's thread, and queued (<name>_async, a Handle)
   defCollective(cls, "allreduce", &P::allreduce, "x"_a, "out"_a, "op"_a, "name"_a, "shape"_a = py::none());
   defCollective(cls, "allgather", &P::allgather, "x"_a, "name"_a, "shape"_a = py::none());

@@ -193,8 +193,8 @@ Group::~Group() {
   engine_->runInline([&] { comm_.reset(); });
 }
 
-void Group::connect(const std::vector<transport::Bytes>& addresses) {
-  engine_->runInline([&] { comm_->connect(addresses); });
+void Group::connect(const std::vector<transport::Bytes>& addresses, const transport::Bytes& secret) {
+  engine_->runInline([&] { comm_->connect(addresses, secret); });
   costs_ = tuning::costsFor(policy_, *comm_);
   base_ = algorithms::Situation::of(*comm_, Collective::kAllreduce, 0);
 }

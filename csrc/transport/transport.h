@@ -162,6 +162,13 @@ class Device {
 
   // The bytes peers need to connect to this device (exchanged by bootstrap).
   virtual Bytes address() const = 0;
+  // Setup: beginSetup, then connect() once per peer, then endSetup. `secret`: the job's
+  // secret, the same bytes on every rank (bootstrap creates it and sends it through its
+  // own channel); a backend that accepts connections lets in only those that prove it
+  // (tcp/handshake.h). endSetup stops accepting (a listener closes) and returns what was
+  // turned away, one line per connection, for the log.
+  virtual void beginSetup(const Bytes& secret) { (void)secret; }
+  virtual std::vector<std::string> endSetup() { return {}; }
   // Connect to `peer` given its address(). Called once per peer after the exchange.
   virtual std::unique_ptr<Endpoint> connect(int peer, const Bytes& peerAddress) = 0;
 

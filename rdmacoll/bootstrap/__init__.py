@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import os
+import secrets
 import socket
 
 from .. import _core, _log, _settings
@@ -157,13 +158,15 @@ def bootstrap(config=None, exchange=None, comm=None) -> World:
     world = exchange
     rank, size = world.rank, world.size
 
-    # Rank 0's job-wide settings, or its reason for refusing them, reach every rank.
+    # Rank 0's job-wide settings, or its reason for refusing them, reach every rank; and
+    # the job's secret, which every transport connection proves (csrc/transport/tcp/
+    # handshake.h): this channel is the only one it travels by.
     if rank == 0:
         try:
-            job = (_settings.job(os.environ, config), None)
+            job = (_settings.job(os.environ, config), None, secrets.token_bytes(32))
         except _core.RdmacollError as e:
-            job = (None, str(e))
-    job, bad = world.bcast(job if rank == 0 else None)
+            job = (None, str(e), None)
+    job, bad, secret = world.bcast(job if rank == 0 else None)
     if bad:
         raise _core.RdmacollError(f"rdmacoll.init(): {bad} (rank 0's environment)")
     # This rank's own settings; and init(config=) must say the same on every rank.
@@ -218,7 +221,7 @@ def bootstrap(config=None, exchange=None, comm=None) -> World:
     _everywhere(world, err, "rdmacoll.init() failed")
     addresses = world.allgather(addr)
     try:
-        core.connect(addresses)
+        core.connect(addresses, secret)
     except Exception as e:  # noqa: BLE001
         err = f"rank {rank}: {e}"
     _everywhere(world, err, "rdmacoll.init() failed to connect")

@@ -1,10 +1,11 @@
-// Test hook of the core without ranks: the descriptor hash. (The fork guard's count is
+// Test hooks of the core without ranks: the descriptor hash, HMAC-SHA256. (The fork guard's count is
 // _core.fork_tracked_fds: its registry is process state of _core's copy of the core.)
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
 #include "comm/call.h"
 #include "common/error.h"
+#include "common/sha256.h"
 #include "python/testing/hooks.h"
 
 namespace py = pybind11;
@@ -25,5 +26,10 @@ void bindTestingCore(py::module_& m) {
     d.segmentBytes = seg;
     d.shapeHash = shapeHash;
     return hashDescriptor(d);
+  });
+  m.def("hmac_sha256", [](const py::bytes& key, const py::bytes& msg) {
+    const std::string k = key, s = msg;
+    Digest d = hmacSha256(k.data(), k.size(), s.data(), s.size());
+    return py::bytes(reinterpret_cast<const char*>(d.data()), d.size());
   });
 }

@@ -6,7 +6,7 @@
 #pragma once
 #include <pybind11/pybind11.h>
 
-void bindTestingCore(pybind11::module_& t);              // core.cc: the descriptor hash
+void bindTestingCore(pybind11::module_& t);              // core.cc: the descriptor hash, HMAC
 void bindTestingSchedules(pybind11::module_& t);         // schedules.cc: ring, fold, tree arithmetic
 void bindTestingTuning(pybind11::module_& t);            // tuning.cc: rules, cost model, selection
 void bindTestingFuzz(pybind11::module_& t);              // fuzz.cc: hostile peer input

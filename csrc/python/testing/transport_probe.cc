@@ -23,8 +23,13 @@ namespace {
 
 class TransportProbe {
  public:
-  TransportProbe(const std::string& name, int rank, int size, const py::dict& settings)
-      : dev_(createDevice(name, rank, size, Options::from(valuesFromDict(settings)))), eps_(size) {}
+  // `secret`: the job's, the same on every rank (Device::beginSetup); setup lasts until
+  // end_setup().
+  TransportProbe(const std::string& name, int rank, int size, const py::dict& settings, const std::string& secret)
+      : dev_(createDevice(name, rank, size, Options::from(valuesFromDict(settings)))), eps_(size) {
+    dev_->beginSetup(Bytes(secret.begin(), secret.end()));
+  }
+  std::vector<std::string> endSetup() { return dev_->endSetup(); }
 
   py::bytes address() const {
     Bytes a = dev_->address();
@@ -104,9 +109,11 @@ class TransportProbe {
 
 void bindTestingTransport(py::module_& m) {
   py::class_<TransportProbe>(m, "TransportProbe")
-      .def(py::init<const std::string&, int, int, const py::dict&>(), py::arg("name"), py::arg("rank"), py::arg("size"),
-           py::arg("settings") = py::dict())
+      .def(py::init<const std::string&, int, int, const py::dict&, const std::string&>(), py::arg("name"),
+           py::arg("rank"), py::arg("size"), py::arg("settings") = py::dict(),
+           py::arg("secret") = py::bytes("the conformance tests' job secret"))
       .def("address", &TransportProbe::address)
+      .def("end_setup", &TransportProbe::endSetup)
       .def("connect", &TransportProbe::connect)
       .def("allocate", &TransportProbe::allocate)
       .def("register", &TransportProbe::registerArray)

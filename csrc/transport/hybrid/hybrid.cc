@@ -99,6 +99,17 @@ Bytes HybridDevice::address() const {
   return out;
 }
 
+void HybridDevice::beginSetup(const Bytes& secret) {
+  local_->beginSetup(secret);
+  net_->beginSetup(secret);
+}
+
+std::vector<std::string> HybridDevice::endSetup() {
+  std::vector<std::string> a = local_->endSetup(), b = net_->endSetup();
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
 std::unique_ptr<Endpoint> HybridDevice::connect(int peer, const Bytes& peerAddress) {
   RC_CHECK(peer >= 0 && peer < static_cast<int>(hostOf_.size()),
            "hybrid: no host known for rank " + std::to_string(peer));

@@ -47,6 +47,8 @@ class HybridDevice : public Device {
   std::string failure() override;
   std::string listenAddress() const override { return net_->listenAddress(); }
   Bytes address() const override;
+  void beginSetup(const Bytes& secret) override;
+  std::vector<std::string> endSetup() override;
   std::unique_ptr<Endpoint> connect(int peer, const Bytes& peerAddress) override;
   uint64_t prepareSleep() override;
   void cancelSleep() override;

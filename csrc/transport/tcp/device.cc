@@ -1,6 +1,7 @@
 // TcpDevice: memory (allocate/register), address, connection setup, the progress
 // thread, sleeping. Endpoints (the data path) are in endpoint.cc.
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
@@ -25,14 +26,10 @@ namespace tcp {
 namespace {
 
 constexpr uint32_t kAddressMagic = 0x32444352;  // "RCD2"
-constexpr uint32_t kHelloMagic = 0x31484352;    // "RCH1"
-constexpr uint32_t kAckMagic = 0x31414352;      // "RCA1"
 constexpr uint32_t kPackedMagic = 0x314d4354;   // "TCM1"
 enum : uint32_t { kAllocated = 1, kUser = 2 };
 // Setup waits at most this long for a peer (they all start together under mpiexec).
 constexpr auto kConnectTimeout = std::chrono::seconds(120);
-// A connection that has not sent its hello within this long is dropped.
-constexpr auto kHelloTimeout = std::chrono::seconds(10);
 
 // What peers need to connect: self-describing, IPv4 or IPv6 alike.
 struct Address {
@@ -46,18 +43,6 @@ struct Address {
   uint64_t nonce;
 };
 static_assert(sizeof(Address) == 40, "the tcp address blob is 40 bytes");
-
-struct Hello {
-  uint32_t magic;
-  int32_t from, to, size;
-  uint64_t toNonce, fromNonce;
-};
-
-struct Ack {
-  uint32_t magic;
-  int32_t from, to, pad;
-  uint64_t toNonce;
-};
 
 struct Packed {
   uint32_t magic;
@@ -177,9 +162,9 @@ TcpDevice::~TcpDevice() {
   ssize_t ignored = ::write(eventFd_, &one, sizeof(one));
   (void)ignored;
   if (progress_.joinable()) progress_.join();
-  for (auto& kv : pending_) close(kv.second.fd);  // accepted, never tracked
+  acceptor_.reset();  // (closes what it accepted: never tracked)
   for (int fd : {listenFd_, epollFd_, eventFd_, sleepFd_}) {
-    forkguard::release(fd);
+    if (fd >= 0) forkguard::release(fd);
   }
 }
 
@@ -211,21 +196,35 @@ Bytes TcpDevice::address() const {
 
 std::string TcpDevice::listenAddress() const { return ifname_ + " " + endpointText(ip_, port_); }
 
+void TcpDevice::beginSetup(const Bytes& secret) {
+  RC_CHECK(listenFd_ >= 0, "tcp: setup has ended on this device (its listener is closed)");
+  // The acceptor takes every waiting connection in one go, and then finds none.
+  const int flags = fcntl(listenFd_, F_GETFL);
+  if (flags < 0 || fcntl(listenFd_, F_SETFL, flags | O_NONBLOCK) != 0) throw Error(sysError("tcp: O_NONBLOCK", errno));
+  acceptor_ = std::make_unique<Acceptor>(HandshakeIdentity{rank_, size_, nonce_, secret});
+}
+
+std::vector<std::string> TcpDevice::endSetup() {
+  std::vector<std::string> dropped;
+  if (acceptor_) {
+    acceptor_->takeWaiting(listenFd_);
+    acceptor_->closeAll();
+    dropped = acceptor_->dropped();
+    acceptor_.reset();
+  }
+  if (listenFd_ >= 0) {
+    forkguard::release(listenFd_);  // (closes it)
+    listenFd_ = -1;
+  }
+  return dropped;
+}
+
 int TcpDevice::connectToPeer(int peer, const IpAddress& ip, uint16_t port, uint64_t peerNonce) {
+  RC_CHECK(acceptor_, "tcp: connect() outside setup (beginSetup first)");
   auto deadline = Clock::now() + kConnectTimeout;
-  std::string who = "rank " + std::to_string(peer);
-  int fd = connectTo(ip, port, deadline, who);
+  int fd = connectTo(ip, port, deadline, "rank " + std::to_string(peer));
   try {
-    Hello h{kHelloMagic, rank_, peer, size_, peerNonce, nonce_};
-    Ack a{};
-    if (!writeFull(fd, &h, sizeof(h), deadline) || !readFull(fd, &a, sizeof(a), deadline)) {
-      throw Error("tcp: " + who + " at " + endpointText(ip, port) +
-                  " did not acknowledge the connection (closed or timed out)");
-    }
-    if (a.magic != kAckMagic || a.from != peer || a.to != rank_ || a.toNonce != nonce_) {
-      throw Error("tcp: the process at " + endpointText(ip, port) + " is not " + who +
-                  " of this job (bad acknowledgement)");
-    }
+    connectorHandshake(fd, acceptor_->identity(), peer, peerNonce, endpointText(ip, port), deadline);
   } catch (...) {
     close(fd);
     throw;
@@ -234,45 +233,19 @@ int TcpDevice::connectToPeer(int peer, const IpAddress& ip, uint16_t port, uint6
 }
 
 int TcpDevice::acceptFrom(int peer, uint64_t peerNonce) {
-  auto deadline = Clock::now() + kConnectTimeout;
-  while (pending_.find(peer) == pending_.end()) {
-    if (Clock::now() >= deadline) {
-      throw Error("tcp: rank " + std::to_string(peer) + " did not connect to rank " + std::to_string(rank_) + " at " +
-                  ifname_ + " " + endpointText(ip_, port_) + " within " + std::to_string(kConnectTimeout.count()) +
-                  " s (firewall, or wrong interface: "
-                  "set RDMACOLL_SOCKET_IFNAME)");
-    }
-    struct pollfd p{listenFd_, POLLIN, 0};
-    if (poll(&p, 1, 200) <= 0) continue;
-    int fd = accept4(listenFd_, nullptr, nullptr, SOCK_CLOEXEC);
-    if (fd < 0) continue;
-    Hello h{};
-    auto helloDeadline = std::min(deadline, Clock::now() + kHelloTimeout);
-    bool ok = false;
-    try {
-      ok = readFull(fd, &h, sizeof(h), helloDeadline);
-    } catch (const Error&) {
-      ok = false;
-    }
-    // Anything else (a stray client, another job) is dropped; the real peer still comes.
-    if (!ok || h.magic != kHelloMagic || h.to != rank_ || h.size != size_ || h.toNonce != nonce_ || h.from < 0 ||
-        h.from >= rank_) {
-      close(fd);
-      continue;
-    }
-    auto old = pending_.find(h.from);
-    if (old != pending_.end()) close(old->second.fd);
-    pending_[h.from] = Pending{fd, h.fromNonce};
+  RC_CHECK(acceptor_, "tcp: connect() outside setup (beginSetup first)");
+  int fd = acceptor_->waitFor(listenFd_, peer, peerNonce, Clock::now() + kConnectTimeout);
+  if (fd < 0) {
+    const auto& dropped = acceptor_->dropped();
+    throw Error("tcp: rank " + std::to_string(peer) + " did not connect to rank " + std::to_string(rank_) + " at " +
+                ifname_ + " " + endpointText(ip_, port_) + " within " + std::to_string(kConnectTimeout.count()) +
+                " s (firewall, or wrong interface: set RDMACOLL_SOCKET_IFNAME)" +
+                (dropped.empty()
+                     ? std::string()
+                     : "; " + std::to_string(dropped.size()) +
+                           " connections came that did not prove this job's secret, the last " + dropped.back()));
   }
-  Pending p = pending_[peer];
-  pending_.erase(peer);
-  Ack a{kAckMagic, rank_, peer, 0, peerNonce};
-  if (p.nonce != peerNonce || !writeFull(p.fd, &a, sizeof(a), deadline)) {
-    close(p.fd);
-    throw Error("tcp: connection claiming to be rank " + std::to_string(peer) +
-                " does not match its address (or closed during setup)");
-  }
-  return p.fd;
+  return fd;
 }
 
 std::unique_ptr<Endpoint> TcpDevice::connect(int peer, const Bytes& peerAddress) {

@@ -13,10 +13,12 @@
 // Every event bumps the device doorbell and wakes threads
 // sleeping in sleep().
 //
-// Connections: every device listens on its interface (socket.h) from construction;
-// address() = {rank, size, IP version, IPv4 or IPv6 address, port, nonce}. For each pair the lower
-// rank connects and sends a hello naming both ranks and the target's nonce; the higher rank accepts
-// (any order: hellos of other peers wait in `pending_`), checks it, and acknowledges.
+// Connections: every device listens on its interface (socket.h) from construction until
+// setup ends (endSetup closes the listener); address() = {rank, size, IP version, IPv4 or
+// IPv6 address, port, nonce}. For each pair the lower rank connects; both sides prove the
+// job's secret before anything else is read (handshake.h), and the higher rank serves all
+// incoming handshakes at once (connections of peers other than the one awaited are kept
+// until their turn).
 //
 // Capabilities: none (no read, no map); registration is an id in a table, so user
 // memory is registered like allocated memory, but not per call (cheapRegistration false).
@@ -34,6 +36,7 @@
 #include <unordered_map>
 
 #include "transport/tcp/frame.h"
+#include "transport/tcp/handshake.h"
 #include "transport/tcp/interfaces.h"
 #include "transport/registry.h"
 #include "transport/transport.h"
@@ -124,6 +127,8 @@ class TcpDevice : public Device {
   std::unique_ptr<Memory> allocate(size_t len) override;
   std::unique_ptr<Memory> registerMemory(void* ptr, size_t len) override;
   Bytes address() const override;
+  void beginSetup(const Bytes& secret) override;
+  std::vector<std::string> endSetup() override;
   std::unique_ptr<Endpoint> connect(int peer, const Bytes& peerAddress) override;
   uint64_t prepareSleep() override;
   void cancelSleep() override;
@@ -142,10 +147,6 @@ class TcpDevice : public Device {
   void unwatch(int fd);
 
  private:
-  struct Pending {
-    int fd;
-    uint64_t nonce;  // the connector's
-  };
   void progressLoop();
   int acceptFrom(int peer, uint64_t peerNonce);
   int connectToPeer(int peer, const IpAddress& ip, uint16_t port, uint64_t peerNonce);
@@ -160,7 +161,7 @@ class TcpDevice : public Device {
   int epollFd_ = -1;
   int eventFd_ = -1;
   std::shared_ptr<Regions> regions_;
-  std::map<int, Pending> pending_;  // accepted hellos not yet claimed by connect()
+  std::unique_ptr<Acceptor> acceptor_;  // between beginSetup and endSetup
 
   // Held by the progress thread while it reads; a sleeping caller only tries it.
   std::mutex connsMu_;
