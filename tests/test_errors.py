@@ -179,6 +179,20 @@ def test_bad_setting_fails_init_everywhere(setting):
         res.check(rec["later"] is not None, "allreduce after a failed init() did not raise")
 
 
+@pytest.mark.parametrize("setting", ["RDMACOLL_LOG_LEVEL=loud", "RDMACOLL_BOOTSTRAP=carrier-pigeon"])
+def test_bad_setting_on_one_rank_fails_init_everywhere(setting):
+    """A per-rank setting that only rank 1 gets wrong: every rank raises naming it (before:
+    rank 1 raised while choosing its exchange, and rank 0 waited in the bootstrap until the
+    launcher ended the job)."""
+    res = run_mpi(2, "init_fails.py", env={"RDMACOLL_TEST_RANK1_SETTING": setting}, timeout=30)
+    name = setting.split("=")[0]
+    for rec in rank_records(res, 2, "init").values():
+        res.check(
+            rec["error"] is not None and name in rec["error"] and "rank 1" in rec["error"],
+            f"rank {rec['rank']}: init() with {setting} on rank 1 gave {rec['error']!r}",
+        )
+
+
 def test_settings_beyond_a_memory_limit_fail_init_everywhere():
     """RDMACOLL_EAGER_BYTES=1G (its maximum) in a 2 GiB memory cgroup: 2 x 1 GiB per peer
     does not fit; every rank raises RdmacollValueError naming it (before: the cgroup's

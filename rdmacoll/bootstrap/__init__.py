@@ -46,7 +46,7 @@ def choose(config=None, env=None, comm=None):
     (Horovod's init(comm=...): an mpi4py communicator or a list of ranks of
     MPI_COMM_WORLD, see bootstrap/mpi.py), MPI over that job, whatever its size."""
     env = os.environ if env is None else env
-    mine = _settings.resolve(env, config, scope="rank")[0]
+    mine = _parsed(env, config, "rank")
     kind = mine["bootstrap"] if mine["bootstrap"] != "auto" else launcher.detect(env)
     if comm is not None:
         if kind == "torch":
@@ -57,7 +57,7 @@ def choose(config=None, env=None, comm=None):
         return mpi.exchange(comm)
     if kind == "torch":
         try:
-            ex = store.torchrun_exchange(timeout_s=_settings.resolve(env, config, scope="job")[0]["timeout"])
+            ex = store.torchrun_exchange(timeout_s=_parsed(env, config, "job")["timeout"])
         except ModuleNotFoundError as e:  # (before: that bare error)
             if (e.name or "").split(".")[0] != "torch":
                 raise
@@ -74,6 +74,17 @@ def choose(config=None, env=None, comm=None):
         ex = LocalExchange()
     launcher.check_size(ex.size, ex.name, env)
     return ex
+
+
+def _parsed(env, config, scope):
+    """This process's settings of `scope` as far as choosing the exchange needs them; the
+    defaults where one does not parse: bootstrap() reads them again once the exchange
+    exists and raises on every rank (before: only this rank raised, and its peers waited
+    in the exchange until the launcher ended the job)."""
+    try:
+        return _settings.resolve(env, config, scope=scope)[0]
+    except _core.RdmacollError:
+        return _settings.resolve({}, None, scope=scope)[0]
 
 
 def mpi_library() -> str:
