@@ -3,7 +3,7 @@ checked exactly against a NumPy reference, across several launches that force di
 allreduce algorithms (RDMACOLL_ALGO is per job) besides the cost model's own choices.
 Nothing is wrong and nothing leaks: each launch runs its random sequence twice, and the
 second, identical pass must need no new file descriptor, rdmacoll mapping or pool
-memory, and hardly any RSS.
+memory, and hardly any RSS. The pool at its limits: open descriptors, memory given back.
 
 CI runs 2,000 distinct operations (each twice); RDMACOLL_SOAK_OPS=10000 the full soak."""
 
@@ -57,3 +57,22 @@ def test_soak(algo):
         f"fds {w['fds']}->{e['fds']}, maps {w['maps']}->{e['maps']}, pool {w['pool'] >> 20}->{e['pool'] >> 20} MiB, "
         f"RSS {w['rss'] >> 20}->{e['rss'] >> 20} MiB; kinds {r0['kinds']}"
     )
+
+
+@pytest.mark.parametrize("transport", ["shm", "tcp"])
+def test_pool_keeps_few_descriptors_and_gives_memory_back(transport):
+    """Issue 36's weak cases: 1,500 out-of-place results kept at once under a 1,024-file
+    limit (before: one memfd per result, "Too many open files" near 1,100; now slabs of
+    results share one), and a 256 MiB result dropped with RDMACOLL_POOL_FREE_BYTES=64M
+    gives its pages back (before: RSS stayed), its block exact when used again."""
+    env = {"RDMACOLL_TRANSPORT": transport, "RDMACOLL_POOL_FREE_BYTES": "64M"}
+    res = run_mpi(2, "pool_limits.py", env=env, timeout=120)
+    for r, rec in rank_records(res, 2, "fds").items():
+        res.check(rec["ok"], f"rank {r}: a kept result was wrong")
+        res.check(rec["grew"] <= 64, f"rank {r}: 1,500 results opened {rec['grew']} descriptors")
+    for r, rec in rank_records(res, 2, "memory").items():
+        before, held, after = rec["rss_mib"]
+        res.check(rec["exact"], f"rank {r}: a result from memory given back was wrong")
+        res.check(held - before >= 200, f"rank {r}: the 256 MiB result is not resident: {rec['rss_mib']} MiB")
+        res.check(after - before <= 64, f"rank {r}: dropping it gave nothing back: RSS {rec['rss_mib']} MiB")
+    res.check(len(res.select(kind="done")) == 2, "not every rank finished")

@@ -53,7 +53,7 @@ Communicator::Communicator(int rank, int size, int localSize, const Protocol& pr
   RC_CHECK(static_cast<int>(job_.hostOf.size()) == size, "hosts: expected one host index per rank");
   for (int r = 0; r < size; ++r) members_.push_back(r);
   links_ = std::make_shared<Links>(transport::createJobDevice(options, rank, job_.hostOf, job_.networkOffers), rank,
-                                   size, protocol_.timelinePath);
+                                   size, protocol_.timelinePath, protocol_.poolFreeBytes);
   setUp(localSize);
 }
 

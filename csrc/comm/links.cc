@@ -4,9 +4,10 @@
 
 namespace rdmacoll {
 
-Links::Links(std::unique_ptr<transport::Device> device, int worldRank, int worldSize, const std::string& timelinePath)
+Links::Links(std::unique_ptr<transport::Device> device, int worldRank, int worldSize, const std::string& timelinePath,
+             size_t poolFreeBytes)
     : device_(std::move(device)),
-      pool_(std::make_shared<MemoryPool>(device_.get())),
+      pool_(std::make_shared<MemoryPool>(device_.get(), poolFreeBytes)),
       worldRank_(worldRank),
       links_(static_cast<size_t>(worldSize)) {
   // (HOROVOD_TIMELINE=DYNAMIC: no file at init; start_timeline() opens one later)

@@ -30,7 +30,8 @@ class Links {
   static uint32_t channelOf(uint32_t imm) { return (imm >> 24) & (kChannels - 1); }
 
   // timelinePath: RDMACOLL_TIMELINE ("": none), written by every communicator of the job.
-  Links(std::unique_ptr<transport::Device> device, int worldRank, int worldSize, const std::string& timelinePath);
+  Links(std::unique_ptr<transport::Device> device, int worldRank, int worldSize, const std::string& timelinePath,
+        size_t poolFreeBytes);
   ~Links();
   Links(const Links&) = delete;
   Links& operator=(const Links&) = delete;

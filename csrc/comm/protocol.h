@@ -29,6 +29,8 @@ struct Protocol {
   // RDMACOLL_TIMELINE: Chrome trace of every operation's phases (common/timeline.h); each
   // rank writes its own file (the path with ".rank<r>" before the extension).
   std::string timelinePath;
+  // RDMACOLL_POOL_FREE_BYTES: free pool memory kept faulted in for reuse (comm/pool.h).
+  size_t poolFreeBytes;
 
   static Protocol from(const settings::Values& v) {
     Protocol p;
@@ -40,6 +42,7 @@ struct Protocol {
     p.stallWarningSeconds = v.seconds("stall_warning");
     p.stallShutdownSeconds = v.seconds("stall_shutdown");
     p.timelinePath = v.text("timeline");
+    p.poolFreeBytes = v.bytes("pool_free_bytes");
     return p;
   }
 

@@ -32,6 +32,10 @@ const std::vector<Setting> kTable = {
      Check::kNone, "pipelining unit of the rings and trees"},
     {"slot_bytes", "RDMACOLL_SLOT_BYTES", nullptr, Kind::kBytes, Scope::kJob, "256K", 4096, kNone, 64, nullptr,
      Check::kNone, "one receive slot: the largest message of the slot algorithms"},
+    {"pool_free_bytes", "RDMACOLL_POOL_FREE_BYTES", nullptr, Kind::kBytes, Scope::kJob, "1G", 0, kNone, 1, nullptr,
+     Check::kNone,
+     "free memory of the pool (`rc.empty`, out-of-place results) kept faulted in for reuse; past it, "
+     "the largest free blocks give their pages back"},
     {"slots", "RDMACOLL_SLOTS", nullptr, Kind::kCount, Scope::kJob, "4", 1, 64, 1, nullptr, Check::kNone,
      "receive slots per peer (messages in flight to one peer)"},
     {"transport", "RDMACOLL_TRANSPORT", nullptr, Kind::kText, Scope::kJob, "auto", 0, kNone, 1, nullptr,

@@ -106,7 +106,7 @@ py::array wrapBlock(const py::dtype& dt, const std::vector<py::ssize_t>& dims, s
     o->first->release(o->second);
     delete o;
   });
-  return py::array(dt, dims, {}, block->mem->data(), base);
+  return py::array(dt, dims, {}, block->data, base);
 }
 
 PoolResult::~PoolResult() {
@@ -115,7 +115,7 @@ PoolResult::~PoolResult() {
 
 void* PoolResult::allocate(size_t bytes) {
   block_ = pool_->acquire(bytes);
-  return block_->mem->data();
+  return block_->data;
 }
 
 py::array PoolResult::adopt(const py::dtype& dt, const std::vector<py::ssize_t>& dims) {

@@ -18,6 +18,8 @@ void Endpoint::read(const RemoteMemory&, size_t, void*, size_t) {
 
 void* Endpoint::map(RemoteMemory*) { return nullptr; }
 
+void Memory::discard(size_t, size_t) { throw Error("internal: this memory cannot give its pages back"); }
+
 void Device::packUser(const void*, size_t, PackedMemory*) {
   throw Error(std::string(name()) + ": user memory must be registered or staged");
 }

@@ -68,6 +68,13 @@ class Memory {
   // Bytes a peer passes to Endpoint::unpack to reach this region; contains nothing the
   // peer dereferences without a bounds check.
   virtual void pack(PackedMemory* out) const = 0;
+  // Giving pages back (the memory pool, when much of it lies free): discard() returns the
+  // pages of [off, off+len) (page-aligned) to the system, peers' mappings of them
+  // included; they read as zeros when next touched, and touching them faults in fresh
+  // pages. Only where that is safe: allocated memory that peers reach through mappings
+  // or by copies, never memory a device pinned (an RDMA registration keeps the old pages).
+  virtual bool discardable() const { return false; }
+  virtual void discard(size_t off, size_t len);
 
  protected:
   Memory(void* ptr, size_t len) : ptr_(ptr), len_(len) {}

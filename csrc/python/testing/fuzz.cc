@@ -67,7 +67,7 @@ struct Pair {
     t.emplace_back(reinterpret_cast<const char*>(addr.data() + addr.size() - transport::PackedMemory::kBytes),
                    transport::PackedMemory::kBytes);
     BufferRef r1, r2;
-    a->describeBuffer(block->mem->data(), 8192, &r1);
+    a->describeBuffer(block->data, 8192, &r1);
     a->describeBuffer(user.data(), user.size(), &r2);
     for (const BufferRef* r : {&r1, &r2}) {
       t.emplace_back(reinterpret_cast<const char*>(r->packed.bytes), sizeof(r->packed.bytes));

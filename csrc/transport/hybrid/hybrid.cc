@@ -17,6 +17,9 @@ class HybridMemory : public Memory {
       : Memory(local->data(), local->size()), local_(std::move(local)), net_(std::move(net)) {}
   // The network registration goes first: it refers to the local backend's bytes.
   ~HybridMemory() override { net_.reset(); }
+  // Both must allow it: the network backend's registration may have pinned the pages.
+  bool discardable() const override { return local_->discardable() && net_->discardable(); }
+  void discard(size_t off, size_t len) override { local_->discard(off, len); }
   void pack(PackedMemory* out) const override {
     PackedMemory a, b;
     std::memset(a.bytes, 0, sizeof(a.bytes));

@@ -1,5 +1,6 @@
 #include "transport/shm/shm.h"
 
+#include <fcntl.h>
 #include <linux/futex.h>
 #include <poll.h>
 #include <sched.h>
@@ -75,6 +76,14 @@ void ShmMemory::pack(PackedMemory* out) const {
            len_};
   std::memset(out->bytes, 0, sizeof(out->bytes));
   std::memcpy(out->bytes, &p, sizeof(p));
+}
+
+void ShmMemory::discard(size_t off, size_t len) {
+  RC_CHECK(allocated_ && off <= len_ && len <= len_ - off, "shm: discard outside the segment");
+  if (fallocate(seg_.fd(), FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, static_cast<off_t>(off),
+                static_cast<off_t>(len)) != 0) {
+    throw Error(sysError("shm: giving pages back (fallocate)", errno));
+  }
 }
 
 // ---------------------------------------------------------------- device

@@ -43,6 +43,8 @@ class ShmMemory : public Memory {
   // Registered user memory: nothing owned.
   ShmMemory(void* ptr, size_t len);
   void pack(PackedMemory* out) const override;
+  bool discardable() const override { return allocated_; }
+  void discard(size_t off, size_t len) override;  // a hole punched in the memfd
 
  private:
   Segment seg_;

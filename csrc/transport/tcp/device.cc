@@ -98,6 +98,13 @@ TcpMemory::TcpMemory(std::shared_ptr<Regions> regions, int rank, char* ptr, size
 
 TcpMemory::~TcpMemory() { regions_->remove(id_); }
 
+void TcpMemory::discard(size_t off, size_t len) {
+  RC_CHECK(off <= len_ && len <= len_ - off, "tcp: discard outside the region");
+  if (allocated_ && madvise(static_cast<char*>(ptr_) + off, len, MADV_DONTNEED) != 0) {
+    throw Error(sysError("tcp: giving pages back (madvise)", errno));
+  }
+}
+
 void TcpMemory::pack(PackedMemory* out) const {
   Packed p{kPackedMagic, allocated_ ? kAllocated : kUser, rank_, id_, len_};
   std::memset(out->bytes, 0, sizeof(out->bytes));

@@ -65,6 +65,9 @@ class TcpMemory : public Memory {
             bool allocated);
   ~TcpMemory() override;
   void pack(PackedMemory* out) const override;
+  // Registered memory is an id in a table: nothing to give back, and nothing pinned.
+  bool discardable() const override { return true; }
+  void discard(size_t off, size_t len) override;  // allocated: MADV_DONTNEED
 
  private:
   std::shared_ptr<Regions> regions_;
