@@ -1,6 +1,7 @@
 """Stall inspector: when some ranks started a collective and others have not, the lowest
 rank that started it logs which ranks are missing (RDMACOLL_STALL_WARNING_SECONDS), and
-with RDMACOLL_STALL_SHUTDOWN_SECONDS every rank raises instead of waiting on."""
+with RDMACOLL_STALL_SHUTDOWN_SECONDS every rank raises instead of waiting on; a rank stopped
+inside a call (started it, no longer waiting in it) is named by its silent heartbeat."""
 
 import pytest
 
@@ -63,3 +64,27 @@ def test_stall_shutdown_raises_everywhere():
         "stall shutdown after 2 s: "
         + ", ".join(f"rank {r} raised after {recs[r]['seconds']:.2f} s" for r in sorted(recs))
     )
+
+
+@pytest.mark.parametrize("transport", ["shm", "tcp"])
+def test_rank_stopped_inside_a_call_is_named_and_shut_down(transport):
+    """Issue 36's weak case: rank 1 stops (SIGSTOP) inside an allreduce every rank started.
+    Before, every message said rank 0 waited for rank 2 (healthy) and the stall shutdown
+    never fired (no rank was missing): the job waited for RDMACOLL_TIMEOUT. Now the
+    heartbeat names rank 1, the lowest rank still waiting warns, and the shutdown fires on
+    every rank (rank 1 when it is continued)."""
+    env = {
+        "RDMACOLL_TRANSPORT": transport,
+        "RDMACOLL_STALL_WARNING_SECONDS": 1,
+        "RDMACOLL_STALL_SHUTDOWN_SECONDS": 3,
+        "RDMACOLL_TIMEOUT": 30,
+    }
+    res = run_mpi(NRANKS, "stall_frozen.py", ["--frozen", 1, "--stopped", 6], env=env, timeout=90)
+    for r, rec in rank_records(res, NRANKS, "result").items():
+        err = rec["error"] or ""
+        res.check(
+            "rdmacoll stall" in err and "ranks [1] started it but have not waited in it" in err, f"rank {r}: {err!r}"
+        )
+    named = [w for w in _warnings(res) if "ranks [1] started it" in w]
+    res.check(named, f"no stall warning named rank 1: {_warnings(res)}")
+    res.check(all(w.startswith("rdmacoll WARNING [rank 0]") for w in named), f"warnings from the wrong rank: {named}")

@@ -244,6 +244,15 @@ class Communicator {
   // In the destructor: tell the peers this rank will start no further call.
   void announceLeaving();
   void inspectStall(double waited, const char* what, int waitingFor, bool warn);
+  // Heartbeat: every check period of a wait, this rank bumps its `waiting` word (and
+  // pushes it to peers that cannot map it), and notes when each peer's last changed.
+  void beat();
+  // Ranks that started the current call but have not waited in it for kFrozenSeconds: a
+  // process stopped or busy inside the call (SIGSTOP, a debugger), not waiting for anyone.
+  std::vector<int> frozenRanks(double waited) const;
+  std::string frozenText(const std::vector<int>& frozen) const;  // "" when none
+  static constexpr double kFrozenSeconds = 1.0;
+  uint64_t ownWordOf(int r, size_t at) const;
   [[noreturn]] void raisePeerAbort() const;
 
   int rank_, size_, localSize_;
@@ -267,9 +276,12 @@ class Communicator {
   bool peersMappable_ = false;  // every peer endpoint maps peer memory (same host)
   uint64_t seq_ = 0;
   uint64_t progressBase_ = 0;
-  Descriptor current_{};        // the call started last (announce)
-  uint32_t callTag_ = 0;        // its hash's top 8 bits
-  uint64_t publishedSeq_ = 0;   // last seq pushed to the peers' submitted words
+  Descriptor current_{};                                          // the call started last (announce)
+  uint32_t callTag_ = 0;                                          // its hash's top 8 bits
+  uint64_t publishedSeq_ = 0;                                     // last seq pushed to the peers' submitted words
+  uint64_t beats_ = 0;                                            // my heartbeat
+  std::vector<uint64_t> beatSeen_;                                // each rank's, as last read
+  std::vector<std::chrono::steady_clock::time_point> beatSince_;  // when it last changed
   mutable std::string broken_;  // set once the communicator aborted: every later call raises it
   pid_t pid_;
   uint64_t forkGeneration_;

@@ -26,6 +26,9 @@ struct alignas(64) PeerWords {
   std::atomic<uint64_t> submitted;  // last call sequence the source started, for the stall
                                     // inspector: pushed by the source while it waits; in
                                     // my own words (src = me), stored by me at every call
+  std::atomic<uint64_t> waiting;    // the source's heartbeat: bumped every check period
+                                    // (100 ms) while it waits in a call; in my own words
+                                    // (src = me), pushed like `submitted`
 };
 
 // What every collective tells its peers: who it is (the descriptor, whose hash peers
@@ -84,6 +87,7 @@ class CtrlLayout {
   size_t done(int src) const { return words(src) + offsetof(PeerWords, done); }
   size_t credit(int src) const { return words(src) + offsetof(PeerWords, credit); }
   size_t submitted(int src) const { return words(src) + offsetof(PeerWords, submitted); }
+  size_t waiting(int src) const { return words(src) + offsetof(PeerWords, waiting); }
   size_t abortMessage(int src) const { return msgOff_ + kAbortMessageBytes * src; }
   size_t header(int src, uint64_t seq) const { return hdrOff_ + kHeaderSlot * (2 * src + (seq & 1)); }
   // Eager message: a 64-byte line with the full {hash, descriptor} (read only to name a

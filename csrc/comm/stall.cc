@@ -13,6 +13,15 @@
 // transports that cannot map peer memory, one put64 per peer from a wait that already
 // lasted a check period (publishSubmitted). A rank that started call n and has not
 // finished it after seconds must be waiting, so it has pushed n by then.
+//
+// Unless it is stopped inside the call (SIGSTOP, a debugger, a frozen VM): then every
+// peer waits for its neighbour in the algorithm, and only the heartbeat tells them apart.
+// Every check period of a wait (100 ms, after the first) a rank bumps its `waiting` word
+// the same way; a rank that started the call and has not bumped it for a while
+// (frozenRanks) is named as the one that stopped, the lowest rank that still waits
+// speaks, and the stall shutdown treats it as missing.
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -74,33 +83,94 @@ void Communicator::checkPeersLeft(const char* what) {
   }
 }
 
-uint64_t Communicator::submittedBy(int r) const {
-  if (r == rank_) return seq_;
-  uint64_t pushed = word(ctrlLayout_.submitted(r)).load(std::memory_order_relaxed);
+// A counter rank r keeps in its own words (offset `at` of its PeerWords): pushed into
+// mine, or read in its region where I map it.
+uint64_t Communicator::ownWordOf(int r, size_t at) const {
+  uint64_t pushed = word(at).load(std::memory_order_relaxed);
   const Peer& p = peers_[r];
   if (p.ctrl.mapped) {
-    auto* w = reinterpret_cast<const std::atomic<uint64_t>*>(static_cast<const char*>(p.ctrl.mapped) +
-                                                             ctrlLayout_.submitted(r));
+    auto* w = reinterpret_cast<const std::atomic<uint64_t>*>(static_cast<const char*>(p.ctrl.mapped) + at);
     pushed = std::max(pushed, w->load(std::memory_order_relaxed));
   }
   return pushed;
+}
+
+uint64_t Communicator::submittedBy(int r) const {
+  if (r == rank_) return seq_;
+  return ownWordOf(r, ctrlLayout_.submitted(r));
+}
+
+void Communicator::beat() {
+  ++beats_;
+  word(ctrlLayout_.waiting(rank_)).store(beats_, std::memory_order_relaxed);
+  for (Peer& p : peers_) {
+    if (!p.ep || p.ctrl.mapped) continue;
+    try {
+      p.ep->put64(p.ctrl, ctrlLayout_.waiting(rank_), beats_);
+    } catch (const Error&) {
+    }
+  }
+  const auto now = std::chrono::steady_clock::now();
+  if (beatSeen_.size() != static_cast<size_t>(size_)) {
+    beatSeen_.assign(size_, ~uint64_t(0));
+    beatSince_.assign(size_, now);
+  }
+  for (int r = 0; r < size_; ++r) {
+    const uint64_t v = r == rank_ ? beats_ : ownWordOf(r, ctrlLayout_.waiting(r));
+    if (v != beatSeen_[r]) {
+      beatSeen_[r] = v;
+      beatSince_[r] = now;
+    }
+  }
+}
+
+std::vector<int> Communicator::frozenRanks(double waited) const {
+  std::vector<int> frozen;
+  if (beatSince_.empty()) return frozen;
+  // Half of this wait, at least kFrozenSeconds: a rank waiting beats ten times a second,
+  // one computing inside a call (a reduction, a copy) does so for milliseconds at a time.
+  const double quiet = std::max(kFrozenSeconds, waited / 2);
+  const auto now = std::chrono::steady_clock::now();
+  for (int r = 0; r < size_; ++r) {
+    if (r == rank_ || (submittedBy(r) & ~kLeftFlag) < current_.seq) continue;
+    if (std::chrono::duration<double>(now - beatSince_[r]).count() >= quiet) frozen.push_back(r);
+  }
+  return frozen;
+}
+
+std::string Communicator::frozenText(const std::vector<int>& frozen) const {
+  if (frozen.empty()) return {};
+  const auto now = std::chrono::steady_clock::now();
+  double quiet = 1e300;
+  for (int r : frozen) quiet = std::min(quiet, std::chrono::duration<double>(now - beatSince_[r]).count());
+  return "ranks " + rankList(frozen) + " started it but have not waited in it for the last " + seconds(quiet) +
+         " (stopped: SIGSTOP, a debugger; or busy outside rdmacoll since finishing their part)";
 }
 
 void Communicator::inspectStall(double waited, const char* what, int waitingFor, bool warn) {
   const uint64_t seq = current_.seq;
   std::vector<int> started, missing;
   for (int r = 0; r < size_; ++r) ((submittedBy(r) & ~kLeftFlag) >= seq ? started : missing).push_back(r);
-  const bool shutdown =
-      protocol_.stallShutdownSeconds > 0 && waited >= protocol_.stallShutdownSeconds && !missing.empty();
-  // One rank speaks for the job: the lowest that started the call (every waiting rank
-  // aborts on shutdown, the first to get there wins).
-  if (!shutdown && (!warn || started.front() != rank_)) return;
+  const std::vector<int> frozen = frozenRanks(waited);
+  const bool shutdown = protocol_.stallShutdownSeconds > 0 && waited >= protocol_.stallShutdownSeconds &&
+                        (!missing.empty() || !frozen.empty());
+  // One rank speaks for the job: the lowest that started the call and still waits (every
+  // waiting rank aborts on shutdown, the first to get there wins).
+  int speaker = rank_;
+  for (int r : started) {
+    if (std::find(frozen.begin(), frozen.end(), r) == frozen.end()) {
+      speaker = r;
+      break;
+    }
+  }
+  if (!shutdown && (!warn || speaker != rank_)) return;
   std::string msg = "call " + describeCall(current_) + " was started by ranks " + rankList(started);
   if (missing.empty()) {
     msg += " (all) but has not finished";
   } else {
     msg += "; ranks " + rankList(missing) + " have not started it";
   }
+  if (!frozen.empty()) msg += "; " + frozenText(frozen);
   msg += ": rank " + std::to_string(rank_) + " has waited " + seconds(waited) + " for " + what +
          (waitingFor >= 0 ? " from rank " + std::to_string(waitingFor) : std::string());
   if (shutdown) {
@@ -115,6 +185,7 @@ void Communicator::inspectStall(double waited, const char* what, int waitingFor,
 void Communicator::WaitState::checkStall(double waited) {
   Communicator& c = c_;
   c.publishSubmitted();
+  c.beat();
   c.checkPeersLeft(what_);
   const Protocol& cfg = c.protocol_;
   const bool warn = cfg.stallWarningSeconds > 0 && waited >= cfg.stallWarningSeconds && waited >= nextStallReport_;

@@ -100,9 +100,11 @@ void Communicator::WaitState::periodicChecks() {
   }
   double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
   if (waited > c.protocol_.timeoutSeconds) {
+    const std::string frozen = c.frozenText(c.frozenRanks(waited));
     c.abortAll(AbortCode::kTimeout, "timed out after " + std::to_string(static_cast<int>(waited)) +
                                         " s (RDMACOLL_TIMEOUT) on rank " + std::to_string(c.rank_) + " waiting for " +
-                                        what_ + (peer_ >= 0 ? " from rank " + std::to_string(peer_) : std::string()));
+                                        what_ + (peer_ >= 0 ? " from rank " + std::to_string(peer_) : std::string()) +
+                                        (frozen.empty() ? std::string() : "; " + frozen));
   }
   checkStall(waited);
   if (released_) c.hooks_->acquireInterpreter(std::exchange(interpreter_, nullptr));
