@@ -253,6 +253,7 @@ class Communicator {
   std::string frozenText(const std::vector<int>& frozen) const;  // "" when none
   static constexpr double kFrozenSeconds = 1.0;
   uint64_t ownWordOf(int r, size_t at) const;
+  void pushOwnWord(size_t at, uint64_t v);  // to the peers that cannot map my region
   [[noreturn]] void raisePeerAbort() const;
 
   int rank_, size_, localSize_;

@@ -45,29 +45,27 @@ std::string seconds(double s) {
 }
 }  // namespace
 
-void Communicator::publishSubmitted() {
-  if (publishedSeq_ == seq_) return;
-  publishedSeq_ = seq_;
+void Communicator::pushOwnWord(size_t at, uint64_t v) {
   for (Peer& p : peers_) {
     if (!p.ep || p.ctrl.mapped) continue;  // a mapping peer reads my own word
     try {
-      p.ep->put64(p.ctrl, ctrlLayout_.submitted(rank_), seq_);
+      p.ep->put64(p.ctrl, at, v);
     } catch (const Error&) {
       // A dead peer: the liveness check reports it.
     }
   }
 }
 
+void Communicator::publishSubmitted() {
+  if (publishedSeq_ == seq_) return;
+  publishedSeq_ = seq_;
+  pushOwnWord(ctrlLayout_.submitted(rank_), seq_);
+}
+
 void Communicator::announceLeaving() {
   const uint64_t v = seq_ | kLeftFlag;
   word(ctrlLayout_.submitted(rank_)).store(v, std::memory_order_release);
-  for (Peer& p : peers_) {
-    if (!p.ep || p.ctrl.mapped) continue;
-    try {
-      p.ep->put64(p.ctrl, ctrlLayout_.submitted(rank_), v);
-    } catch (const Error&) {
-    }
-  }
+  pushOwnWord(ctrlLayout_.submitted(rank_), v);
 }
 
 void Communicator::checkPeersLeft(const char* what) {
@@ -103,13 +101,7 @@ uint64_t Communicator::submittedBy(int r) const {
 void Communicator::beat() {
   ++beats_;
   word(ctrlLayout_.waiting(rank_)).store(beats_, std::memory_order_relaxed);
-  for (Peer& p : peers_) {
-    if (!p.ep || p.ctrl.mapped) continue;
-    try {
-      p.ep->put64(p.ctrl, ctrlLayout_.waiting(rank_), beats_);
-    } catch (const Error&) {
-    }
-  }
+  pushOwnWord(ctrlLayout_.waiting(rank_), beats_);
   const auto now = std::chrono::steady_clock::now();
   if (beatSeen_.size() != static_cast<size_t>(size_)) {
     beatSeen_.assign(size_, ~uint64_t(0));
