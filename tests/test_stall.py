@@ -42,7 +42,7 @@ def test_stall_shutdown_raises_everywhere():
     res = run_mpi(
         NRANKS,
         "stall.py",
-        ["--late", 2, "--sleep", 6, "--count", 1000],
+        ["--late", 2, "--sleep", 4, "--count", 1000],
         env={"RDMACOLL_STALL_WARNING_SECONDS": 1, "RDMACOLL_STALL_SHUTDOWN_SECONDS": 2},
         timeout=90,
     )
@@ -55,7 +55,7 @@ def test_stall_shutdown_raises_everywhere():
         )
     for r in (0, 1):
         res.check(
-            recs[r]["seconds"] < 6, f"rank {r} raised only after {recs[r]['seconds']:.1f} s: not by the inspector"
+            recs[r]["seconds"] < 4, f"rank {r} raised only after {recs[r]['seconds']:.1f} s: not by the inspector"
         )
     for rec in rank_records(res, NRANKS, "later").values():
         res.check(rec["error"] is not None, f"rank {rec['rank']}: a call after the shutdown succeeded")
@@ -79,7 +79,7 @@ def test_rank_stopped_inside_a_call_is_named_and_shut_down(transport):
         "RDMACOLL_STALL_SHUTDOWN_SECONDS": 3,
         "RDMACOLL_TIMEOUT": 30,
     }
-    res = run_mpi(NRANKS, "stall_frozen.py", ["--frozen", 1, "--stopped", 6], env=env, timeout=90)
+    res = run_mpi(NRANKS, "stall_frozen.py", ["--frozen", 1, "--stopped", 4], env=env, timeout=90)
     for r, rec in rank_records(res, NRANKS, "result").items():
         err = rec["error"] or ""
         res.check(

@@ -117,8 +117,8 @@ def test_ddp_with_a_peer_killed_raises_everywhere_ranks_started_by_hand():
 
 
 def test_ddp_with_a_peer_stalled_past_the_timeout_raises_everywhere_under_torchrun():
-    """Rank 1 sleeps 5 s before its backward, RDMACOLL_TIMEOUT=2: rank 0 raises after 2 s
+    """Rank 1 sleeps 3.5 s before its backward, RDMACOLL_TIMEOUT=2: rank 0 raises after 2 s
     naming it, and rank 1, going on, raises as it finds rank 0 gone."""
-    env = {"RC_TEST_LOSE": "stall", "RC_TEST_STALL_S": 5, "RDMACOLL_TIMEOUT": 2}
+    env = {"RC_TEST_LOSE": "stall", "RC_TEST_STALL_S": 3.5, "RDMACOLL_TIMEOUT": 2}
     res = run_torchrun(2, "torch_dist.py", ["lost"], env=env, timeout=120)
     _check_lost(res, 2, "stall")
