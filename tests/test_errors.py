@@ -8,7 +8,7 @@ import pytest
 
 import rdmacoll as rc
 from rdmacoll import _core
-from mpi_util import memory_cgroup, rank_records, run_mpi, run_python, run_torchrun
+from mpi_util import memory_cgroup, rank_records, run_chain, run_mpi, run_python, run_torchrun
 
 MISMATCH_BOUND_S = 30  # catches hangs only; the measured time is printed
 
@@ -97,11 +97,26 @@ def test_non_native_byte_order(nranks):
 # --------------------------------------------------------------------------- mismatches
 
 
-@pytest.mark.parametrize("algo", ["default"] + [name for name, _ in _core.algorithms() if name != "hierarchical"])
+MISMATCH_ALGOS = ["default"] + [name for name, _ in _core.algorithms() if name != "hierarchical"]
+
+
+@pytest.fixture(scope="module")
+def mismatch_launches():
+    """{nranks: Result}: one launch per world runs workers/mismatch.py once per algorithm
+    (workers/chain.py: a part each, RDMACOLL_ALGO set per part); each test checks its part.
+    (A launch per algorithm: 18 launches, most of their time starting Python.)"""
+    return {}
+
+
+@pytest.mark.parametrize("algo", MISMATCH_ALGOS)
 @pytest.mark.parametrize("nranks", [2, 3])
-def test_mismatch(nranks, algo):
-    env = {"RDMACOLL_ALGO": algo} if algo != "default" else {}
-    res = run_mpi(nranks, "mismatch.py", env=env, timeout=120)
+def test_mismatch(mismatch_launches, nranks, algo):
+    if nranks not in mismatch_launches:
+        parts = [
+            {"script": "mismatch.py", "env": {"RDMACOLL_ALGO": a} if a != "default" else {}} for a in MISMATCH_ALGOS
+        ]
+        mismatch_launches[nranks] = run_chain(nranks, parts, timeout=240)
+    res = mismatch_launches[nranks].part(MISMATCH_ALGOS.index(algo))
     _check_mismatches(res, nranks, f"{nranks} ranks, {algo}")
 
 
@@ -166,10 +181,23 @@ BAD_SETTINGS = {
 }
 
 
+ONE_RANK_SETTINGS = ["RDMACOLL_LOG_LEVEL=loud", "RDMACOLL_BOOTSTRAP=carrier-pigeon"]
+
+
+@pytest.fixture(scope="module")
+def init_failures():
+    """One 2-rank launch of workers/init_fails.py per bad setting, chained (workers/chain.py:
+    the setting is the part's environment): BAD_SETTINGS on every rank, then ONE_RANK_SETTINGS
+    on rank 1 only. Result.part(i) reads each."""
+    parts = [{"script": "init_fails.py", "env": env} for env, _ in BAD_SETTINGS.values()]
+    parts += [{"script": "init_fails.py", "env": {"RDMACOLL_TEST_RANK1_SETTING": s}} for s in ONE_RANK_SETTINGS]
+    return run_chain(2, parts, timeout=120)  # init takes < 1 s
+
+
 @pytest.mark.parametrize("setting", list(BAD_SETTINGS))
-def test_bad_setting_fails_init_everywhere(setting):
+def test_bad_setting_fails_init_everywhere(init_failures, setting):
     env, quoted = BAD_SETTINGS[setting]
-    res = run_mpi(2, "init_fails.py", env=env, timeout=15)  # init takes < 1 s
+    res = init_failures.part(list(BAD_SETTINGS).index(setting))
     for rec in rank_records(res, 2, "init").values():
         res.check(
             rec["error"] is not None and quoted in rec["error"],
@@ -179,12 +207,12 @@ def test_bad_setting_fails_init_everywhere(setting):
         res.check(rec["later"] is not None, "allreduce after a failed init() did not raise")
 
 
-@pytest.mark.parametrize("setting", ["RDMACOLL_LOG_LEVEL=loud", "RDMACOLL_BOOTSTRAP=carrier-pigeon"])
-def test_bad_setting_on_one_rank_fails_init_everywhere(setting):
+@pytest.mark.parametrize("setting", ONE_RANK_SETTINGS)
+def test_bad_setting_on_one_rank_fails_init_everywhere(init_failures, setting):
     """A per-rank setting that only rank 1 gets wrong: every rank raises naming it (before:
     rank 1 raised while choosing its exchange, and rank 0 waited in the bootstrap until the
     launcher ended the job)."""
-    res = run_mpi(2, "init_fails.py", env={"RDMACOLL_TEST_RANK1_SETTING": setting}, timeout=30)
+    res = init_failures.part(len(BAD_SETTINGS) + ONE_RANK_SETTINGS.index(setting))
     name = setting.split("=")[0]
     for rec in rank_records(res, 2, "init").values():
         res.check(

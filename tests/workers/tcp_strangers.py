@@ -9,7 +9,8 @@ with a proof made without the secret, and one hello naming a device the listener
 which forwards rank 0's real handshake with rank 1 but first replays it: the hello and
 the proof it recorded go to rank 1's listener on a second connection, which must be
 refused (rank 1's challenge is fresh). Then the relay carries that pair's traffic for the
-whole job. Mode "quiet": none of that (the undisturbed setup time).
+whole job. Mode "quiet": none of that (the undisturbed setup time); "direct": the strangers
+without the relay (setup time with strangers, no Python relay in the path).
 
 Records: "setup" {seconds: of init(), connect_seconds: of its part after the addresses'
 round (connections, proofs, the end of bootstrap), dropped: the setup warning's count, reasons},
@@ -178,10 +179,11 @@ class Exchange:
             return got
         listeners = [listener_of(b) for b in got]
         self.ports = [(h, p) for h, p, _ in listeners]
-        if self.mode == "strangers":
+        if self.mode in ("strangers", "direct"):
             if self.rank == 0:
                 for r, (host, port, nonce) in enumerate(listeners):
                     self.strangers.attack(host, port, nonce, self.size, r)
+            if self.rank == 0 and self.mode == "strangers":
                 self.relay = ReplayingRelay(listeners[1][:2])
                 blob = bytearray(got[1])
                 struct.pack_into("<H", blob, 14, self.relay.port)
