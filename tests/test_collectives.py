@@ -3,7 +3,7 @@ real mpiexec, 1-5 ranks, against NumPy; mismatched calls raise on every rank."""
 
 import pytest
 
-from mpi_util import rank_records, run_mpi
+from mpi_util import rank_records, run_chain, run_mpi
 
 SMALL = {"RDMACOLL_SEGMENT_BYTES": 4096}  # multi-piece reducescatter from small inputs
 
@@ -21,14 +21,40 @@ SLOTS = SMALL | {
 TCP = {"RDMACOLL_TRANSPORT": "tcp"}
 
 
-@pytest.mark.parametrize(
-    "nranks,env",
-    [pytest.param(n, SMALL, id=str(n)) for n in (1, 2, 3, 4, 5, 8)]
-    + [pytest.param(n, SLOTS, id=f"{n}-slots") for n in (2, 3, 4, 5, 8)]
-    + [pytest.param(4, SMALL | TCP, id="4-tcp"), pytest.param(3, SLOTS | TCP, id="3-slots-tcp")],
+# (ranks, settings) of each check; the ones of a world run in one launch (workers/chain.py:
+# a part each, the settings its environment): a launch per check spent most of its time
+# starting Python, 8 processes at 8 ranks.
+CHECKS = (
+    [(n, "default", SMALL) for n in (1, 2, 3, 4, 5, 8)]
+    + [(n, "slots", SLOTS) for n in (2, 3, 4, 5, 8)]
+    + [(4, "tcp", SMALL | TCP), (3, "slots-tcp", SLOTS | TCP)]
 )
-def test_collectives_match_numpy(nranks, env):
-    res = run_mpi(nranks, "collectives.py", ["check"], env=env, timeout=300)
+
+
+def _chained(launches, nranks, kind, parts, label):
+    """The part `label` of the one launch of `kind` at `nranks` ranks (made on first use
+    from parts: [(label, args, env)])."""
+    key = (kind, nranks)
+    if key not in launches:
+        launches[key] = (
+            [p[0] for p in parts],
+            run_chain(nranks, [{"script": "collectives.py", "args": a, "env": e} for _, a, e in parts], timeout=600),
+        )
+    labels, res = launches[key]
+    return res.part(labels.index(label))
+
+
+@pytest.fixture(scope="module")
+def launches():
+    return {}
+
+
+@pytest.mark.parametrize(
+    "nranks,setting", [pytest.param(n, s, id=str(n) if s == "default" else f"{n}-{s}") for n, s, _ in CHECKS]
+)
+def test_collectives_match_numpy(launches, nranks, setting):
+    parts = [(s, ["check"], e) for n, s, e in CHECKS if n == nranks]
+    res = _chained(launches, nranks, "check", parts, setting)
     done = rank_records(res, nranks, "done")
     fails = res.select(kind="fail")
     res.check(
@@ -43,11 +69,15 @@ def test_collectives_match_numpy(nranks, env):
     res.check(res.returncode == 0, "the launch failed")
 
 
-@pytest.mark.parametrize("case", ["root", "dtype", "row shape", "collective"])
+MISMATCHES = ["root", "dtype", "row shape", "collective"]
+
+
+@pytest.mark.parametrize("case", MISMATCHES)
 @pytest.mark.parametrize("nranks", [2, 3])
-@pytest.mark.parametrize("env", [pytest.param({}, id="default"), pytest.param(SLOTS, id="slots")])
-def test_collective_mismatch_raises_everywhere(nranks, case, env):
-    res = run_mpi(nranks, "collectives.py", ["mismatch", case], env=env, timeout=60)
+@pytest.mark.parametrize("env", ["default", "slots"])
+def test_collective_mismatch_raises_everywhere(launches, nranks, case, env):
+    parts = [((c, s), ["mismatch", c], e) for s, e in (("default", {}), ("slots", SLOTS)) for c in MISMATCHES]
+    res = _chained(launches, nranks, "mismatch", parts, (case, env))
     for r, rec in rank_records(res, nranks, "mismatch").items():
         res.check(
             rec["error"] is not None and "mismatch" in rec["error"], f"rank {r}: {case} mismatch gave {rec['error']!r}"
