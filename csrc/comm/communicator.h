@@ -244,9 +244,11 @@ class Communicator {
   // In the destructor: tell the peers this rank will start no further call.
   void announceLeaving();
   void inspectStall(double waited, const char* what, int waitingFor, bool warn);
-  // Heartbeat: every check period of a wait, this rank bumps its `waiting` word (and
-  // pushes it to peers that cannot map it), and notes when each peer's last changed.
+  // Heartbeat: at most every kBeatPeriod of waiting (a wait that starts that long after
+  // the last beat, and every check period of a long wait), this rank bumps its `waiting`
+  // word (and pushes it to peers that cannot map it), and notes when each peer's changed.
   void beat();
+  static constexpr std::chrono::milliseconds kBeatPeriod{100};
   // Ranks that started the current call but have not waited in it for kFrozenSeconds: a
   // process stopped or busy inside the call (SIGSTOP, a debugger), not waiting for anyone.
   std::vector<int> frozenRanks(double waited) const;
@@ -281,6 +283,7 @@ class Communicator {
   uint32_t callTag_ = 0;                                          // its hash's top 8 bits
   uint64_t publishedSeq_ = 0;                                     // last seq pushed to the peers' submitted words
   uint64_t beats_ = 0;                                            // my heartbeat
+  std::chrono::steady_clock::time_point lastBeat_{};              // when I last bumped it
   std::vector<uint64_t> beatSeen_;                                // each rank's, as last read
   std::vector<std::chrono::steady_clock::time_point> beatSince_;  // when it last changed
   mutable std::string broken_;  // set once the communicator aborted: every later call raises it

@@ -59,13 +59,14 @@ void MemoryPool::newSlab(size_t cls) {
   slabs_.push_back(dev_->allocate(bytes));
   ++made;
   transport::Memory* slab = slabs_.back().get();
+  const bool giveBack = cls >= kDiscardBytes && slab->discardable();
   std::vector<Block*>& list = free_[cls];
   // Pushed in reverse, so that the first block of the slab is handed out first.
   for (size_t i = count; i-- > 0;) {
     char* p = static_cast<char*>(slab->data()) + i * cls;
-    auto b = std::make_unique<Block>(Block{slab, p, cls, false, true});
+    auto b = std::make_unique<Block>(Block{slab, p, cls, false, true, giveBack});
     list.push_back(b.get());
-    if (cls >= kDiscardBytes) residentFree_ += cls;
+    if (giveBack) residentFree_ += cls;
     blocks_.emplace(reinterpret_cast<uintptr_t>(p), std::move(b));
   }
 }
@@ -80,12 +81,19 @@ MemoryPool::Block* MemoryPool::acquire(size_t bytes) {
     it = free_.find(cls);
   }
   Block* b = it->second.back();
+  if (!b->resident && cls >= kHeadroomCheckBytes) {  // faulted in again: the same check as a new slab
+    const MemoryHeadroom h = memoryHeadroom();
+    if (cls > h.bytes) {
+      throw OutOfMemory("cannot take " + bytesText(cls) + " back into rdmacoll's memory pool: this process can get " +
+                        bytesText(h.bytes) + " more (" + h.limitedBy + ")");
+    }
+  }
   it->second.pop_back();
   b->inUse = true;
   if (!b->resident) {
     populate(b->data, b->sizeClass);
     b->resident = true;
-  } else if (cls >= kDiscardBytes) {
+  } else if (b->giveBack) {
     residentFree_ -= cls;
   }
   return b;
@@ -95,20 +103,26 @@ void MemoryPool::release(Block* b) {
   std::lock_guard<std::mutex> g(mu_);
   b->inUse = false;
   free_[b->sizeClass].push_back(b);
-  if (b->sizeClass >= kDiscardBytes) {
+  if (b->giveBack) {
     residentFree_ += b->sizeClass;
     giveBack();
   }
 }
 
 void MemoryPool::giveBack() {
+  if (discardFailed_) return;
   for (auto cls = free_.rbegin(); residentFree_ > keepFree_ && cls != free_.rend() && cls->first >= kDiscardBytes;
        ++cls) {
     for (Block* b : cls->second) {
       if (residentFree_ <= keepFree_) return;
-      if (!b->resident || !b->mem->discardable()) continue;
+      if (!b->resident || !b->giveBack) continue;
       const auto range = wholePages(static_cast<const char*>(b->mem->data()), b->data, b->sizeClass);
-      if (range.second) b->mem->discard(range.first, range.second);
+      try {
+        if (range.second) b->mem->discard(range.first, range.second);
+      } catch (const Error&) {
+        discardFailed_ = true;  // (release() runs in destructors: keep the memory, never throw)
+        return;
+      }
       b->resident = false;
       residentFree_ -= b->sizeClass;
     }

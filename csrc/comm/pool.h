@@ -40,6 +40,7 @@ class MemoryPool {
     size_t sizeClass;  // its bytes
     bool inUse;
     bool resident;  // false once its pages were given back (faulted in again on reuse)
+    bool giveBack;  // large enough, and its slab's backend may give pages back
   };
   MemoryPool(transport::Device* dev, size_t keepFreeBytes) : dev_(dev), keepFree_(keepFreeBytes) {}
 
@@ -60,7 +61,8 @@ class MemoryPool {
   mutable std::mutex mu_;
   transport::Device* dev_;
   const size_t keepFree_;
-  size_t residentFree_ = 0;  // bytes of free blocks >= kDiscardBytes still resident
+  size_t residentFree_ = 0;     // bytes of free, resident blocks that may give their pages back
+  bool discardFailed_ = false;  // the backend refused once: keep everything (never throw from release)
   std::vector<std::unique_ptr<transport::Memory>> slabs_;
   std::map<size_t, int> slabsOfClass_;
   std::map<uintptr_t, std::unique_ptr<Block>> blocks_;  // by start address

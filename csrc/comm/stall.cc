@@ -99,10 +99,11 @@ uint64_t Communicator::submittedBy(int r) const {
 }
 
 void Communicator::beat() {
+  lastBeat_ = std::chrono::steady_clock::now();
   ++beats_;
   word(ctrlLayout_.waiting(rank_)).store(beats_, std::memory_order_relaxed);
   pushOwnWord(ctrlLayout_.waiting(rank_), beats_);
-  const auto now = std::chrono::steady_clock::now();
+  const auto now = lastBeat_;
   if (beatSeen_.size() != static_cast<size_t>(size_)) {
     beatSeen_.assign(size_, ~uint64_t(0));
     beatSince_.assign(size_, now);
@@ -119,13 +120,17 @@ void Communicator::beat() {
 std::vector<int> Communicator::frozenRanks(double waited) const {
   std::vector<int> frozen;
   if (beatSince_.empty()) return frozen;
-  // Half of this wait, at least kFrozenSeconds: a rank waiting beats ten times a second,
-  // one computing inside a call (a reduction, a copy) does so for milliseconds at a time.
+  // Silent for half of this wait (counted within it), at least kFrozenSeconds: a rank
+  // that waits beats ten times a second, even through many short waits; one computing
+  // inside a call (a reduction, a copy) does so for milliseconds between waits.
   const double quiet = std::max(kFrozenSeconds, waited / 2);
   const auto now = std::chrono::steady_clock::now();
+  const auto waitStart =
+      now - std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(waited));
   for (int r = 0; r < size_; ++r) {
     if (r == rank_ || (submittedBy(r) & ~kLeftFlag) < current_.seq) continue;
-    if (std::chrono::duration<double>(now - beatSince_[r]).count() >= quiet) frozen.push_back(r);
+    const auto since = std::max(beatSince_[r], waitStart);
+    if (std::chrono::duration<double>(now - since).count() >= quiet) frozen.push_back(r);
   }
   return frozen;
 }
@@ -133,7 +138,7 @@ std::vector<int> Communicator::frozenRanks(double waited) const {
 std::string Communicator::frozenText(const std::vector<int>& frozen) const {
   if (frozen.empty()) return {};
   const auto now = std::chrono::steady_clock::now();
-  double quiet = 1e300;
+  double quiet = 1e300;  // (the longest any of them has been silent, as far as this rank knows)
   for (int r : frozen) quiet = std::min(quiet, std::chrono::duration<double>(now - beatSince_[r]).count());
   return "ranks " + rankList(frozen) + " started it but have not waited in it for the last " + seconds(quiet) +
          " (stopped: SIGSTOP, a debugger; or busy outside rdmacoll since finishing their part)";

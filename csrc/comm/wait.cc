@@ -44,7 +44,11 @@ Communicator::WaitState::WaitState(Communicator& c, int peer, const char* what)
       start_(std::chrono::steady_clock::now()),
       now_(start_),
       nextCheck_(start_ + std::chrono::milliseconds(kCheckMillis)),
-      patient_(c.oversubscribed_ || threadRole().patient()) {}
+      patient_(c.oversubscribed_ || threadRole().patient()) {
+  // The heartbeat goes on through short waits too (comm/stall.cc): a rank that progresses
+  // by many waits of less than a check period is not silent.
+  if (start_ - c.lastBeat_ >= kBeatPeriod) c.beat();
+}
 
 Communicator::WaitState::~WaitState() {
   if (released_) c_.hooks_->acquireInterpreter(interpreter_);

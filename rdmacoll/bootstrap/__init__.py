@@ -46,8 +46,8 @@ def choose(config=None, env=None, comm=None):
     (Horovod's init(comm=...): an mpi4py communicator or a list of ranks of
     MPI_COMM_WORLD, see bootstrap/mpi.py), MPI over that job, whatever its size."""
     env = os.environ if env is None else env
-    mine = _parsed(env, config, "rank")
-    kind = mine["bootstrap"] if mine["bootstrap"] != "auto" else launcher.detect(env)
+    chosen = _parsed(env, config, "rank", "bootstrap")
+    kind = chosen if chosen != "auto" else launcher.detect(env)
     if comm is not None:
         if kind == "torch":
             raise _core.RdmacollValueError(
@@ -57,13 +57,11 @@ def choose(config=None, env=None, comm=None):
         return mpi.exchange(comm)
     if kind == "torch":
         try:
-            ex = store.torchrun_exchange(timeout_s=_parsed(env, config, "job")["timeout"])
+            ex = store.torchrun_exchange(timeout_s=_parsed(env, config, "job", "timeout"))
         except ModuleNotFoundError as e:  # (before: that bare error)
             if (e.name or "").split(".")[0] != "torch":
                 raise
-            how = (
-                "RDMACOLL_BOOTSTRAP=torch" if mine["bootstrap"] == "torch" else "torchrun's variables (TORCHELASTIC_*)"
-            )
+            how = "RDMACOLL_BOOTSTRAP=torch" if chosen == "torch" else "torchrun's variables (TORCHELASTIC_*)"
             raise _core.RdmacollError(
                 f"rdmacoll.init(): {how} asks for torch's store, and torch does not import here ({e}): "
                 "pip install torch, or launch with mpiexec (RDMACOLL_BOOTSTRAP=mpi)"
@@ -76,15 +74,22 @@ def choose(config=None, env=None, comm=None):
     return ex
 
 
-def _parsed(env, config, scope):
-    """This process's settings of `scope` as far as choosing the exchange needs them; the
-    defaults where one does not parse: bootstrap() reads them again once the exchange
-    exists and raises on every rank (before: only this rank raised, and its peers waited
-    in the exchange until the launcher ended the job)."""
+def _parsed(env, config, scope, name):
+    """This process's setting `name` (of `scope`), as choosing the exchange needs it, even
+    where another setting does not parse: bootstrap() reads them all again once the
+    exchange exists and raises on every rank (before: only this rank raised, and its peers
+    waited in the exchange until the launcher ended the job). Its own variables alone
+    where the whole does not parse; its default where it does not parse itself."""
     try:
-        return _settings.resolve(env, config, scope=scope)[0]
+        return _settings.resolve(env, config, scope=scope)[0][name]
     except _core.RdmacollError:
-        return _settings.resolve({}, None, scope=scope)[0]
+        pass
+    row = _settings.TABLE[name]
+    own = {var: env[var] for var in (row["env"], row["alias"]) if var and var in env}
+    try:
+        return _settings.resolve(own, None, scope=scope)[0][name]
+    except _core.RdmacollError:
+        return row["default"]
 
 
 def mpi_library() -> str:

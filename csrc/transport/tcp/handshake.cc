@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <thread>
 #include <cerrno>
 #include <cstring>
 
@@ -155,13 +156,32 @@ void Acceptor::drop(Handshake& h, const std::string& why) {
   active_.erase(std::find_if(active_.begin(), active_.end(), [&](const auto& p) { return p.get() == &h; }));
 }
 
+Acceptor::Handshake* Acceptor::oldestStranger() const {
+  // A connection whose hello passed names this rank's device nonce, which only the
+  // bootstrap gave out: the oldest of the others goes first.
+  for (const auto& h : active_) {
+    if (!h->helloSeen) return h.get();
+  }
+  return active_.empty() ? nullptr : active_.front().get();
+}
+
 void Acceptor::accept(int listenFd) {
   while (true) {
     struct sockaddr_storage a{};
     socklen_t alen = sizeof(a);
     int fd = accept4(listenFd, reinterpret_cast<struct sockaddr*>(&a), &alen, SOCK_CLOEXEC | SOCK_NONBLOCK);
-    if (fd < 0) return;  // none waiting (or a transient error: the next poll retries)
-    if (active_.size() >= kMaxHandshakes) drop(*active_.front(), "dropped for a newer connection (too many at once)");
+    if (fd < 0) {
+      if (errno != EMFILE && errno != ENFILE) return;  // none waiting (or transient: the next poll retries)
+      // Out of descriptors: make room (a stranger's connection first), or wait a little
+      // rather than spin on a listener that stays readable.
+      if (Handshake* h = oldestStranger()) {
+        drop(*h, "dropped: out of file descriptors");
+        continue;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      return;
+    }
+    if (active_.size() >= kMaxHandshakes) drop(*oldestStranger(), "dropped for a newer connection (too many at once)");
     auto h = std::make_unique<Handshake>();
     h->fd = fd;
     h->from = peerText(a);
@@ -248,29 +268,31 @@ int Acceptor::waitFor(int listenFd, int peer, uint64_t peerNonce, Clock::time_po
     }
     const auto now = Clock::now();
     if (now >= deadline) return -1;
-    // Expired handshakes go; the next deadline bounds the wait.
-    auto next = deadline;
-    for (size_t i = 0; i < active_.size();) {
-      if (active_[i]->deadline <= now) {
-        drop(*active_[i], "no complete handshake within " + std::to_string(kHandshakeTimeout.count()) + " s");
-      } else {
-        next = std::min(next, active_[i]->deadline);
-        ++i;
-      }
-    }
+    auto next = deadline;  // the nearest deadline bounds the wait
+    for (const auto& h : active_) next = std::min(next, h->deadline);
     fds.assign(1, pollfd{listenFd, POLLIN, 0});
     for (const auto& h : active_) fds.push_back(pollfd{h->fd, POLLIN, 0});
     auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(next - now).count() + 1;
     int n = poll(fds.data(), static_cast<nfds_t>(fds.size()), static_cast<int>(std::min<long long>(ms, 1000)));
     if (n < 0 && errno != EINTR) throw Error(sysError("tcp: poll during setup", errno));
-    if (n <= 0) continue;
-    // Handshakes first (their order in fds is active_'s before any accept or drop).
-    std::vector<Handshake*> ready;
-    for (size_t i = 1; i < fds.size(); ++i) {
-      if (fds[i].revents) ready.push_back(active_[i - 1].get());
+    if (n > 0) {
+      // Handshakes first (their order in fds is active_'s before any accept or drop).
+      std::vector<Handshake*> ready;
+      for (size_t i = 1; i < fds.size(); ++i) {
+        if (fds[i].revents) ready.push_back(active_[i - 1].get());
+      }
+      for (Handshake* h : ready) advance(*h);
+      if (fds[0].revents & POLLIN) accept(listenFd);
     }
-    for (Handshake* h : ready) advance(*h);
-    if (fds[0].revents & POLLIN) accept(listenFd);
+    // Then the expired ones go (after reading: bytes already there count).
+    const auto later = Clock::now();
+    for (size_t i = 0; i < active_.size();) {
+      if (active_[i]->deadline <= later) {
+        drop(*active_[i], "no complete handshake within " + std::to_string(kHandshakeTimeout.count()) + " s");
+      } else {
+        ++i;
+      }
+    }
   }
 }
 

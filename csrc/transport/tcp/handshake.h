@@ -83,6 +83,7 @@ class Acceptor {
     std::string from;
   };
   void accept(int listenFd);
+  Handshake* oldestStranger() const;  // oldest without a valid hello, else oldest; null if none
   // Read what arrived and answer; false when the connection is finished (proved: moved to
   // proved_; or dropped).
   bool advance(Handshake& h);
