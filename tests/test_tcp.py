@@ -173,6 +173,21 @@ def test_strangers_during_setup_are_dropped_and_logged():
     res.check(len(res.select(kind="done")) == 3, "not every rank finished")
 
 
+def test_strangers_exhausting_descriptors_are_dropped_for_the_peers():
+    """The last rank may open only 8 more descriptors when init() starts, and 21 strangers
+    connect to it: out of descriptors, the listener drops strangers' connections (before: it
+    spun on a readable listener until they expired, 10 s each) and its peers get in."""
+    res = run_mpi(3, "tcp_strangers.py", ["direct"], env=TCP | {"RC_TEST_FD_HEADROOM": 8}, timeout=120)
+    res.check(res.returncode == 0, "the launch failed")
+    last = [r for r in res.select(kind="setup") if r["rank"] == 2]
+    res.check(len(last) == 1 and last[0]["dropped"] == 16 + 2 + 2 + 1, f"rank 2's setup: {last}")
+    reasons = last[0]["reasons"] if last else ""
+    res.check("out of file descriptors" in reasons, f"rank 2 dropped none for descriptors: {reasons}")
+    res.check("no complete handshake within" not in reasons, f"rank 2 waited for strangers to expire: {reasons}")
+    sums = res.select(kind="sums")
+    res.check(len(sums) == 3 and all(r["ok"] for r in sums), f"sums: {sums}")
+
+
 # --------------------------------------------------------------------------- allreduce
 
 SMALL = {"RDMACOLL_SEGMENT_BYTES": 4096, "RDMACOLL_SLOT_BYTES": 4096, "RDMACOLL_SLOTS": 2, "RDMACOLL_EAGER_BYTES": 256}

@@ -11,6 +11,8 @@ the proof it recorded go to rank 1's listener on a second connection, which must
 refused (rank 1's challenge is fresh). Then the relay carries that pair's traffic for the
 whole job. Mode "quiet": none of that (the undisturbed setup time); "direct": the strangers
 without the relay (setup time with strangers, no Python relay in the path).
+RC_TEST_FD_HEADROOM=n: the last rank may open only n more descriptors from just before
+init() (its strangers then exhaust them: it must drop them to let its peers in).
 
 Records: "setup" {seconds: of init(), connect_seconds: of its part after the addresses'
 round (connections, proofs, the end of bootstrap), dropped: the setup warning's count, reasons},
@@ -212,6 +214,14 @@ def body():
     bootstrap.choose = lambda config=None, env=None, comm=None: ex
     caught = Warnings()
     logging.getLogger("rdmacoll").addHandler(caught)
+    headroom = os.environ.get("RC_TEST_FD_HEADROOM")
+    if headroom and rank == WORLD.Get_size() - 1:  # the last rank: little room for descriptors
+        import resource
+
+        open_now = len(os.listdir("/proc/self/fd"))
+        resource.setrlimit(
+            resource.RLIMIT_NOFILE, (open_now + int(headroom), resource.getrlimit(resource.RLIMIT_NOFILE)[1])
+        )
     t0 = time.perf_counter()
     rc.init()
     end = time.perf_counter()
