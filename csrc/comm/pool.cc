@@ -81,8 +81,8 @@ MemoryPool::Block* MemoryPool::acquire(size_t bytes) {
     it = free_.find(cls);
   }
   Block* b = it->second.back();
-  if (!b->resident && cls >= kHeadroomCheckBytes) {  // faulted in again: the same check as a new slab
-    const MemoryHeadroom h = memoryHeadroom();
+  if (!b->resident && cls >= kHeadroomCheckBytes) {  // faulted in again: memory, not address space
+    const MemoryHeadroom h = memoryHeadroom(/*addressSpace=*/false);
     if (cls > h.bytes) {
       throw OutOfMemory("cannot take " + bytesText(cls) + " back into rdmacoll's memory pool: this process can get " +
                         bytesText(h.bytes) + " more (" + h.limitedBy + ")");

@@ -138,7 +138,7 @@ std::vector<int> Communicator::frozenRanks(double waited) const {
 std::string Communicator::frozenText(const std::vector<int>& frozen) const {
   if (frozen.empty()) return {};
   const auto now = std::chrono::steady_clock::now();
-  double quiet = 1e300;  // (the longest any of them has been silent, as far as this rank knows)
+  double quiet = 1e300;  // (the shortest silence among them, as far as this rank knows)
   for (int r : frozen) quiet = std::min(quiet, std::chrono::duration<double>(now - beatSince_[r]).count());
   return "ranks " + rankList(frozen) + " started it but have not waited in it for the last " + seconds(quiet) +
          " (stopped: SIGSTOP, a debugger; or busy outside rdmacoll since finishing their part)";

@@ -46,7 +46,7 @@ void cgroupHeadroom(MemoryHeadroom& h, const std::string& root, std::string path
 
 }  // namespace
 
-MemoryHeadroom memoryHeadroom() {
+MemoryHeadroom memoryHeadroom(bool addressSpace) {
   MemoryHeadroom h;
   {
     std::ifstream f("/proc/meminfo");
@@ -76,7 +76,7 @@ MemoryHeadroom memoryHeadroom() {
     }
   }
   rlimit as{};
-  if (getrlimit(RLIMIT_AS, &as) == 0 && as.rlim_cur != RLIM_INFINITY) {
+  if (addressSpace && getrlimit(RLIMIT_AS, &as) == 0 && as.rlim_cur != RLIM_INFINITY) {
     std::ifstream f("/proc/self/statm");
     size_t pages = 0;
     if (f >> pages) {

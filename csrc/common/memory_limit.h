@@ -14,8 +14,9 @@ struct MemoryHeadroom {
 };
 
 // Reads /proc/meminfo, the process's memory cgroup (v1 or v2, and its ancestors) and
-// RLIMIT_AS: tens of microseconds, for allocations, not for collectives.
-MemoryHeadroom memoryHeadroom();
+// RLIMIT_AS: tens of microseconds, for allocations, not for collectives. addressSpace
+// false: memory already mapped is being faulted in again (RLIMIT_AS does not apply).
+MemoryHeadroom memoryHeadroom(bool addressSpace = true);
 
 // Below this an allocation is not checked (it cannot be what kills a machine alone).
 constexpr size_t kHeadroomCheckBytes = size_t(16) << 20;

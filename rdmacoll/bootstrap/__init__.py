@@ -86,8 +86,11 @@ def _parsed(env, config, scope, name):
         pass
     row = _settings.TABLE[name]
     own = {var: env[var] for var in (row["env"], row["alias"]) if var and var in env}
+    given = (
+        {k: v for k, v in config.items() if k in (name, row["env"], row["alias"])} if isinstance(config, dict) else None
+    )
     try:
-        return _settings.resolve(own, None, scope=scope)[0][name]
+        return _settings.resolve(own, given, scope=scope)[0][name]
     except _core.RdmacollError:
         return row["default"]
 

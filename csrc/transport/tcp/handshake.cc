@@ -158,11 +158,12 @@ void Acceptor::drop(Handshake& h, const std::string& why) {
 
 Acceptor::Handshake* Acceptor::oldestStranger() const {
   // A connection whose hello passed names this rank's device nonce, which only the
-  // bootstrap gave out: the oldest of the others goes first.
+  // bootstrap gave out: a peer (their number is bounded by the job's size), never dropped
+  // to make room.
   for (const auto& h : active_) {
     if (!h->helloSeen) return h.get();
   }
-  return active_.empty() ? nullptr : active_.front().get();
+  return nullptr;
 }
 
 void Acceptor::accept(int listenFd) {
@@ -181,7 +182,9 @@ void Acceptor::accept(int listenFd) {
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
       return;
     }
-    if (active_.size() >= kMaxHandshakes) drop(*oldestStranger(), "dropped for a newer connection (too many at once)");
+    if (active_.size() >= kMaxHandshakes) {
+      if (Handshake* h = oldestStranger()) drop(*h, "dropped for a newer connection (too many at once)");
+    }
     auto h = std::make_unique<Handshake>();
     h->fd = fd;
     h->from = peerText(a);
@@ -272,7 +275,8 @@ int Acceptor::waitFor(int listenFd, int peer, uint64_t peerNonce, Clock::time_po
     for (const auto& h : active_) next = std::min(next, h->deadline);
     fds.assign(1, pollfd{listenFd, POLLIN, 0});
     for (const auto& h : active_) fds.push_back(pollfd{h->fd, POLLIN, 0});
-    auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(next - now).count() + 1;
+    // (a handshake may have expired while this rank connected to others: wait 0, then drop it)
+    auto ms = std::max<long long>(0, std::chrono::duration_cast<std::chrono::milliseconds>(next - now).count() + 1);
     int n = poll(fds.data(), static_cast<nfds_t>(fds.size()), static_cast<int>(std::min<long long>(ms, 1000)));
     if (n < 0 && errno != EINTR) throw Error(sysError("tcp: poll during setup", errno));
     if (n > 0) {

@@ -46,7 +46,8 @@ struct HandshakeIdentity {
 // How long one incoming connection may take to prove itself (a real peer takes
 // milliseconds: it sends each message as soon as it can).
 constexpr auto kHandshakeTimeout = std::chrono::seconds(10);
-// Incoming connections in handshake at once; past this the oldest is dropped.
+// Incoming connections in handshake at once; past this the oldest stranger's (no valid
+// hello yet) is dropped.
 constexpr size_t kMaxHandshakes = 256;
 
 // The connector's side, on a connected blocking socket `fd` to rank `peer` (whose address
@@ -83,7 +84,7 @@ class Acceptor {
     std::string from;
   };
   void accept(int listenFd);
-  Handshake* oldestStranger() const;  // oldest without a valid hello, else oldest; null if none
+  Handshake* oldestStranger() const;  // the oldest without a valid hello; null if none
   // Read what arrived and answer; false when the connection is finished (proved: moved to
   // proved_; or dropped).
   bool advance(Handshake& h);
