@@ -440,6 +440,16 @@ def run_chain(nranks, parts: list[dict], env=None, timeout=120) -> Result:
     return run_mpi(nranks, "chain.py", [json.dumps(parts)], env=env, timeout=timeout)
 
 
+def chained_part(cache: dict, key, nranks: int, parts: list, label, timeout=600) -> Result:
+    """The part `label` of the one chained launch kept in cache[key] (a module fixture's
+    dict), launched on first use from parts: [(label, part)] at nranks ranks. Tests of
+    one world share the launch, each reading its own part."""
+    if key not in cache:
+        cache[key] = ([p[0] for p in parts], run_chain(nranks, [p[1] for p in parts], timeout=timeout))
+    labels, res = cache[key]
+    return res.part(labels.index(label))
+
+
 def find_torchrun() -> str:
     beside = Path(sys.executable).parent / "torchrun"
     exe = str(beside) if beside.is_file() else shutil.which("torchrun")

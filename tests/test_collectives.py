@@ -3,7 +3,7 @@ real mpiexec, 1-5 ranks, against NumPy; mismatched calls raise on every rank."""
 
 import pytest
 
-from mpi_util import rank_records, run_chain, run_mpi
+from mpi_util import chained_part, rank_records, run_mpi
 
 SMALL = {"RDMACOLL_SEGMENT_BYTES": 4096}  # multi-piece reducescatter from small inputs
 
@@ -31,19 +31,6 @@ CHECKS = (
 )
 
 
-def _chained(launches, nranks, kind, parts, label):
-    """The part `label` of the one launch of `kind` at `nranks` ranks (made on first use
-    from parts: [(label, args, env)])."""
-    key = (kind, nranks)
-    if key not in launches:
-        launches[key] = (
-            [p[0] for p in parts],
-            run_chain(nranks, [{"script": "collectives.py", "args": a, "env": e} for _, a, e in parts], timeout=600),
-        )
-    labels, res = launches[key]
-    return res.part(labels.index(label))
-
-
 @pytest.fixture(scope="module")
 def launches():
     return {}
@@ -53,8 +40,8 @@ def launches():
     "nranks,setting", [pytest.param(n, s, id=str(n) if s == "default" else f"{n}-{s}") for n, s, _ in CHECKS]
 )
 def test_collectives_match_numpy(launches, nranks, setting):
-    parts = [(s, ["check"], e) for n, s, e in CHECKS if n == nranks]
-    res = _chained(launches, nranks, "check", parts, setting)
+    parts = [(s, {"script": "collectives.py", "args": ["check"], "env": e}) for n, s, e in CHECKS if n == nranks]
+    res = chained_part(launches, ("check", nranks), nranks, parts, setting)
     done = rank_records(res, nranks, "done")
     fails = res.select(kind="fail")
     res.check(
@@ -76,8 +63,12 @@ MISMATCHES = ["root", "dtype", "row shape", "collective"]
 @pytest.mark.parametrize("nranks", [2, 3])
 @pytest.mark.parametrize("env", ["default", "slots"])
 def test_collective_mismatch_raises_everywhere(launches, nranks, case, env):
-    parts = [((c, s), ["mismatch", c], e) for s, e in (("default", {}), ("slots", SLOTS)) for c in MISMATCHES]
-    res = _chained(launches, nranks, "mismatch", parts, (case, env))
+    parts = [
+        ((c, s), {"script": "collectives.py", "args": ["mismatch", c], "env": e})
+        for s, e in (("default", {}), ("slots", SLOTS))
+        for c in MISMATCHES
+    ]
+    res = chained_part(launches, ("mismatch", nranks), nranks, parts, (case, env))
     for r, rec in rank_records(res, nranks, "mismatch").items():
         res.check(
             rec["error"] is not None and "mismatch" in rec["error"], f"rank {r}: {case} mismatch gave {rec['error']!r}"

@@ -8,7 +8,7 @@ import pytest
 
 import rdmacoll as rc
 from rdmacoll import _core
-from mpi_util import memory_cgroup, rank_records, run_chain, run_mpi, run_python, run_torchrun
+from mpi_util import chained_part, memory_cgroup, rank_records, run_chain, run_mpi, run_python, run_torchrun
 
 MISMATCH_BOUND_S = 30  # catches hangs only; the measured time is printed
 
@@ -111,12 +111,10 @@ def mismatch_launches():
 @pytest.mark.parametrize("algo", MISMATCH_ALGOS)
 @pytest.mark.parametrize("nranks", [2, 3])
 def test_mismatch(mismatch_launches, nranks, algo):
-    if nranks not in mismatch_launches:
-        parts = [
-            {"script": "mismatch.py", "env": {"RDMACOLL_ALGO": a} if a != "default" else {}} for a in MISMATCH_ALGOS
-        ]
-        mismatch_launches[nranks] = run_chain(nranks, parts, timeout=240)
-    res = mismatch_launches[nranks].part(MISMATCH_ALGOS.index(algo))
+    parts = [
+        (a, {"script": "mismatch.py", "env": {"RDMACOLL_ALGO": a} if a != "default" else {}}) for a in MISMATCH_ALGOS
+    ]
+    res = chained_part(mismatch_launches, nranks, nranks, parts, algo, timeout=240)
     _check_mismatches(res, nranks, f"{nranks} ranks, {algo}")
 
 

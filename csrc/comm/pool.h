@@ -4,7 +4,8 @@
 // and are reused.
 //
 // Size classes: 4 per power of two (at most 25% waste), at least 4 KiB. Blocks of a class
-// are carved from slabs, one allocation (shm: one memfd, one descriptor) each: a class's
+// are carved from slabs, one device allocation (and so one descriptor, where the backend
+// maps memory through one) each: a class's
 // first slab holds one block, each next one twice as many, up to kSlabBytes (a class of
 // that size or more has a slab per block). Keeping a thousand small results open costs
 // about ten descriptors, not a thousand. Slabs are unmapped only when the pool dies
