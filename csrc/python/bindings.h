@@ -17,3 +17,5 @@ void bindTuning(pybind11::module_& m);    // tuning.cc: the cost model's functio
 // log_sink.cc: the core's messages to a Python callable emit(level, line) (level 0 error
 // .. 3 debug); None: the core writes them to stderr.
 std::shared_ptr<rdmacoll::LogSink> pythonLogSink(pybind11::object emit);
+// With the interpreter held: returns once every line queued by other threads reached emit.
+void deliverQueuedLog(const std::shared_ptr<rdmacoll::LogSink>& sink);

@@ -94,8 +94,9 @@ class PyGroup {
  public:
   PyGroup(int rank, int size, int localSize, const py::dict& settings, const py::dict& layout,
           const py::dict& costModels, py::object log) {
+    log_ = pythonLogSink(std::move(log));
     group_ = makeGroup(rank, size, localSize, valuesFromDict(settings), layoutFromDict(layout),
-                       costModelsFromDict(costModels), std::make_shared<PyHooks>(), pythonLogSink(std::move(log)));
+                       costModelsFromDict(costModels), std::make_shared<PyHooks>(), log_);
   }
 
   explicit PyGroup(std::unique_ptr<Group> g) : group_(std::move(g)) {}
@@ -114,8 +115,11 @@ class PyGroup {
     std::vector<transport::Bytes> all;
     for (const auto& s : addresses) all.emplace_back(s.begin(), s.end());
     const transport::Bytes key(secret.begin(), secret.end());
-    py::gil_scoped_release r;  // (it waits for this rank's operations in flight)
-    g().connect(all, key);
+    {
+      py::gil_scoped_release r;  // (it waits for this rank's operations in flight)
+      g().connect(all, key);
+    }
+    deliverQueuedLog(log_);  // setup's warnings are logged when init() returns
   }
 
   // ---- preparing each collective
@@ -328,6 +332,7 @@ class PyGroup {
   }
 
   std::unique_ptr<Group> group_;
+  std::shared_ptr<LogSink> log_;  // (null for a split: it shares its parent's connections)
 };
 
 template <typename... Args, typename... Extra>

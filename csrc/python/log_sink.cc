@@ -7,7 +7,9 @@
 // delivery thread, started at the first such line, which takes the interpreter to pass
 // it on: a thread of the core never waits for the interpreter, so a main thread that
 // holds it while waiting for the core cannot deadlock with a message. Once the
-// interpreter is finalizing, lines go to stderr instead.
+// interpreter is finalizing, lines go to stderr instead. A call that released the
+// interpreter and may have logged (setup's connect) waits with deliverQueued() before it
+// returns, so that its lines reach the logger before the caller's next statement.
 #include <pybind11/pybind11.h>
 
 #include <condition_variable>
@@ -67,13 +69,21 @@ class PyLogSink : public LogSink {
     emit_ = py::object();
   }
 
+  // With the interpreter held: released while the delivery thread passes on every line
+  // queued so far (it needs the interpreter), in their order.
+  void deliverQueued() {
+    py::gil_scoped_release r;
+    std::unique_lock<std::mutex> lk(mu_);  // (released before the interpreter is taken back)
+    cv_.wait(lk, [&] { return queue_.empty() && !delivering_; });
+  }
+
   void write(LogLevel level, const std::string& line) override {
     if (!interpreterUsable()) return toStderr(level, line);
     if (PyGILState_Check()) return deliver(level, line);
     std::lock_guard<std::mutex> g(mu_);
     queue_.emplace_back(level, line);
     if (!thread_.joinable()) thread_ = std::thread([this] { run(); });
-    cv_.notify_one();
+    cv_.notify_all();  // (the delivery thread, and deliverQueued's waits)
   }
 
  private:
@@ -93,6 +103,7 @@ class PyLogSink : public LogSink {
       if (queue_.empty()) return;  // stopped, nothing left (the destructor drains the rest)
       auto item = std::move(queue_.front());
       queue_.pop_front();
+      delivering_ = true;
       lk.unlock();
       if (!interpreterUsable()) {
         toStderr(item.first, item.second);
@@ -101,6 +112,8 @@ class PyLogSink : public LogSink {
         deliver(item.first, item.second);
       }
       lk.lock();
+      delivering_ = false;
+      cv_.notify_all();  // (deliverQueued may be waiting)
     }
   }
 
@@ -109,6 +122,7 @@ class PyLogSink : public LogSink {
   std::condition_variable cv_;
   std::deque<std::pair<LogLevel, std::string>> queue_;
   bool stop_ = false;
+  bool delivering_ = false;  // the delivery thread holds a line taken from queue_
   std::thread thread_;
 };
 
@@ -117,4 +131,8 @@ class PyLogSink : public LogSink {
 std::shared_ptr<LogSink> pythonLogSink(py::object emit) {
   if (emit.is_none()) return nullptr;
   return std::make_shared<PyLogSink>(std::move(emit));
+}
+
+void deliverQueuedLog(const std::shared_ptr<LogSink>& sink) {
+  if (auto* s = dynamic_cast<PyLogSink*>(sink.get())) s->deliverQueued();
 }
