@@ -450,6 +450,39 @@ def chained_part(cache: dict, key, nranks: int, parts: list, label, timeout=600)
     return res.part(labels.index(label))
 
 
+# One launch per world size for tests of several files: each declares its parts when its
+# module is imported (share), and the first test to read one (shared_part) launches every
+# part declared for that world, chained (workers/chain.py). A rank of these imports torch,
+# ~3 s of CPU, once per world instead of once per test: 33 fewer rank starts in CI. Parts
+# that may leave the job aborted are declared last=True and run after the others.
+_SHARED_PARTS: dict[int, list] = {}
+_SHARED_LAUNCHES: dict = {}
+_SHARED_DIRS: list[str] = []
+
+
+def shared_dir(name: str) -> str:
+    """A directory of this test session for a shared part's files (removed at exit)."""
+    if not _SHARED_DIRS:
+        _SHARED_DIRS.append(tempfile.mkdtemp(prefix="rdmacoll-shared-"))
+        import atexit
+
+        atexit.register(shutil.rmtree, _SHARED_DIRS[0], True)
+    path = os.path.join(_SHARED_DIRS[0], name.replace(" ", "_"))
+    os.makedirs(path, exist_ok=True)
+    return path
+
+
+def share(nranks: int, label: str, part: dict, last: bool = False) -> None:
+    """Declares a part ({"script", "args", "env"}) of the shared launch at nranks ranks."""
+    _SHARED_PARTS.setdefault(nranks, []).append((last, label, part))
+
+
+def shared_part(nranks: int, label: str, timeout=900) -> Result:
+    """The part `label` of the shared launch at nranks ranks (launched on first use)."""
+    parts = [(lab, part) for _last, lab, part in sorted(_SHARED_PARTS[nranks], key=lambda p: p[0])]
+    return chained_part(_SHARED_LAUNCHES, nranks, nranks, parts, label, timeout=timeout)
+
+
 def find_torchrun() -> str:
     beside = Path(sys.executable).parent / "torchrun"
     exe = str(beside) if beside.is_file() else shutil.which("torchrun")

@@ -16,10 +16,11 @@ must be one of the two kinds rdmacoll has on purpose:
 
 import json
 import math
+from pathlib import Path
 
 import pytest
 
-from mpi_util import rank_records, run_mpi, require_real_horovod
+from mpi_util import rank_records, require_real_horovod, run_mpi, share, shared_dir, shared_part
 
 HVD, RC = "horovod.torch", "rdmacoll.frameworks.torch"
 INTS = ("int8", "int16", "int32", "int64")
@@ -57,13 +58,32 @@ def run_worker(module, nranks, tmp_path, mode=None, refs=None):
     env = {"RC_TEST_HVD": module, "RC_TEST_PARITY_DIR": out}
     if mode:
         env["RC_TEST_PARITY_MODE"] = mode
-    res = run_mpi(nranks, "horovod_parity.py", env=env, timeout=300)
+    return read_cases(run_mpi(nranks, "horovod_parity.py", env=env, timeout=300), module, nranks, out, refs)
+
+
+def read_cases(res, module, nranks, out, refs=None):
     rank_records(res, nranks, "done")
     res.check(res.returncode == 0, f"the {module} launch failed")
-    files = {r: json.loads((out / f"rank{r}.json").read_text()) for r in range(nranks)}
+    files = {r: json.loads((Path(out) / f"rank{r}.json").read_text()) for r in range(nranks)}
     if refs is not None:
         refs.update({r: f["refs"] for r, f in files.items()})
     return {r: f["cases"] for r, f in files.items()}
+
+
+# rdmacoll's runs: parts of the launch shared per world size (mpi_util.share): the rules at
+# 2 and 3 ranks, the surface cases alone at 4, init(comm=) at 3
+SHARED = {"rules": (2, 3), "surface": (4,), "comm": (3,)}
+for _mode, _worlds in SHARED.items():
+    for _n in _worlds:
+        _env = {"RC_TEST_HVD": RC, "RC_TEST_PARITY_DIR": shared_dir(f"parity {_mode} {_n}")}
+        if _mode != "rules":
+            _env["RC_TEST_PARITY_MODE"] = _mode
+        share(_n, f"parity {_mode} {_n}", {"script": "horovod_parity.py", "env": _env})
+
+
+def shared_cases(mode, nranks, refs=None):
+    label = f"parity {mode} {nranks}"
+    return read_cases(shared_part(nranks, label), RC, nranks, shared_dir(label), refs)
 
 
 # --------------------------------------------------------------------------- Horovod's rules
@@ -170,10 +190,11 @@ def check_against_horovods_rules(res_cases, n):
     return problems
 
 
+@pytest.mark.timeout(900)  # (the first of a world runs the shared launch)
 @pytest.mark.parametrize("nranks", [2, 3])
-def test_rdmacoll_follows_horovods_rules(nranks, tmp_path):
+def test_rdmacoll_follows_horovods_rules(nranks):
     refs = {}
-    cases = run_worker(RC, nranks, tmp_path, refs=refs)
+    cases = shared_cases("rules", nranks, refs)
     problems = check_against_horovods_rules(cases, nranks) + surface_problems(cases, refs)
     assert not problems, f"{len(problems)} differ from Horovod's rules, first: " + "; ".join(problems[:5])
 
@@ -340,12 +361,13 @@ def deliberate(name, h, c):
     return False
 
 
+@pytest.mark.timeout(900)
 @pytest.mark.parametrize("nranks", [4])
-def test_torch_surface_at_four_ranks(nranks, tmp_path):
+def test_torch_surface_at_four_ranks(nranks):
     """The surface cases alone at 4 ranks (2 and 3 run in the launches above), the
     process set [0, 2, 3]."""
     refs = {}
-    cases = run_worker(RC, nranks, tmp_path, mode="surface", refs=refs)
+    cases = shared_cases("surface", nranks, refs)
     problems = surface_problems(cases, refs)
     assert not problems, f"{len(problems)} problems, first: " + "; ".join(problems[:5])
 
@@ -376,13 +398,14 @@ def comm_expected(w, n):
     return out
 
 
+@pytest.mark.timeout(900)
 @pytest.mark.parametrize("nranks", [3])
-def test_init_comm(nranks, tmp_path):
+def test_init_comm(nranks):
     """init(comm=) with a split communicator and with a list of ranks (renumbered in the
     list's order): collectives over the resulting job; a rank outside the list gets
     ValueError; a comm of a wrong type ValueError. (At 3 ranks only: a split job of one
     rank and one of two, a reordered list with a rank outside it; 4 ranks added nothing.)"""
-    cases = run_worker(RC, nranks, tmp_path, mode="comm")
+    cases = shared_cases("comm", nranks)
     for w, got in cases.items():
         want = comm_expected(w, nranks)
         assert got["split"][0] == "ok" and json.loads(got["split"][1]) == want["split"], (w, got["split"])

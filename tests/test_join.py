@@ -22,11 +22,12 @@ fault, unordered_map::at): RC_TEST_JOIN_EXTRAS, rdmacoll only.
 
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
 
-from mpi_util import rank_records, run_mpi, require_real_horovod
+from mpi_util import rank_records, require_real_horovod, run_mpi, share, shared_dir, shared_part
 
 HVD, RC = "horovod.torch", "rdmacoll.frameworks.torch"
 LAST_PHASE = {0: 2, 1: 3, 2: 0, 3: 1}  # as in workers/join_any.py
@@ -52,10 +53,19 @@ def run_worker(module, nranks, tmp_path, extras=False):
     env = {"RC_TEST_HVD": module, "RC_TEST_JOIN_DIR": out}
     if extras:
         env["RC_TEST_JOIN_EXTRAS"] = "1"
-    res = run_mpi(nranks, "join_any.py", env=env, timeout=300)
+    return read_cases(run_mpi(nranks, "join_any.py", env=env, timeout=300), module, nranks, out)
+
+
+def read_cases(res, module, nranks, out):
     rank_records(res, nranks, "done")
     res.check(res.returncode == 0, f"the {module} launch failed")
-    return {r: json.loads((out / f"rank{r}.json").read_text())["cases"] for r in range(nranks)}
+    return {r: json.loads((Path(out) / f"rank{r}.json").read_text())["cases"] for r in range(nranks)}
+
+
+# rdmacoll's runs with the extras: parts of the launch shared per world size (mpi_util.share)
+for _n in (2, 3, 4):
+    _env = {"RC_TEST_HVD": RC, "RC_TEST_JOIN_DIR": shared_dir(f"join {_n}"), "RC_TEST_JOIN_EXTRAS": "1"}
+    share(_n, f"join {_n}", {"script": "join_any.py", "env": _env})
 
 
 # --------------------------------------------------------------------------- references
@@ -162,9 +172,10 @@ def check_against_references(cases, n):
     return problems
 
 
+@pytest.mark.timeout(900)  # (the first of a world runs the shared launch)
 @pytest.mark.parametrize("nranks", [2, 3, 4])
-def test_join_serves_every_collective_as_horovod(nranks, tmp_path):
-    cases = run_worker(RC, nranks, tmp_path, extras=True)
+def test_join_serves_every_collective_as_horovod(nranks):
+    cases = read_cases(shared_part(nranks, f"join {nranks}"), RC, nranks, shared_dir(f"join {nranks}"))
     problems = check_against_references(cases, nranks)
     assert not problems, f"{len(problems)} differ from Horovod's rules, first: " + "; ".join(problems[:5])
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from mpi_util import run_mpi, require_real_horovod
+from mpi_util import require_real_horovod, run_mpi, share, shared_part
 from rdmacoll import _settings
 
 MODES = ("static", "dynamic", "env")
@@ -20,6 +20,10 @@ DIFFERS: set[str] = set()
 
 def launch(nranks, mode, env=None, timeout=300):
     res = run_mpi(nranks, "process_sets.py", [mode], env=dict(ENV.get(mode, {}), **(env or {})), timeout=timeout)
+    return finished(res, nranks, mode)
+
+
+def finished(res, nranks, mode):
     res.check(res.returncode == 0, f"{mode} at {nranks} ranks failed")
     res.check(len(res.select(kind="done")) == nranks, f"{mode}: not every rank finished")
     return res
@@ -68,9 +72,16 @@ def check_results(res, nranks, mode):
 # overlapping, the global set's equal); dynamic at 3, a world of no power of two, adding and
 # removing sets while others run; "env", dynamic switched on by Horovod's variable instead of
 # the call, at 2, where each set is one rank or the world's equal.
-@pytest.mark.parametrize("mode, nranks", [("static", 4), ("dynamic", 3), ("env", 2)])
+# (parts of the launch shared per world size: mpi_util.share)
+OURS = [("static", 4), ("dynamic", 3), ("env", 2)]
+for _mode, _n in OURS:
+    share(_n, f"process sets {_mode}", {"script": "process_sets.py", "args": [_mode], "env": ENV.get(_mode, {})})
+
+
+@pytest.mark.timeout(900)  # (the first of a world runs the shared launch)
+@pytest.mark.parametrize("mode, nranks", OURS)
 def test_process_sets(nranks, mode):
-    check_results(launch(nranks, mode), nranks, mode)
+    check_results(finished(shared_part(nranks, f"process sets {mode}"), nranks, mode), nranks, mode)
 
 
 def test_dynamic_setting_in_the_table():

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from mpi_util import rank_records, run_mpi, require_real_horovod
+from mpi_util import rank_records, require_real_horovod, run_mpi, share, shared_part
 
 pytest.importorskip("torch")
 
@@ -93,8 +93,26 @@ def check_api(res, nranks):
         res.check(rec["checks"] > 50, f"rank {r}: only {rec['checks']} API checks ran")
 
 
+# Parts of the launch shared per world size (mpi_util.share), after the others: the error
+# cases and join_misuse leave the job aborted.
+THREE_RANK_CASES = ["sgd", "adam_passes2", "unused", "fp16", "clip", "restore_diverged", "join"]
+share(
+    2,
+    "torch train",
+    {"script": "torch_train.py", "args": ["api", *CASES, "frozen", "errors"], "env": SMALL_BUCKETS},
+    last=True,
+)
+share(
+    3,
+    "torch train",
+    {"script": "torch_train.py", "args": ["api", *THREE_RANK_CASES, "frozen", "join_misuse"], "env": SMALL_BUCKETS},
+    last=True,
+)
+
+
+@pytest.mark.timeout(900)  # (the first of a world runs the shared launch)
 def test_two_ranks_api_training_and_errors():
-    res = run_mpi(2, "torch_train.py", ["api"] + CASES + ["frozen", "errors"], env=SMALL_BUCKETS, timeout=400)
+    res = shared_part(2, "torch train")
     check_api(res, 2)
     res.check(frozen_outcomes(res, 2) == dict.fromkeys(FROZEN_CASES, "same"), f"{frozen_outcomes(res, 2)}")
     recs = check_cases(res, 2, CASES)
@@ -122,13 +140,12 @@ def test_two_ranks_api_training_and_errors():
     res.check("without running backward()" in waiting, f"rank that ran backward: {waiting!r}")
 
 
+@pytest.mark.timeout(900)
 def test_three_ranks_training():
-    cases = ["sgd", "adam_passes2", "unused", "fp16", "clip", "restore_diverged", "join"]
-    # join_misuse leaves the job aborted: last
-    res = run_mpi(3, "torch_train.py", ["api"] + cases + ["frozen", "join_misuse"], env=SMALL_BUCKETS, timeout=400)
+    res = shared_part(3, "torch train")
     check_api(res, 3)
     res.check(frozen_outcomes(res, 3) == dict.fromkeys(FROZEN_CASES, "same"), f"{frozen_outcomes(res, 3)}")
-    check_cases(res, 3, cases + ["join_misuse"])
+    check_cases(res, 3, THREE_RANK_CASES + ["join_misuse"])
 
 
 @pytest.mark.parametrize("nranks", [2, 3])

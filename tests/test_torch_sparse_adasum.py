@@ -15,10 +15,11 @@ differences listed in ON_PURPOSE.
 
 import json
 import math
+from pathlib import Path
 
 import pytest
 
-from mpi_util import rank_records, run_mpi, require_real_horovod
+from mpi_util import rank_records, require_real_horovod, run_mpi, share, shared_dir, shared_part
 
 pytest.importorskip("torch")
 
@@ -43,9 +44,19 @@ def run_worker(module, nranks, tmp_path):
     out = tmp_path / f"{module.replace('.', '_')}_{nranks}"
     out.mkdir()
     res = run_mpi(nranks, "torch_sparse_adasum.py", env={"RC_TEST_HVD": module, "RC_TEST_PARITY_DIR": out}, timeout=300)
+    return read_runs(res, module, nranks, out)
+
+
+def read_runs(res, module, nranks, out):
     rank_records(res, nranks, "done")
     res.check(res.returncode == 0, f"the {module} launch failed")
-    return {r: json.loads((out / f"rank{r}.json").read_text()) for r in range(nranks)}
+    return {r: json.loads((Path(out) / f"rank{r}.json").read_text()) for r in range(nranks)}
+
+
+# rdmacoll's runs: parts of the launch shared per world size (mpi_util.share)
+for _n in (2, 3, 4):
+    _env = {"RC_TEST_HVD": RC, "RC_TEST_PARITY_DIR": shared_dir(f"sparse adasum {_n}")}
+    share(_n, f"sparse adasum {_n}", {"script": "torch_sparse_adasum.py", "env": _env})
 
 
 def _close(got, ref, tol):
@@ -118,17 +129,15 @@ def same_on_every_rank(runs):
 
 
 @pytest.fixture(scope="module")
-def rdmacoll_runs(tmp_path_factory):
-    cache = {}
-
+def rdmacoll_runs():
     def get(nranks):
-        if nranks not in cache:
-            cache[nranks] = run_worker(RC, nranks, tmp_path_factory.mktemp("rc"))
-        return cache[nranks]
+        label = f"sparse adasum {nranks}"
+        return read_runs(shared_part(nranks, label), RC, nranks, shared_dir(label))
 
     return get
 
 
+@pytest.mark.timeout(900)  # (the first of a world runs the shared launch)
 @pytest.mark.parametrize("nranks", [2, 3, 4])
 def test_sparse_and_adasum_against_references(nranks, rdmacoll_runs):
     runs = rdmacoll_runs(nranks)
