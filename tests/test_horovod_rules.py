@@ -22,13 +22,15 @@ The expected types are Horovod's, from its sources (not from rdmacoll's rule mod
 
 from __future__ import annotations
 
+import importlib.util
 import json
 
 import pytest
 
-from mpi_util import rank_records, run_mpi, require_real_horovod
+from mpi_util import rank_records, require_real_horovod, run_mpi, share, shared_part
 
 RANKS = 3
+TF_ENV = {"TF_CPP_MIN_LOG_LEVEL": "2", "CUDA_VISIBLE_DEVICES": ""}  # (as tests/test_tensorflow.py's)
 RC = ("torch", "tf")  # rdmacoll's adapters
 HVD = "horovod.torch"
 
@@ -246,14 +248,21 @@ def outcomes_of(res, nranks):
     return out
 
 
+# rdmacoll's run: a part of the launch shared per world size (mpi_util.share), whose ranks
+# import torch for other parts already
+BOTH = all(importlib.util.find_spec(m) is not None for m in ("torch", "tensorflow"))
+if BOTH:
+    share(RANKS, "horovod rules", {"script": "horovod_rules.py", "args": ["rdmacoll"], "env": TF_ENV})
+
+
 @pytest.fixture(scope="module")
 def rdmacoll_outcomes():
-    pytest.importorskip("torch")
-    pytest.importorskip("tensorflow")
-    res = run_mpi(RANKS, "horovod_rules.py", ["rdmacoll"], timeout=400)
-    return outcomes_of(res, RANKS)
+    if not BOTH:
+        pytest.skip("the rules run in both adapters: torch and tensorflow must be installed")
+    return outcomes_of(shared_part(RANKS, "horovod rules"), RANKS)
 
 
+@pytest.mark.timeout(900)  # (the first of its world runs the shared launch)
 @pytest.mark.parametrize("case, adapter", params())
 def test_rule(rdmacoll_outcomes, case, adapter):
     got = rdmacoll_outcomes.get(adapter, {}).get(case)

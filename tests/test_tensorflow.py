@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from mpi_util import rank_records, run_mpi
+from mpi_util import rank_records, run_mpi, share, shared_part
 
 pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("tensorflow") is None,
@@ -26,7 +26,10 @@ EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "keras_mnist.py"
 
 def launch_checks(nranks, names=(), timeout=280):
     """workers/tf_checks.py at nranks ranks (only the checks named, if any), every rank done."""
-    res = run_mpi(nranks, "tf_checks.py", list(names), env=TF_ENV, timeout=timeout)
+    return finished(run_mpi(nranks, "tf_checks.py", list(names), env=TF_ENV, timeout=timeout), nranks)
+
+
+def finished(res, nranks):
     crashes = res.select(kind="crash")
     res.check(not crashes, "a rank crashed: " + "; ".join(c["error"] for c in crashes[:2]))
     rank_records(res, nranks, "done")
@@ -122,10 +125,16 @@ def test_mixed_precision_ranks_stay_identical(checks):
 RANK_DEPENDENT = ("process_sets", "error_types", "adasum", "init_comm", "session_graphs")
 
 
+# at 3 ranks: a part of the launch shared per world size (mpi_util.share), whose ranks
+# import TensorFlow for tests/test_horovod_rules.py's part already
+if importlib.util.find_spec("tensorflow") is not None:
+    share(3, "tf rank dependent", {"script": "tf_checks.py", "args": list(RANK_DEPENDENT), "env": TF_ENV})
+
+
 @pytest.fixture(scope="module", params=[3])
 def more_ranks(request):
     """The RANK_DEPENDENT checks at 3 ranks: (result, number of ranks)."""
-    return launch_checks(request.param, RANK_DEPENDENT, timeout=240), request.param
+    return finished(shared_part(request.param, "tf rank dependent"), request.param), request.param
 
 
 @pytest.mark.parametrize("name", RANK_DEPENDENT)
@@ -139,6 +148,7 @@ def test_rank_dependent_checks_at_2_ranks(checks, name):
     assert_check(checks, name)
 
 
+@pytest.mark.timeout(900)  # (the first of its world runs the shared launch)
 @pytest.mark.parametrize("name", RANK_DEPENDENT)
 def test_rank_dependent_checks_at_3_ranks(more_ranks, name):
     res, n = more_ranks
