@@ -67,7 +67,8 @@ SUBSET = [] if FULL else ["--dtypes", ",".join(ONE_PER_WIDTH)]
 
 # ci: the parts below run as two chained launches (mpi_util.run_chain: each rank starts
 # once per launch; under emulation a rank's start, Python, NumPy and the core, is ~5 s):
-# at 2 ranks the collectives (both work request sizes) and the selector's choice, at 3
+# at 2 ranks the collectives (both work request sizes), the selector's choice, a fork
+# after init() and a corrupted region's write, at 3
 # every forced algorithm, the asynchronous operations and the sub-communicators. Each test
 # reads its part. The full matrix launches each on its own.
 
@@ -98,11 +99,18 @@ def _selection_part():
 
 
 SPLIT = {"script": "split.py", "env": IB}
+FORK = {"script": "ibverbs_init.py", "env": IB | {"RC_TEST_FORK": 1}}
+CORRUPTED = {"script": "transport.py", "args": ["corrupted-region", "--transport", "ibverbs"]}
+# (UCX_TLS: MPI's own transport pins nothing; a launch of its own: it drops CAP_IPC_LOCK for
+# good, and after other parts its ranks reported nothing in the guest)
+MEMLOCK = {"script": "ibverbs_init.py", "env": IB | {"RC_TEST_MEMLOCK": 65536, "UCX_TLS": "tcp,self,sm"}}
 CHAINS = {
     2: {
         "collectives-None": _collectives_part(None),
         "collectives-4K": _collectives_part("4K"),
         "selection": _selection_part(),
+        "fork": FORK,
+        "corrupted": CORRUPTED,
     },
     3: {"forced-a": _forced_part("a"), "async": async_part(IB), "split": SPLIT},
 }
@@ -174,8 +182,8 @@ def test_subcommunicators_over_verbs():
     res.check(not bad, "; ".join(f"rank {c['rank']} {c['name']}: {c['detail']}" for c in bad[:6]))
 
 
-def _transport_checks(args, timeout=400):
-    res = run_mpi(2, "transport.py", [*args, "--transport", "ibverbs"], timeout=timeout)
+def _transport_checks(args, timeout=400, res=None):
+    res = res or run_mpi(2, "transport.py", [*args, "--transport", "ibverbs"], timeout=timeout)
     got = res.select(kind="result")
     bad = [f"rank {r['rank']} {r['name']}: {r['detail']}" for r in got if not r["ok"]]
     res.check(got and not bad, "; ".join(bad[:6]) or "no checks ran")
@@ -197,7 +205,7 @@ if FULL:  # (defined only there: the guest's suite must not skip; module docstri
 def test_write_outside_the_peers_region():
     """A region blob whose address was corrupted: the device refuses the write (remote
     access error), both sides raise RdmacollError, the target's memory is untouched."""
-    got = _transport_checks(["corrupted-region"], timeout=120)
+    got = _transport_checks(["corrupted-region"], timeout=120, res=_chained(2, "corrupted"))
     names = {(r["rank"], r["name"]) for r in got}
     assert names == {
         (0, "writer raises a remote access error"),
@@ -210,8 +218,7 @@ def test_write_outside_the_peers_region():
 def test_memlock_too_low_at_init():
     """64 KiB of lockable memory and no CAP_IPC_LOCK: init() raises on every rank, naming
     the registration's size, the limit, and `ulimit -l`."""
-    env = IB | {"RC_TEST_MEMLOCK": 65536, "UCX_TLS": "tcp,self,sm"}  # (MPI's own transport pins nothing)
-    res = run_mpi(2, "ibverbs_init.py", env=env, timeout=120)
+    res = run_part(2, MEMLOCK, timeout=120)
     for r, rec in rank_records(res, 2, "init").items():
         e = rec["error"] or ""
         res.check(
@@ -227,7 +234,7 @@ def test_fork_after_init():
     parent keeps reducing from them: the parent's results stay right (the kernel copies
     pinned pages for the child; rdmacoll undoes the MADV_DONTFORK that MPICH's UCX makes
     libibverbs set), the child exits cleanly. The arrays then outlive shutdown()."""
-    res = run_mpi(2, "ibverbs_init.py", env=IB | {"RC_TEST_FORK": 1}, timeout=200)
+    res = _chained(2, "fork") or run_part(2, FORK, timeout=200)
     # first, as test_ibverbs.py's test_init_fails_or_runs_everywhere checks where a device is
     # (the guest runs it here only): init() and allreduces of 0 to 4 Mi elements over ibverbs
     for r, rec in rank_records(res, 2, "init").items():
