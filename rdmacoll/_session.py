@@ -154,15 +154,17 @@ class Session:
             raise
         return sub
 
-    def close(self):
+    def close(self, wait=True):
         """Tear the session down: wait (at most the timeout setting) until every rank has
-        finished the collectives before (a job that already failed skips it), close the
-        process sets and the communicator, then run the reset hooks. Idempotent. The
+        finished the collectives before (a job that already failed skips it; wait=False:
+        no waiting, as a torch process group's shutdown does not wait for its peers), close
+        the process sets and the communicator, then run the reset hooks. Idempotent. The
         first exception of a hook is raised after every hook has run."""
         if self.closed:
             return
         try:
-            self.comm.barrier()
+            if wait:
+                self.comm.barrier()
         except (_core.RdmacollError, KeyboardInterrupt):
             pass
         error = None

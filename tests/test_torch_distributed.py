@@ -4,6 +4,7 @@ subsets, uneven splits; DDP and FSDP trained over gloo and over rdmacoll from th
 seed end with the same parameters; a mismatch raises DistBackendError on every rank."""
 
 import importlib.util
+import json
 import shlex
 import socket
 import sys
@@ -18,9 +19,27 @@ pytestmark = pytest.mark.skipif(importlib.util.find_spec("torch") is None, reaso
 # 3 and 4 processes: the worker's groups ([0, n-1], [1..n-1], the world) run every op over
 # 2-rank communicators too (a world of 2 ran as well until 0.1.x: nothing it ran is not run
 # by these over a 2-rank group)
+# One torchrun launch per world size runs these modes of workers/torch_dist.py one after
+# another (workers/chain.py): the agent and every rank import torch once for all of them.
+# The stalled peer's run leaves the job aborted: last. (ddp after ops also checks that a
+# process whose rdmacoll default group was destroyed makes new rdmacoll groups beside gloo:
+# it raised "rdmacoll is shut down" until the family of groups was made anew.)
+CHAINS = {2: ["fsdp", "lost"], 3: ["ops", "ddp"], 4: ["ops"]}
+LOST_ENV = {"RC_TEST_LOSE": "stall", "RC_TEST_STALL_S": 3.5, "RDMACOLL_TIMEOUT": 2}
+_launched: dict = {}
+
+
+def chained(n, mode):
+    if n not in _launched:
+        parts = [{"script": "torch_dist.py", "args": [m], "env": LOST_ENV if m == "lost" else {}} for m in CHAINS[n]]
+        _launched[n] = run_torchrun(n, "chain.py", [json.dumps(parts)], timeout=540)
+    return _launched[n].part(CHAINS[n].index(mode))
+
+
+@pytest.mark.timeout(600)  # (the first test of a world runs its launch)
 @pytest.mark.parametrize("n", [3, 4])
 def test_every_op_matches_the_reference(n):
-    res = run_torchrun(n, "torch_dist.py", ["ops"], timeout=240)
+    res = chained(n, "ops")
     done = rank_records(res, n, "done")
     bad = [c for c in res.select(kind="check") if not c["ok"]]
     res.check(
@@ -45,7 +64,7 @@ def test_every_op_matches_the_reference(n):
 # 3 processes: buckets are reduced over a world of no power of two (FSDP below runs at 2)
 @pytest.mark.parametrize("n", [3])
 def test_ddp_over_rdmacoll_trains_like_gloo(n):
-    res = run_torchrun(n, "torch_dist.py", ["ddp"], timeout=300)
+    res = chained(n, "ddp")
     rank_records(res, n, "done")
     runs = {}
     for rec in res.select(kind="params"):
@@ -55,8 +74,9 @@ def test_ddp_over_rdmacoll_trains_like_gloo(n):
     res.check(all(len(d) == 1 for d in runs.values()), f"ranks ended with different parameters: {runs}")
 
 
+@pytest.mark.timeout(600)
 def test_fsdp_over_rdmacoll_trains_like_gloo():
-    res = run_torchrun(2, "torch_dist.py", ["fsdp"], timeout=300)
+    res = chained(2, "fsdp")
     if res.select(kind="skip"):
         pytest.skip(res.select(kind="skip")[0]["why"])
     recs = [r for r in res.select(kind="params") if r["run"] == "fsdp"]
@@ -119,6 +139,5 @@ def test_ddp_with_a_peer_killed_raises_everywhere_ranks_started_by_hand():
 def test_ddp_with_a_peer_stalled_past_the_timeout_raises_everywhere_under_torchrun():
     """Rank 1 sleeps 3.5 s before its backward, RDMACOLL_TIMEOUT=2: rank 0 raises after 2 s
     naming it, and rank 1, going on, raises as it finds rank 0 gone."""
-    env = {"RC_TEST_LOSE": "stall", "RC_TEST_STALL_S": 3.5, "RDMACOLL_TIMEOUT": 2}
-    res = run_torchrun(2, "torch_dist.py", ["lost"], env=env, timeout=120)
+    res = chained(2, "lost")
     _check_lost(res, 2, "stall")

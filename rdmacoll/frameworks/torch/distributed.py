@@ -200,7 +200,12 @@ class ProcessGroupRdmacoll(dist.ProcessGroup):
 
     def shutdown(self):
         if self._comm is not None:
-            self._comm.close()
+            if self._comm is self._session.comm:
+                # the family's own communicator: its session ends with it (_create starts a
+                # new family at the next group over every rank)
+                self._session.close(wait=False)
+            else:
+                self._comm.close()
             self._comm = None
 
     def abort(self):
@@ -474,9 +479,14 @@ def _create(opts, backend_options=None):
     ranks = list(opts.global_ranks_in_group) or list(range(size))  # (the default group passes none)
     try:
         family = _Families.current
+        epoch = 1 if family is None else family.session.epoch + 1
+        if family is not None and family.session.closed:
+            # destroy_process_group() closed it with its groups: the next group over every
+            # rank (init_process_group again, or new_group beside another default) starts anew
+            family = None
         if family is None or not opts.global_ranks_in_group:
             world = bootstrap(exchange=StoreExchange(store, rank, size, prefix="rdmacoll/world/"))
-            session = Session(world, 1 if family is None else family.session.epoch + 1)
+            session = Session(world, epoch)
             _Families.current = _Family(session, ranks)
             return ProcessGroupRdmacoll(rank, size, session.comm, session, str(opts.group_id))
         ex = StoreExchange(store, rank, size, prefix="rdmacoll/group/")
