@@ -247,15 +247,23 @@ class Result:
 
     def part(self, index: int) -> Result:
         """One part of a chained launch (run_chain, workers/chain.py) as if it had been a
-        launch of its own: its records, every other line of output, and the launch's exit
-        status unless a later part started (then this one ended normally)."""
-        lines, later = [], False
+        launch of its own: its records, every other line of output, and as exit status 0
+        where every rank ended it (its "part_end" records) and a later part started, else
+        the launch's (at least 1 when a later part started: a rank did not end this one)."""
+        lines, later, ended, size = [], False, set(), None
         for ln in self.lines:
             rec = parse_record(ln)
             if rec is None or rec.get("part") == index:
                 lines.append(ln)
             later = later or (rec is not None and rec.get("part", -1) > index)
-        return Result(self.command, 0 if later else self.returncode, lines, self.leftovers)
+            if rec is not None and rec.get("kind") == "part_end" and rec.get("part") == index:
+                ended.add(rec["rank"])
+                size = rec.get("size")
+        if later:
+            status = 0 if size is not None and len(ended) == size else (self.returncode or 1)
+        else:
+            status = self.returncode
+        return Result(self.command, status, lines, self.leftovers)
 
     def fail(self, why: str):
         pytest.fail(f"{why}\n--- ranks' output ---\n{self.output()}", pytrace=False)
@@ -440,12 +448,20 @@ def run_chain(nranks, parts: list[dict], env=None, timeout=120) -> Result:
     return run_mpi(nranks, "chain.py", [json.dumps(parts)], env=env, timeout=timeout)
 
 
-def chained_part(cache: dict, key, nranks: int, parts: list, label, timeout=600) -> Result:
+def chained_part(cache: dict, key, nranks: int, parts: list, label, timeout=600, run=None) -> Result:
     """The part `label` of the one chained launch kept in cache[key] (a module fixture's
-    dict), launched on first use from parts: [(label, part)] at nranks ranks. Tests of
-    one world share the launch, each reading its own part."""
+    dict), launched on first use from parts: [(label, part)] at nranks ranks (by
+    run(nranks, parts, timeout=), run_chain unless given). Tests of one world share the
+    launch, each reading its own part."""
+    run = run or run_chain
     if key not in cache:
-        cache[key] = ([p[0] for p in parts], run_chain(nranks, [p[1] for p in parts], timeout=timeout))
+        try:
+            cache[key] = ([p[0] for p in parts], run(nranks, [p[1] for p in parts], timeout=timeout))
+        except BaseException as e:  # (a launch that timed out or failed: its other tests say so at once)
+            cache[key] = e
+            raise
+    if isinstance(cache[key], BaseException):
+        pytest.fail(f"the chained launch this test reads ({nranks} ranks) failed: {cache[key]}"[:2000], pytrace=False)
     labels, res = cache[key]
     return res.part(labels.index(label))
 
@@ -454,7 +470,8 @@ def chained_part(cache: dict, key, nranks: int, parts: list, label, timeout=600)
 # module is imported (share), and the first test to read one (shared_part) launches every
 # part declared for that world, chained (workers/chain.py). A rank of these imports torch,
 # ~3 s of CPU, once per world instead of once per test: 33 fewer rank starts in CI. Parts
-# that may leave the job aborted are declared last=True and run after the others.
+# that may leave the job aborted are declared with position=1 and run after the others, those
+# that must see a process where rdmacoll never ran with position=-1, before them.
 _SHARED_PARTS: dict[int, list] = {}
 _SHARED_LAUNCHES: dict = {}
 _SHARED_DIRS: list[str] = []
@@ -472,14 +489,15 @@ def shared_dir(name: str) -> str:
     return path
 
 
-def share(nranks: int, label: str, part: dict, last: bool = False) -> None:
+def share(nranks: int, label: str, part: dict, position: int = 0) -> None:
     """Declares a part ({"script", "args", "env"}) of the shared launch at nranks ranks."""
-    _SHARED_PARTS.setdefault(nranks, []).append((last, label, part))
+    _SHARED_PARTS.setdefault(nranks, []).append((position, label, part))
 
 
-def shared_part(nranks: int, label: str, timeout=900) -> Result:
-    """The part `label` of the shared launch at nranks ranks (launched on first use)."""
-    parts = [(lab, part) for _last, lab, part in sorted(_SHARED_PARTS[nranks], key=lambda p: p[0])]
+def shared_part(nranks: int, label: str, timeout=800) -> Result:
+    """The part `label` of the shared launch at nranks ranks (launched on first use; the
+    tests reading one are marked with a longer timeout than this)."""
+    parts = [(lab, part) for _pos, lab, part in sorted(_SHARED_PARTS[nranks], key=lambda p: p[0])]
     return chained_part(_SHARED_LAUNCHES, nranks, nranks, parts, label, timeout=timeout)
 
 

@@ -249,10 +249,10 @@ def outcomes_of(res, nranks):
 
 
 # rdmacoll's run: a part of the launch shared per world size (mpi_util.share), whose ranks
-# import torch for other parts already
+# import torch for other parts already; first (its "before init()" rows)
 BOTH = all(importlib.util.find_spec(m) is not None for m in ("torch", "tensorflow"))
 if BOTH:
-    share(RANKS, "horovod rules", {"script": "horovod_rules.py", "args": ["rdmacoll"], "env": TF_ENV})
+    share(RANKS, "horovod rules", {"script": "horovod_rules.py", "args": ["rdmacoll"], "env": TF_ENV}, position=-1)
 
 
 @pytest.fixture(scope="module")

@@ -12,6 +12,9 @@ import pytest
 from mpi_util import require_real_horovod, run_mpi, share, shared_part
 from rdmacoll import _settings
 
+# (the workers run the torch adapter; without torch their parts would end the shared launches)
+pytest.importorskip("torch")
+
 MODES = ("static", "dynamic", "env")
 ENV = {"env": {"HOROVOD_DYNAMIC_PROCESS_SETS": "1"}}
 # Where rdmacoll differs from Horovod 0.28.1 on purpose (docs/torch.md): none so far.

@@ -100,13 +100,13 @@ share(
     2,
     "torch train",
     {"script": "torch_train.py", "args": ["api", *CASES, "frozen", "errors"], "env": SMALL_BUCKETS},
-    last=True,
+    position=1,
 )
 share(
     3,
     "torch train",
     {"script": "torch_train.py", "args": ["api", *THREE_RANK_CASES, "frozen", "join_misuse"], "env": SMALL_BUCKETS},
-    last=True,
+    position=1,
 )
 
 

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from mpi_util import Launch, rank_records, run_torchrun
+from mpi_util import Launch, chained_part, rank_records, run_torchrun
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch is not installed")
 
@@ -29,11 +29,13 @@ LOST_ENV = {"RC_TEST_LOSE": "stall", "RC_TEST_STALL_S": 3.5, "RDMACOLL_TIMEOUT":
 _launched: dict = {}
 
 
+def _torchrun_chain(n, parts, timeout):
+    return run_torchrun(n, "chain.py", [json.dumps(parts)], timeout=timeout)
+
+
 def chained(n, mode):
-    if n not in _launched:
-        parts = [{"script": "torch_dist.py", "args": [m], "env": LOST_ENV if m == "lost" else {}} for m in CHAINS[n]]
-        _launched[n] = run_torchrun(n, "chain.py", [json.dumps(parts)], timeout=540)
-    return _launched[n].part(CHAINS[n].index(mode))
+    parts = [(m, {"script": "torch_dist.py", "args": [m], "env": LOST_ENV if m == "lost" else {}}) for m in CHAINS[n]]
+    return chained_part(_launched, n, n, parts, mode, timeout=540, run=_torchrun_chain)
 
 
 @pytest.mark.timeout(600)  # (the first test of a world runs its launch)
@@ -62,6 +64,7 @@ def test_every_op_matches_the_reference(n):
 
 
 # 3 processes: buckets are reduced over a world of no power of two (FSDP below runs at 2)
+@pytest.mark.timeout(600)
 @pytest.mark.parametrize("n", [3])
 def test_ddp_over_rdmacoll_trains_like_gloo(n):
     res = chained(n, "ddp")
@@ -136,6 +139,7 @@ def test_ddp_with_a_peer_killed_raises_everywhere_ranks_started_by_hand():
         res.check(f"rank {r} exit status 0" in res.output(), f"rank {r} did not exit normally (139: SIGSEGV)")
 
 
+@pytest.mark.timeout(600)
 def test_ddp_with_a_peer_stalled_past_the_timeout_raises_everywhere_under_torchrun():
     """Rank 1 sleeps 3.5 s before its backward, RDMACOLL_TIMEOUT=2: rank 0 raises after 2 s
     naming it, and rank 1, going on, raises as it finds rank 0 gone."""

@@ -115,9 +115,12 @@ class PyGroup {
     std::vector<transport::Bytes> all;
     for (const auto& s : addresses) all.emplace_back(s.begin(), s.end());
     const transport::Bytes key(secret.begin(), secret.end());
-    {
+    try {
       py::gil_scoped_release r;  // (it waits for this rank's operations in flight)
       g().connect(all, key);
+    } catch (...) {
+      deliverQueuedLog(log_);  // (what setup logged comes before its error)
+      throw;
     }
     deliverQueuedLog(log_);  // setup's warnings are logged when init() returns
   }
@@ -315,6 +318,7 @@ class PyGroup {
   void close() {
     py::gil_scoped_release r;  // queued work finishes (it never needs the GIL)
     group_.reset();
+    log_.reset();  // (the sink's last owner: it delivers what was queued before close() returns)
   }
 
  private:

@@ -74,7 +74,8 @@ class PyLogSink : public LogSink {
   void deliverQueued() {
     py::gil_scoped_release r;
     std::unique_lock<std::mutex> lk(mu_);  // (released before the interpreter is taken back)
-    cv_.wait(lk, [&] { return queue_.empty() && !delivering_; });
+    // (no delivery thread: it could not be started, and the destructor delivers the rest)
+    cv_.wait(lk, [&] { return (queue_.empty() && !delivering_) || !thread_.joinable(); });
   }
 
   void write(LogLevel level, const std::string& line) override {

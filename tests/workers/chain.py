@@ -5,8 +5,9 @@ where every process runs under emulation and a rank's start costs ~5 s (tests/te
 argv[1]: a JSON list of parts {"script": a worker of this folder, "args": [...], "env":
 {...}}. For each part in order: its env set on top of the launch's (the previous part's
 taken away), sys.argv set, the worker run as __main__, rdmacoll shut down if the worker
-left it initialised. Every record a part emits carries "part": its index (mpi_util's
-Result.part(i) reads one part as if it had been a launch of its own). A part that raises
+left it initialised, then a record "part_end" {rank: the launcher's, size: its number of
+ranks}. Every record a part emits carries "part": its index (mpi_util's Result.part(i) reads
+one part as if it had been a launch of its own, ended cleanly where every rank ended it). A part that raises
 ends the launch: the parts after it report nothing, which their tests name.
 """
 
@@ -37,6 +38,7 @@ def run_parts(parts):
 
         if rdmacoll.is_initialized():
             rdmacoll.shutdown()
+        common.emit("part_end", rank=common.launcher_rank(), size=common.launcher_size())
     common.set_part(None)
 
 

@@ -37,6 +37,14 @@ def launcher_rank() -> int:
     return 0
 
 
+def launcher_size() -> int | None:
+    """The number of ranks the launcher announced (None where it says nothing)."""
+    for var in ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_SIZE", "WORLD_SIZE", "SLURM_NTASKS"):
+        if var in os.environ:
+            return int(os.environ[var])
+    return None
+
+
 def set_rank(rank: int) -> None:
     global _rank
     _rank = rank
