@@ -16,6 +16,7 @@ when a test fails. A launch:
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import functools
 import json
@@ -473,6 +474,8 @@ def chained_part(cache: dict, key, nranks: int, parts: list, label, timeout=600,
 # that may leave the job aborted are declared with position=1 and run after the others, those
 # that must see a process where rdmacoll never ran with position=-1, before them.
 _SHARED_PARTS: dict[int, list] = {}
+# the environment of TensorFlow's ranks (read at its import): shared parts import it too
+TF_ENV = {"TF_CPP_MIN_LOG_LEVEL": "2", "CUDA_VISIBLE_DEVICES": ""}
 _SHARED_LAUNCHES: dict = {}
 _SHARED_DIRS: list[str] = []
 
@@ -481,8 +484,6 @@ def shared_dir(name: str) -> str:
     """A directory of this test session for a shared part's files (removed at exit)."""
     if not _SHARED_DIRS:
         _SHARED_DIRS.append(tempfile.mkdtemp(prefix="rdmacoll-shared-"))
-        import atexit
-
         atexit.register(shutil.rmtree, _SHARED_DIRS[0], True)
     path = os.path.join(_SHARED_DIRS[0], name.replace(" ", "_"))
     os.makedirs(path, exist_ok=True)

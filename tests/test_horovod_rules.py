@@ -27,10 +27,9 @@ import json
 
 import pytest
 
-from mpi_util import rank_records, require_real_horovod, run_mpi, share, shared_part
+from mpi_util import TF_ENV, rank_records, require_real_horovod, run_mpi, share, shared_part
 
 RANKS = 3
-TF_ENV = {"TF_CPP_MIN_LOG_LEVEL": "2", "CUDA_VISIBLE_DEVICES": ""}  # (as tests/test_tensorflow.py's)
 RC = ("torch", "tf")  # rdmacoll's adapters
 HVD = "horovod.torch"
 

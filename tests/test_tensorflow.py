@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from mpi_util import rank_records, run_mpi, share, shared_part
+from mpi_util import TF_ENV, rank_records, run_mpi, share, shared_part
 
 pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("tensorflow") is None,
@@ -20,7 +20,6 @@ pytestmark = pytest.mark.skipif(
 )
 
 NRANKS = 2
-TF_ENV = {"TF_CPP_MIN_LOG_LEVEL": "2", "CUDA_VISIBLE_DEVICES": ""}
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "keras_mnist.py"
 
 
