@@ -5,8 +5,8 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <fstream>
-#include <sstream>
+#include <cstdlib>
+#include <string>
 
 namespace rdmacoll {
 
@@ -22,14 +22,30 @@ void lower(MemoryHeadroom& h, size_t bytes, const char* why) {
 }
 
 // The first number in a file ("max", unreadable: kNone).
-size_t readNumber(const std::string& path) {
-  std::ifstream f(path);
-  unsigned long long v = 0;
-  if (!(f >> v)) return kNone;
-  return static_cast<size_t>(v);
+// Files of the kernel are read with C stdio and strtoull, never through iostreams: a
+// stream parses numbers with the process's global C++ locale, which a library may change
+// (on the GPU machine MemAvailable read 0 that way and every allocation was refused).
+bool readLine(FILE* f, std::string* line) {
+  char buf[512];
+  if (!std::fgets(buf, sizeof buf, f)) return false;
+  *line = buf;
+  return true;
 }
 
-// limit - usage of the cgroup at dir and of each ancestor up to the hierarchy's root.
+size_t readNumber(const std::string& path) {
+  FILE* f = std::fopen(path.c_str(), "re");
+  if (!f) return kNone;
+  std::string line;
+  size_t v = kNone;
+  if (readLine(f, &line)) {
+    char* end = nullptr;
+    const unsigned long long n = std::strtoull(line.c_str(), &end, 10);
+    if (end != line.c_str()) v = static_cast<size_t>(n);
+  }
+  std::fclose(f);
+  return v;
+}
+
 void cgroupHeadroom(MemoryHeadroom& h, const std::string& root, std::string path, const char* limitFile,
                     const char* usageFile) {
   for (;;) {
@@ -48,22 +64,22 @@ void cgroupHeadroom(MemoryHeadroom& h, const std::string& root, std::string path
 
 MemoryHeadroom memoryHeadroom(bool addressSpace) {
   MemoryHeadroom h;
-  {
-    std::ifstream f("/proc/meminfo");
-    std::string key;
-    unsigned long long kb = 0;
-    std::string unit;
-    while (f >> key >> kb >> unit) {
-      if (key == "MemAvailable:") {
+  if (FILE* f = std::fopen("/proc/meminfo", "re")) {
+    std::string line;
+    while (readLine(f, &line)) {
+      if (line.compare(0, 13, "MemAvailable:") == 0) {
+        const unsigned long long kb = std::strtoull(line.c_str() + 13, nullptr, 10);
         lower(h, static_cast<size_t>(kb) * 1024, "MemAvailable");
         break;
       }
     }
+    std::fclose(f);
   }
   {
-    std::ifstream f("/proc/self/cgroup");
+    FILE* f = std::fopen("/proc/self/cgroup", "re");
     std::string line;
-    while (std::getline(f, line)) {
+    while (f && readLine(f, &line)) {
+      if (!line.empty() && line.back() == '\n') line.pop_back();
       // "0::/path" (v2) or "4:memory:/path" (v1)
       const size_t a = line.find(':'), b = line.find(':', a + 1);
       if (a == std::string::npos || b == std::string::npos) continue;
@@ -74,12 +90,12 @@ MemoryHeadroom memoryHeadroom(bool addressSpace) {
         cgroupHeadroom(h, "/sys/fs/cgroup/memory", path, "memory.limit_in_bytes", "memory.usage_in_bytes");
       }
     }
+    if (f) std::fclose(f);
   }
   rlimit as{};
   if (addressSpace && getrlimit(RLIMIT_AS, &as) == 0 && as.rlim_cur != RLIM_INFINITY) {
-    std::ifstream f("/proc/self/statm");
-    size_t pages = 0;
-    if (f >> pages) {
+    const size_t pages = readNumber("/proc/self/statm");
+    if (pages != kNone) {
       const size_t used = pages * static_cast<size_t>(sysconf(_SC_PAGESIZE));
       lower(h, as.rlim_cur > used ? static_cast<size_t>(as.rlim_cur) - used : 0, "RLIMIT_AS");
     }
