@@ -19,16 +19,18 @@ PACKAGE = ROOT / "rdmacoll"
 if not CSRC.is_dir():
     pytest.skip("the C++ sources are not next to the tests", allow_module_level=True)
 
-# Layer -> the layers it may include (itself implied). reduce/ is a leaf library of kernels.
+# Layer -> the layers it may include (itself implied). reduce/ is a leaf library of kernels,
+# device/ one of the CUDA runtime (loaded at run time).
 BELOW = {
     "common": set(),
     "reduce": {"common"},
     "transport": {"common"},
+    "device": {"common"},
     "comm": {"common", "transport", "reduce"},
     "algorithms": {"common", "transport", "comm", "reduce"},
     "tuning": {"common", "transport", "comm", "reduce", "algorithms"},
-    "runtime": {"common", "transport", "comm", "reduce", "algorithms", "tuning"},
-    "python": {"common", "transport", "comm", "reduce", "algorithms", "tuning", "runtime"},
+    "runtime": {"common", "transport", "comm", "reduce", "algorithms", "tuning", "device"},
+    "python": {"common", "transport", "comm", "reduce", "algorithms", "tuning", "runtime", "device"},
 }
 
 

@@ -86,6 +86,18 @@ const std::vector<Setting> kTable = {
      "most 1 GiB)"},
     {"ibverbs_library", "RDMACOLL_IBVERBS_LIBRARY", nullptr, Kind::kText, Scope::kRank, "", 0, kNone, 1, nullptr,
      Check::kNone, "the verbs library to load (unset: libibverbs.so.1)"},
+    {"cuda_chunk_bytes", "RDMACOLL_CUDA_CHUNK_BYTES", nullptr, Kind::kBytes, Scope::kJob, "4M", 4096, kNone, 4096,
+     nullptr, Check::kNone,
+     "GPU tensors: the unit of the staging pipeline (copying one chunk to the host, reducing the "
+     "previous and copying the one before back overlap)"},
+    {"cuda_staging_bytes", "RDMACOLL_CUDA_STAGING_BYTES", nullptr, Kind::kBytes, Scope::kJob, "64M", 4096, kNone, 4096,
+     nullptr, Check::kNone,
+     "GPU tensors: page-locked host memory per communicator that chunks travel through (made on "
+     "the first GPU call)"},
+    {"cuda_runtime", "RDMACOLL_CUDA_RUNTIME", nullptr, Kind::kText, Scope::kRank, "", 0, kNone, 1, nullptr,
+     Check::kNone,
+     "the CUDA runtime library to load (unset: the one torch or CuPy loaded, else libcudart.so.13, "
+     ".12, .11.0, else /usr/local/cuda/lib64/libcudart.so)"},
 };
 
 std::string trim(const std::string& s) {

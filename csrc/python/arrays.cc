@@ -50,7 +50,9 @@ py::array asArray(py::handle x, const char* what) {
       } catch (py::error_already_set&) {
       }
       throw ArgumentError(std::string(what) + ": cannot view this object without a copy (" + e.what() + ")" +
-                          (onCpu ? std::string() : "; GPU tensors are not supported yet, pass CPU memory"));
+                          (onCpu ? std::string()
+                                 : "; GPU memory goes through allreduce, broadcast, allgather, reducescatter "
+                                   "and alltoall (rdmacoll.DeviceArray); this call takes host memory"));
     }
   }
   if (PyObject_CheckBuffer(x.ptr())) return py::module_::import("numpy").attr("asarray")(x);

@@ -13,6 +13,7 @@
 void bindSettings(pybind11::module_& m);  // settings.cc: SETTINGS, algorithms(), transports
 void bindGroup(pybind11::module_& m);     // group.cc: Communicator, Handle
 void bindTuning(pybind11::module_& m);    // tuning.cc: the cost model's functions
+void bindDevice(pybind11::module_& m);    // device.cc: DeviceCollectives, cuda_runtime()
 
 // log_sink.cc: the core's messages to a Python callable emit(level, line) (level 0 error
 // .. 3 debug); None: the core writes them to stderr.

@@ -20,6 +20,7 @@
 #include "python/arrays.h"
 #include "python/operation.h"
 #include "python/bindings.h"
+#include "python/device.h"
 #include "runtime/group.h"
 #include "runtime/setup.h"
 
@@ -40,71 +41,25 @@ class PyHooks : public WaitHooks {
   bool signalPending() override { return PyGILState_Check() && PyErr_CheckSignals() != 0; }
 };
 
-// Descriptor::shapeHash (comm/call.h): the input's shape with its first `skip` dimensions
-// left out (allgather, alltoall: 1, the rows ranks contribute may differ), or the caller's
-// own key (an int from _core.shape_hash: grouped collectives, which fuse their tensors,
-// and join's stand-ins, which reduce zeros in place of a tensor they never saw).
-void setShape(Request& r, py::handle input, py::ssize_t skip, py::handle key) {
-  if (!key.is_none()) {
-    if (!PyLong_Check(key.ptr())) throw ArgumentError("shape must be an int from _core.shape_hash, or None");
-    r.shapeHash = static_cast<uint32_t>(key.cast<uint64_t>());
-    return;
-  }
-  const auto a = py::reinterpret_borrow<py::array>(input);
-  const py::ssize_t n = a.ndim();
-  std::vector<int64_t> more(n > 8 ? n : 0);  // (no allocation per call for up to 8 dimensions)
-  int64_t* dims = n > 8 ? more.data() : r.shape.dims;
-  for (py::ssize_t i = 0; i < n; ++i) dims[i] = i < skip ? 0 : a.shape(i);
-  r.shapeHash = hashShape(dims, static_cast<size_t>(n));
-  if (n <= 8) {  // for messages: the dimensions left out of the hash show as *
-    r.shape.ndims = static_cast<int8_t>(n);
-    r.shape.skip = static_cast<uint8_t>(skip);
-  }
-}
-
-// A name borrowed from a Python str for the duration of a call.
-void setName(Request& r, py::handle name) {
-  if (name.is_none()) return;
-  if (!PyUnicode_Check(name.ptr())) throw ArgumentError("name must be a str");
-  Py_ssize_t n = 0;
-  r.name = PyUnicode_AsUTF8AndSize(name.ptr(), &n);
-  if (r.name == nullptr) {  // (a lone surrogate: not UTF-8)
-    PyErr_Clear();
-    throw ArgumentError("name " + py::repr(name).cast<std::string>() + " cannot be encoded as UTF-8");
-  }
-  r.nameLen = static_cast<size_t>(n);
-}
-
-// An op from Python: one of the ints rdmacoll.Sum ... Product (anything else, a str or a
-// float included, is an argument error, not pybind's TypeError).
-ReduceOp opOf(py::handle o) {
-  Py_ssize_t op = -1;
-  if (PyIndex_Check(o.ptr()) && !PyBool_Check(o.ptr())) {  // (int, NumPy's integers)
-    op = PyNumber_AsSsize_t(o.ptr(), nullptr);
-    if (op == -1 && PyErr_Occurred()) PyErr_Clear();
-  }
-  if (op < 0 || op >= kNumReduceOps) {
-    throw ArgumentError("unknown op " + py::repr(o).cast<std::string>() +
-                        "; use rdmacoll.Sum, Average, Min, Max or Product");
-  }
-  return static_cast<ReduceOp>(op);
-}
-
 class PyGroup {
  public:
   PyGroup(int rank, int size, int localSize, const py::dict& settings, const py::dict& layout,
           const py::dict& costModels, py::object log) {
     log_ = pythonLogSink(std::move(log));
-    group_ = makeGroup(rank, size, localSize, valuesFromDict(settings), layoutFromDict(layout),
-                       costModelsFromDict(costModels), std::make_shared<PyHooks>(), log_);
+    const settings::Values values = valuesFromDict(settings);
+    staging_.chunkBytes = values.bytes("cuda_chunk_bytes");
+    staging_.ringBytes = values.bytes("cuda_staging_bytes");
+    staging_.runtimeLibrary = values.text("cuda_runtime");
+    group_ = makeGroup(rank, size, localSize, values, layoutFromDict(layout), costModelsFromDict(costModels),
+                       std::make_shared<PyHooks>(), log_);
   }
 
-  explicit PyGroup(std::unique_ptr<Group> g) : group_(std::move(g)) {}
+  PyGroup(std::unique_ptr<Group> g, StagingOptions staging) : group_(std::move(g)), staging_(std::move(staging)) {}
 
   // A communicator over some of this one's ranks, on its connections (runtime/group.h).
   std::unique_ptr<PyGroup> split(const std::vector<int>& members) {
     py::gil_scoped_release r;  // (it waits for this rank's operations in flight)
-    return std::make_unique<PyGroup>(g().split(members));
+    return std::make_unique<PyGroup>(g().split(members), staging_);
   }
 
   py::bytes address() const {
@@ -242,6 +197,12 @@ class PyGroup {
     return p;
   }
 
+  // ---- device (GPU) memory: its collectives (python/device.h), made on first use
+  PyDevice& device() {
+    if (!device_) device_ = std::make_unique<PyDevice>(g(), staging_);
+    return *device_;
+  }
+
   // ---- running it
   py::object run(Prepared p) {
     size_t rows;
@@ -317,6 +278,7 @@ class PyGroup {
   }
   void close() {
     py::gil_scoped_release r;  // queued work finishes (it never needs the GIL)
+    device_.reset();           // (its ring is a block of the group's pool)
     group_.reset();
     log_.reset();  // (the sink's last owner: it delivers what was queued before close() returns)
   }
@@ -337,6 +299,8 @@ class PyGroup {
 
   std::unique_ptr<Group> group_;
   std::shared_ptr<LogSink> log_;  // (null for a split: it shares its parent's connections)
+  StagingOptions staging_;
+  std::unique_ptr<PyDevice> device_;  // made on the first device call; gone before group_
 };
 
 template <typename... Args, typename... Extra>
@@ -376,6 +340,8 @@ void bindGroup(py::module_& m) {
   defCollective(cls, "broadcast", &P::broadcast, "x"_a, "root"_a, "out"_a, "name"_a, "shape"_a = py::none());
   defCollective(cls, "reducescatter", &P::reducescatter, "x"_a, "op"_a, "name"_a, "shape"_a = py::none());
   defCollective(cls, "alltoall", &P::alltoall, "x"_a, "splits"_a, "name"_a, "shape"_a = py::none());
+  cls.def_property_readonly("device", &P::device, py::return_value_policy::reference_internal,
+                            "Its collectives on CUDA memory (_core.DeviceCollectives, made on first use)");
   cls.def("barrier", [](P& c) { c.run(c.barrier()); })
       .def("barrier_async", [](P& c) { return c.submit(c.barrier()); })
       .def("empty", &P::empty)

@@ -1,12 +1,64 @@
 #include "python/operation.h"
 
 #include <chrono>
+#include <string>
 #include <thread>
 #include <utility>
+#include <vector>
 
 #include "common/error.h"
 
 namespace rdmacoll {
+
+// Descriptor::shapeHash (comm/call.h): the input's shape with its first `skip` dimensions
+// left out (allgather, alltoall: 1, the rows ranks contribute may differ), or the caller's
+// own key (an int from _core.shape_hash: grouped collectives, which fuse their tensors,
+// and join's stand-ins, which reduce zeros in place of a tensor they never saw).
+void setShape(Request& r, py::handle input, py::ssize_t skip, py::handle key) {
+  if (!key.is_none()) {
+    if (!PyLong_Check(key.ptr())) throw ArgumentError("shape must be an int from _core.shape_hash, or None");
+    r.shapeHash = static_cast<uint32_t>(key.cast<uint64_t>());
+    return;
+  }
+  const auto a = py::reinterpret_borrow<py::array>(input);
+  const py::ssize_t n = a.ndim();
+  std::vector<int64_t> more(n > 8 ? n : 0);  // (no allocation per call for up to 8 dimensions)
+  int64_t* dims = n > 8 ? more.data() : r.shape.dims;
+  for (py::ssize_t i = 0; i < n; ++i) dims[i] = i < skip ? 0 : a.shape(i);
+  r.shapeHash = hashShape(dims, static_cast<size_t>(n));
+  if (n <= 8) {  // for messages: the dimensions left out of the hash show as *
+    r.shape.ndims = static_cast<int8_t>(n);
+    r.shape.skip = static_cast<uint8_t>(skip);
+  }
+}
+
+// A name borrowed from a Python str for the duration of a call.
+void setName(Request& r, py::handle name) {
+  if (name.is_none()) return;
+  if (!PyUnicode_Check(name.ptr())) throw ArgumentError("name must be a str");
+  Py_ssize_t n = 0;
+  r.name = PyUnicode_AsUTF8AndSize(name.ptr(), &n);
+  if (r.name == nullptr) {  // (a lone surrogate: not UTF-8)
+    PyErr_Clear();
+    throw ArgumentError("name " + py::repr(name).cast<std::string>() + " cannot be encoded as UTF-8");
+  }
+  r.nameLen = static_cast<size_t>(n);
+}
+
+// An op from Python: one of the ints rdmacoll.Sum ... Product (anything else, a str or a
+// float included, is an argument error, not pybind's TypeError).
+ReduceOp opOf(py::handle o) {
+  Py_ssize_t op = -1;
+  if (PyIndex_Check(o.ptr()) && !PyBool_Check(o.ptr())) {  // (int, NumPy's integers)
+    op = PyNumber_AsSsize_t(o.ptr(), nullptr);
+    if (op == -1 && PyErr_Occurred()) PyErr_Clear();
+  }
+  if (op < 0 || op >= kNumReduceOps) {
+    throw ArgumentError("unknown op " + py::repr(o).cast<std::string>() +
+                        "; use rdmacoll.Sum, Average, Min, Max or Product");
+  }
+  return static_cast<ReduceOp>(op);
+}
 
 py::object Prepared::result(size_t rows) const {
   if (finish == Finish::kReady) return ready;

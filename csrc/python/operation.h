@@ -17,6 +17,14 @@
 namespace rdmacoll {
 namespace py = pybind11;
 
+// Request fields from Python arguments (the bindings of group.cc and device.cc):
+// Descriptor::shapeHash from the input's shape less its first `skip` dimensions, or from
+// `key` (an int of _core.shape_hash) when given; the name, borrowed from a str for the
+// call; an op, one of the ints rdmacoll.Sum ... Product (else ArgumentError).
+void setShape(Request& r, py::handle input, py::ssize_t skip, py::handle key);
+void setName(Request& r, py::handle name);
+ReduceOp opOf(py::handle o);
+
 // What an operation borrows besides the arrays: plain C++ (no Python object), so the
 // progress thread may drop it without the GIL.
 struct Owned {

@@ -13,3 +13,4 @@ void bindTestingFuzz(pybind11::module_& t);              // fuzz.cc: hostile pee
 void bindTestingTransport(pybind11::module_& t);         // transport_probe.cc: the raw contract
 void bindTestingIbverbs(pybind11::module_& t);           // ibverbs.cc: the verbs wire format
 void bindTestingSocketInterfaces(pybind11::module_& t);  // socket_interfaces.cc: SOCKET_IFNAME rules
+void bindTestingStaging(pybind11::module_& t);           // staging.cc: the GPU staging pipeline, faked

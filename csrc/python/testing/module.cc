@@ -29,4 +29,5 @@ PYBIND11_MODULE(_rdmacoll_testing, m) {
   bindTestingTransport(m);
   bindTestingIbverbs(m);
   bindTestingSocketInterfaces(m);
+  bindTestingStaging(m);
 }

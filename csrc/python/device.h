@@ -1,0 +1,45 @@
+// _core.DeviceCollectives: a communicator's collectives on CUDA memory (runtime/staging.h),
+// reached as Communicator.device. Pointers and streams travel as integers (what
+// __cuda_array_interface__, torch and CuPy give); device -1 means the one the memory is
+// on (the CUDA runtime says). rdmacoll/_device.py is its one caller.
+#pragma once
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+
+#include <cstdint>
+#include <memory>
+
+#include "runtime/group.h"
+#include "runtime/staging.h"
+
+namespace rdmacoll {
+namespace py = pybind11;
+
+class PyDevice {
+ public:
+  PyDevice(Group& group, StagingOptions options) : group_(group), options_(std::move(options)) {}
+
+  // Ordered after `stream`'s work, the result ready on it when they return.
+  void allreduce(uintptr_t in, uintptr_t out, size_t count, int dtype, py::handle op, int device, uintptr_t stream,
+                 py::handle name, py::handle shape);
+  void broadcast(uintptr_t in, uintptr_t out, size_t count, int dtype, int root, int device, uintptr_t stream,
+                 py::handle name, py::handle shape);
+  // The bytes of [ptr, ptr + nbytes) in a uint8 array from the pool (the collectives that
+  // run on the host); a host array's bytes put up into device memory.
+  py::array download(uintptr_t ptr, size_t nbytes, int device, uintptr_t stream);
+  void upload(py::handle host, uintptr_t ptr, int device, uintptr_t stream);
+  // The device holding [ptr, ptr + nbytes); ArgumentError when it is not device memory.
+  int deviceOf(uintptr_t ptr, size_t nbytes);
+  bool pinned() { return staging().pinned(); }
+
+ private:
+  DeviceStaging& staging();
+  void run(Request& r, uintptr_t in, uintptr_t out, size_t count, int dtype, int device, uintptr_t stream,
+           py::handle name, py::handle shape);
+
+  Group& group_;
+  StagingOptions options_;
+  std::unique_ptr<DeviceStaging> staging_;  // made on the first call (it loads the CUDA runtime)
+};
+
+}  // namespace rdmacoll
