@@ -14,7 +14,7 @@ import pickle as _pickle
 
 import numpy as _np
 
-from . import _core, _objects, _session, _settings, _version
+from . import _core, _device, _objects, _session, _settings, _version
 from . import process_sets as _process_sets
 from ._core import Average, Handle, Max, Min, Product, RdmacollError, RdmacollMemoryError, RdmacollValueError, Sum
 from . import adasum as _adasum
@@ -25,6 +25,7 @@ from .process_sets import ProcessSet, add_process_set, global_process_set, remov
 from .process_sets import broadcast_comm as _broadcast_comm
 from .process_sets import comm_for as _comm_for
 from .process_sets import comm_of as _comm_of
+from ._device import DeviceArray
 
 __all__ = [
     "init",
@@ -63,6 +64,7 @@ __all__ = [
     "poll",
     "synchronize",
     "Handle",
+    "DeviceArray",
     "Sum",
     "Average",
     "Min",
@@ -77,6 +79,12 @@ __all__ = [
     "add_process_set",
     "remove_process_set",
 ]
+
+
+def _gpu(x):
+    """x as a DeviceArray when it is CUDA memory (_device.py), else None. NumPy arrays
+    are told apart by their type alone (the fast path)."""
+    return None if type(x) is _np.ndarray else _device.from_object(x)
 
 
 def __getattr__(name):
@@ -200,6 +208,9 @@ def allreduce(x, op=Average, name=None, out=None, process_set=None, *, shape=Non
     )
     if op == Adasum:
         return _adasum.allreduce_async(c, x, out, name).wait()
+    d = _gpu(x)
+    if d is not None:
+        return _device.allreduce(c, d, out, op, name, shape)
     return c.allreduce(x, out, op, name, shape)
 
 
@@ -228,16 +239,19 @@ def allgather(x, name=None, process_set=None):
         if process_set is None or process_set is global_process_set
         else _comm_of(process_set, "Allgather")
     )
-    return c.allgather(x, name)
+    d = _gpu(x)
+    return c.allgather(x, name) if d is None else _device.allgather(c, d, name)
 
 
 def broadcast(x, root_rank, name=None, out=None, process_set=None, *, shape=None):
     """root_rank's x on every rank; out=x writes it in place. root_rank is a global rank,
     also with a process_set (it must be in the set). shape: as allreduce's."""
     if process_set is None or process_set is global_process_set:
-        return _session._current.comm.broadcast(x, root_rank, out, name, shape)
-    c, root = _broadcast_comm(process_set, root_rank)
-    return c.broadcast(x, root, out, name, shape)
+        c, root = _session._current.comm, root_rank
+    else:
+        c, root = _broadcast_comm(process_set, root_rank)
+    d = _gpu(x)
+    return c.broadcast(x, root, out, name, shape) if d is None else _device.broadcast(c, d, root, out, name, shape)
 
 
 def reducescatter(x, op=Average, name=None, process_set=None):
@@ -248,7 +262,8 @@ def reducescatter(x, op=Average, name=None, process_set=None):
         if process_set is None or process_set is global_process_set
         else _comm_of(process_set, "Reducescatter")
     )
-    return c.reducescatter(x, op, name)
+    d = _gpu(x)
+    return c.reducescatter(x, op, name) if d is None else _device.reducescatter(c, d, op, name)
 
 
 def alltoall(x, splits=None, name=None, return_received_splits=False, process_set=None):
@@ -261,7 +276,8 @@ def alltoall(x, splits=None, name=None, return_received_splits=False, process_se
         if process_set is None or process_set is global_process_set
         else _comm_of(process_set, "Alltoall")
     )
-    result, received = c.alltoall(x, splits, name)
+    d = _gpu(x)
+    result, received = c.alltoall(x, splits, name) if d is None else _device.alltoall(c, d, splits, name)
     return (result, received) if return_received_splits else result
 
 
@@ -324,6 +340,9 @@ def allreduce_async(x, op=Average, name=None, out=None, process_set=None, *, sha
     )
     if op == Adasum:
         return _adasum.allreduce_async(c, x, out, name)
+    d = _gpu(x)
+    if d is not None:  # (GPU arrays run in the call: _device.py)
+        return _device.done(_device.allreduce(c, d, out, op, name, shape))
     return c.allreduce_async(x, out, op, name, shape)
 
 
@@ -378,13 +397,18 @@ def allgather_async(x, name=None, process_set=None):
         if process_set is None or process_set is global_process_set
         else _comm_of(process_set, "Allgather")
     )
-    return c.allgather_async(x, name)
+    d = _gpu(x)
+    return c.allgather_async(x, name) if d is None else _device.done(_device.allgather(c, d, name))
 
 
 def broadcast_async(x, root_rank, name=None, out=None, process_set=None, *, shape=None):
     if process_set is None or process_set is global_process_set:
-        return _session._current.comm.broadcast_async(x, root_rank, out, name, shape)
-    c, root = _broadcast_comm(process_set, root_rank)
+        c, root = _session._current.comm, root_rank
+    else:
+        c, root = _broadcast_comm(process_set, root_rank)
+    d = _gpu(x)
+    if d is not None:
+        return _device.done(_device.broadcast(c, d, root, out, name, shape))
     return c.broadcast_async(x, root, out, name, shape)
 
 
@@ -394,7 +418,8 @@ def reducescatter_async(x, op=Average, name=None, process_set=None):
         if process_set is None or process_set is global_process_set
         else _comm_of(process_set, "Reducescatter")
     )
-    return c.reducescatter_async(x, op, name)
+    d = _gpu(x)
+    return c.reducescatter_async(x, op, name) if d is None else _device.done(_device.reducescatter(c, d, op, name))
 
 
 def alltoall_async(x, splits=None, name=None, return_received_splits=False, process_set=None):
@@ -403,7 +428,8 @@ def alltoall_async(x, splits=None, name=None, return_received_splits=False, proc
         if process_set is None or process_set is global_process_set
         else _comm_of(process_set, "Alltoall")
     )
-    h = c.alltoall_async(x, splits, name)
+    d = _gpu(x)
+    h = c.alltoall_async(x, splits, name) if d is None else _device.done(_device.alltoall(c, d, splits, name))
     return h if return_received_splits else Handle(h, lambda r: r[0])
 
 

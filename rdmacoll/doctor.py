@@ -208,6 +208,37 @@ def _frameworks(out) -> None:
         out(f"  {found[0]} {found[1]}: {what}" if found else f"  {dists[0]}: not installed ({what.split(':')[0]})")
 
 
+def gpu_path(info: dict, rdma_usable: bool, peermem: bool) -> tuple[str, str]:
+    """How GPU tensors travel in a job on this host: ("none" | "staging", why), from what
+    the CUDA runtime loader found (_core.cuda_runtime()), whether an RDMA transport is
+    usable and whether the nvidia_peermem module is loaded (NCCL's GPUDirect RDMA test
+    after dma-buf registration). rdmacoll registers no GPU memory with the NIC yet, so a
+    host that could do GPUDirect RDMA still stages, and says so."""
+    if not info.get("devices"):
+        return "none", f"no GPU here: {info.get('error') or 'the CUDA runtime sees no device'}"
+    if not rdma_usable:
+        return "staging", "through page-locked host memory (no RDMA device here, so no GPUDirect RDMA)"
+    if peermem:
+        return "staging", (
+            "through page-locked host memory: nvidia_peermem is loaded, so GPUDirect RDMA is "
+            "possible, but rdmacoll does not register GPU memory with the NIC yet"
+        )
+    return "staging", (
+        "through page-locked host memory (no nvidia_peermem module; dma-buf registration is not used by rdmacoll yet)"
+    )
+
+
+def _gpu(out, usable, values) -> None:
+    info = _core.cuda_runtime(str(values.get("cuda_runtime") or ""))
+    if info.get("library"):
+        v = info.get("runtime_version", 0)
+        out(f"GPU: CUDA runtime {v // 1000}.{v % 1000 // 10} ({info['library']}), {info.get('devices', 0)} device(s)")
+    else:
+        out("GPU: no CUDA runtime")
+    path, why = gpu_path(info, bool(usable.get("ibverbs")), os.path.isdir("/sys/module/nvidia_peermem"))
+    out(f"  GPU tensors: {'not possible' if path == 'none' else path}, {why}")
+
+
 def host_report(out=print) -> int:
     """This host's report; the exit status (1: rdmacoll cannot run here)."""
     fixes: list[str] = []
@@ -220,6 +251,7 @@ def host_report(out=print) -> int:
     mpi_ok = _mpi(out, fixes)
     values = _settings_in_effect(out, fixes)
     _tuning(out, fixes, values)
+    _gpu(out, usable, values)
     _frameworks(out)
     out("")
     if fixes:

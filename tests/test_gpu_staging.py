@@ -1,0 +1,210 @@
+"""GPU tensors without a GPU: the pure parts of issue 33, and what happens where CUDA is absent.
+
+- the staging pipeline (csrc/runtime/staging.h) over fake copies whose two streams run their
+  queued copies as late as the waits allow or at once: every slot is downloaded before it is
+  reduced, uploaded after, and reused only after its upload (a wrong order gives a wrong
+  result in one of the two modes);
+- the chunk plan;
+- __cuda_array_interface__ dictionaries and DLPack device types (rdmacoll/_device.py);
+- the doctor's GPU path decision;
+- where no GPU is (CI): the runtime loader reports why instead of raising, and a CUDA
+  array reaches no collective (an object claiming CUDA memory is refused with the reason).
+The GPU itself is checked by scripts/gpu_check.sh on a machine that has one (docs/gpu.md).
+"""
+
+import numpy as np
+import pytest
+
+import _rdmacoll_testing as _testing
+from rdmacoll import RdmacollValueError, _core, _device
+from rdmacoll.doctor import gpu_path
+
+
+# --------------------------------------------------------------------------- the plan
+
+
+@pytest.mark.parametrize("nbytes", [0, 4, 12, 16, 17 * 4, 4096 * 3 + 8])
+@pytest.mark.parametrize("chunk,slots", [(16, 1), (16, 3), (64, 2), (4096, 4), (1 << 20, 16)])
+def test_plan_tiles_the_message_in_whole_elements(nbytes, chunk, slots):
+    plan = _testing.staging_plan(nbytes, 4, chunk, slots)
+    assert plan[0][0] == 0 and sum(b for _, b, _ in plan) == nbytes
+    assert all(off == prev_off + prev_b for (prev_off, prev_b, _), (off, _, _) in zip(plan, plan[1:]))
+    assert all(b % 4 == 0 and 0 < b <= chunk for _, b, _ in plan) or nbytes == 0
+    assert [s for _, _, s in plan] == [j % slots for j in range(len(plan))]
+    assert len(plan) == max(1, -(-nbytes // chunk))  # (one empty chunk: the ranks still meet)
+
+
+def test_plan_rounds_the_chunk_down_to_whole_elements():
+    assert [b for _, b, _ in _testing.staging_plan(40, 8, 12, 4)] == [8] * 5
+    assert [b for _, b, _ in _testing.staging_plan(6, 8, 4, 4)] == [6]  # (at least one element)
+
+
+# --------------------------------------------------------------------------- the pipeline
+
+
+@pytest.mark.parametrize("eager", [False, True], ids=["lazy", "eager"])
+@pytest.mark.parametrize(
+    "n,chunk,slots", [(0, 16, 2), (1, 16, 2), (5, 16, 2), (40, 16, 2), (1000, 64, 3), (999, 4096, 1)]
+)
+def test_allreduce_pipeline_gives_every_chunk_back_reduced(eager, n, chunk, slots):
+    x = np.arange(n, dtype=np.float32) + 1
+    out = np.zeros_like(x)
+    seen = []
+
+    def collective(v):  # the host collective: in place on the slot (here: two equal ranks' sum)
+        seen.append(v.copy())
+        v *= 2
+
+    log = _testing.staging_run(x, out, chunk, slots, True, True, eager, collective)
+    np.testing.assert_array_equal(out, 2 * x)
+    np.testing.assert_array_equal(np.concatenate(seen) if seen else x, x)  # each chunk once, in order
+    assert log[0] == "begin" and log[-1] == "finish"
+    k = max(1, -(-n * 4 // chunk))
+    assert log.count("finish") == 1 and sum(e.startswith("up ") for e in log) == k
+    assert sum(e.startswith("wait down") for e in log) == k  # the CPU waits once per chunk, for its download
+    # downloads run ahead by at most the ring: the first `slots` before any collective
+    first_wait = log.index("wait down 0")
+    assert sum(e.startswith("down ") for e in log[:first_wait]) == min(slots, k)
+
+
+@pytest.mark.parametrize("eager", [False, True], ids=["lazy", "eager"])
+def test_broadcast_root_in_place_downloads_only(eager):
+    x = np.arange(100, dtype=np.float32)
+    out = np.full_like(x, -1)
+    seen = []
+    log = _testing.staging_run(x, out, 64, 2, True, False, eager, lambda v: seen.append(v.copy()))
+    np.testing.assert_array_equal(np.concatenate(seen), x)
+    assert not any(e.startswith("up ") for e in log) and (out == -1).all()
+
+
+@pytest.mark.parametrize("eager", [False, True], ids=["lazy", "eager"])
+def test_broadcast_receiver_waits_for_the_slots_upload_before_reusing_it(eager):
+    x = np.zeros(100, dtype=np.float32)
+    out = np.zeros_like(x)
+    chunks = iter(range(100))
+
+    def receive(v):  # the root's bytes arrive in the slot
+        v[:] = next(chunks) + np.arange(v.size) / 1000
+
+    log = _testing.staging_run(x, out, 64, 2, False, True, eager, receive)
+    assert not any(e.startswith("down ") for e in log)
+    assert sum(e.startswith("wait up") for e in log) == 7  # each of the 7 chunks: its slot free first
+    want = np.concatenate([j + np.arange(16 if j < 6 else 4) / 1000 for j in range(7)]).astype(np.float32)
+    np.testing.assert_array_equal(out, want)
+
+
+# --------------------------------------------------------------------------- arrays
+
+
+def _cai(shape=(4, 3), typestr="<f4", ptr=0x7F0000000000, strides=None, version=3, stream=None, **more):
+    d = {"shape": shape, "typestr": typestr, "data": (ptr, False), "version": version, "strides": strides}
+    if version >= 3:
+        d["stream"] = stream
+    d.update(more)
+    return d
+
+
+def test_interface_describes_contiguous_cuda_memory():
+    d = _device.from_interface(_cai(stream=1))
+    assert (d.ptr, d.shape, d.dtype, d.size, d.nbytes, d.stream) == (0x7F0000000000, (4, 3), np.float32, 12, 48, 1)
+    assert d.code == _core.DTYPES["float32"]
+    # explicit contiguous strides, and strides of length-1 dimensions, are contiguous too
+    assert _device.from_interface(_cai(strides=(12, 4))).shape == (4, 3)
+    assert _device.from_interface(_cai(shape=(4, 1), strides=(4, 999))).shape == (4, 1)
+    # version 2 has no stream: the default stream (0); stream None: no synchronisation needed
+    assert _device.from_interface(_cai(version=2)).stream == 0
+    assert _device.from_interface(_cai(stream=None)).stream == 0
+    assert _device.from_interface(_cai(stream=0xABC)).stream == 0xABC
+    for typestr, name in [("<f2", "float16"), ("<f8", "float64"), ("<i8", "int64"), ("|u1", "uint8"), ("|b1", "bool")]:
+        assert _device.from_interface(_cai(typestr=typestr)).dtype.name == name
+
+
+@pytest.mark.parametrize(
+    "cai,words",
+    [
+        (_cai(strides=(4, 16)), "not C-contiguous"),
+        (_cai(typestr=">f4"), "non-native byte order"),
+        (_cai(stream=0), "stream 0 is disallowed"),
+        (_cai(mask=(1, 2)), "masked"),
+        (_cai(ptr=0), "null pointer"),
+        (_cai(typestr="<c8"), "unsupported dtype"),
+        ({"shape": (3,)}, "malformed"),
+    ],
+)
+def test_interface_refusals_say_why(cai, words):
+    with pytest.raises(RdmacollValueError, match=words):
+        _device.from_interface(cai)
+
+
+class _Dlpack:
+    def __init__(self, kind):
+        self.kind = kind
+
+    def __dlpack_device__(self):
+        return (self.kind, 0)
+
+    def __dlpack__(self, stream=None):
+        raise AssertionError("not consumed")
+
+
+def test_dlpack_device_types_decide_host_or_gpu():
+    assert _device.from_object(np.zeros(3)) is None  # host memory: the core views it
+    assert _device.from_object(_Dlpack(_device.DLPACK_CPU)) is None
+    for kind in _device.DLPACK_CUDA_TYPES:
+        with pytest.raises(RdmacollValueError, match="DLPack only"):
+            _device.from_object(_Dlpack(kind))
+
+
+# --------------------------------------------------------------------------- no GPU here
+
+
+def test_doctor_gpu_path_decisions():
+    none = {"error": "no CUDA runtime could be loaded (...)"}
+    assert gpu_path(none, True, True)[0] == "none"
+    assert gpu_path({"library": "libcudart.so.13", "devices": 0}, True, True)[0] == "none"
+    gpu = {"library": "libcudart.so.13", "devices": 1}
+    path, why = gpu_path(gpu, False, False)
+    assert path == "staging" and "no RDMA device" in why
+    path, why = gpu_path(gpu, True, True)
+    assert path == "staging" and "nvidia_peermem is loaded" in why and "does not register" in why
+    path, why = gpu_path(gpu, True, False)
+    assert path == "staging" and "no nvidia_peermem" in why
+
+
+def test_runtime_loader_reports_instead_of_raising():
+    info = _core.cuda_runtime()
+    assert ("library" in info) or ("error" in info)
+    if not info.get("devices"):
+        assert info.get("error")  # why there is none: no library, no driver or no device
+
+
+FAKE_CUDA = """
+import rdmacoll as rc
+class FakeCuda:  # claims CUDA memory at an address no GPU owns
+    __cuda_array_interface__ = {"shape": (8,), "typestr": "<f4", "data": (0x10000, False), "version": 2}
+rc.init()
+for call in (lambda x: rc.allreduce(x), lambda x: rc.broadcast(x, 0), lambda x: rc.allgather(x)):
+    try:
+        call(FakeCuda())
+    except rc.RdmacollError as e:
+        print("REFUSED", type(e).__name__, e)
+    else:
+        print("ACCEPTED")
+rc.shutdown()
+"""
+
+
+def test_claimed_cuda_memory_is_refused_with_the_reason():
+    """Without a GPU (or at an address no GPU owns) a collective refuses before it
+    communicates, saying why: no CUDA runtime, or not device memory. One rank is enough
+    (nothing reaches a peer)."""
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-c", FAKE_CUDA], capture_output=True, text=True, timeout=60)
+    lines = [line for line in r.stdout.splitlines() if line.startswith(("REFUSED", "ACCEPTED"))]
+    assert r.returncode == 0 and len(lines) == 3, r.stdout + r.stderr
+    for line in lines:
+        assert line.startswith("REFUSED") and (
+            "no CUDA runtime could be loaded" in line or "not CUDA device memory" in line
+        ), line
