@@ -23,6 +23,6 @@ def register():
         import torch.distributed as dist
 
         if dist.is_available() and BACKEND.upper() not in getattr(dist.Backend, "_plugins", {}):
-            dist.Backend.register_backend(BACKEND, _create, extended_api=True, devices=["cpu"])
+            dist.Backend.register_backend(BACKEND, _create, extended_api=True, devices=["cpu", "cuda"])
     except Exception:  # noqa: BLE001 - see the module docstring; importing the backend says why
         pass

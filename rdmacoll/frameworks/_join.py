@@ -296,7 +296,7 @@ STATE = JoinState()
 def allreduce_async(x, op=rc.Average, name=None, out=None, process_set=None):
     if not _is_global(process_set):
         return rc.allreduce_async(x, op, name, out, process_set)
-    a = x if isinstance(x, np.ndarray) else rc._core._view(x)
+    a = x if isinstance(x, (np.ndarray, rc.DeviceArray)) else rc._core._view(x)
     key = (a.dtype.num, a.shape, op, name)  # (dtype.name costs microseconds: only when new)
     words = None
     if key not in STATE.templates:
@@ -315,7 +315,7 @@ def grouped_allreduce_async(xs, op=rc.Average, name=None, out=None, process_set=
         return rc.grouped_allreduce_async(xs, op, name, out, process_set)
     groups = {}  # the dtype groups rdmacoll.grouped_allreduce_async makes, in its order
     for x in xs:
-        a = x if isinstance(x, np.ndarray) else rc._core._view(x)
+        a = x if isinstance(x, (np.ndarray, rc.DeviceArray)) else rc._core._view(x)
         groups.setdefault(a.dtype, []).append(a.shape)
     key = (GROUPED, tuple((dtype, tuple(shapes)) for dtype, shapes in groups.items()), op, name)
     words = None

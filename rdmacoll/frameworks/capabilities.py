@@ -3,13 +3,14 @@ Keras): framework-free, so each adapter re-exports the same functions.
 
 The probes answer for rdmacoll, not for what Horovod would be (reasoning in docs/torch.md,
 "Capabilities"): rdmacoll links no MPI, Gloo, NCCL, oneCCL, DDL, CUDA or ROCm; MPI
-(through mpi4py) only starts the job. The verbose argument of horovod.common.util's
+(through mpi4py) only starts the job; CUDA tensors go through the CUDA runtime loaded at
+run time, so cuda_built() answers whether that works on this host. The verbose argument of horovod.common.util's
 probes is accepted and ignored.
 """
 
 from __future__ import annotations
 
-from rdmacoll import RdmacollValueError, _session, is_initialized
+from rdmacoll import RdmacollValueError, _core, _session, is_initialized
 
 
 def mpi_built(verbose=False) -> bool:
@@ -33,7 +34,9 @@ def ddl_built(verbose=False) -> bool:
 
 
 def cuda_built(verbose=False) -> bool:
-    return False
+    """Whether CUDA tensors can go through rdmacoll here (the question scripts ask Horovod):
+    a CUDA runtime loads and sees a device. Nothing of rdmacoll is compiled for CUDA."""
+    return bool(_core.cuda_runtime().get("devices"))
 
 
 def rocm_built(verbose=False) -> bool:

@@ -129,6 +129,25 @@ def ops():
         ]
     )
     check("all_to_all_single uneven", y, want)
+    # The names torch before 2.12 calls (all_gather_into_tensor, reduce_scatter_tensor,
+    # all_to_all_single and their coalesced forms: torch 2.11 on the GPU machine), called
+    # on the group itself: without them a Python group has no backend for them at all.
+    pg = dist.group.WORLD
+    out = torch.empty(p * 6)
+    pg._allgather_base(out, data(r, (6,))).wait()
+    check("old name _allgather_base", out, torch.cat(each((6,), torch.float32)))
+    out = torch.empty(10)
+    pg._reduce_scatter_base(out, data(r, (p * 10,))).wait()
+    check("old name _reduce_scatter_base", out, sum(each((p * 10,), torch.float32))[r * 10 : (r + 1) * 10])
+    y = torch.empty(2 * p, 3)
+    pg.alltoall_base(y, data(r, (2 * p, 3)), [], []).wait()
+    check("old name alltoall_base", y, torch.cat([data(q, (2 * p, 3))[2 * r : 2 * r + 2] for q in range(p)]))
+    outs = [torch.empty(p * 2), torch.empty(p * 3)]
+    pg.allgather_into_tensor_coalesced(outs, [data(r, (2,)), data(r + 50, (3,))]).wait()
+    check("old name allgather_into_tensor_coalesced", outs[1], torch.cat([data(q + 50, (3,)) for q in range(p)]))
+    outs = [torch.empty(2)]
+    pg.reduce_scatter_tensor_coalesced(outs, [data(r, (p * 2,))]).wait()
+    check("old name reduce_scatter_tensor_coalesced", outs[0], sum(each((p * 2,), torch.float32))[2 * r : 2 * r + 2])
     outs = [torch.empty(q + 1, 2) for q in range(p)]
     dist.all_to_all(outs, [data(r * 10 + j, (r + 1, 2)) for j in range(p)])
     for q in range(p):

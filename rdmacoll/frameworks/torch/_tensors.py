@@ -39,16 +39,12 @@ def _bfloat16():
 
 def check_tensor(t, what="tensor", collective="allgather"):
     """Raise a clear error for what the core cannot take (yet), before communicating: not a
-    tensor, not on the CPU (RdmacollError), not dense (Horovod's ValueError and words), a
+    tensor, neither on the CPU nor CUDA (RdmacollError), not dense (Horovod's ValueError and words), a
     dtype `collective` does not take (../_horovod.py's table: ValueError)."""
     if not isinstance(t, torch.Tensor):
         raise RdmacollError(f"{what} must be a torch.Tensor, got {type(t).__name__}")
-    if t.device.type != "cpu":
-        raise RdmacollError(
-            f"{what} is on {t.device}: {t.device.type.upper()} tensors are not yet "
-            "supported by rdmacoll.frameworks.torch (GPU support has not landed); "
-            "move it to the CPU (tensor.cpu())"
-        )
+    if t.device.type not in ("cpu", "cuda"):
+        raise RdmacollError(f"{what} is on {t.device}: rdmacoll takes CPU and CUDA tensors; move it (tensor.cpu())")
     if t.layout != torch.strided:  # Horovod's ValueError and words (every collective)
         raise RdmacollValueError(
             f"Tensor type {t.type()} is not supported. ({what} has layout {t.layout}: "
@@ -88,6 +84,44 @@ def as_numpy(t):
     return t.numpy()
 
 
+def device_array(t):
+    """A contiguous CUDA tensor as the core's rdmacoll.DeviceArray: its memory, dtype,
+    device and current stream (the collective is ordered after the work queued on it, and
+    its result is ready on it); results are new tensors like it."""
+    dtype = _bfloat16() if t.dtype == torch.bfloat16 else _NP_OF_TORCH[t.dtype]
+    stream = torch.cuda.current_stream(t.device).cuda_stream
+    return rc.DeviceArray(
+        t.data_ptr(),
+        t.shape,
+        dtype,
+        t.device.index,
+        stream,
+        owner=t,
+        new=lambda shape: device_array(t.new_empty(shape)),
+    )
+
+
+def to_core(t):
+    """What the core takes for a contiguous tensor: a NumPy view of a CPU tensor, a
+    DeviceArray of a CUDA one (the core stages it: ../../_device.py)."""
+    return as_numpy(t) if t.device.type == "cpu" else device_array(t)
+
+
+def on_host(t):
+    """A NumPy view of a CPU tensor, or of a host copy of a CUDA one (the collectives that
+    stage their tensors whole here: the grouped ones)."""
+    return as_numpy(t if t.device.type == "cpu" else t.cpu())
+
+
+def to_torch(r, device=None):
+    """A core result as a tensor: a CUDA result is already one (the DeviceArray's owner);
+    a NumPy array is viewed, then copied to `device` when that is not the CPU."""
+    if isinstance(r, torch.Tensor):
+        return r
+    t = as_torch(r)
+    return t if device is None or device.type == "cpu" else t.to(device)
+
+
 def flat(t):
     """A one-dimensional NumPy view of a contiguous tensor (0-d tensors included)."""
     return as_numpy(t).reshape(-1)
@@ -101,11 +135,13 @@ def as_torch(a, dtype=None):
 
 
 def copy_into(dst, src):
-    """dst.copy_(src); large contiguous copies of one dtype go through the core's streaming
-    copy (non-temporal stores: the destination is not read first), for gradients moving
-    into buckets that are reduced later."""
+    """dst.copy_(src); large contiguous copies of one dtype between CPU tensors go through
+    the core's streaming copy (non-temporal stores: the destination is not read first), for
+    gradients moving into buckets that are reduced later."""
     if (
-        src.dtype == dst.dtype
+        src.device.type == "cpu"
+        and dst.device.type == "cpu"
+        and src.dtype == dst.dtype
         and src.layout == torch.strided
         and src.shape == dst.shape
         and src.numel() * src.element_size() >= _core.STREAM_COPY_MIN_BYTES

@@ -1,5 +1,5 @@
 """rdmacoll as a torch.distributed backend, for DistributedDataParallel, FSDP and every
-torch.distributed collective on CPU tensors:
+torch.distributed collective on CPU and CUDA tensors:
 
     torch.distributed.init_process_group("rdmacoll") # under torchrun, srun or mpirun
 
@@ -34,7 +34,9 @@ from rdmacoll._session import Session
 from rdmacoll.bootstrap import bootstrap
 from rdmacoll.bootstrap.store import StoreExchange
 
-from ._tensors import as_numpy, as_torch, check_tensor
+from rdmacoll import _device
+
+from ._tensors import as_numpy, as_torch, check_tensor, device_array
 
 BACKEND = "rdmacoll"
 
@@ -65,6 +67,23 @@ def _view(t, what):
     if not t.is_contiguous():
         raise ValueError(f"rdmacoll backend: {what} is not contiguous")
     return as_numpy(t).reshape(-1)
+
+
+def _cuda(t):
+    return t.device.type == "cuda"
+
+
+def _map(f, obj):
+    """f applied to every tensor of obj (a tensor, or lists and tuples of them)."""
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_map(f, o) for o in obj)
+    return f(obj) if isinstance(obj, torch.Tensor) else obj
+
+
+def _tensors_of(obj):
+    out = []
+    _map(out.append, obj)
+    return out
 
 
 def _value(fut):
@@ -222,10 +241,43 @@ class ProcessGroupRdmacoll(dist.ProcessGroup):
         except RdmacollError as e:
             raise DistBackendError(str(e)) from None
 
+    def _staged(self, method, outputs, inputs, *rest):
+        """method (a collective of this class on CPU tensors) on host copies of CUDA tensors
+        (one copy per tensor: an output that is also an input stays one), the outputs
+        copied back to their devices when the work completes. Allreduce and broadcast do
+        not come here: the core stages them in its pipeline (../../_device.py)."""
+        copies = {}
+
+        def host(t):
+            if not _cuda(t):
+                return t
+            if id(t) not in copies:
+                copies[id(t)] = (t, t.detach().cpu())
+            return copies[id(t)][1]
+
+        work = method(_map(host, outputs), _map(host, inputs), *rest)
+        back = [copies[id(t)] for t in _tensors_of(outputs) if id(t) in copies]
+
+        def finish():
+            if work._finish is not None:
+                work._finish()
+            for t, h in back:
+                t.detach().copy_(h)
+
+        return _Work(work._handles, finish, outputs)
+
     # ------------------------------------------------------------------ reductions
     def _allreduce_one(self, c, t, opts_op):
-        x = _view(t, "allreduce tensor")
         op, factor = _op_of(opts_op, t)
+        if _cuda(t):
+            check_tensor(t, "allreduce tensor")
+            if not t.is_contiguous():
+                raise ValueError("rdmacoll backend: allreduce tensor is not contiguous")
+            if factor is not None:
+                t.mul_(factor)
+            d = device_array(t)
+            return _device.done(_device.allreduce(c, d, d, op, None))
+        x = _view(t, "allreduce tensor")
         if factor is not None:
             t.mul_(factor)
         return c.allreduce_async(x, x, op, None)
@@ -235,6 +287,8 @@ class ProcessGroupRdmacoll(dist.ProcessGroup):
         return _Work(self._run(lambda c: [self._allreduce_one(c, t, op) for t in tensors]), None, tensors)
 
     def allreduce_coalesced(self, tensors, opts=None):
+        if any(_cuda(t) for t in tensors):
+            return self._staged(lambda o, i: self.allreduce_coalesced(i, opts), tensors, tensors)
         op = opts.reduceOp if opts is not None else ReduceOp.SUM
         if not tensors:
             return _Work([], None, tensors)
@@ -247,6 +301,8 @@ class ProcessGroupRdmacoll(dist.ProcessGroup):
         return _Work([handle], None, tensors)
 
     def reduce(self, tensors, opts=None):
+        if any(_cuda(t) for t in tensors):
+            return self._staged(lambda o, i: self.reduce(i, opts), tensors, tensors)
         t = tensors[0]
         root = opts.rootRank
         op, factor = _op_of(opts.reduceOp, t)
@@ -261,6 +317,8 @@ class ProcessGroupRdmacoll(dist.ProcessGroup):
         return _Work([h], finish, tensors)
 
     def reduce_scatter(self, output_tensors, input_lists, opts=None):
+        if any(_cuda(t) for t in _tensors_of([output_tensors, input_lists])):
+            return self._staged(lambda o, i: self.reduce_scatter(o, i, opts), output_tensors, input_lists)
         out, inputs = output_tensors[0], input_lists[0]
         if len(inputs) != self._size:
             raise ValueError(f"rdmacoll backend: reduce_scatter needs {self._size} inputs, got {len(inputs)}")
@@ -268,6 +326,8 @@ class ProcessGroupRdmacoll(dist.ProcessGroup):
         return self._reduce_scatter_rows(out, stacked, opts)
 
     def reduce_scatter_single(self, output, input, opts=None):
+        if _cuda(output) or _cuda(input):
+            return self._staged(lambda o, i: self.reduce_scatter_single(o, i, opts), output, input)
         if input.numel() != output.numel() * self._size:
             raise ValueError(
                 f"rdmacoll backend: reduce_scatter_tensor input has {input.numel()} elements, "
@@ -288,10 +348,22 @@ class ProcessGroupRdmacoll(dist.ProcessGroup):
     # ------------------------------------------------------------------ data movement
     def broadcast(self, tensors, opts=None):
         root = opts.rootRank if opts is not None else 0
-        views = [_view(t, "broadcast tensor") for t in tensors]
-        return _Work(self._run(lambda c: [c.broadcast_async(v, root, v, None) for v in views]), None, tensors)
+
+        def one(c, t):
+            if not _cuda(t):
+                v = _view(t, "broadcast tensor")
+                return c.broadcast_async(v, root, v, None)
+            check_tensor(t, "broadcast tensor")
+            if not t.is_contiguous():
+                raise ValueError("rdmacoll backend: broadcast tensor is not contiguous")
+            d = device_array(t)
+            return _device.done(_device.broadcast(c, d, root, d, None))
+
+        return _Work(self._run(lambda c: [one(c, t) for t in tensors]), None, tensors)
 
     def allgather(self, output_lists, input_tensors, opts=None):
+        if any(_cuda(t) for t in _tensors_of([output_lists, input_tensors])):
+            return self._staged(lambda o, i: self.allgather(o, i, opts), output_lists, input_tensors)
         outs, t = output_lists[0], input_tensors[0]
         if len(outs) != self._size:
             raise ValueError(f"rdmacoll backend: all_gather needs {self._size} output tensors, got {len(outs)}")
@@ -306,6 +378,8 @@ class ProcessGroupRdmacoll(dist.ProcessGroup):
         return _Work([h], finish, outs)
 
     def all_gather_single(self, output, input, opts=None):
+        if _cuda(output) or _cuda(input):
+            return self._staged(lambda o, i: self.all_gather_single(o, i, opts), output, input)
         if output.numel() != input.numel() * self._size:
             raise ValueError(
                 f"rdmacoll backend: all_gather_into_tensor output has {output.numel()} elements, "
@@ -331,6 +405,10 @@ class ProcessGroupRdmacoll(dist.ProcessGroup):
         return _Work([h for w in works for h in w._handles], lambda: [w._complete() for w in works], outputs)
 
     def all_to_all_single(self, output, input, output_split_sizes, input_split_sizes, opts=None):
+        if _cuda(output) or _cuda(input):
+            return self._staged(
+                lambda o, i: self.all_to_all_single(o, i, output_split_sizes, input_split_sizes, opts), output, input
+            )
         p = self._size
         rows_in = input.shape[0] if input.dim() else 1
         splits = list(input_split_sizes) if input_split_sizes else None
@@ -356,6 +434,8 @@ class ProcessGroupRdmacoll(dist.ProcessGroup):
         return _Work([h], finish, [output])
 
     def alltoall(self, output_tensors, input_tensors, opts=None):
+        if any(_cuda(t) for t in _tensors_of([output_tensors, input_tensors])):
+            return self._staged(lambda o, i: self.alltoall(o, i, opts), output_tensors, input_tensors)
         # Tensors of any shapes: moved as bytes, one byte per row.
         inputs = [i.detach().contiguous() for i in input_tensors]
         data = (
@@ -380,6 +460,8 @@ class ProcessGroupRdmacoll(dist.ProcessGroup):
         return _Work([h], finish, output_tensors)
 
     def gather(self, output_lists, input_tensors, opts=None):
+        if any(_cuda(t) for t in _tensors_of([output_lists, input_tensors])):
+            return self._staged(lambda o, i: self.gather(o, i, opts), output_lists, input_tensors)
         root, t = opts.rootRank, input_tensors[0].detach().contiguous()
         x = as_numpy(t).reshape(-1).view(np.uint8)
         splits = [x.size if q == root else 0 for q in range(self._size)]
@@ -395,6 +477,8 @@ class ProcessGroupRdmacoll(dist.ProcessGroup):
         return _Work([h], finish, outs)
 
     def scatter(self, output_tensors, input_lists, opts=None):
+        if any(_cuda(t) for t in _tensors_of([output_tensors, input_lists])):
+            return self._staged(lambda o, i: self.scatter(o, i, opts), output_tensors, input_lists)
         root, out = opts.rootRank, output_tensors[0]
         nbytes = out.numel() * out.element_size()
         if self._rank == root:
@@ -413,6 +497,25 @@ class ProcessGroupRdmacoll(dist.ProcessGroup):
 
     def barrier(self, opts=None):
         return _Work(self._run(lambda c: [c.barrier_async()]), None, [])
+
+    # torch before 2.12 reaches these under their older names (all_gather_into_tensor,
+    # reduce_scatter_tensor, all_to_all_single and the coalesced forms call them): without
+    # them its ProcessGroup fell back to a per-device backend that a Python group has none of
+    # ("No backend type associated with device type cuda", torch 2.11 on a GPU machine).
+    def _allgather_base(self, output, input, opts=None):
+        return self.all_gather_single(output, input, opts)
+
+    def _reduce_scatter_base(self, output, input, opts=None):
+        return self.reduce_scatter_single(output, input, opts)
+
+    def alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts=None):
+        return self.all_to_all_single(output, input, output_split_sizes, input_split_sizes, opts)
+
+    def allgather_into_tensor_coalesced(self, outputs, inputs, opts=None):
+        return self.all_gather_single_coalesced(outputs, inputs, opts)
+
+    def reduce_scatter_tensor_coalesced(self, outputs, inputs, opts=None):
+        return self.reduce_scatter_single_coalesced(outputs, inputs, opts)
 
     # ------------------------------------------------------------------ point to point
     def send(self, tensors, dst, tag=0):
@@ -499,7 +602,7 @@ def _create(opts, backend_options=None):
 
 def _register():
     if BACKEND.upper() not in getattr(dist.Backend, "_plugins", {}):
-        dist.Backend.register_backend(BACKEND, _create, extended_api=True, devices=["cpu"])
+        dist.Backend.register_backend(BACKEND, _create, extended_api=True, devices=["cpu", "cuda"])
 
 
 _register()

@@ -17,7 +17,7 @@ from rdmacoll.process_sets import comm_of, ranks_of
 
 from .._horovod import BAD_ARGUMENT
 from ._rules import RULES, reraise
-from ._tensors import as_numpy, as_torch, check_reducible, check_tensor, contiguous, scale_
+from ._tensors import check_reducible, check_tensor, contiguous, on_host, scale_, to_core, to_torch
 from .. import _join as joinable  # the collectives, announced to ranks inside join()
 from .compression import Compression
 from .join import join as _join_protocol
@@ -163,7 +163,7 @@ def allreduce_async(
         x = _scale(_private(x, tensor), prescale_factor)
     out = torch.empty_like(x, memory_format=torch.contiguous_format)
     h = _in_flight.started(
-        name, joinable.allreduce_async(as_numpy(x), op=op, name=name, out=as_numpy(out), process_set=process_set)
+        name, joinable.allreduce_async(to_core(x), op=op, name=name, out=to_core(out), process_set=process_set)
     )
 
     def finish(_):
@@ -186,7 +186,7 @@ def allreduce_async_(
     op, postscale_factor = _fold_average(op, postscale_factor, _set_size(process_set))
     work, copy_back = _in_place(tensor)
     _scale(work, prescale_factor)
-    a = as_numpy(work)
+    a = to_core(work)
     h = _in_flight.started(name, joinable.allreduce_async(a, op=op, name=name, out=a, process_set=process_set))
     return _Handle(h, lambda _: copy_back(_scale(work, postscale_factor)))
 
@@ -216,13 +216,13 @@ def _grouped(tensors, op, name, prescale_factor, postscale_factor, compression, 
         packed.append((x, ctx))
     h = _in_flight.started(
         name,
-        joinable.grouped_allreduce_async([as_numpy(x) for x, _ in packed], op=op, name=name, process_set=process_set),
+        joinable.grouped_allreduce_async([on_host(x) for x, _ in packed], op=op, name=name, process_set=process_set),
     )
 
     def finish(results):
         out = []
         for t, (x, ctx), r in zip(tensors, packed, results):
-            r = compression.decompress(_scale(as_torch(r).view(x.shape), postscale_factor), ctx)
+            r = compression.decompress(_scale(to_torch(r, x.device).view(x.shape), postscale_factor), ctx)
             if inplace:
                 t.detach().copy_(r)
                 r = t
@@ -282,7 +282,7 @@ def allgather_async(tensor, name=None, process_set=global_process_set):
     _in_flight.check(name)
     x = contiguous(tensor.detach())
     return _Handle(
-        _in_flight.started(name, joinable.allgather_async(as_numpy(x), name=name, process_set=process_set)), as_torch
+        _in_flight.started(name, joinable.allgather_async(to_core(x), name=name, process_set=process_set)), to_torch
     )
 
 
@@ -291,7 +291,7 @@ def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_se
     RULES.check_root(root_rank, ranks_of(process_set))
     _in_flight.check(name)
     work, copy_back = _in_place(tensor)
-    a = as_numpy(work)
+    a = to_core(work)
     return _Handle(
         _in_flight.started(name, joinable.broadcast_async(a, root_rank, name=name, out=a, process_set=process_set)),
         lambda _: copy_back(work),
@@ -333,12 +333,12 @@ def alltoall_async(tensor, splits=None, name=None, process_set=global_process_se
         x = x[: sum(send)]  # Horovod sends only the rows the splits cover
     h = _in_flight.started(
         name,
-        joinable.alltoall_async(as_numpy(x), send, name=name, return_received_splits=True, process_set=process_set),
+        joinable.alltoall_async(to_core(x), send, name=name, return_received_splits=True, process_set=process_set),
     )
 
     def finish(result):
         data, received = result
-        out = as_torch(data)
+        out = to_torch(data)
         return out if splits is None else (out, torch.as_tensor(received, dtype=torch.int32))
 
     return _Handle(h, finish)
@@ -363,8 +363,8 @@ def reducescatter_async(
     x = contiguous(tensor.detach())
     if prescale_factor != 1.0:
         x = _scale(_private(x, tensor), prescale_factor)
-    h = _in_flight.started(name, joinable.reducescatter_async(as_numpy(x), op=op, name=name, process_set=process_set))
-    return _Handle(h, lambda r: _scale(as_torch(r), postscale_factor))
+    h = _in_flight.started(name, joinable.reducescatter_async(to_core(x), op=op, name=name, process_set=process_set))
+    return _Handle(h, lambda r: _scale(to_torch(r), postscale_factor))
 
 
 # --------------------------------------------------------------------------- grouped allgather / reducescatter
@@ -381,9 +381,11 @@ def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
         _check_rows(t, "Allgather")
     _in_flight.check(name)
     h = joinable.grouped_allgather_async(
-        [as_numpy(contiguous(t.detach())) for t in tensors], name=name, process_set=process_set
+        [on_host(contiguous(t.detach())) for t in tensors], name=name, process_set=process_set
     )
-    return _Handle(_in_flight.started(name, h), lambda results: tuple(as_torch(r) for r in results))
+    return _Handle(
+        _in_flight.started(name, h), lambda results: tuple(to_torch(r, t.device) for r, t in zip(results, tensors))
+    )
 
 
 def grouped_reducescatter_async(
@@ -404,9 +406,10 @@ def grouped_reducescatter_async(
     for t in tensors:
         x = contiguous(t.detach())
         xs.append(_scale(_private(x, t), prescale_factor) if prescale_factor != 1.0 else x)
-    h = joinable.grouped_reducescatter_async([as_numpy(x) for x in xs], op=op, name=name, process_set=process_set)
+    h = joinable.grouped_reducescatter_async([on_host(x) for x in xs], op=op, name=name, process_set=process_set)
     return _Handle(
-        _in_flight.started(name, h), lambda results: tuple(_scale(as_torch(r), postscale_factor) for r in results)
+        _in_flight.started(name, h),
+        lambda results: tuple(_scale(to_torch(r, x.device), postscale_factor) for r, x in zip(results, xs)),
     )
 
 

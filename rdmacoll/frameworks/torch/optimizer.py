@@ -48,7 +48,7 @@ from rdmacoll import RdmacollError
 from .._common import first_difference, fusion_threshold, signature_digest
 from ._params import collect_params, name_params
 from ._rules import RULES, reraise
-from ._tensors import contiguous, copy_into, flat
+from ._tensors import contiguous, copy_into, to_core
 from .buckets import Layout
 from .compression import Compression
 from .. import _join as joinable
@@ -369,12 +369,14 @@ class _DistributedOptimizer:
             op, post = rc.Sum, self._rc_predivide / self._rc_size
         name = f"grad.bucket.{bucket.index}"
         if self._rc_compression is Compression.none:
-            h = rc.allreduce_async(flat(t), op=op, name=name, out=flat(t), process_set=self._rc_set)
+            a = to_core(t)
+            h = rc.allreduce_async(a, op=op, name=name, out=a, process_set=self._rc_set)
             bucket.handle = (h, None, None, post)
         else:  # the packing path: the compressed copy is reduced, then unpacked
             c, ctx = self._rc_compression.compress(t)
             c = contiguous(c)
-            h = rc.allreduce_async(flat(c), op=op, name=name, out=flat(c), process_set=self._rc_set)
+            a = to_core(c)
+            h = rc.allreduce_async(a, op=op, name=name, out=a, process_set=self._rc_set)
             bucket.handle = (h, c, ctx, post)
 
     def _rc_wait_control(self):
@@ -410,7 +412,8 @@ class _DistributedOptimizer:
         with contextlib.suppress(RdmacollError):
             if self._rc_join_index is not None:
                 JOIN_STATE.announce((STEP, self._rc_join_index), [STEP, self._rc_join_index]).wait()
-            rc.allreduce(flat(first), op=self._rc_op, name=NO_BACKWARD, out=flat(first), process_set=self._rc_set)
+            a = to_core(first.reshape(-1))
+            rc.allreduce(a, op=self._rc_op, name=NO_BACKWARD, out=a, process_set=self._rc_set)
         raise RdmacollError(
             "DistributedOptimizer: step() (or synchronize()) was called on this "
             "rank without a backward pass since the last step; every rank must "
