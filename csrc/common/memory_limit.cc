@@ -21,17 +21,21 @@ void lower(MemoryHeadroom& h, size_t bytes, const char* why) {
   }
 }
 
-// The first number in a file ("max", unreadable: kNone).
-// Files of the kernel are read with C stdio and strtoull, never through iostreams: a
-// stream parses numbers with the process's global C++ locale, which a library may change
-// (on the GPU machine MemAvailable read 0 that way and every allocation was refused).
+// Files of the kernel are read with C stdio and strtoull, not through iostreams: on the
+// GPU machine (torchrun workers with CUDA loaded) a stream read MemAvailable as 0 where
+// Python read the right number, and every allocation was refused (the cause in the stream
+// was not found: a locale with digit grouping does not reproduce it).
+// One line of f, whole (getline: a cgroup path may be long); false at the end.
 bool readLine(FILE* f, std::string* line) {
-  char buf[512];
-  if (!std::fgets(buf, sizeof buf, f)) return false;
-  *line = buf;
-  return true;
+  char* buf = nullptr;
+  size_t cap = 0;
+  const ssize_t n = ::getline(&buf, &cap, f);
+  if (n >= 0) line->assign(buf, static_cast<size_t>(n));
+  std::free(buf);
+  return n >= 0;
 }
 
+// The first number in the file at path (kNone when it has none: "max", missing files).
 size_t readNumber(const std::string& path) {
   FILE* f = std::fopen(path.c_str(), "re");
   if (!f) return kNone;
@@ -46,6 +50,8 @@ size_t readNumber(const std::string& path) {
   return v;
 }
 
+// The least headroom of the cgroup at `path` and its ancestors (limit less usage), lowered
+// into h.
 void cgroupHeadroom(MemoryHeadroom& h, const std::string& root, std::string path, const char* limitFile,
                     const char* usageFile) {
   for (;;) {
