@@ -164,8 +164,9 @@ def from_object(x, stream=None):
     it). Raises for CUDA memory it cannot describe."""
     if isinstance(x, DeviceArray):
         return x
-    if getattr(x, "is_cuda", False) is True and hasattr(x, "data_ptr") and hasattr(x, "new_empty"):  # torch
-        return _from_torch(x, stream)
+    cuda = getattr(x, "is_cuda", None)  # (torch tensors: CPU ones leave here, cheaply)
+    if cuda is not None and hasattr(x, "new_empty"):
+        return _from_torch(x, stream) if cuda else None
     try:
         cai = x.__cuda_array_interface__
     except AttributeError:
@@ -188,6 +189,15 @@ def from_object(x, stream=None):
                 "through __cuda_array_interface__ (CuPy: cupy.from_dlpack(x))"
             )
     return None
+
+
+def chunks(count, itemsize, chunk_bytes):
+    """(offset, elements) of each collective the core's pipeline runs for an allreduce of
+    `count` elements (runtime/staging.h, stagingPlan: chunks of chunk_bytes rounded down to
+    whole elements, at least one element and 4096 bytes; one empty chunk for no elements):
+    what a rank inside join() runs with zeros in place of a GPU tensor it never saw."""
+    c = max(1, max(chunk_bytes, 4096) // itemsize)
+    return [(off, min(c, count - off)) for off in range(0, count, c)] or [(0, 0)]
 
 
 # ---- the collectives (c: a core Communicator; d: a DeviceArray)

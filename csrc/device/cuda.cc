@@ -71,7 +71,10 @@ std::unique_ptr<Runtime> load(const std::string& library, std::string* why) {
     }
     std::string bad;
     auto rt = bind(lib, name, &bad);
-    if (!rt) tried.push_back(bad);
+    if (!rt) {
+      tried.push_back(bad);
+      dlclose(lib);
+    }
     return rt;
   };
   std::unique_ptr<Runtime> rt;
@@ -97,6 +100,7 @@ std::unique_ptr<Runtime> load(const std::string& library, std::string* why) {
 struct Loaded {
   std::mutex mu;
   bool tried = false;
+  std::string library;  // what the first call asked for ("": searched)
   std::unique_ptr<Runtime> rt;
   std::string why;
 };
@@ -136,7 +140,16 @@ const Runtime* tryRuntime(const std::string& library, std::string* why) {
   std::lock_guard<std::mutex> g(l.mu);
   if (!l.tried) {
     l.tried = true;
+    l.library = library;
     l.rt = load(library, &l.why);
+  }
+  if (!library.empty() && library != l.library) {  // (one runtime per process: the first kept)
+    if (why)
+      *why = "RDMACOLL_CUDA_RUNTIME=" + library + " comes too late: this process already loaded " +
+             (l.rt ? l.rt->library : std::string("no CUDA runtime")) + " (" +
+             (l.library.empty() ? std::string("searched") : "named " + l.library) +
+             "); set it before the first GPU call";
+    return nullptr;
   }
   if (!l.rt && why) *why = l.why;
   return l.rt.get();

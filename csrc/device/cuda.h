@@ -57,7 +57,8 @@ struct Runtime {
 };
 
 // The process's runtime, loaded on first use with `library` (see above; "" searches) and
-// kept; throws Error saying what was tried when none loads. Thread-safe.
+// kept; throws Error saying what was tried when none loads, or when a later call names
+// another library than the first one did (one runtime per process). Thread-safe.
 const Runtime& runtime(const std::string& library = "");
 // The same without throwing: null, and *why set, when none loads (doctor).
 const Runtime* tryRuntime(const std::string& library, std::string* why);

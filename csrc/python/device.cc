@@ -18,17 +18,31 @@ namespace py = pybind11;
 namespace rdmacoll {
 
 DeviceStaging& PyDevice::staging() {
+  if (closed_) throw Error("rdmacoll is shut down: call rdmacoll.init() again");
   if (!staging_) staging_ = std::make_unique<DeviceStaging>(group_, options_);
   return *staging_;
 }
 
+void PyDevice::close() {
+  std::lock_guard<std::mutex> g(mu_);
+  staging_.reset();
+  closed_ = true;
+}
+
+bool PyDevice::pinned() {
+  py::gil_scoped_release release;
+  std::lock_guard<std::mutex> g(mu_);
+  return staging().pinned();
+}
+
 int PyDevice::deviceOf(uintptr_t ptr, size_t nbytes) {
-  DeviceStaging& st = staging();
+  // (the runtime alone: an address no GPU owns is refused before the ring is made)
+  const cuda::Runtime& rt = cuda::runtime(options_.runtimeLibrary);
   int device = -1;
-  const cuda::MemoryType t = st.runtime().where(reinterpret_cast<const void*>(ptr), &device);
+  const cuda::MemoryType t = rt.where(reinterpret_cast<const void*>(ptr), &device);
   if (nbytes > 0 && t != cuda::MemoryType::kDevice && t != cuda::MemoryType::kManaged)
     throw ArgumentError("the input is not CUDA device memory (the CUDA runtime does not know its address)");
-  if (device < 0) st.runtime().check(st.runtime().getDevice(&device), "cudaGetDevice");
+  if (device < 0) rt.check(rt.getDevice(&device), "cudaGetDevice");
   return device;
 }
 
@@ -41,11 +55,11 @@ void PyDevice::run(Request& r, uintptr_t in, uintptr_t out, size_t count, int dt
   r.dtype = static_cast<DataType>(dtype);
   setName(r, name);
   if (!shape.is_none()) setShape(r, py::none(), 0, shape);
-  DeviceStaging& st = staging();
   if (device < 0) device = deviceOf(in, count * dtypeSize(r.dtype));
   try {
-    py::gil_scoped_release release;
-    st.run(r, device, reinterpret_cast<cuda::Stream>(stream));
+    py::gil_scoped_release release;  // (first: a thread waiting for mu_ holds no interpreter)
+    std::lock_guard<std::mutex> g(mu_);
+    staging().run(r, device, reinterpret_cast<cuda::Stream>(stream));
   } catch (const Interrupted&) {
     throw py::error_already_set();  // the KeyboardInterrupt the signal handler set
   }
@@ -68,26 +82,27 @@ void PyDevice::broadcast(uintptr_t in, uintptr_t out, size_t count, int dtype, i
 }
 
 py::array PyDevice::download(uintptr_t ptr, size_t nbytes, int device, uintptr_t stream) {
-  DeviceStaging& st = staging();
   if (device < 0) device = deviceOf(ptr, nbytes);
+  if (closed_) throw Error("rdmacoll is shut down: call rdmacoll.init() again");
   std::shared_ptr<MemoryPool> pool = group_.comm().pool();
   py::array host = wrapBlock(py::dtype("uint8"), {static_cast<py::ssize_t>(nbytes)}, pool, pool->acquire(nbytes));
   void* h = host.mutable_data();
   {
     py::gil_scoped_release release;
-    st.download(h, reinterpret_cast<const void*>(ptr), nbytes, device, reinterpret_cast<cuda::Stream>(stream));
+    std::lock_guard<std::mutex> g(mu_);
+    staging().download(h, reinterpret_cast<const void*>(ptr), nbytes, device, reinterpret_cast<cuda::Stream>(stream));
   }
   return host;
 }
 
 void PyDevice::upload(py::handle hostObj, uintptr_t ptr, int device, uintptr_t stream) {
   py::array host = contiguousInput(hostObj, "upload source");
-  DeviceStaging& st = staging();
   const size_t n = static_cast<size_t>(host.nbytes());
   if (device < 0) device = deviceOf(ptr, n);
   const void* h = host.data();
   py::gil_scoped_release release;
-  st.upload(reinterpret_cast<void*>(ptr), h, n, device, reinterpret_cast<cuda::Stream>(stream));
+  std::lock_guard<std::mutex> g(mu_);
+  staging().upload(reinterpret_cast<void*>(ptr), h, n, device, reinterpret_cast<cuda::Stream>(stream));
 }
 
 }  // namespace rdmacoll

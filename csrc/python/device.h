@@ -1,13 +1,16 @@
 // _core.DeviceCollectives: a communicator's collectives on CUDA memory (runtime/staging.h),
 // reached as Communicator.device. Pointers and streams travel as integers (what
 // __cuda_array_interface__, torch and CuPy give); device -1 means the one the memory is
-// on (the CUDA runtime says). rdmacoll/_device.py is its one caller.
+// on (the CUDA runtime says). rdmacoll/_device.py is its one caller. Calls run one at a
+// time (a mutex taken with the interpreter released: the pipeline shares one ring), and
+// after close() (the communicator's) every call raises "shut down".
 #pragma once
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
 
 #include "runtime/group.h"
 #include "runtime/staging.h"
@@ -30,15 +33,19 @@ class PyDevice {
   void upload(py::handle host, uintptr_t ptr, int device, uintptr_t stream);
   // The device holding [ptr, ptr + nbytes); ArgumentError when it is not device memory.
   int deviceOf(uintptr_t ptr, size_t nbytes);
-  bool pinned() { return staging().pinned(); }
+  bool pinned();
+  // The communicator closes: the staging goes (after a call in progress), calls raise.
+  void close();
 
  private:
-  DeviceStaging& staging();
+  DeviceStaging& staging();  // under mu_; raises once closed
   void run(Request& r, uintptr_t in, uintptr_t out, size_t count, int dtype, int device, uintptr_t stream,
            py::handle name, py::handle shape);
 
-  Group& group_;
+  Group& group_;  // (gone once closed_)
   StagingOptions options_;
+  std::mutex mu_;
+  bool closed_ = false;
   std::unique_ptr<DeviceStaging> staging_;  // made on the first call (it loads the CUDA runtime)
 };
 

@@ -277,8 +277,8 @@ class PyGroup {
     return a->usable(algorithms::Situation::of(g().comm(), coll, bytes));
   }
   void close() {
-    py::gil_scoped_release r;  // queued work finishes (it never needs the GIL)
-    device_.reset();           // (its ring is a block of the group's pool)
+    py::gil_scoped_release r;       // queued work finishes (it never needs the GIL)
+    if (device_) device_->close();  // (its ring is a block of the group's pool; kept handles raise)
     group_.reset();
     log_.reset();  // (the sink's last owner: it delivers what was queued before close() returns)
   }
@@ -300,7 +300,7 @@ class PyGroup {
   std::unique_ptr<Group> group_;
   std::shared_ptr<LogSink> log_;  // (null for a split: it shares its parent's connections)
   StagingOptions staging_;
-  std::unique_ptr<PyDevice> device_;  // made on the first device call; gone before group_
+  std::unique_ptr<PyDevice> device_;  // made on the first device call; closed before group_ goes
 };
 
 template <typename... Args, typename... Extra>

@@ -100,7 +100,7 @@ class CudaCopies : public DeviceCopies {
 DeviceStaging::DeviceStaging(Group& group, StagingOptions options)
     : group_(group), options_(std::move(options)), rt_(cuda::runtime(options_.runtimeLibrary)) {
   options_.chunkBytes = std::max<size_t>(options_.chunkBytes, 4096);
-  slots_ = static_cast<int>(std::max<size_t>(1, options_.ringBytes / options_.chunkBytes));
+  slots_ = static_cast<int>(std::clamp<size_t>(options_.ringBytes / options_.chunkBytes, 1, kMaxSlots));
   pool_ = group_.comm().pool();
   ring_ = pool_->acquire(static_cast<size_t>(slots_) * options_.chunkBytes);
   pinned_ = rt_.hostRegister(ring_->data, static_cast<size_t>(slots_) * options_.chunkBytes,
@@ -178,16 +178,41 @@ void DeviceStaging::run(const Request& r, int device, cuda::Stream stream) {
   const char* devIn = (!isBroadcast || root) ? in : nullptr;
   char* devOut = (isBroadcast && root && out == in) ? nullptr : out;
   cuda::DeviceScope scope(rt_, device);
-  PerDevice& d = on(device);
+  PerDevice& d = use(device);
   CudaCopies copies(rt_, d, stream);
   const auto plan = stagingPlan(n, elem, options_.chunkBytes, slots_);
-  runStaged(plan, copies, ring_->data, options_.chunkBytes, devIn, devOut, [&](char* slot, size_t bytes) {
-    Request c = r;
-    c.in = slot;
-    c.out = slot;
-    c.count = bytes / elem;
-    group_.run(c);
-  });
+  try {
+    runStaged(plan, copies, ring_->data, options_.chunkBytes, devIn, devOut, [&](char* slot, size_t bytes) {
+      Request c = r;
+      c.in = slot;
+      c.out = slot;
+      c.count = bytes / elem;
+      group_.run(c);
+    });
+  } catch (const Interrupted&) {
+    settle(d);
+    throw;
+  } catch (const Error& e) {
+    // Nothing of this call may still write the caller's memory once it has raised, and
+    // the peers, waiting in the next chunk's collective, are aborted (a chunk's own
+    // failure already did that: fail() then only rethrows).
+    settle(d);
+    group_.comm().fail(e.what());
+  }
+}
+
+void DeviceStaging::settle(PerDevice& d) {
+  rt_.streamSynchronize(d.down);
+  rt_.streamSynchronize(d.up);
+  rt_.getLastError();
+}
+
+DeviceStaging::PerDevice& DeviceStaging::use(int device) {
+  // The ring is shared by the devices: before another device's copies use it, the last
+  // one's have finished (its events guard the slots only for its own streams).
+  if (last_ && last_->device != device) settle(*last_);
+  last_ = &on(device);
+  return *last_;
 }
 
 void DeviceStaging::download(void* host, const void* dev, size_t n, int device, cuda::Stream stream) {
@@ -202,7 +227,7 @@ void DeviceStaging::copyWhole(void* dst, const void* src, size_t n, int device, 
   if (n == 0) return;
   checkDevicePointer(up ? dst : src, n, device, up ? "the output" : "the input");
   cuda::DeviceScope scope(rt_, device);
-  PerDevice& d = on(device);
+  PerDevice& d = use(device);
   cuda::Stream copy = up ? d.up : d.down;
   rt_.check(rt_.eventRecord(d.start, stream), "cudaEventRecord (the caller's stream)");
   rt_.check(rt_.streamWaitEvent(copy, d.start, 0), "cudaStreamWaitEvent");

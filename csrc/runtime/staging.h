@@ -2,7 +2,7 @@
 //
 // Terms: n, the message's bytes; c, the chunk (the cuda_chunk_bytes setting, rounded down to
 // a multiple of the element size); k = ceil(n / c) chunks (one of 0 bytes when n is 0); S,
-// the slots of c bytes in the staging ring (cuda_staging_bytes / c), host memory from the
+// the slots of c bytes in the staging ring (cuda_staging_bytes / c, at most 256), host memory from the
 // communicator's pool (so peers on the host reach it as they reach any pool block),
 // page-locked once with cudaHostRegister so that the copies run asynchronously.
 //
@@ -69,7 +69,8 @@ struct StagingOptions {
 };
 
 // A group's staged collectives: the ring, and the copy streams and events per device.
-// Made on a group's first device call; one call at a time (the caller's thread).
+// Made on a group's first device call; one call at a time (python/device.h serialises
+// them). The ring serves every device of the process, one after the other.
 class DeviceStaging {
  public:
   DeviceStaging(Group& group, StagingOptions options);
@@ -92,6 +93,8 @@ class DeviceStaging {
 
  private:
   PerDevice& on(int device);
+  PerDevice& use(int device);  // on(device), after the previous device's copies finished
+  void settle(PerDevice& d);   // waits for d's copy streams (errors ignored)
   // download (up false) or upload (true) of n bytes, whole, on the copy stream.
   void copyWhole(void* dst, const void* src, size_t n, int device, cuda::Stream stream, bool up);
   void checkDevicePointer(const void* p, size_t n, int device, const char* what) const;
@@ -104,6 +107,8 @@ class DeviceStaging {
   int slots_ = 1;
   bool pinned_ = false;
   std::vector<std::unique_ptr<PerDevice>> devices_;
+  PerDevice* last_ = nullptr;               // the device the ring was last used for
+  static constexpr size_t kMaxSlots = 256;  // (two events each, per device)
 };
 
 }  // namespace rdmacoll

@@ -19,6 +19,9 @@ that announced different collectives are an error). Descriptors (WORDS):
 
     ALLREDUCE  op, dtype, elements (2 words), shape key, name
                                                        -> zeros, same op, name and key
+    DEVICE_ALLREDUCE  the same, of GPU memory          -> zeros, in the chunks the core's
+                                                          staging pipeline runs (one
+                                                          collective per chunk: _device.py)
     GROUPED    op, groups, (dtype, elements, shape key) per dtype group, name
                                                        -> one zero array per group
     BARRIER                                            -> barrier
@@ -69,7 +72,7 @@ FAILED = "join.failed"
 CONTROL_LEN = 16  # int64 values: one cache line and a half; 14 descriptor words
 _INLINE = CONTROL_LEN - 2
 
-ALLREDUCE, GROUPED, BARRIER, STEP, BUCKETS, REFUSED = 1, 2, 3, 4, 5, 6
+ALLREDUCE, GROUPED, BARRIER, STEP, BUCKETS, REFUSED, DEVICE_ALLREDUCE = 1, 2, 3, 4, 5, 6, 7
 DTYPES = ("float32", "float64", "float16", "bfloat16", "int8", "int16", "int32", "int64", "uint8", "bool")
 _DTYPE_CODE = {name: i for i, name in enumerate(DTYPES)}
 # Horovod's texts (controller.cc), by the collective a training rank issued
@@ -259,6 +262,14 @@ class JoinState:
             name, _ = _read_name(words, 6)
             z = _zeros(dtype, lo | hi << 32)
             rc.allreduce(z, op=op, name=name, out=z, shape=key)
+        elif kind == DEVICE_ALLREDUCE:  # the training ranks' pipeline: one collective per chunk
+            op, dtype, lo, hi, key = words[1:6]
+            name, _ = _read_name(words, 6)
+            z = _zeros(dtype, lo | hi << 32)
+            chunk = rc._session.current().settings["cuda_chunk_bytes"]
+            for off, n in rc._device.chunks(z.size, z.itemsize, chunk):
+                part = z[off : off + n]
+                rc.allreduce(part, op=op, name=name, out=part, shape=key)
         elif kind == GROUPED:
             op, groups = words[1:3]
             parts = [words[3 + 4 * g : 7 + 4 * g] for g in range(groups)]
@@ -297,11 +308,12 @@ def allreduce_async(x, op=rc.Average, name=None, out=None, process_set=None):
     if not _is_global(process_set):
         return rc.allreduce_async(x, op, name, out, process_set)
     a = x if isinstance(x, (np.ndarray, rc.DeviceArray)) else rc._core._view(x)
-    key = (a.dtype.num, a.shape, op, name)  # (dtype.name costs microseconds: only when new)
+    kind = DEVICE_ALLREDUCE if isinstance(a, rc.DeviceArray) else ALLREDUCE
+    key = (kind, a.dtype.num, a.shape, op, name)  # (dtype.name costs microseconds: only when new)
     words = None
     if key not in STATE.templates:
         shape = rc.shape_key(a.shape)
-        words = [ALLREDUCE, op, _DTYPE_CODE[a.dtype.name]] + _elements(a.size) + [shape] + _name_words(name)
+        words = [kind, op, _DTYPE_CODE[a.dtype.name]] + _elements(a.size) + [shape] + _name_words(name)
     STATE.announce(key, words)
     return rc.allreduce_async(x, op, name, out)
 

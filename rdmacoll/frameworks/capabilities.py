@@ -10,7 +10,7 @@ probes is accepted and ignored.
 
 from __future__ import annotations
 
-from rdmacoll import RdmacollValueError, _core, _session, is_initialized
+from rdmacoll import RdmacollError, RdmacollValueError, _core, _session, _settings, is_initialized
 
 
 def mpi_built(verbose=False) -> bool:
@@ -35,8 +35,13 @@ def ddl_built(verbose=False) -> bool:
 
 def cuda_built(verbose=False) -> bool:
     """Whether CUDA tensors can go through rdmacoll here (the question scripts ask Horovod):
-    a CUDA runtime loads and sees a device. Nothing of rdmacoll is compiled for CUDA."""
-    return bool(_core.cuda_runtime().get("devices"))
+    a CUDA runtime loads (RDMACOLL_CUDA_RUNTIME's, where set) and sees a device. Nothing of
+    rdmacoll is compiled for CUDA. (It initialises the CUDA driver in this process.)"""
+    try:
+        library = str(_settings.resolve(scope="rank")[0].get("cuda_runtime") or "")
+    except RdmacollError:
+        library = ""
+    return bool(_core.cuda_runtime(library).get("devices"))
 
 
 def rocm_built(verbose=False) -> bool:

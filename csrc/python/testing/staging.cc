@@ -2,7 +2,7 @@
 // fake device whose two copy streams run their queued work as late as the waits allow
 // ("lazy") or at once ("eager"). A pipeline that reused a slot before its upload finished,
 // or read a slot before its download arrived, gives a wrong result in one mode or the
-// other (tests/test_staging.py).
+// other (tests/test_gpu_staging.py).
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>

@@ -27,7 +27,7 @@ from rdmacoll import RdmacollError
 from .. import _join as joinable  # announced to ranks inside join()
 from ._params import collect_params, name_params
 from ._rules import RULES
-from ._tensors import as_numpy, as_torch, contiguous
+from ._tensors import contiguous, on_host, to_torch
 from .ops import global_process_set
 
 
@@ -60,9 +60,9 @@ class _DistributedAdasumOptimizer:
                 p.sub_(start)  # p holds this rank's delta
                 c, ctx = self._rc_compression.compress(p.detach())
                 packed.append((contiguous(c), ctx))
-            reduced = joinable.grouped_allreduce([as_numpy(c) for c, _ in packed], op=rc.Adasum, name="adasum.step")
+            reduced = joinable.grouped_allreduce([on_host(c) for c, _ in packed], op=rc.Adasum, name="adasum.step")
             for p, start, (c, ctx), r in zip(params, starts, packed, reduced):
-                start.add_(self._rc_compression.decompress(as_torch(r).view(c.shape), ctx))
+                start.add_(self._rc_compression.decompress(to_torch(r, c.device).view(c.shape), ctx))
                 p.copy_(start)
         return loss
 

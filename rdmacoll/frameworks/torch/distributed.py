@@ -260,9 +260,11 @@ class ProcessGroupRdmacoll(dist.ProcessGroup):
 
         def finish():
             if work._finish is not None:
-                work._finish()
+                work._finish()  # (the inner work may run it too: the same copies, twice)
             for t, h in back:
                 t.detach().copy_(h)
+            for device in {t.device for t, _ in back}:  # done before the work is (any stream may read them)
+                torch.cuda.current_stream(device).synchronize()
 
         return _Work(work._handles, finish, outputs)
 

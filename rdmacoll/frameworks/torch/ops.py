@@ -64,10 +64,16 @@ def synchronize(handle):
 _scale = scale_  # Horovod's ScaleBuffer (see _tensors.scale_)
 
 
-def _adasum_rules(process_set):
+def _adasum_rules(process_set, *tensors):
     """Horovod's refusals of op=Adasum, in its order, before communicating (the reduction
-    itself is the plain API's, rdmacoll/adasum.py: float16/32/64 only, run in the call)."""
+    itself is the plain API's, rdmacoll/adasum.py: float16/32/64 only, run in the call, on
+    host memory: CUDA tensors are refused here)."""
     RULES.check_adasum(process_set is None or process_set is global_process_set, rc.size())
+    if any(isinstance(t, torch.Tensor) and t.device.type == "cuda" for t in tensors):
+        raise RdmacollError(
+            "op=Adasum takes CPU tensors (rdmacoll runs Adasum on host memory); reduce CUDA tensors with "
+            "Sum or Average, or move them to the CPU"
+        )
 
 
 def _fold_average(op, postscale_factor, size):
@@ -151,7 +157,7 @@ def allreduce_async(
     new tensor."""
     op = resolve_op(average, op)  # Horovod's order: op, Adasum, dtype (Python), then the set (enqueue)
     if op == Adasum:
-        _adasum_rules(process_set)
+        _adasum_rules(process_set, tensor)
     check_reducible(tensor, "allreduce input")  # sparse tensors: ValueError (sparse_allreduce_async)
     if process_set is not global_process_set and process_set is not None:  # (the fast path: two identity tests)
         comm_of(process_set, "Allreduce")
@@ -178,7 +184,7 @@ def allreduce_async_(
     """Start reducing tensor in place; synchronize(handle) returns tensor."""
     op = resolve_op(average, op)
     if op == Adasum:
-        _adasum_rules(process_set)
+        _adasum_rules(process_set, tensor)
     check_reducible(tensor, "allreduce_ input")
     if process_set is not global_process_set and process_set is not None:
         comm_of(process_set, "Allreduce")
@@ -200,7 +206,7 @@ def allreduce_(
 
 def _grouped(tensors, op, name, prescale_factor, postscale_factor, compression, inplace, process_set):
     if op == Adasum:
-        _adasum_rules(process_set)
+        _adasum_rules(process_set, *tensors)
     for i, t in enumerate(tensors):
         check_reducible(t, f"grouped_allreduce input {i}", "grouped_allreduce")
     if process_set is not global_process_set and process_set is not None:
