@@ -194,14 +194,15 @@ rc.shutdown()
 """
 
 
-def test_claimed_cuda_memory_is_refused_with_the_reason():
+def test_claimed_cuda_memory_is_refused_with_the_reason(tmp_path):
     """Without a GPU (or at an address no GPU owns) a collective refuses before it
     communicates, saying why: no CUDA runtime, or not device memory. One rank is enough
     (nothing reaches a peer)."""
     import subprocess
     import sys
 
-    r = subprocess.run([sys.executable, "-c", FAKE_CUDA], capture_output=True, text=True, timeout=60)
+    # (cwd: not the source tree, whose rdmacoll/ has no compiled core in an installed run)
+    r = subprocess.run([sys.executable, "-c", FAKE_CUDA], capture_output=True, text=True, timeout=60, cwd=tmp_path)
     lines = [line for line in r.stdout.splitlines() if line.startswith(("REFUSED", "ACCEPTED"))]
     assert r.returncode == 0 and len(lines) == 3, r.stdout + r.stderr
     for line in lines:
@@ -229,10 +230,12 @@ print("LATER", later.get("error", ""))
 """
 
 
-def test_a_cuda_runtime_named_after_the_first_gpu_call_is_refused_with_the_reason():
+def test_a_cuda_runtime_named_after_the_first_gpu_call_is_refused_with_the_reason(tmp_path):
     import subprocess
     import sys
 
-    r = subprocess.run([sys.executable, "-c", RUNTIME_TOO_LATE], capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        [sys.executable, "-c", RUNTIME_TOO_LATE], capture_output=True, text=True, timeout=60, cwd=tmp_path
+    )
     assert r.returncode == 0, r.stderr
     assert "comes too late" in r.stdout and "/nonexistent/libcudart.so.99" in r.stdout, r.stdout
