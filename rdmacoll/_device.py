@@ -7,8 +7,10 @@ bfloat16 too). The interface's rules are the specification
 (https://numba.readthedocs.io/en/stable/cuda/cuda_array_interface.html): C-contiguous only
 here (strides None or the contiguous ones), no mask, `stream` the producer's (None: no
 synchronisation needed, 1 the legacy default stream, 2 the per-thread default, else a
-cudaStream_t), never 0. DLPack producers of CUDA memory (device types 2 and 13) are named
-in the error: pass one with the array interface.
+cudaStream_t), never 0. DLPack: producers of CUDA memory (`__dlpack_device__` types 2
+and 13, asked for a capsule on the legacy default stream) and "dltensor" capsules themselves
+(read, not consumed: rdmacoll/_dlpack.py); a capsule's results need `out=` (no library
+to make them with).
 
 allreduce and broadcast run in the core's pipeline (runtime/staging.h: chunks copied down,
 reduced and copied back at once); allgather, alltoall and reducescatter take the input
@@ -23,7 +25,7 @@ import sys
 
 import numpy as np
 
-from . import _core
+from . import _core, _dlpack
 from ._core import Handle, RdmacollValueError
 
 # DLPack's device types (dlpack.h): which ones are CUDA memory.
@@ -39,11 +41,12 @@ class DeviceArray:
     new(shape) -> DeviceArray, how results of the owner's kind are made (None: the owner's
     library, found by its module)."""
 
-    __slots__ = ("ptr", "shape", "dtype", "device", "stream", "owner", "readonly", "_new")
+    __slots__ = ("ptr", "shape", "dtype", "device", "stream", "owner", "readonly", "_new", "_keep")
 
-    def __init__(self, ptr, shape, dtype, device=-1, stream=0, owner=None, readonly=False, new=None):
+    def __init__(self, ptr, shape, dtype, device=-1, stream=0, owner=None, readonly=False, new=None, keep=None):
         self.ptr, self.shape, self.dtype = int(ptr), tuple(int(d) for d in shape), np.dtype(dtype)
         self.device, self.stream, self.owner, self.readonly, self._new = int(device), int(stream), owner, readonly, new
+        self._keep = keep  # (what must stay alive while the memory is used: a DLPack capsule)
         if self.dtype.name not in _CODE:
             raise RdmacollValueError(f"unsupported dtype {self.dtype} of a GPU array")
 
@@ -88,9 +91,10 @@ def _new_like(owner, shape, dtype, device):
     cuda = getattr(mod, "cuda", None)
     if cuda is not None and hasattr(cuda, "device_array"):  # Numba
         return cuda.device_array(shape, dtype)
+    what = "a DLPack capsule" if owner is None else type(owner).__name__
     raise RdmacollValueError(
-        f"rdmacoll cannot make a result of type {type(owner).__name__} on the GPU; pass CuPy arrays, "
-        "torch tensors or Numba device arrays, or a DeviceArray with new="
+        f"rdmacoll cannot make a result of {what} on the GPU; pass out= (in place: "
+        "out=x), or CuPy arrays, torch tensors or Numba device arrays, or a DeviceArray with new="
     )
 
 
@@ -177,6 +181,8 @@ def from_object(x, stream=None):
         if stream is None and cai.get("stream") is None:
             stream = _current_stream(x)
         return from_interface(cai, owner=x, stream=stream)
+    if _dlpack.is_capsule(x):
+        return _from_capsule(x, None)
     dev = getattr(x, "__dlpack_device__", None)
     if dev is not None:
         try:
@@ -184,11 +190,35 @@ def from_object(x, stream=None):
         except Exception:
             return None
         if kind in DLPACK_CUDA_TYPES:
-            raise RdmacollValueError(
-                f"{type(x).__name__} is CUDA memory offered through DLPack only; rdmacoll takes GPU arrays "
-                "through __cuda_array_interface__ (CuPy: cupy.from_dlpack(x))"
-            )
+            try:  # (stream 1: the producer makes its work visible to the legacy default stream)
+                capsule = x.__dlpack__(stream=1)
+            except Exception as e:
+                raise RdmacollValueError(f"{type(x).__name__}.__dlpack__() failed: {e}") from None
+            return _from_capsule(capsule, x)
     return None
+
+
+def _from_capsule(capsule, owner):
+    """A DeviceArray of a "dltensor" capsule of CUDA memory (None for host memory: the core
+    views that itself); the capsule stays alive with it."""
+    d = _dlpack.describe(capsule)
+    if d["device_type"] not in DLPACK_CUDA_TYPES:
+        return None
+    if d["strides"] is not None:
+        expected, step = [], 1
+        for n in reversed(d["shape"]):
+            expected.append(step)
+            step *= n
+        if any(s != e for s, e, n in zip(d["strides"], reversed(expected), d["shape"]) if n > 1):
+            raise RdmacollValueError(f"GPU array is not C-contiguous (DLPack strides {d['strides']})")
+    dtype = d["dtype"]
+    if dtype == "bfloat16":
+        try:
+            import ml_dtypes
+        except ImportError:
+            raise RdmacollValueError("bfloat16 arrays need the ml_dtypes package (pip install ml_dtypes)") from None
+        dtype = ml_dtypes.bfloat16
+    return DeviceArray(d["ptr"], d["shape"], dtype, d["device_id"], 0, owner=owner, keep=capsule)
 
 
 def chunks(count, itemsize, chunk_bytes):

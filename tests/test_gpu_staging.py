@@ -5,7 +5,8 @@
   reduced, uploaded after, and reused only after its upload (a wrong order gives a wrong
   result in one of the two modes);
 - the chunk plan;
-- __cuda_array_interface__ dictionaries and DLPack device types (rdmacoll/_device.py);
+- __cuda_array_interface__ dictionaries, DLPack capsules and device types (rdmacoll/_device.py,
+  _dlpack.py);
 - the doctor's GPU path decision;
 - where no GPU is (CI): the runtime loader reports why instead of raising, and a CUDA
   array reaches no collective (an object claiming CUDA memory is refused with the reason).
@@ -136,23 +137,75 @@ def test_interface_refusals_say_why(cai, words):
         _device.from_interface(cai)
 
 
+def _fake_capsule(ptr, shape, code_bits=(2, 32), device=(2, 1), strides=None, byte_offset=0):
+    """A "dltensor" capsule built by hand (what a CUDA producer's __dlpack__ returns), and
+    what keeps its memory alive."""
+    import ctypes
+
+    from rdmacoll import _dlpack
+
+    dims = (ctypes.c_int64 * len(shape))(*shape)
+    st = (ctypes.c_int64 * len(shape))(*strides) if strides is not None else None
+    m = _dlpack._Managed()
+    m.dl_tensor.data = ptr
+    m.dl_tensor.device.device_type, m.dl_tensor.device.device_id = device
+    m.dl_tensor.ndim = len(shape)
+    m.dl_tensor.dtype.code, m.dl_tensor.dtype.bits = code_bits
+    m.dl_tensor.dtype.lanes = 1
+    m.dl_tensor.shape = dims
+    m.dl_tensor.strides = st
+    m.dl_tensor.byte_offset = byte_offset
+    new = ctypes.pythonapi.PyCapsule_New
+    new.restype, new.argtypes = ctypes.py_object, [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+    return new(ctypes.addressof(m), b"dltensor", None), (m, dims, st)
+
+
 class _Dlpack:
     def __init__(self, kind):
         self.kind = kind
+        self.capsule, self.keep = _fake_capsule(0x20000, (3, 4), device=(kind, 0))
+        self.streams = []
 
     def __dlpack_device__(self):
         return (self.kind, 0)
 
     def __dlpack__(self, stream=None):
-        raise AssertionError("not consumed")
+        self.streams.append(stream)
+        return self.capsule
 
 
-def test_dlpack_device_types_decide_host_or_gpu():
+def test_dlpack_capsule_of_host_memory_is_read_as_numpy_describes_it():
+    from rdmacoll import _dlpack
+
+    a = np.arange(24, dtype=np.float32).reshape(4, 6)[1:]
+    d = _dlpack.describe(a.__dlpack__())
+    assert (d["ptr"], d["shape"], d["dtype"], d["device_type"]) == (a.ctypes.data, (3, 6), "float32", 1)
+    assert d["strides"] in (None, (6, 1))
+    b = np.zeros((2, 2), np.int16)
+    assert _dlpack.describe(b.__dlpack__())["dtype"] == "int16"
+    with pytest.raises(RdmacollValueError, match="not a DLPack capsule"):
+        _dlpack.describe(object())
+
+
+def test_dlpack_cuda_producers_and_capsules_become_device_arrays():
     assert _device.from_object(np.zeros(3)) is None  # host memory: the core views it
     assert _device.from_object(_Dlpack(_device.DLPACK_CPU)) is None
     for kind in _device.DLPACK_CUDA_TYPES:
-        with pytest.raises(RdmacollValueError, match="DLPack only"):
-            _device.from_object(_Dlpack(kind))
+        x = _Dlpack(kind)
+        d = _device.from_object(x)
+        assert (d.ptr, d.shape, d.dtype, d.device, d.owner) == (0x20000, (3, 4), np.float32, 0, x)
+        assert x.streams == [1]  # asked for the legacy default stream
+    cap, keep = _fake_capsule(0x30000, (5,), code_bits=(4, 16), device=(2, 3), byte_offset=8)
+    d = _device.from_object(cap)
+    assert (d.ptr, d.shape, d.dtype.name, d.device, d.owner) == (0x30008, (5,), "bfloat16", 3, None)
+    with pytest.raises(RdmacollValueError, match="result of a DLPack capsule"):
+        d.new((5,))  # (no library to make results with: out= is the way)
+    cap, keep = _fake_capsule(0x30000, (2, 3), strides=(1, 2))
+    with pytest.raises(RdmacollValueError, match="not C-contiguous"):
+        _device.from_object(cap)
+    cap, keep = _fake_capsule(0x30000, (2,), code_bits=(5, 64))  # complex
+    with pytest.raises(RdmacollValueError, match="is not one rdmacoll reduces"):
+        _device.from_object(cap)
 
 
 # --------------------------------------------------------------------------- no GPU here
