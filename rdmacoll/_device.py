@@ -199,10 +199,16 @@ def from_object(x, stream=None):
 
 
 def _from_capsule(capsule, owner):
-    """A DeviceArray of a "dltensor" capsule of CUDA memory (None for host memory: the core
-    views that itself); the capsule stays alive with it."""
+    """A DeviceArray of a "dltensor" capsule of CUDA memory (None for a producer of host
+    memory: the core views that itself; a bare capsule of host memory is refused); the
+    capsule stays alive with it."""
     d = _dlpack.describe(capsule)
     if d["device_type"] not in DLPACK_CUDA_TYPES:
+        if owner is None:
+            raise RdmacollValueError(
+                f"a DLPack capsule of memory of device type {d['device_type']}: rdmacoll takes capsules of CUDA "
+                "memory; pass host arrays themselves (NumPy, or numpy.from_dlpack of their producer)"
+            )
         return None
     if d["strides"] is not None:
         expected, step = [], 1

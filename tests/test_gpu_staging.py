@@ -185,6 +185,8 @@ def test_dlpack_capsule_of_host_memory_is_read_as_numpy_describes_it():
     assert _dlpack.describe(b.__dlpack__())["dtype"] == "int16"
     with pytest.raises(RdmacollValueError, match="not a DLPack capsule"):
         _dlpack.describe(object())
+    with pytest.raises(RdmacollValueError, match="takes capsules of CUDA memory"):
+        _device.from_object(b.__dlpack__())  # a bare capsule of host memory
 
 
 def test_dlpack_cuda_producers_and_capsules_become_device_arrays():
@@ -278,12 +280,17 @@ def test_join_serves_a_gpu_allreduce_in_the_cores_chunks(itemsize, chunk):
 RUNTIME_TOO_LATE = """
 from rdmacoll import _core
 first = _core.cuda_runtime()
+print("FIRST", first.get("library", ""))
+if first.get("library"):
+    print("SAME", _core.cuda_runtime(first["library"]).get("library", ""))
 later = _core.cuda_runtime("/nonexistent/libcudart.so.99")
 print("LATER", later.get("error", ""))
 """
 
 
 def test_a_cuda_runtime_named_after_the_first_gpu_call_is_refused_with_the_reason(tmp_path):
+    """One runtime per process: once one is loaded, naming another is an error saying so
+    (naming the same one is fine); while none could be loaded, the one named is tried."""
     import subprocess
     import sys
 
@@ -291,4 +298,9 @@ def test_a_cuda_runtime_named_after_the_first_gpu_call_is_refused_with_the_reaso
         [sys.executable, "-c", RUNTIME_TOO_LATE], capture_output=True, text=True, timeout=60, cwd=tmp_path
     )
     assert r.returncode == 0, r.stderr
-    assert "comes too late" in r.stdout and "/nonexistent/libcudart.so.99" in r.stdout, r.stdout
+    out = dict(line.split(" ", 1) for line in r.stdout.splitlines() if " " in line)
+    assert "/nonexistent/libcudart.so.99" in out["LATER"], r.stdout
+    if out["FIRST"].strip():  # a runtime loaded (a host with CUDA's libraries)
+        assert out["SAME"] == out["FIRST"] and "comes too late" in out["LATER"], r.stdout
+    else:  # none: the named one was tried, and its failure said
+        assert "no CUDA runtime could be loaded" in out["LATER"], r.stdout

@@ -143,7 +143,12 @@ const Runtime* tryRuntime(const std::string& library, std::string* why) {
     l.library = library;
     l.rt = load(library, &l.why);
   }
-  if (!library.empty() && library != l.library) {  // (one runtime per process: the first kept)
+  if (!l.rt && !library.empty() && library != l.library) {  // (nothing loaded yet: try the one named)
+    l.library = library;
+    l.rt = load(library, &l.why);
+  }
+  if (!library.empty() && library != l.library &&
+      !(l.rt && library == l.rt->library)) {  // (one runtime per process: the first kept)
     if (why)
       *why = "RDMACOLL_CUDA_RUNTIME=" + library + " comes too late: this process already loaded " +
              (l.rt ? l.rt->library : std::string("no CUDA runtime")) + " (" +

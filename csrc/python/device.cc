@@ -84,8 +84,7 @@ void PyDevice::broadcast(uintptr_t in, uintptr_t out, size_t count, int dtype, i
 py::array PyDevice::download(uintptr_t ptr, size_t nbytes, int device, uintptr_t stream) {
   if (device < 0) device = deviceOf(ptr, nbytes);
   if (closed_) throw Error("rdmacoll is shut down: call rdmacoll.init() again");
-  std::shared_ptr<MemoryPool> pool = group_.comm().pool();
-  py::array host = wrapBlock(py::dtype("uint8"), {static_cast<py::ssize_t>(nbytes)}, pool, pool->acquire(nbytes));
+  py::array host = wrapBlock(py::dtype("uint8"), {static_cast<py::ssize_t>(nbytes)}, pool_, pool_->acquire(nbytes));
   void* h = host.mutable_data();
   {
     py::gil_scoped_release release;

@@ -8,6 +8,7 @@
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -20,7 +21,8 @@ namespace py = pybind11;
 
 class PyDevice {
  public:
-  PyDevice(Group& group, StagingOptions options) : group_(group), options_(std::move(options)) {}
+  PyDevice(Group& group, StagingOptions options)
+      : group_(group), pool_(group.comm().pool()), options_(std::move(options)) {}
 
   // Ordered after `stream`'s work, the result ready on it when they return.
   void allreduce(uintptr_t in, uintptr_t out, size_t count, int dtype, py::handle op, int device, uintptr_t stream,
@@ -42,10 +44,11 @@ class PyDevice {
   void run(Request& r, uintptr_t in, uintptr_t out, size_t count, int dtype, int device, uintptr_t stream,
            py::handle name, py::handle shape);
 
-  Group& group_;  // (gone once closed_)
+  Group& group_;                      // (gone once closed_)
+  std::shared_ptr<MemoryPool> pool_;  // (outlives the group while its arrays live)
   StagingOptions options_;
   std::mutex mu_;
-  bool closed_ = false;
+  std::atomic<bool> closed_{false};
   std::unique_ptr<DeviceStaging> staging_;  // made on the first call (it loads the CUDA runtime)
 };
 

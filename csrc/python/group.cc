@@ -199,6 +199,7 @@ class PyGroup {
 
   // ---- device (GPU) memory: its collectives (python/device.h), made on first use
   PyDevice& device() {
+    if (closing_) throw Error("rdmacoll is shut down: call rdmacoll.init() again");
     if (!device_) device_ = std::make_unique<PyDevice>(g(), staging_);
     return *device_;
   }
@@ -277,6 +278,7 @@ class PyGroup {
     return a->usable(algorithms::Situation::of(g().comm(), coll, bytes));
   }
   void close() {
+    closing_ = true;                // (with the GIL: no thread makes device_ from here on)
     py::gil_scoped_release r;       // queued work finishes (it never needs the GIL)
     if (device_) device_->close();  // (its ring is a block of the group's pool; kept handles raise)
     group_.reset();
@@ -300,6 +302,7 @@ class PyGroup {
   std::unique_ptr<Group> group_;
   std::shared_ptr<LogSink> log_;  // (null for a split: it shares its parent's connections)
   StagingOptions staging_;
+  bool closing_ = false;
   std::unique_ptr<PyDevice> device_;  // made on the first device call; closed before group_ goes
 };
 

@@ -1,6 +1,7 @@
 #include "runtime/staging.h"
 
 #include <algorithm>
+#include <string>
 #include <utility>
 
 #include "common/error.h"
@@ -192,12 +193,23 @@ void DeviceStaging::run(const Request& r, int device, cuda::Stream stream) {
   } catch (const Interrupted&) {
     settle(d);
     throw;
-  } catch (const Error& e) {
+  } catch (...) {
     // Nothing of this call may still write the caller's memory once it has raised, and
     // the peers, waiting in the next chunk's collective, are aborted (a chunk's own
-    // failure already did that: fail() then only rethrows).
+    // failure already did that); the error itself goes on as it was (MemoryError stays).
     settle(d);
-    group_.comm().fail(e.what());
+    std::string what = "the GPU staging failed";
+    try {
+      throw;
+    } catch (const std::exception& e) {
+      what = e.what();
+    } catch (...) {
+    }
+    try {
+      group_.comm().fail(what);
+    } catch (...) {
+    }
+    throw;
   }
 }
 

@@ -308,7 +308,7 @@ def allreduce_async(x, op=rc.Average, name=None, out=None, process_set=None):
     if not _is_global(process_set):
         return rc.allreduce_async(x, op, name, out, process_set)
     a = x if isinstance(x, (np.ndarray, rc.DeviceArray)) else rc._core._view(x)
-    kind = DEVICE_ALLREDUCE if isinstance(a, rc.DeviceArray) else ALLREDUCE
+    kind = DEVICE_ALLREDUCE if isinstance(a, rc.DeviceArray) and op != rc.Adasum else ALLREDUCE
     key = (kind, a.dtype.num, a.shape, op, name)  # (dtype.name costs microseconds: only when new)
     words = None
     if key not in STATE.templates:

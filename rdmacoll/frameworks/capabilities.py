@@ -38,7 +38,8 @@ def cuda_built(verbose=False) -> bool:
     a CUDA runtime loads (RDMACOLL_CUDA_RUNTIME's, where set) and sees a device. Nothing of
     rdmacoll is compiled for CUDA. (It initialises the CUDA driver in this process.)"""
     try:
-        library = str(_settings.resolve(scope="rank")[0].get("cuda_runtime") or "")
+        settings = _session.current().settings if is_initialized() else _settings.resolve(scope="rank")[0]
+        library = str((settings or {}).get("cuda_runtime") or "")
     except RdmacollError:
         library = ""
     return bool(_core.cuda_runtime(library).get("devices"))
