@@ -1,7 +1,7 @@
 """The GPU check (issue 33), one torchrun launch per world size on one machine with a CUDA
 GPU: every rank's tensors on the same device (several processes on one GPU).
 
-    torchrun --nproc_per_node=2 scripts/gpu_check.py [--bench]
+    torchrun --nproc_per_node=2 scripts/gpu_check.py
 
 Checks, each printed as `CHECK <name> PASS|FAIL <detail>` by rank 0 (a failure on any rank
 fails the check; the script exits 1 if any failed):
@@ -15,17 +15,13 @@ fails the check; the script exits 1 if any failed):
 - torch.distributed: backend "rdmacoll" on CUDA tensors (all_reduce, broadcast,
   all_gather_into_tensor, reduce_scatter_tensor, all_to_all_single) and DDP on a CUDA
   model against the same reference.
---bench (rank 0 prints a table; --bench-only: nothing else): allreduce of float32 CUDA tensors, medians of iterations,
-against its stages alone (device-to-host copy into page-locked memory, the host allreduce,
-host-to-device) and gloo's CUDA path in the same processes.
+The speed of the staging is benchmarks/gpu_staging.py's (scripts/gpu_check.sh runs both).
 """
 
 from __future__ import annotations
 
 import os
-import statistics
 import sys
-import time
 import traceback
 
 import numpy as np
@@ -337,64 +333,6 @@ def backend(dev, r, p):
     check("backend.cuda.ddp", ddp)
 
 
-def median_time(fn, iters, warm=2):
-    for _ in range(warm):
-        fn()
-    ts = []
-    for _ in range(iters):
-        dist.barrier(group=CPU_GROUP)
-        t0 = time.perf_counter()
-        fn()
-        torch.cuda.synchronize()
-        ts.append(time.perf_counter() - t0)
-    return statistics.median(ts)
-
-
-def bench(dev, r, p):
-    gloo = CPU_GROUP
-    rows = []
-    for mib in (1, 16, 64, 256):
-        n = mib * (1 << 18)
-        x = torch.ones(n, device=dev)
-        pinned = torch.empty(n, pin_memory=True)
-        host = rc.empty((n,), "float32")
-        host[:] = 1
-        iters = 10 if mib <= 64 else 5
-        t_rc = median_time(lambda: rc.allreduce(x, op=rc.Sum, out=x), iters)
-        t_d2h = median_time(lambda: pinned.copy_(x, non_blocking=True), iters)
-        t_host = median_time(lambda: rc.allreduce(host, op=rc.Sum, out=host), iters)
-        t_h2d = median_time(lambda: x.copy_(pinned, non_blocking=True), iters)
-        t_gloo = median_time(lambda: dist.all_reduce(x, group=gloo), iters)
-        slowest = max(t_d2h, t_host, t_h2d)
-        rows.append((mib, t_rc, t_d2h, t_host, t_h2d, t_gloo, t_rc / slowest, t_gloo / t_rc))
-    small = []
-    for nbytes in (4, 1024, 65536):
-        x = torch.ones(nbytes // 4, device=dev)
-        t_rc = median_time(lambda: rc.allreduce(x, op=rc.Sum, out=x), 50, warm=5)
-        t_gloo = median_time(lambda: dist.all_reduce(x, group=gloo), 50, warm=5)
-        small.append((nbytes, t_rc, t_gloo))
-    if r == 0:
-        chunk = os.environ.get("RDMACOLL_CUDA_CHUNK_BYTES", "4M (default)")
-        print(
-            f"\nBENCH {p} ranks on one GPU ({torch.cuda.get_device_name(dev)}), chunk {chunk}; medians of iterations, ms"
-        )
-        print(
-            "| MiB | rdmacoll | D2H alone | host allreduce alone | H2D alone | gloo (cuda) | rdmacoll / slowest stage "
-            "| gloo / rdmacoll |"
-        )
-        print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
-        for row in rows:
-            print(
-                "| {} | {:.2f} | {:.2f} | {:.2f} | {:.2f} | {:.2f} | {:.2f} | {:.2f} |".format(
-                    row[0], *(v * 1e3 for v in row[1:6]), row[6], row[7]
-                )
-            )
-        print("\n| bytes | rdmacoll us | gloo (cuda) us |\n| ---: | ---: | ---: |")
-        for b, a, g in small:
-            print(f"| {b} | {a * 1e6:.1f} | {g * 1e6:.1f} |")
-        print(f"staging page-locked: {rc._session.current().comm.device.pinned}", flush=True)
-
-
 CPU_GROUP = None
 
 
@@ -413,10 +351,6 @@ def main():
         avail = [line for line in open("/proc/meminfo") if line.startswith("MemAvailable")]
         print(f"LANG={os.environ.get('LANG')} LC_ALL={os.environ.get('LC_ALL')} {avail}", flush=True)
     sections = [plain_torch, plain_cupy, adapter, backend]
-    if "--bench" in sys.argv:
-        sections = [bench] + sections
-    if "--bench-only" in sys.argv:
-        sections = [bench]
     for section in sections:
         try:
             section(dev, r, p)
