@@ -9,14 +9,19 @@
   _dlpack.py);
 - the doctor's GPU path decision;
 - where no GPU is (CI): the runtime loader reports why instead of raising, and a CUDA
-  array reaches no collective (an object claiming CUDA memory is refused with the reason).
+  array reaches no collective (an object claiming CUDA memory is refused with the reason);
+- every GPU code path in real processes over a fake CUDA runtime
+  (csrc/python/testing/fake_cuda/, workers/fake_gpu.py): collectives, join, a failed copy.
 The GPU itself is checked by scripts/gpu_check.sh on a machine that has one (docs/gpu.md).
 """
+
+import os
 
 import numpy as np
 import pytest
 
 import _rdmacoll_testing as _testing
+from mpi_util import rank_records, run_mpi
 from rdmacoll import RdmacollValueError, _core, _device
 from rdmacoll.doctor import gpu_path
 
@@ -304,3 +309,51 @@ def test_a_cuda_runtime_named_after_the_first_gpu_call_is_refused_with_the_reaso
         assert out["SAME"] == out["FIRST"] and "comes too late" in out["LATER"], r.stdout
     else:  # none: the named one was tried, and its failure said
         assert "no CUDA runtime could be loaded" in out["LATER"], r.stdout
+
+
+# --------------------------------------------------------------------------- a fake GPU, real processes
+
+
+def _fake_runtime():
+    """The fake CUDA runtime built beside the test hooks (csrc/python/testing/fake_cuda/)."""
+    path = os.path.join(os.path.dirname(_testing.__file__), "libfake_cudart.so")
+    if not os.path.exists(path):
+        pytest.fail(f"{path} is missing: the test hooks' build makes it (RDMACOLL_TESTING)")
+    return path
+
+
+def _fake_env():
+    return {
+        "RDMACOLL_CUDA_RUNTIME": _fake_runtime(),
+        "RDMACOLL_CUDA_CHUNK_BYTES": "4K",
+        "RDMACOLL_CUDA_STAGING_BYTES": "16K",
+    }
+
+
+@pytest.mark.parametrize("nranks", [2, 3])
+def test_every_gpu_path_over_a_fake_runtime(nranks):
+    """Every collective on (fake) GPU arrays in real processes: results against NumPy, one
+    download and one upload per chunk, ring wrap, out=, async, the whole-staged
+    collectives, refusals."""
+    res = run_mpi(nranks, "fake_gpu.py", ["ops"], env=_fake_env(), timeout=120)
+    for r, rec in rank_records(res, nranks, "done").items():
+        res.check(not rec["bad"], f"rank {r}: {rec['bad'][:6]}")
+        res.check(rec["pinned"], f"rank {r}: the staging ring was not page-locked")
+
+
+def test_a_joined_rank_stands_in_for_gpu_allreduces_chunk_by_chunk():
+    res = run_mpi(3, "fake_gpu.py", ["join"], env=_fake_env(), timeout=120)
+    for r, rec in rank_records(res, 3, "done").items():
+        res.check(not rec["bad"], f"rank {r}: {rec['bad']}")
+        res.check(rec["last"] in (0, 1), f"rank {r}: join() returned {rec['last']}")
+
+
+def test_a_failed_copy_mid_message_raises_on_every_rank():
+    res = run_mpi(2, "fake_gpu.py", ["fail"], env={**_fake_env(), "RDMACOLL_TIMEOUT": "30"}, timeout=90)
+    recs = rank_records(res, 2, "done")
+    res.check(recs[0]["error"] and "fake CUDA error" in recs[0]["error"], f"rank 0: {recs[0]['error']!r}")
+    # rank 1 learns rank 0's error from its abort (not from its own timeout, 30 s later)
+    res.check(
+        recs[1]["error"] and "fake CUDA error" in recs[1]["error"] and "rank 0" in recs[1]["error"],
+        f"rank 1: {recs[1]['error']!r}",
+    )
