@@ -22,8 +22,8 @@ namespace {
 
 std::mutex mu;
 std::map<uintptr_t, size_t> allocations;  // start -> bytes
-std::atomic<long> copies[3];               // by kind: 1 host to device, 2 device to host
-std::atomic<long> failAfter{-1};           // copies left before one fails (-1: never)
+std::atomic<long> copies[3];              // by kind: 1 host to device, 2 device to host
+std::atomic<long> failAfter{-1};          // copies left before one fails (-1: never)
 
 bool isDevice(const void* p) {
   std::lock_guard<std::mutex> g(mu);
