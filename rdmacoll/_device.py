@@ -98,6 +98,34 @@ def _new_like(owner, shape, dtype, device):
     )
 
 
+def _check_contiguous(shape, strides, unit, what):
+    """RdmacollValueError unless strides (in `unit`s; None: contiguous) are C-contiguous
+    ones (a dimension of length 1 may have any stride)."""
+    if strides is None:
+        return
+    expected, step = [], unit
+    for n in reversed(shape):
+        expected.append(step)
+        step *= n
+    if any(s != e for s, e, n in zip(strides, reversed(expected), shape) if n > 1):
+        raise RdmacollValueError(f"GPU array is not C-contiguous ({what} {tuple(strides)}); make it contiguous")
+
+
+def _numpy_dtype(name):
+    """The NumPy dtype named `name` (bfloat16: ml_dtypes'); RdmacollValueError for one the
+    core lacks."""
+    if name == "bfloat16":
+        try:
+            import ml_dtypes
+        except ImportError:
+            raise RdmacollValueError("bfloat16 arrays need the ml_dtypes package (pip install ml_dtypes)") from None
+        return np.dtype(ml_dtypes.bfloat16)
+    try:
+        return np.dtype(name)
+    except TypeError:
+        raise RdmacollValueError(f"unsupported dtype {name} of a GPU array") from None
+
+
 def from_interface(cai, owner=None, stream=None):
     """A DeviceArray from a __cuda_array_interface__ dict (its rules above); raises
     RdmacollValueError for what the core cannot take. stream: overrides the dict's."""
@@ -111,14 +139,7 @@ def from_interface(cai, owner=None, stream=None):
         raise RdmacollValueError(f"GPU array of dtype {dtype.str} has non-native byte order")
     if cai.get("mask") is not None:
         raise RdmacollValueError("masked GPU arrays are not supported")
-    strides = cai.get("strides")
-    if strides is not None:
-        expected, step = [], dtype.itemsize
-        for d in reversed(shape):
-            expected.append(step)
-            step *= d
-        if any(s != e for s, e, d in zip(strides, reversed(expected), shape) if d > 1):
-            raise RdmacollValueError(f"GPU array is not C-contiguous (strides {tuple(strides)}); make it contiguous")
+    _check_contiguous(shape, cai.get("strides"), dtype.itemsize, "strides")
     if stream is None:
         stream = cai.get("stream") if cai.get("version", 0) >= 3 else None
         if stream == 0:
@@ -146,18 +167,7 @@ def _from_torch(x, stream):
     its own attributes."""
     if not x.is_contiguous():
         raise RdmacollValueError("GPU tensor is not contiguous; pass tensor.contiguous()")
-    name = str(x.dtype).replace("torch.", "")
-    if name == "bfloat16":
-        try:
-            import ml_dtypes
-        except ImportError:
-            raise RdmacollValueError("bfloat16 tensors need the ml_dtypes package (pip install ml_dtypes)") from None
-        dtype = ml_dtypes.bfloat16
-    else:
-        try:
-            dtype = np.dtype(name)
-        except TypeError:
-            raise RdmacollValueError(f"unsupported dtype {name} of a GPU tensor") from None
+    dtype = _numpy_dtype(str(x.dtype).replace("torch.", ""))
     if stream is None:
         stream = _current_stream(x)
     return DeviceArray(x.data_ptr(), tuple(x.shape), dtype, x.device.index, stream, owner=x)
@@ -210,30 +220,15 @@ def _from_capsule(capsule, owner):
                 "memory; pass host arrays themselves (NumPy, or numpy.from_dlpack of their producer)"
             )
         return None
-    if d["strides"] is not None:
-        expected, step = [], 1
-        for n in reversed(d["shape"]):
-            expected.append(step)
-            step *= n
-        if any(s != e for s, e, n in zip(d["strides"], reversed(expected), d["shape"]) if n > 1):
-            raise RdmacollValueError(f"GPU array is not C-contiguous (DLPack strides {d['strides']})")
-    dtype = d["dtype"]
-    if dtype == "bfloat16":
-        try:
-            import ml_dtypes
-        except ImportError:
-            raise RdmacollValueError("bfloat16 arrays need the ml_dtypes package (pip install ml_dtypes)") from None
-        dtype = ml_dtypes.bfloat16
-    return DeviceArray(d["ptr"], d["shape"], dtype, d["device_id"], 0, owner=owner, keep=capsule)
+    _check_contiguous(d["shape"], d["strides"], 1, "DLPack strides")
+    return DeviceArray(d["ptr"], d["shape"], _numpy_dtype(d["dtype"]), d["device_id"], 0, owner=owner, keep=capsule)
 
 
 def chunks(count, itemsize, chunk_bytes):
     """(offset, elements) of each collective the core's pipeline runs for an allreduce of
-    `count` elements (runtime/staging.h, stagingPlan: chunks of chunk_bytes rounded down to
-    whole elements, at least one element and 4096 bytes; one empty chunk for no elements):
-    what a rank inside join() runs with zeros in place of a GPU tensor it never saw."""
-    c = max(1, max(chunk_bytes, 4096) // itemsize)
-    return [(off, min(c, count - off)) for off in range(0, count, c)] or [(0, 0)]
+    `count` elements (the core's own plan: runtime/staging.h): what a rank inside join()
+    runs with zeros in place of a GPU tensor it never saw."""
+    return [tuple(c) for c in _core.staging_chunks(count, itemsize, chunk_bytes)]
 
 
 # ---- the collectives (c: a core Communicator; d: a DeviceArray)

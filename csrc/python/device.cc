@@ -4,6 +4,7 @@
 
 #include <pybind11/pybind11.h>
 
+#include <algorithm>
 #include <string>
 #include <utility>
 
@@ -37,13 +38,7 @@ bool PyDevice::pinned() {
 
 int PyDevice::deviceOf(uintptr_t ptr, size_t nbytes) {
   // (the runtime alone: an address no GPU owns is refused before the ring is made)
-  const cuda::Runtime& rt = cuda::runtime(options_.runtimeLibrary);
-  int device = -1;
-  const cuda::MemoryType t = rt.where(reinterpret_cast<const void*>(ptr), &device);
-  if (nbytes > 0 && t != cuda::MemoryType::kDevice && t != cuda::MemoryType::kManaged)
-    throw ArgumentError("the input is not CUDA device memory (the CUDA runtime does not know its address)");
-  if (device < 0) rt.check(rt.getDevice(&device), "cudaGetDevice");
-  return device;
+  return deviceHolding(cuda::runtime(options_.runtimeLibrary), reinterpret_cast<const void*>(ptr), nbytes, "the input");
 }
 
 void PyDevice::run(Request& r, uintptr_t in, uintptr_t out, size_t count, int dtype, int device, uintptr_t stream,
@@ -125,6 +120,20 @@ void bindDevice(py::module_& m) {
       .def("device_of", &PyDevice::deviceOf, "ptr"_a, "nbytes"_a,
            "The CUDA device holding [ptr, ptr + nbytes); raises when it is not device memory")
       .def_property_readonly("pinned", &PyDevice::pinned, "Whether the staging memory is page-locked");
+  m.def(
+      "staging_chunks",
+      [](size_t count, size_t itemsize, size_t chunkBytes) {
+        const StagingPlan plan = stagingPlan(count * itemsize, itemsize, std::max(chunkBytes, kMinStagingChunk), 1);
+        py::list out;
+        for (size_t j = 0; j < plan.count(); ++j) {
+          const StagedChunk c = plan.at(j);
+          out.append(py::make_tuple(c.offset / itemsize, c.bytes / itemsize));
+        }
+        return out;
+      },
+      py::arg("count"), py::arg("itemsize"), py::arg("chunk_bytes"),
+      "(offset, elements) of each collective the GPU pipeline runs for `count` elements in chunks of "
+      "chunk_bytes (runtime/staging.h): what a rank inside join() stands in with.");
   m.def(
       "cuda_runtime",
       [](const std::string& library) {

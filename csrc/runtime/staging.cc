@@ -8,44 +8,25 @@
 
 namespace rdmacoll {
 
-std::vector<StagedChunk> stagingPlan(size_t bytes, size_t elemSize, size_t chunkBytes, int slots) {
+StagingPlan stagingPlan(size_t bytes, size_t elemSize, size_t chunkBytes, int slots) {
   if (elemSize == 0 || slots < 1) throw Error("stagingPlan: element size and slots must be positive");
-  const size_t c = std::max(elemSize, chunkBytes / elemSize * elemSize);
-  std::vector<StagedChunk> plan;
-  size_t off = 0;
-  do {
-    StagedChunk ch;
-    ch.offset = off;
-    ch.bytes = std::min(c, bytes - off);
-    ch.slot = static_cast<int>(plan.size() % static_cast<size_t>(slots));
-    plan.push_back(ch);
-    off += ch.bytes;
-  } while (off < bytes);
-  return plan;
+  StagingPlan p;
+  p.bytes = bytes;
+  p.chunk = std::max(elemSize, chunkBytes / elemSize * elemSize);
+  p.slots = slots;
+  return p;
 }
 
-void runStaged(const std::vector<StagedChunk>& plan, DeviceCopies& copies, char* ring, size_t slotBytes,
-               const char* devIn, char* devOut, const std::function<void(char*, size_t)>& collective) {
-  const size_t k = plan.size();
-  size_t slots = 0;  // the ring's slots this plan uses
-  for (const auto& ch : plan) slots = std::max(slots, static_cast<size_t>(ch.slot) + 1);
-  auto slotOf = [&](size_t j) { return ring + static_cast<size_t>(plan[j].slot) * slotBytes; };
-  auto down = [&](size_t j) {
-    if (devIn) copies.toHost(plan[j].slot, slotOf(j), devIn + plan[j].offset, plan[j].bytes);
-  };
-  copies.begin();
-  for (size_t j = 0; j < std::min(slots, k); ++j) down(j);
-  for (size_t j = 0; j < k; ++j) {
-    if (devIn) {
-      copies.waitHost(plan[j].slot);
-    } else {
-      copies.waitFree(plan[j].slot);
-    }
-    collective(slotOf(j), plan[j].bytes);
-    if (devOut) copies.toDevice(plan[j].slot, devOut + plan[j].offset, slotOf(j), plan[j].bytes);
-    if (j + slots < k) down(j + slots);  // (queued after the upload out of its slot)
+int deviceHolding(const cuda::Runtime& rt, const void* p, size_t n, const char* what) {
+  int device = -1;
+  const cuda::MemoryType t = rt.where(p, &device);
+  if (n == 0) {
+    if (device < 0) rt.check(rt.getDevice(&device), "cudaGetDevice");
+    return device;
   }
-  copies.finish();
+  if (t != cuda::MemoryType::kDevice && t != cuda::MemoryType::kManaged)
+    throw ArgumentError(std::string(what) + " is not CUDA device memory (the CUDA runtime does not know its address)");
+  return device;
 }
 
 // ---- CUDA's copies
@@ -100,7 +81,7 @@ class CudaCopies : public DeviceCopies {
 
 DeviceStaging::DeviceStaging(Group& group, StagingOptions options)
     : group_(group), options_(std::move(options)), rt_(cuda::runtime(options_.runtimeLibrary)) {
-  options_.chunkBytes = std::max<size_t>(options_.chunkBytes, 4096);
+  options_.chunkBytes = std::max(options_.chunkBytes, kMinStagingChunk);
   slots_ = static_cast<int>(std::clamp<size_t>(options_.ringBytes / options_.chunkBytes, 1, kMaxSlots));
   pool_ = group_.comm().pool();
   ring_ = pool_->acquire(static_cast<size_t>(slots_) * options_.chunkBytes);
@@ -152,11 +133,7 @@ DeviceStaging::PerDevice& DeviceStaging::on(int device) {
 
 void DeviceStaging::checkDevicePointer(const void* p, size_t n, int device, const char* what) const {
   if (n == 0) return;
-  int dev = -1;
-  const cuda::MemoryType t = rt_.where(p, &dev);
-  if (t != cuda::MemoryType::kDevice && t != cuda::MemoryType::kManaged) {
-    throw ArgumentError(std::string(what) + " is not CUDA device memory (the CUDA runtime does not know the address)");
-  }
+  const int dev = deviceHolding(rt_, p, n, what);
   if (dev != device) {
     throw ArgumentError(std::string(what) + " is on cuda:" + std::to_string(dev) +
                         ", the input on cuda:" + std::to_string(device));

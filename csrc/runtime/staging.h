@@ -21,7 +21,7 @@
 // (download()), run on the host, and the caller puts the result up (upload()).
 #pragma once
 #include <cstddef>
-#include <functional>
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <vector>
@@ -37,9 +37,25 @@ struct StagedChunk {
   size_t offset = 0, bytes = 0;
   int slot = 0;
 };
-// The chunks of a message of `bytes` (see above): chunkBytes is rounded down to a multiple
-// of elemSize (at least one element), and the ring holds `slots` of them.
-std::vector<StagedChunk> stagingPlan(size_t bytes, size_t elemSize, size_t chunkBytes, int slots);
+// The chunks of a message of `bytes` (see above), computed, never stored (no allocation per
+// call): chunkBytes is rounded down to a multiple of elemSize (at least one element), chunk
+// j goes to slot j % slots, and a message of no bytes is one empty chunk (the ranks meet).
+struct StagingPlan {
+  size_t bytes = 0, chunk = 1;
+  int slots = 1;
+  size_t count() const { return bytes == 0 ? 1 : (bytes + chunk - 1) / chunk; }
+  StagedChunk at(size_t j) const {
+    StagedChunk c;
+    c.offset = j * chunk;
+    c.bytes = std::min(chunk, bytes - c.offset);
+    c.slot = static_cast<int>(j % static_cast<size_t>(slots));
+    return c;
+  }
+};
+StagingPlan stagingPlan(size_t bytes, size_t elemSize, size_t chunkBytes, int slots);
+// The smallest chunk the pipeline uses (cuda_chunk_bytes' lower bound, also for callers
+// that plan without a DeviceStaging: join's stand-ins, through _core.staging_chunks).
+constexpr size_t kMinStagingChunk = 4096;
 
 // What the pipeline needs of a device: asynchronous copies per ring slot, and their
 // completion. (CUDA's, below; the tests drive the pipeline with a recording fake.)
@@ -58,9 +74,36 @@ class DeviceCopies {
 
 // The pipeline: `devIn` null skips the downloads (a broadcast's receivers), `devOut` null
 // the uploads (a broadcast's root in place); collective(slot memory, bytes) runs the host
-// collective of one chunk.
-void runStaged(const std::vector<StagedChunk>& plan, DeviceCopies& copies, char* ring, size_t slotBytes,
-               const char* devIn, char* devOut, const std::function<void(char*, size_t)>& collective);
+// collective of one chunk (any callable: nothing is allocated to hold it).
+template <typename Collective>
+void runStaged(const StagingPlan& plan, DeviceCopies& copies, char* ring, size_t slotBytes, const char* devIn,
+               char* devOut, Collective&& collective) {
+  const size_t k = plan.count();
+  const size_t slots = std::min(k, static_cast<size_t>(plan.slots));  // (the ring's slots used)
+  auto slotOf = [&](const StagedChunk& c) { return ring + static_cast<size_t>(c.slot) * slotBytes; };
+  auto down = [&](size_t j) {
+    const StagedChunk c = plan.at(j);
+    if (devIn) copies.toHost(c.slot, slotOf(c), devIn + c.offset, c.bytes);
+  };
+  copies.begin();
+  for (size_t j = 0; j < slots; ++j) down(j);
+  for (size_t j = 0; j < k; ++j) {
+    const StagedChunk c = plan.at(j);
+    if (devIn) {
+      copies.waitHost(c.slot);
+    } else {
+      copies.waitFree(c.slot);
+    }
+    collective(slotOf(c), c.bytes);
+    if (devOut) copies.toDevice(c.slot, devOut + c.offset, slotOf(c), c.bytes);
+    if (j + slots < k) down(j + slots);  // (queued after the upload out of its slot)
+  }
+  copies.finish();
+}
+
+// The device holding [p, p + n) (device or managed memory; n 0: the current device);
+// ArgumentError naming `what` otherwise.
+int deviceHolding(const cuda::Runtime& rt, const void* p, size_t n, const char* what);
 
 struct StagingOptions {
   size_t chunkBytes = size_t(4) << 20;

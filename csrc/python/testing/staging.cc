@@ -85,7 +85,11 @@ class FakeCopies : public DeviceCopies {
 void bindTestingStaging(py::module_& t) {
   t.def("staging_plan", [](size_t bytes, size_t elem, size_t chunk, int slots) {
     py::list out;
-    for (const auto& c : stagingPlan(bytes, elem, chunk, slots)) out.append(py::make_tuple(c.offset, c.bytes, c.slot));
+    const StagingPlan plan = stagingPlan(bytes, elem, chunk, slots);
+    for (size_t j = 0; j < plan.count(); ++j) {
+      const StagedChunk c = plan.at(j);
+      out.append(py::make_tuple(c.offset, c.bytes, c.slot));
+    }
     return out;
   });
   t.def(
