@@ -235,8 +235,25 @@ void Communicator::checkUsable() const {
   if (!broken_.empty()) throw Error(broken_);
 }
 
+void Communicator::poison(const std::string& message) {
+  std::lock_guard<std::mutex> lk(poisonMu_);
+  if (poisoned_.load(std::memory_order_relaxed)) return;
+  poison_ = message;
+  poisoned_.store(true, std::memory_order_release);
+}
+
+void Communicator::failPoisoned() {
+  std::string message;
+  {
+    std::lock_guard<std::mutex> lk(poisonMu_);
+    message = poison_;
+  }
+  fail(message);
+}
+
 void Communicator::beginCall() {
   checkUsable();
+  checkPoison();
   // A peer that gave up (error, interrupt, death it noticed) may have left the previous
   // call after sending what this call's first wait needs: without this check the call
   // would go on to touch memory that peer abandoned.

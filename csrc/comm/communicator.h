@@ -18,9 +18,11 @@
 //     peer liveness, timeout, Ctrl-C), see wait.cc
 //   abortAll(msg): set every peer's abort word, then throw Error(msg) here
 #pragma once
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -180,6 +182,17 @@ class Communicator {
   // An error inside a collective: abort the peers unless an abort is already under way
   // (then only rethrow it).
   [[noreturn]] void fail(const std::string& message);
+  // From another thread than the one running a call: this communicator's calls can no
+  // longer be trusted (runtime/group.h: two threads inside synchronous calls at once). The
+  // thread running a call raises `message` through fail() (every peer aborts) at its next
+  // check, and so does the next call; the first report wins.
+  void poison(const std::string& message);
+
+  // Raises the report, if any, through fail(): from the thread running calls only.
+  void checkPoison() {
+    if (poisoned_.load(std::memory_order_acquire)) failPoisoned();
+  }
+  [[noreturn]] void failPoisoned();
   // Abort on every rank when this rank's device itself failed (Device::failure()).
   void checkDevice();
   // Calls that never wait long (a job that keeps running while its RDMA device is being
@@ -287,6 +300,9 @@ class Communicator {
   std::vector<uint64_t> beatSeen_;                                // each rank's, as last read
   std::vector<std::chrono::steady_clock::time_point> beatSince_;  // when it last changed
   mutable std::string broken_;  // set once the communicator aborted: every later call raises it
+  std::atomic<bool> poisoned_{false};
+  std::mutex poisonMu_;  // guards poison_ (poison() runs on another thread)
+  std::string poison_;
   pid_t pid_;
   uint64_t forkGeneration_;
 };

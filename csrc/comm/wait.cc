@@ -6,7 +6,8 @@
 // waiter holds a core some peer needs, so yield at once and sleep after
 // kOversubscribedYieldMicros (spinning with 4 ranks on 2 cores costs milliseconds;
 // yielding alone does not hand the core to a peer queued on the other CPU).
-// The interpreter lock is released before sleeping. Every kCheckMillis: the abort word,
+// The interpreter lock is released before sleeping. Every step: the abort word and another
+// thread's report (Communicator::poison). Every kCheckMillis:
 // every peer's liveness, the timeout, stalls (comm/stall.cc), and pending signals (Ctrl-C aborts
 // the peers, then raises Interrupted so that the binding re-raises KeyboardInterrupt).
 #include <sched.h>
@@ -57,6 +58,7 @@ Communicator::WaitState::~WaitState() {
 bool Communicator::WaitState::step() {
   ++iter_;
   c_.checkAbortWord();
+  c_.checkPoison();
   if ((iter_ & 63) == 0 || patient_ || released_) now_ = std::chrono::steady_clock::now();
   auto now = now_;
   if (now >= nextCheck_) {

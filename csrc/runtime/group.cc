@@ -216,9 +216,55 @@ const algorithms::Algorithm& Group::selected(Collective collective, size_t bytes
   return tuning::select(policy_, costs_, situation(collective, bytes));
 }
 
+namespace {
+
+// One synchronous call inside Group::run, counted while it is (group.h): entering after
+// another thread, either call unnamed, is `crowded`. The unnamed count goes up before the
+// total, so that of two threads entering together the second always sees the first.
+class Inside {
+ public:
+  Inside(std::atomic<int>& inside, std::atomic<int>& unnamed, bool named)
+      : inside_(inside), unnamed_(named ? nullptr : &unnamed) {
+    if (unnamed_) unnamed_->fetch_add(1, std::memory_order_seq_cst);
+    const int before = inside_.fetch_add(1, std::memory_order_seq_cst);
+    crowded_ = before > 0 && (unnamed_ || unnamed.load(std::memory_order_seq_cst) > 0);
+  }
+  ~Inside() {
+    inside_.fetch_sub(1, std::memory_order_seq_cst);
+    if (unnamed_) unnamed_->fetch_sub(1, std::memory_order_seq_cst);
+  }
+  Inside(const Inside&) = delete;
+  Inside& operator=(const Inside&) = delete;
+  bool crowded() const { return crowded_; }
+
+ private:
+  std::atomic<int>& inside_;
+  std::atomic<int>* unnamed_;
+  bool crowded_ = false;
+};
+
+}  // namespace
+
 size_t Group::run(const Request& r) {
+  Inside inside(inside_, unnamedInside_, r.nameLen > 0);
+  if (inside.crowded()) {
+    const std::string message =
+        std::string(collectiveName(r.collective)) + (r.nameLen ? " '" + std::string(r.name, r.nameLen) + "'" : "") +
+        " was called on a thread while another thread was inside a synchronous call on the same communicator, "
+        "and at least one of the two calls is unnamed: the ranks may run such calls in different orders and pair "
+        "different tensors. Give both calls names (name=...; calls of the same name must be interchangeable), "
+        "or make the threads take turns; this communicator is closed on every rank";
+    comm_->poison(message);  // (fail() names this rank)
+    throw Error(message);
+  }
   size_t rows = 0;
-  engine_->runInline([&] { rows = execute(r); });
+  engine_->runInline([&] {
+    rows = execute(r);
+    // A thread that came in meanwhile, here or at a peer (whose abort may have landed as
+    // this call ended): this call's result cannot be trusted either
+    comm_->checkPoison();
+    comm_->checkAbortWord();
+  });
   return rows;
 }
 

@@ -42,6 +42,10 @@ class Group {
   std::unique_ptr<Group> split(const std::vector<int>& members);
 
   // Runs r on this thread; returns the rows of the result (allgather, alltoall), else 0.
+  // A thread that enters while another thread is inside run() on this group, either call
+  // unnamed, raises Error, and the call inside raises it too (every peer aborts): two
+  // threads' synchronous calls reach the engine in an order that may differ between
+  // ranks, which would pair different tensors silently unless names tell them apart.
   size_t run(const Request& r);
   // Validates r now and queues it; `owner` keeps r's memory alive until it has run, and
   // the result's rows go to *rows (allgather, alltoall; may be null).
@@ -74,6 +78,8 @@ class Group {
   algorithms::Costs costs_{};     // of the connected communicator's links
   algorithms::Situation base_{};  // the job's part of every call's situation
   std::atomic<const char*> last_{""};
+  // Synchronous calls inside run() on this group, and how many of them are unnamed (run()).
+  std::atomic<int> inside_{0}, unnamedInside_{0};
   // Size classes (bit width of the bytes) whose choice the debug log showed, per
   // collective; touched only by execute(), which runs one call at a time.
   uint64_t logged_[8] = {};

@@ -8,6 +8,9 @@ waiting.py fork        every rank forks after init(): the child's copy refuses t
                        the parent goes on with its peers
 waiting.py threads     two Python threads make synchronous allreduces at once, all alike
                        (same name, size and op: any interleaving pairs them correctly)
+waiting.py unnamed     two Python threads make unnamed synchronous allreduces at once, each
+                       of its own values: an order that differs between ranks would pair
+                       one thread's tensor with the other's
 """
 
 import os
@@ -133,5 +136,34 @@ def threads() -> None:
 THREAD_CALLS = 40
 
 
+def unnamed() -> None:
+    """Thread t of rank r contributes 10 t + r + 1: a sum made of both threads' tensors is
+    wrong. Each thread stops at its first error."""
+    rc = init()
+    r, p = rc.rank(), rc.size()
+    wrong, right, errors = [0], [0], []
+
+    def work(t):
+        want = 10 * t * p + p * (p + 1) / 2
+        try:
+            for _ in range(THREAD_CALLS):
+                x = np.full(1 << 18, 10 * t + r + 1, np.float32)
+                rc.allreduce(x, op=rc.Sum, out=x)
+                bad = int(np.count_nonzero(x != want))
+                wrong[0] += bad
+                right[0] += bad == 0
+        except rc.RdmacollError as e:
+            errors.append(str(e))
+        except Exception as e:  # noqa: BLE001 - reported, the test fails on it
+            errors.append(repr(e))
+
+    ts = [threading.Thread(target=work, args=(t,)) for t in range(2)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    emit("done", wrong=wrong[0], right=right[0], errors=errors)
+
+
 if __name__ == "__main__":
-    main({"sigint": sigint, "gil": gil, "two": two, "fork": fork, "threads": threads}[sys.argv[1]])
+    main({"sigint": sigint, "gil": gil, "two": two, "fork": fork, "threads": threads, "unnamed": unnamed}[sys.argv[1]])
