@@ -71,7 +71,7 @@ def pytest_collection_finish(session):
     mine = [item for item in session.items if item.nodeid.startswith(GUEST_FILE)]
     if mine:
         _GUEST["module"] = mine[0].module
-        if mine[0].module.WHY_NOT is None and not session.config.option.collectonly:
+        if mine[0].module.WHY_NOT is None:
             mine[0].module.BESIDE.start()
 
 
