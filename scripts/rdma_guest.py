@@ -118,17 +118,6 @@ class Guest:
     def __init__(self, cache: Path | str = DEFAULT_CACHE, cpus: int = 2, memory: str = "2G"):
         self.cache = Path(cache)
         self.cpus, self.memory = cpus, memory
-        self._running: set[subprocess.Popen] = set()  # QEMU processes of run_hosts() calls
-        self._lock = threading.Lock()
-        self._killed = False
-
-    def kill(self) -> None:
-        """Kills the guests of every run_hosts() call in progress (on another thread) and
-        of any started later: their calls return 125 (never reported)."""
-        with self._lock:
-            self._killed = True
-            for p in self._running:
-                p.kill()
 
     # ------------------------------------------------------------------ set-up
     @property
@@ -286,20 +275,16 @@ class Guest:
                     "-device",
                     f"virtio-net-pci,netdev=n0,mac=52:54:00:12:34:{0x56 + i:02x},speed=10000,duplex=full,romfile=",
                 ]
-                with self._lock:
-                    procs.append(
-                        subprocess.Popen(
-                            qemu,
-                            stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT,
-                            stdin=subprocess.DEVNULL,
-                            text=True,
-                            errors="replace",
-                        )
+                procs.append(
+                    subprocess.Popen(
+                        qemu,
+                        stdout=subprocess.PIPE,
+                        stderr=subprocess.STDOUT,
+                        stdin=subprocess.DEVNULL,
+                        text=True,
+                        errors="replace",
                     )
-                    self._running.add(procs[-1])
-                    if self._killed:
-                        procs[-1].kill()
+                )
                 lines: list[str] = []
                 consoles.append(lines)
                 prefix = f"[rchost{i}] " if hosts > 1 else ""
@@ -329,8 +314,6 @@ class Guest:
                 if p.poll() is None:
                     p.kill()
                     p.wait()
-            with self._lock:
-                self._running.difference_update(procs)
             for out in outs:
                 shutil.rmtree(out, ignore_errors=True)
 

@@ -56,48 +56,17 @@ if _dir not in _path.split(os.pathsep):
     os.environ["PYTHONPATH"] = _dir + (os.pathsep + _path if _path else "")
 
 
-# The Soft-RoCE guest's jobs run beside the host's tests (tests/test_rdma_guest.py): its
-# tests go last, where they wait for the results, and the jobs start once collection has
-# chosen them (where the guest can run: otherwise they skip, saying why).
-GUEST_FILE = "tests/test_rdma_guest.py"
-_GUEST = {}  # "module": test_rdma_guest, once collection chose one of its tests
-
-
-def pytest_collection_modifyitems(session, config, items):
-    items.sort(key=lambda item: item.nodeid.startswith(GUEST_FILE))  # stable: the rest keep their order
-
-
-def pytest_collection_finish(session):
-    mine = [item for item in session.items if item.nodeid.startswith(GUEST_FILE)]
-    if mine:
-        _GUEST["module"] = mine[0].module
-        if mine[0].module.WHY_NOT is None:
-            mine[0].module.BESIDE.start()
-
-
 # CI's budget: the summary splits pytest's time between the host tests and the Soft-RoCE
-# guest's (setup, call and teardown of each test: for the guest's, what was left to wait
-# for at the end), and says how long the guest's jobs ran beside the host's tests
-# (.ci/run's stages)
+# guest's (tests/test_rdma_guest.py), whose jobs run under emulation (.ci/run's stages)
 _SPENT = {"host": 0.0, "guest": 0.0}
 
 
 def pytest_runtest_logreport(report):
-    _SPENT["guest" if report.nodeid.startswith(GUEST_FILE) else "host"] += report.duration
-
-
-def pytest_sessionfinish(session, exitstatus):
-    if "module" in _GUEST:
-        _GUEST["module"].BESIDE.stop()  # (a session cut short: its guests go with it)
+    _SPENT["guest" if report.nodeid.startswith("tests/test_rdma_guest.py") else "host"] += report.duration
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
     terminalreporter.write_line(
         f"time in tests: host {_SPENT['host']:.0f} s, Soft-RoCE guest {_SPENT['guest']:.0f} s "
-        "(setup, call and teardown of each test; the guest's: waiting for its jobs at the end)"
+        "(setup, call and teardown of each test)"
     )
-    beside = _GUEST["module"].BESIDE if "module" in _GUEST else None
-    if beside is not None and beside.started is not None and beside.ended is not None:
-        terminalreporter.write_line(
-            f"the guest's jobs ran {beside.ended - beside.started:.0f} s beside the host's tests"
-        )

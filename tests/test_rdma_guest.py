@@ -10,23 +10,14 @@ scripts/rdma_guest.py and runs there
 Skips where the guest cannot run here (not root, no QEMU, not set up: `sudo python3
 scripts/rdma_guest.py setup`, which .ci/run does), saying why. RDMACOLL_RDMA_MATRIX=full
 runs test_rdma.py's full matrix in the guest (about 15 minutes under emulation; CI runs
-"ci").
-
-The two guest jobs run beside the host's tests: conftest.py starts them (one after the
-other, on a thread of their own) once collection has chosen a test of this file, and moves
-this file's tests to the end of the session, where each waits for its job's result and
-checks it. Emulation takes 3-4 minutes of a 2-core machine, much of it while the host's
-tests wait on sleeping ranks, launchers and imports; a run of this file alone starts them
-when its first test asks."""
+"ci")."""
 
 import os
 import re
 import shlex
 import sys
-import threading
 import time
 import warnings
-from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -58,43 +49,10 @@ def _summary(output: str) -> dict[str, int]:
     return {k: int(n) for n, k in re.findall(r"(\d+) (\w+)", last[-1])} if last else {}
 
 
-class Beside:
-    """The guest's jobs on a thread of their own: started once (start(), from conftest.py's
-    end of collection or the first test that waits), run in order, each result kept for
-    its test. Times kept for the session's summary: when the jobs started and ended."""
-
-    def __init__(self):
-        self._lock = threading.Lock()
-        self._pool: ThreadPoolExecutor | None = None
-        self.jobs: dict[str, Future] = {}
-        self.started = self.ended = None
-
-    def start(self) -> None:
-        with self._lock:
-            if self._pool is not None:
-                return
-            self.started = time.monotonic()
-            self._pool = ThreadPoolExecutor(1, thread_name_prefix="rdmacoll-guest")
-            self.jobs = {"suite": self._pool.submit(_suite_job), "hosts": self._pool.submit(_two_hosts_job)}
-            self.jobs["hosts"].add_done_callback(lambda _: setattr(self, "ended", time.monotonic()))
-            self._pool.shutdown(wait=False)
-
-    def result(self, job: str):
-        self.start()
-        return self.jobs[job].result()
-
-    def stop(self) -> None:
-        """The session ends: jobs not begun are dropped, the running one's guests killed."""
-        with self._lock:
-            for f in self.jobs.values():
-                f.cancel()
-            GUEST.kill()
-
-
-BESIDE = Beside()
-
-
-def _suite_job():
+# pytest.ini's 300 s would cut the guest's own limit short: under emulation the suite's
+# time follows the host's speed (it ran past 300 s once on this 2-core host)
+@pytest.mark.timeout(1900 if MATRIX == "full" else 660)
+def test_ibverbs_suite_in_guest():
     # test_ibverbs.py's other tests run on the host as they would here (the blobs, the
     # loader, init() without the library); its init-runs-everywhere branch, init() and an
     # allreduce over the device, runs here as the first half of test_rdma.py's fork test
@@ -108,38 +66,25 @@ def _suite_job():
         env={"RDMACOLL_RDMA_MATRIX": MATRIX} | NO_BLAS_POOL,
         echo=False,
     )
-    return rc, out, time.monotonic() - t0
-
-
-# Limits count from the test's start, which may be as the job starts (alone) or while it
-# runs (beside the host's tests): above the guests' own limits, boot and power-off included
-# (pytest.ini's 300 s would cut them short: under emulation the suite's time follows the
-# host's speed, and beside the host's tests it shares the cores)
-@pytest.mark.timeout(2100 if MATRIX == "full" else 900)
-def test_ibverbs_suite_in_guest():
-    rc, out, took = BESIDE.result("suite")
     counts = _summary(out)
-    print(f"in the guest ({took:.0f} s, matrix {MATRIX}): {counts}")
+    print(f"in the guest ({time.monotonic() - t0:.0f} s, matrix {MATRIX}): {counts}")
     print("\n".join(ln for ln in out.splitlines() if re.match(r"\s*[\d.]+s (call|setup|teardown) ", ln)))
     tail = "\n".join(out.splitlines()[-60:])
     assert rc == 0 and counts.get("passed"), f"the suite failed in the guest (status {rc}):\n{tail}"
     assert not counts.get("skipped"), f"tests skipped in the guest, which has a device:\n{tail}"
 
 
-def _two_hosts_algos():
+@pytest.mark.timeout(800)  # above twice the guests' own limit below, boot and power-off included
+def test_two_hosts_shm_inside_verbs_across():
     # the selector's choice, and each cross-host shape once
     # ci: the default pass alone: it runs eager, the slot algorithms and hierarchical (its
     # large sizes) across the hosts; the forced ones over verbs run in the suite above,
     # between the ranks of one guest
-    return (
+    algos = (
         [""]
         if MATRIX == "ci"
         else ["", "hierarchical", "ring_slots", "recursive_doubling", "halving_doubling", "tree", "eager"]
     )
-
-
-def _two_hosts_job():
-    algos = _two_hosts_algos()
     # MPICH's hydra on rchost0 starts its proxy on rchost1 through scripts/guest_rsh.py (the
     # guests have no ssh); torchrun's multi-node launch runs in tests/test_hosts.py, where
     # importing torch does not cost 25 s per process as it does under emulation
@@ -159,7 +104,6 @@ def _two_hosts_job():
         "RDMACOLL_TIMEOUT": "120",
         "UCX_TLS": "tcp,self,sm",
     } | NO_BLAS_POOL
-    retried: list[str] = []
     for attempt in (1, 2):
         results = GUEST.run_hosts([launch, launch], timeout=240, env=env, echo=False)
         now = time.time()
@@ -172,20 +116,10 @@ def _two_hosts_job():
             break
         # No rank reached init(): the two emulated machines did not get the job started
         # (hydra's proxy across them; once in ~13 runs here, output lost to a timeout then).
-        # Once more, saying so (the test warns: this thread is not a test's); a job that
-        # started and failed is never run again.
-        retried.append(
-            f"two guests: the job never started (status {res.returncode}); once more. Its output:\n{res.output(60)}"
+        # Once more, saying so; a job that started and failed is never run again.
+        warnings.warn(
+            f"two guests: the job never started (status {res.returncode}); once more. Its output:\n{res.output(60)}",
+            stacklevel=1,
         )
-    return res, retried
-
-
-# above the suite's limit and twice the guests' own below (a second attempt), boot and
-# power-off included: this job starts when the suite's ends
-@pytest.mark.timeout(2100 if MATRIX == "full" else 1700)
-def test_two_hosts_shm_inside_verbs_across():
-    res, retried = BESIDE.result("hosts")
-    for text in retried:
-        warnings.warn(text, stacklevel=1)
-    cases = check_across_hosts(res, 2, 2, "ibverbs", _two_hosts_algos())
+    cases = check_across_hosts(res, 2, 2, "ibverbs", algos)
     print(f"two hosts: {len(cases)} cases right; ranks reach their host peer by shm, the others by ibverbs")
