@@ -35,7 +35,7 @@ HAVE_MPL = importlib.util.find_spec("matplotlib") is not None
             "unknown dtype 'float8' (accepted, any case: int8 uint8 int32 int64 half float double "
             "bfloat16 float16 float32 float64 all)",
         ),
-        (["-d", "uint32"], "the core has no uint32"),
+        (["-d", "uint32"], "the core moves uint32 but never reduces it"),
         (["-o", "Mean"], "unknown op 'Mean' (accepted, any case: sum prod max min avg average product all)"),
         (["-o", "mulsum"], "the core has no pre-multiplied sum"),
         (["-a", "4"], "invalid choice"),

@@ -19,7 +19,12 @@ size_t dtypeSize(DataType t) {
     case DataType::kInt64:
       return 8;
     case DataType::kInt16:
+    case DataType::kUInt16:
       return 2;
+    case DataType::kUInt32:
+      return 4;
+    case DataType::kUInt64:
+      return 8;
     case DataType::kUInt8:
     case DataType::kInt8:
     case DataType::kBool:
@@ -29,8 +34,8 @@ size_t dtypeSize(DataType t) {
 }
 
 const char* dtypeName(DataType t) {
-  static const char* names[] = {"float16", "bfloat16", "float32", "float64", "int32",
-                                "int64",   "uint8",    "int8",    "int16",   "bool"};
+  static const char* names[] = {"float16", "bfloat16", "float32", "float64", "int32",  "int64", "uint8",
+                                "int8",    "int16",    "bool",    "uint16",  "uint32", "uint64"};
   int i = static_cast<int>(t);
   return i < kNumDataTypes ? names[i] : "invalid";
 }
@@ -75,7 +80,7 @@ bool isFloating(DataType t) {
   return t == DataType::kFloat16 || t == DataType::kBFloat16 || t == DataType::kFloat32 || t == DataType::kFloat64;
 }
 
-bool isReducible(DataType t) { return t != DataType::kBool; }
+bool isReducible(DataType t) { return static_cast<int>(t) < static_cast<int>(DataType::kBool); }
 
 std::string sysError(const std::string& what, int err) { return what + ": " + std::strerror(err); }
 

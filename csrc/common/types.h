@@ -18,8 +18,14 @@ enum class DataType : uint8_t {
   kInt8 = 7,
   kInt16 = 8,
   kBool = 9,  // one byte, 0 or 1; moved (allgather, broadcast, alltoall), never reduced
+  // Moved, never reduced (as bool): what Horovod's TensorFlow ops move (uint16), and the
+  // other unsigned widths NumPy has, so that no caller reinterprets them as signed (a
+  // rank's uint16 against another's int16 stays a mismatch)
+  kUInt16 = 10,
+  kUInt32 = 11,
+  kUInt64 = 12,
 };
-constexpr int kNumDataTypes = 10;
+constexpr int kNumDataTypes = 13;
 
 enum class ReduceOp : uint8_t {
   kSum = 0,

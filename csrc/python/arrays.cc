@@ -24,15 +24,20 @@ DataType dtypeOf(const py::dtype& dt) {
     if (size == 2) return DataType::kInt16;
     if (size == 4) return DataType::kInt32;
     if (size == 8) return DataType::kInt64;
-  } else if (kind == 'u' && size == 1) {
-    return DataType::kUInt8;
+  } else if (kind == 'u') {
+    if (size == 1) return DataType::kUInt8;
+    if (size == 2) return DataType::kUInt16;
+    if (size == 4) return DataType::kUInt32;
+    if (size == 8) return DataType::kUInt64;
   } else if (kind == 'b' && size == 1) {
     return DataType::kBool;
   } else if (size == 2 && py::str(dt.attr("name")).cast<std::string>() == "bfloat16") {
     return DataType::kBFloat16;
   }
-  throw ArgumentError("unsupported dtype " + py::str(dt).cast<std::string>() +
-                      "; supported: float16, bfloat16, float32, float64, int32, int64, uint8, int8, int16, bool");
+  throw ArgumentError(
+      "unsupported dtype " + py::str(dt).cast<std::string>() +
+      "; supported: float16, bfloat16, float32, float64, int32, int64, uint8, int8, int16 (these reduce), "
+      "bool, uint16, uint32, uint64 (these move: allgather, broadcast, alltoall)");
 }
 
 py::array asArray(py::handle x, const char* what) {

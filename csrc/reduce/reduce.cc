@@ -539,19 +539,31 @@ RC_TARGET_AVX2
 #endif
 
 // Rows follow DataType, columns follow ReduceOp (Sum, Average, Min, Max, Product);
-// Average is Sum with a scale.
+// Average is Sum with a scale. The unsigned types past uint8 are never reduced
+// (isReducible; selectKernel refuses them before reading their empty rows).
 #define RC_ROW(ENTRY, D) {ENTRY<D, OpSum>, ENTRY<D, OpSum>, ENTRY<D, OpMin>, ENTRY<D, OpMax>, ENTRY<D, OpProduct>}
-#define RC_TABLE(ENTRY)                                                                                      \
-  {RC_ROW(ENTRY, DataType::kFloat16), RC_ROW(ENTRY, DataType::kBFloat16), RC_ROW(ENTRY, DataType::kFloat32), \
-   RC_ROW(ENTRY, DataType::kFloat64), RC_ROW(ENTRY, DataType::kInt32),    RC_ROW(ENTRY, DataType::kInt64),   \
-   RC_ROW(ENTRY, DataType::kUInt8),   RC_ROW(ENTRY, DataType::kInt8),     RC_ROW(ENTRY, DataType::kInt16),   \
-   RC_ROW(ENTRY, DataType::kBool)}
+#define RC_MOVED_ONLY {nullptr, nullptr, nullptr, nullptr, nullptr}
+#define RC_TABLE(ENTRY)                \
+  {RC_ROW(ENTRY, DataType::kFloat16),  \
+   RC_ROW(ENTRY, DataType::kBFloat16), \
+   RC_ROW(ENTRY, DataType::kFloat32),  \
+   RC_ROW(ENTRY, DataType::kFloat64),  \
+   RC_ROW(ENTRY, DataType::kInt32),    \
+   RC_ROW(ENTRY, DataType::kInt64),    \
+   RC_ROW(ENTRY, DataType::kUInt8),    \
+   RC_ROW(ENTRY, DataType::kInt8),     \
+   RC_ROW(ENTRY, DataType::kInt16),    \
+   RC_ROW(ENTRY, DataType::kBool),     \
+   RC_MOVED_ONLY,                      \
+   RC_MOVED_ONLY,                      \
+   RC_MOVED_ONLY}
 
 const KernelFn kBaselineTable[kNumDataTypes][kNumReduceOps] = RC_TABLE(entryBaseline);
 #if RC_HAVE_AVX2_PATH
 const KernelFn kAvx2Table[kNumDataTypes][kNumReduceOps] = RC_TABLE(entryAvx2);
 #endif
 #undef RC_TABLE
+#undef RC_MOVED_ONLY
 #undef RC_ROW
 
 bool cpuHasAvx2F16c() {

@@ -32,8 +32,8 @@ NCCL_TYPES = {
 NCCL_OPS = {"Sum": "sum", "Product": "prod", "Max": "max", "Min": "min", "Average": "avg"}
 # nccl-tests' names the core has no counterpart for
 NOT_HERE = {
-    "uint32": "the core has no uint32",
-    "uint64": "the core has no uint64",
+    "uint32": "the core moves uint32 but never reduces it",
+    "uint64": "the core moves uint64 but never reduces it",
     "mulsum": "the core has no pre-multiplied sum",
 }
 # -a: how each rank's time becomes the one reported (nccl-tests' --average)

@@ -59,7 +59,10 @@ class HostsUpdatedInterrupt(RuntimeError):
 # Which dtypes each collective takes. HOROVOD_DTYPES: Horovod 0.28.1's CPU build of its
 # torch ops (mpi_ops_v2.cc: the kernels it registers; any other dtype raises ValueError
 # "Tensor type torch.X is not supported."). ACCEPTED: the adapters' (a superset: uint8,
-# int8, int16 and bfloat16 reductions, bool where nothing is reduced).
+# int8, int16 and bfloat16 reductions, bool where nothing is reduced, and uint16 there,
+# which Horovod's TensorFlow ops move: tensorflow/mpi_ops.cc registers allgather, broadcast
+# and alltoall for {uint8, int8, uint16, int16, int32, int64, float16, float32, float64,
+# bool}).
 _INTS = ("int32", "int64")
 _FLOATS = ("float16", "float32", "float64")
 _REDUCE = ("allreduce", "grouped_allreduce", "reducescatter", "grouped_reducescatter")
@@ -70,7 +73,7 @@ HOROVOD_DTYPES = {
 }
 ACCEPTED_DTYPES = {
     **{c: frozenset(("uint8", "int8", "int16", "bfloat16") + _INTS + _FLOATS) for c in _REDUCE},
-    **{c: frozenset(("uint8", "int8", "int16", "bfloat16", "bool") + _INTS + _FLOATS) for c in _MOVE},
+    **{c: frozenset(("uint8", "int8", "int16", "uint16", "bfloat16", "bool") + _INTS + _FLOATS) for c in _MOVE},
 }
 ADASUM_DTYPES = frozenset(_FLOATS)  # Horovod: ValueError for bfloat16, an internal error for integers
 

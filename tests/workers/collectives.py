@@ -177,6 +177,8 @@ def mismatch() -> None:
         "root": lambda: rc.broadcast(np.ones(8, np.float32), root_rank=1 if r == deviant else 0),
         "dtype": lambda: rc.allgather(np.ones(4, np.float64 if r == deviant else np.float32)),
         "row shape": lambda: rc.allgather(np.ones((2, 3 if r == deviant else 4), np.float32)),
+        # (uint16 is the core's own dtype, not int16's bits: the ranks' widths agree)
+        "signedness": lambda: rc.alltoall(np.ones(4 * p, np.uint16 if r == deviant else np.int16)),
         "collective": lambda: rc.barrier() if r == deviant else rc.reducescatter(np.ones(6, np.float32)),
     }
     which = sys.argv[2]

@@ -1,19 +1,22 @@
 """Every dtype through every collective that takes it, against NumPy, at two sizes
 (small: the eager/direct paths; 300k elements: the segmented ones). Integer Sum and
 Product wrap as NumPy's; integer Average is Horovod's (the wrapped sum times 1/size in
-float64, truncated toward zero); bool moves (allgather, broadcast, alltoall) and is refused
-by reductions on every rank before communicating. Records: "dtypes" {results}."""
+float64, truncated toward zero); bool, uint16, uint32 and uint64 move (allgather, broadcast,
+alltoall) and are refused by reductions on every rank before communicating. Records:
+"dtypes" {results}."""
 
 import numpy as np
 import ml_dtypes
 from common import emit, init, main
+
+MOVED_ONLY = ("bool", "uint16", "uint32", "uint64")
 
 
 def body():
     rc = init()
     r, p = rc.rank(), rc.size()
     out = {}
-    for name in ("uint8", "int8", "int16", "int32", "int64", "float16", "bfloat16", "float32", "float64", "bool"):
+    for name in ("uint8", "int8", "int16", "int32", "int64", "float16", "bfloat16", "float32", "float64", *MOVED_ONLY):
         dt = ml_dtypes.bfloat16 if name == "bfloat16" else np.dtype(name)
         for n in (7 * p, 300_000 // p * p):
 
@@ -28,7 +31,7 @@ def body():
             ins = [mine(q) for q in range(p)]
             key = f"{name} n={n}"
             floating = name.startswith("float") or name == "bfloat16"
-            if name == "bool":
+            if name in MOVED_ONLY:
                 try:
                     rc.allreduce(mine(r), op=rc.Sum)
                     out[key + " allreduce refused"] = False

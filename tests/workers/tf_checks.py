@@ -146,8 +146,12 @@ def collectives(hvd, tf, np):
     total = sum(base + r for r in range(size))
     rows = np.full((rank + 1, 2), rank, np.int32)
     gathered = np.concatenate([np.full((r + 1, 2), r, np.int32) for r in range(size)])
+    # uint16, which Horovod's TensorFlow ops move (values above int16's range)
+    urows = np.full((rank + 1, 2), 40000 + rank, np.uint16)
+    upair = np.full(2, 40000 + rank, np.uint16)
+    uspread = np.full(2 * size, 40000 + rank, np.uint16)
 
-    def ops(x, rows):
+    def ops(x, rows, urows, upair, uspread):
         return [
             hvd.allreduce(x, op=hvd.Sum),
             hvd.allreduce(x),
@@ -159,6 +163,9 @@ def collectives(hvd, tf, np):
             *hvd.alltoall(tf.repeat(x[:size], 2), splits=[2] * size),  # element j of every rank, twice
             hvd.allreduce(x, op=hvd.Sum, compression=hvd.Compression.fp16),
             hvd.allreduce(x, op=hvd.Sum, prescale_factor=2.0, postscale_factor=0.5),
+            hvd.allgather(urows),
+            hvd.broadcast(upair, size - 1),
+            hvd.alltoall(uspread),
         ]
 
     want = [
@@ -174,10 +181,16 @@ def collectives(hvd, tf, np):
         np.full(size, 2, np.int32),
         total,
         total,
+        np.concatenate([np.full((r + 1, 2), 40000 + r, np.uint16) for r in range(size)]),
+        np.full(2, 40000 + size - 1, np.uint16),
+        np.repeat(40000 + np.arange(size), 2).astype(np.uint16),
     ]
+    args = [tf.constant(a) for a in (mine, rows, urows, upair, uspread)]
     for mode, fn in (("eager", ops), ("tf.function", tf.function(ops))):
-        for i, (g, w) in enumerate(zip(fn(tf.constant(mine), tf.constant(rows)), want)):
+        for i, (g, w) in enumerate(zip(fn(*args), want)):
             same(f"{mode} #{i}", g, w, 1e-3 if i == 10 else 1e-6)
+            if w.dtype == np.uint16 and g.dtype != tf.uint16:
+                bad.append(f"{mode} #{i}: dtype {g.dtype.name}, want uint16")
     sparse = hvd.allreduce(
         tf.IndexedSlices(
             tf.constant([[1.0, 2.0]]) * (rank + 1), tf.constant([rank]), dense_shape=tf.constant([size, 2])

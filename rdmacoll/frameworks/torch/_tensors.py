@@ -25,6 +25,8 @@ _NP_OF_TORCH = {
     torch.int64: np.int64,
     torch.bool: np.bool_,
 }
+if hasattr(torch, "uint16"):  # (torch 2.3 on: moved, never reduced, as the core takes it)
+    _NP_OF_TORCH[torch.uint16] = np.uint16
 _DTYPE_NAMES = {d: str(d).replace("torch.", "") for d in (*_NP_OF_TORCH, torch.bfloat16)}
 
 
