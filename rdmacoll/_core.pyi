@@ -11,7 +11,9 @@ Average: int
 Min: int
 Max: int
 Product: int
-DTYPES: dict[str, int]  # float16 bfloat16 float32 float64 int32 int64 uint8 int8 int16 bool -> the core's DataType
+DTYPES: dict[
+    str, int
+]  # float16 bfloat16 float32 float64 int32 int64 uint8 int8 int16 bool uint16 uint32 uint64 -> the core's DataType
 OPS: dict[str, int]
 # The settings table (csrc/common/settings.cc): one dict per setting, with keys
 # name, env, alias, kind ("bytes", "count", "seconds", "text"), scope ("job", "rank"),

@@ -42,6 +42,9 @@ DTYPES = {
     (0, 32): "int32",
     (0, 64): "int64",
     (1, 8): "uint8",
+    (1, 16): "uint16",
+    (1, 32): "uint32",
+    (1, 64): "uint64",
     (2, 16): "float16",
     (2, 32): "float32",
     (2, 64): "float64",
@@ -73,7 +76,7 @@ def describe(capsule) -> dict:
     name = DTYPES.get((t.dtype.code, t.dtype.bits)) if t.dtype.lanes == 1 else None
     if name is None:
         raise RdmacollValueError(
-            f"DLPack dtype (code {t.dtype.code}, {t.dtype.bits} bits, {t.dtype.lanes} lanes) is not one rdmacoll reduces"
+            f"DLPack dtype (code {t.dtype.code}, {t.dtype.bits} bits, {t.dtype.lanes} lanes) is not one rdmacoll takes"
         )
     return {
         "ptr": (t.data or 0) + t.byte_offset,

@@ -210,8 +210,10 @@ def test_dlpack_cuda_producers_and_capsules_become_device_arrays():
     cap, keep = _fake_capsule(0x30000, (2, 3), strides=(1, 2))
     with pytest.raises(RdmacollValueError, match="not C-contiguous"):
         _device.from_object(cap)
+    cap, keep = _fake_capsule(0x30000, (4,), code_bits=(1, 16))  # moved, never reduced
+    assert _device.from_object(cap).dtype.name == "uint16"
     cap, keep = _fake_capsule(0x30000, (2,), code_bits=(5, 64))  # complex
-    with pytest.raises(RdmacollValueError, match="is not one rdmacoll reduces"):
+    with pytest.raises(RdmacollValueError, match="is not one rdmacoll takes"):
         _device.from_object(cap)
 
 

@@ -219,34 +219,32 @@ const algorithms::Algorithm& Group::selected(Collective collective, size_t bytes
 namespace {
 
 // One synchronous call inside Group::run, counted while it is (group.h): entering after
-// another thread, either call unnamed, is `crowded`. The unnamed count goes up before the
-// total, so that of two threads entering together the second always sees the first.
+// another thread, either call unnamed, is `crowded`. One word holds both counts (calls
+// inside in the low 32 bits, unnamed ones above), so that entering and leaving are one
+// read-modify-write each: two threads entering together always see each other, and a call
+// leaving is never seen half gone.
 class Inside {
  public:
-  Inside(std::atomic<int>& inside, std::atomic<int>& unnamed, bool named)
-      : inside_(inside), unnamed_(named ? nullptr : &unnamed) {
-    if (unnamed_) unnamed_->fetch_add(1, std::memory_order_seq_cst);
-    const int before = inside_.fetch_add(1, std::memory_order_seq_cst);
-    crowded_ = before > 0 && (unnamed_ || unnamed.load(std::memory_order_seq_cst) > 0);
+  Inside(std::atomic<uint64_t>& word, bool named) : word_(word), delta_(named ? 1 : 1 + kUnnamed) {
+    const uint64_t before = word_.fetch_add(delta_, std::memory_order_acq_rel);
+    crowded_ = (before & 0xffffffffu) != 0 && (!named || before >= kUnnamed);
   }
-  ~Inside() {
-    inside_.fetch_sub(1, std::memory_order_seq_cst);
-    if (unnamed_) unnamed_->fetch_sub(1, std::memory_order_seq_cst);
-  }
+  ~Inside() { word_.fetch_sub(delta_, std::memory_order_acq_rel); }
   Inside(const Inside&) = delete;
   Inside& operator=(const Inside&) = delete;
   bool crowded() const { return crowded_; }
 
  private:
-  std::atomic<int>& inside_;
-  std::atomic<int>* unnamed_;
+  static constexpr uint64_t kUnnamed = uint64_t(1) << 32;
+  std::atomic<uint64_t>& word_;
+  const uint64_t delta_;
   bool crowded_ = false;
 };
 
 }  // namespace
 
 size_t Group::run(const Request& r) {
-  Inside inside(inside_, unnamedInside_, r.nameLen > 0);
+  Inside inside(inside_, r.nameLen > 0);
   if (inside.crowded()) {
     const std::string message =
         std::string(collectiveName(r.collective)) + (r.nameLen ? " '" + std::string(r.name, r.nameLen) + "'" : "") +

@@ -78,8 +78,9 @@ class Group {
   algorithms::Costs costs_{};     // of the connected communicator's links
   algorithms::Situation base_{};  // the job's part of every call's situation
   std::atomic<const char*> last_{""};
-  // Synchronous calls inside run() on this group, and how many of them are unnamed (run()).
-  std::atomic<int> inside_{0}, unnamedInside_{0};
+  // Synchronous calls inside run() on this group (low 32 bits) and the unnamed ones among
+  // them (high 32 bits): run()'s Inside.
+  std::atomic<uint64_t> inside_{0};
   // Size classes (bit width of the bytes) whose choice the debug log showed, per
   // collective; touched only by execute(), which runs one call at a time.
   uint64_t logged_[8] = {};
