@@ -37,17 +37,9 @@ class _Managed(ctypes.Structure):
 
 # (type code, bits) -> NumPy dtype name: kDLInt 0, kDLUInt 1, kDLFloat 2, kDLBfloat 4, kDLBool 6
 DTYPES = {
-    (0, 8): "int8",
-    (0, 16): "int16",
-    (0, 32): "int32",
-    (0, 64): "int64",
-    (1, 8): "uint8",
-    (1, 16): "uint16",
-    (1, 32): "uint32",
-    (1, 64): "uint64",
-    (2, 16): "float16",
-    (2, 32): "float32",
-    (2, 64): "float64",
+    **{(0, bits): f"int{bits}" for bits in (8, 16, 32, 64)},
+    **{(1, bits): f"uint{bits}" for bits in (8, 16, 32, 64)},
+    **{(2, bits): f"float{bits}" for bits in (16, 32, 64)},
     (4, 16): "bfloat16",
     (6, 8): "bool",
 }
