@@ -109,9 +109,13 @@ def init(config=None, process_sets=None, comm=None) -> None:
 
     The job is held by a session (rdmacoll._session): after shutdown(), init() builds a
     new one, whose membership epoch is one more. Called again while initialised it does
-    nothing, as Horovod's; with a config whose settings the running session does not have,
+    nothing, as Horovod's, unless the job's world ended in a collective mismatch: then it
+    builds the world again (_rebuild), as Horovod's job goes on after one; with a config whose settings the running session does not have,
     RdmacollValueError (they would be silently ignored: shutdown() first)."""
     running = _session.current()
+    if not running.closed and running.comm.failure == "mismatch":
+        _rebuild(running)
+        return
     if not running.closed:
         if config:
             wanted = _settings.given(config)
@@ -129,11 +133,28 @@ def init(config=None, process_sets=None, comm=None) -> None:
             f'init(process_sets=...) takes a list of ProcessSet objects or "dynamic", got {process_sets!r}'
         )
     session = _session.start(_bootstrap(config, comm=comm))
-    _process_sets.attach(
-        session,
-        dynamic or session.settings.get("dynamic_process_sets", 0),
-        [] if process_sets is None or dynamic else list(process_sets),
-    )
+    session.made_by = (config, comm, dynamic or session.settings.get("dynamic_process_sets", 0))
+    _process_sets.attach(session, session.made_by[2], [] if process_sets is None or dynamic else list(process_sets))
+
+
+def _rebuild(failed) -> None:
+    """init() on a session whose world ended in a collective mismatch: build it again.
+
+    Horovod's job goes on after ranks disagree (it negotiates each collective before any
+    data moves; the op fails with PRECONDITION_ERROR, the next one runs). rdmacoll's
+    descriptor travels with the data (design.md), so by the time a rank sees the mismatch
+    some data may have moved and the world's state is not the same on every rank: every
+    rank raises, and the world is unusable. Every rank is alive, though, so init() on every
+    rank (as Horovod's scripts and tests call hvd.init() again) makes a new world of the
+    same ranks, with the same settings and the same process sets (registered again in
+    their order: the ProcessSet objects get their ids again), its epoch one more (the
+    session's reset hooks drop what was built on the old one). Collective, as init()."""
+    config, comm, dynamic = failed.made_by
+    sets = sorted(failed.sets.sets.items(), key=lambda item: item[0]) if failed.sets is not None else []
+    failed.close(wait=False)
+    session = _session.start(_bootstrap(config, comm=comm))
+    session.made_by = failed.made_by
+    _process_sets.attach(session, dynamic, [ps for pid, ps in sets if pid])
 
 
 def shutdown() -> None:

@@ -7,6 +7,7 @@
     s.settings                        # the resolved settings (the job's, from bootstrap)
     s.sets                            # the process sets and their sub-communicators
     s.epoch                           # 1, 2, ...: one more on every (re)build of the world
+    s.made_by                         # init()'s arguments, for a rebuild (rdmacoll.init)
     s.on_reset(fn)                    # fn() runs once when this session is torn down
 
 Every way into the core goes through the current session: the module functions
@@ -83,6 +84,7 @@ class Session:
         "host_of",
         "settings",
         "sets",
+        "made_by",
         "closed",
         "_hooks",
     )
@@ -101,6 +103,7 @@ class Session:
     host_of: list
     settings: dict
     sets: Any  # process_sets.ProcessSets once attached
+    made_by: tuple  # init()'s (config, comm, dynamic): what rebuilding this world takes again
     closed: bool
     _hooks: list[Callable[[], object]]
 
@@ -108,6 +111,7 @@ class Session:
         self.world = world  # the bootstrap World (exchange, sources, tuning file); None: closed
         self.epoch = epoch
         self.sets = None  # process_sets.ProcessSets, attached by init() (its registration is collective)
+        self.made_by = (None, None, False)
         self._hooks = []
         if world is None:
             self.comm, self.closed = _CLOSED_COMM, True

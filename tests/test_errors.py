@@ -135,6 +135,7 @@ def _check_mismatches(res, nranks, label):
     for m in res.select(kind="mismatch"):
         where = f"case '{m['case']}', rank {m['rank']}"
         res.check(m["error"] is not None, f"{where}: the mismatched call returned normally")
+        res.check(m["rebuilt"] and m["total_ok"], f"{where}: init() after the mismatch did not rebuild the world ({m})")
         res.check(m["words"] in m["error"], f"{where}: {m['error']!r} does not say {m['words']!r}")
         named = {int(x) for x in re.findall(r"\brank (\d+) called", m["error"])}
         res.check(

@@ -266,7 +266,10 @@ void Communicator::beginCall() {
 }
 
 void Communicator::abortAll(AbortCode code, const std::string& message) {
-  if (broken_.empty()) broken_ = message;
+  if (broken_.empty()) {
+    broken_ = message;
+    brokenCode_.store(static_cast<uint32_t>(code), std::memory_order_release);
+  }
   char msg[kAbortMessageBytes] = {};
   std::strncpy(msg, message.c_str(), sizeof(msg) - 1);
   uint64_t flag = (static_cast<uint64_t>(code) << 32) | static_cast<uint64_t>(rank_ + 1);
@@ -306,7 +309,10 @@ void Communicator::raisePeerAbort() const {
   if (src < 0 || src >= size_) src = 0;
   char msg[kAbortMessageBytes];
   std::memcpy(msg, ctrl() + ctrlLayout_.abortMessage(src), sizeof(msg));
-  if (broken_.empty()) broken_ = printableUtf8(msg, sizeof(msg)) + " (reported by rank " + std::to_string(src) + ")";
+  if (broken_.empty()) {
+    broken_ = printableUtf8(msg, sizeof(msg)) + " (reported by rank " + std::to_string(src) + ")";
+    brokenCode_.store(static_cast<uint32_t>(flag >> 32), std::memory_order_release);
+  }
   throw Error(broken_);
 }
 

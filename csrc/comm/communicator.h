@@ -187,6 +187,14 @@ class Communicator {
   // thread running a call raises `message` through fail() (every peer aborts) at its next
   // check, and so does the next call; the first report wins.
   void poison(const std::string& message);
+  // Why this communicator can no longer be used, from any thread: 0 while it can, else the
+  // AbortCode of the abort that ended it (this rank's own, or a peer's from the abort word).
+  // A kMismatch leaves every rank alive, so the session can rebuild the world (rdmacoll.init).
+  uint32_t failure() const {
+    const uint32_t mine = brokenCode_.load(std::memory_order_acquire);
+    if (mine != 0) return mine;
+    return static_cast<uint32_t>(word(ctrlLayout_.abortFlag()).load(std::memory_order_acquire) >> 32);
+  }
 
   // Raises the report, if any, through fail(): from the thread running calls only.
   void checkPoison() {
@@ -299,7 +307,8 @@ class Communicator {
   std::chrono::steady_clock::time_point lastBeat_{};              // when I last bumped it
   std::vector<uint64_t> beatSeen_;                                // each rank's, as last read
   std::vector<std::chrono::steady_clock::time_point> beatSince_;  // when it last changed
-  mutable std::string broken_;  // set once the communicator aborted: every later call raises it
+  mutable std::string broken_;                   // set once the communicator aborted: every later call raises it
+  mutable std::atomic<uint32_t> brokenCode_{0};  // its AbortCode (failure())
   std::atomic<bool> poisoned_{false};
   std::mutex poisonMu_;  // guards poison_ (poison() runs on another thread)
   std::string poison_;

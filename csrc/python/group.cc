@@ -259,6 +259,26 @@ class PyGroup {
   }
   int size() const { return g().comm().size(); }
   bool oversubscribed() const { return g().comm().oversubscribed(); }
+  std::string failure() const {
+    if (!group_) return "";
+    switch (static_cast<AbortCode>(group_->comm().failure())) {
+      case AbortCode::kMismatch:
+        return "mismatch";
+      case AbortCode::kPeerDied:
+        return "peer died";
+      case AbortCode::kInterrupted:
+        return "interrupted";
+      case AbortCode::kTimeout:
+        return "timeout";
+      case AbortCode::kStall:
+        return "stall";
+      case AbortCode::kPeerLeft:
+        return "peer left";
+      case AbortCode::kError:
+        return "error";
+    }
+    return "";
+  }
   double ranksPerCpu() const { return g().comm().ranksPerCpu(); }
   size_t outstanding() const { return g().engine()->outstanding(); }
   void restartTimeline(const std::string& path) {
@@ -370,6 +390,10 @@ void bindGroup(py::module_& m) {
       .def_property_readonly("world_ranks", &P::worldRanks, "The world rank of each rank of this communicator")
       .def_property_readonly("size", &P::size)
       .def_property_readonly("oversubscribed", &P::oversubscribed)
+      .def_property_readonly("failure", &P::failure,
+                             "'' while usable; else why it ended: 'mismatch' (ranks called different "
+                             "collectives: every rank is alive), 'peer died', 'peer left', 'timeout', "
+                             "'stall', 'interrupted', 'error'")
       .def_property_readonly("ranks_per_cpu", &P::ranksPerCpu,
                              "The most local ranks per CPU of any host (>= 1): the cost model's scale.");
 }

@@ -2,8 +2,11 @@
 
 The last rank deviates in one way per case; the others agree. Per case, after a barrier
 every rank times its call until the RdmacollError, checks that a later call raises too
-(the communicator stays broken), then shutdown() and init() start the next case afresh.
-Records: one "mismatch" per case and rank, then "done".
+(the communicator stays broken), then calls init() alone, which must build the world
+again (a new epoch: Horovod's job goes on after a mismatch, and its scripts call init()
+again), and checks a correct allreduce there. Records: one "mismatch" per case and rank
+(rebuilt: the epoch went one up; total_ok: the allreduce after it summed right), then
+"done".
 
 Argument "torch": the shape cases (and one count case) through Horovod's torch API
 (rdmacoll.frameworks.torch) with torch tensors, which must raise HorovodInternalError as
@@ -147,7 +150,7 @@ def shape_text(spec, p):
 
 
 def body():
-    rc = init()
+    rc = plain = init()
     if TORCH:
         import rdmacoll.frameworks.torch as rc  # its init() joins the session init() started
     world = MPI.COMM_WORLD
@@ -168,6 +171,10 @@ def body():
         except RuntimeError as e:
             later = str(e)
         shapes = [shape_text(agreed, p), shape_text(deviant, p)] if case.startswith("shape") else None
+        epoch = plain._session.current().epoch
+        rc.init()  # the world ended in a mismatch: init() builds it again (rdmacoll._rebuild)
+        rebuilt = plain._session.current().epoch == epoch + 1
+        total = plain.allreduce(np.full(5, r + 1, np.float32), op=plain.Sum)
         emit(
             "mismatch",
             case=case,
@@ -177,9 +184,9 @@ def body():
             later=later,
             words=words,
             shapes=shapes,
+            rebuilt=rebuilt,
+            total_ok=bool((total == p * (p + 1) // 2).all()),
         )
-        rc.shutdown()
-        rc.init()
     emit("done")
 
 
