@@ -20,9 +20,10 @@ rdmacoll's text, unchanged.
 Eagerly these classes are raised as they are. Inside a graph (tf.function, a
 tf.compat.v1.Session) the collective runs in a Python op, and TensorFlow maps a Python
 op's exception by its Python type only: ValueError becomes InvalidArgumentError, anything
-else UnknownError (tensorflow/python/lib/core/py_func.cc). So in a graph argument errors
-and dead peers keep Horovod's types, and a mismatch between ranks surfaces as UnknownError
-with the same text (docs/tensorflow.md, "Errors").
+else UnknownError (tensorflow/python/lib/core/py_func.cc). Argument errors and dead peers
+keep Horovod's types that way. A FailedPreconditionError cannot leave a Python op as
+itself, so the op returns its message instead and raise_in_graph() raises it from a stock
+op that reports FAILED_PRECONDITION (docs/tensorflow.md, "Errors").
 """
 
 from __future__ import annotations
@@ -100,3 +101,22 @@ def converted(fn):
             raise mapped from e
 
     return call
+
+
+# A path under a file that is not a directory: reading it fails with ENOTDIR, which
+# TensorFlow reports as FAILED_PRECONDITION (tsl's errno mapping), the path in the text.
+_NOT_A_DIRECTORY = "/dev/null/"
+_MESSAGE_BYTES = 3000  # the path stays under PATH_MAX (4096)
+
+
+def raise_in_graph(message):
+    """A graph op that raises FailedPreconditionError with `message` (a scalar string
+    tensor) when it is not empty, and otherwise does nothing. TensorFlow has no op that
+    raises that type with a given text, and a Python op cannot (the module docstring): this
+    one reads a file under /dev/null, so the error reads "/dev/null/<message>; Not a
+    directory". Run only when a collective failed; nothing is read otherwise."""
+    return tf.cond(
+        tf.strings.length(message) > 0,
+        lambda: tf.io.read_file(tf.strings.join([_NOT_A_DIRECTORY, tf.strings.substr(message, 0, _MESSAGE_BYTES)])),
+        lambda: tf.constant(""),
+    )

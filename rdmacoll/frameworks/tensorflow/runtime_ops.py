@@ -14,6 +14,7 @@ import rdmacoll as rc
 from rdmacoll.process_sets import registered
 
 from . import errors
+from ._graph import numpy_op
 
 HOROVOD_PROCESS_SET_ERROR_UNKNOWN_SET = -3  # horovod/common/operations.cc
 
@@ -22,9 +23,7 @@ def _at_run_time(fn, name):
     fn = errors.converted(fn)
     if tf.executing_eagerly():
         return tf.constant(fn(), tf.int32)
-    out = tf.numpy_function(lambda: np.int32(fn()), [], tf.int32, stateful=True, name=name)
-    out.set_shape([])
-    return out
+    return numpy_op(lambda: [np.int32(fn())], [], [tf.int32], [[]], name=name)[0]
 
 
 def _registered(process_set_id):
