@@ -65,6 +65,8 @@ from .functions import (
     reducescatter,
 )
 from .sync_batch_norm import SyncBatchNormalization  # noqa: F401
+from . import util  # noqa: F401
+from .util import _executing_eagerly  # noqa: F401
 from .runtime_ops import (
     local_rank_op,
     local_size_op,

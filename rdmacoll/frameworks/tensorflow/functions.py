@@ -50,11 +50,35 @@ def _checked(tensor, collective):
     InvalidArgumentError before anything is sent)."""
     t = tf.convert_to_tensor(tensor)
     errors.RULES.check_dtype(collective, t.dtype.name, f"{collective} input")
+    if collective in ("allgather", "alltoall", "reducescatter") and t.shape.rank == 0:
+        try:
+            errors.RULES.check_rows(0, collective)  # (Horovod's shape functions: rank >= 1)
+        except ValueError as e:
+            if tf.executing_eagerly():
+                raise
+            # while a graph is built, as TensorFlow's shape functions: a plain ValueError
+            # (autograph re-raises that type; any other reaches the caller as StagingError)
+            raise ValueError(str(e)) from None
     return t
 
 
 def _scale(t, factor):
-    return t if factor == 1.0 else t * tf.cast(factor, t.dtype)
+    """t times factor, as Horovod's ScaleBuffer computes it (pre/postscale_factor; the torch
+    adapter's scale_ is the same rule): float32, float16 and bfloat16 multiply by
+    float32(factor) in float32, rounding once; float64 in float64; integers in float64,
+    truncated toward zero (out-of-range products saturate to int64, then wrap to the
+    dtype). Before, integers were multiplied by the factor cast to their own dtype (0 for
+    any factor below 1) and float16 in float16."""
+    if factor == 1.0:
+        return t
+    if t.dtype == tf.float64:
+        return t * tf.constant(factor, tf.float64)
+    if t.dtype.is_floating:
+        f = tf.constant(factor, tf.float32)
+        return t * f if t.dtype == tf.float32 else tf.cast(tf.cast(t, tf.float32) * f, t.dtype)
+    p = tf.cast(t, tf.float64) * tf.constant(factor, tf.float64)
+    p = tf.clip_by_value(tf.where(tf.math.is_nan(p), tf.zeros_like(p), p), -(2.0**63), 2.0**63 - 1024)
+    return tf.cast(tf.cast(p, tf.int64), t.dtype)  # (the cast truncates toward zero)
 
 
 def check_adasum(process_set, sparse=False):
@@ -111,12 +135,26 @@ def grouped_allreduce(
     ignore_name_scope=False,
     name=None,
 ):
-    """allreduce of a list of tensors as one collective per dtype; returns a list."""
+    """allreduce of a list of tensors as one collective per dtype; returns a list.
+    tf.IndexedSlices among them are allgathered each (allreduce's rule, checked for all of
+    them before anything is sent), the dense ones reduced together, as Horovod does."""
     if not tensors:
         return tensors
     op = _resolve_op(average, op)
+    sparse = [i for i, t in enumerate(tensors) if isinstance(t, tf.IndexedSlices)]
     if op == rc.Adasum:
-        check_adasum(process_set, sparse=any(isinstance(t, tf.IndexedSlices) for t in tensors))
+        check_adasum(process_set, sparse=bool(sparse))
+    if sparse:
+        errors.RULES.check_sparse_allreduce(op, prescale_factor, postscale_factor)
+        name = _name(name, "grouped_allreduce")
+        out = list(tensors)
+        dense = [i for i in range(len(tensors)) if i not in sparse]
+        kw = dict(compression=compression, op=op, process_set=process_set)
+        for i, r in zip(dense, grouped_allreduce([tensors[i] for i in dense], name=name, **kw)):
+            out[i] = r
+        for i in sparse:
+            out[i] = allreduce(tensors[i], name=f"{name}.{i}", **kw)
+        return out
     pairs = [compression.compress(_scale(_checked(t, "grouped_allreduce"), prescale_factor)) for t in tensors]
     reduced = gradients.grouped_allreduce([p[0] for p in pairs], op, _name(name, "grouped_allreduce"), process_set)
     return [_scale(compression.decompress(r, ctx), postscale_factor) for r, (_, ctx) in zip(reduced, pairs)]
