@@ -121,7 +121,15 @@ def test_mixed_precision_ranks_stay_identical(checks):
     assert_check(checks, "mixed_precision")
 
 
-RANK_DEPENDENT = ("process_sets", "error_types", "adasum", "init_comm", "session_graphs")
+RANK_DEPENDENT = (
+    "process_sets",
+    "error_types",
+    "adasum",
+    "init_comm",
+    "session_graphs",
+    "mismatch_raises",
+    "horovod_arithmetic",
+)
 
 
 # at 3 ranks: a part of the launch shared per world size (mpi_util.share), whose ranks
@@ -143,7 +151,10 @@ def test_rank_dependent_checks_at_2_ranks(checks, name):
     (one and several collectives per run, a DistributedOptimizer train op with the
     start-up broadcast and with BroadcastGlobalVariablesHook, tf.gradients, a process set).
     adasum: op=Adasum against the NumPy tree at 2 ranks, Horovod's refusal at 3.
-    init_comm: init(comm=) with a list of ranks and with a split mpi4py communicator."""
+    init_comm: init(comm=) with a list of ranks and with a split mpi4py communicator.
+    mismatch_raises: FailedPreconditionError eagerly, in tf.function and in a Session, and
+    init() goes on after it. horovod_arithmetic: scale factors, scalar reducescatter,
+    grouped IndexedSlices, 21 collectives in one Session.run (issue 37)."""
     assert_check(checks, name)
 
 
@@ -156,10 +167,6 @@ def test_rank_dependent_checks_at_3_ranks(more_ranks, name):
 
 def test_join_serves_allreduce_and_refuses_allgather(checks):
     assert_check(checks, "join_serves_allreduce")
-
-
-def test_mismatched_models_raise_on_every_rank(checks):
-    assert_check(checks, "mismatch_raises")
 
 
 def test_horovod_keras_script_runs_with_only_its_import_changed():

@@ -522,7 +522,9 @@ def graph_order(hvd, tf, np):
 
     args = [tf.constant([1.0]), tf.constant([2, 3]), tf.constant([4.0, 5.0]), tf.constant(True)]
     ops = independent.get_concrete_function(*args).graph.get_operations()
-    order = [op for op in ops if op.type in ("PyFunc", "If", "StatelessIf")]
+    # (the collectives' PyFunc ops and the tf.cond holding one: an "If", being stateful; the
+    # "StatelessIf" after each PyFunc is its error gate, errors.raise_in_graph)
+    order = [op for op in ops if op.type in ("PyFunc", "If")]
     chained = [order[i - 1] in ancestors(order[i]) for i in range(1, len(order))]
     for _ in range(20):  # and it runs, repeatedly, with the same results on every rank
         out = independent(*args)
@@ -1327,24 +1329,28 @@ def join_serves_allreduce(hvd, tf, np):
 
 @check
 def mismatch_raises(hvd, tf, np):
-    """Ranks whose models differ get an error naming the mismatch, not a hang: eagerly
-    tf.errors.FailedPreconditionError (Horovod's type for it), inside tf.function the
-    PyFunc op's error (UnknownError: TensorFlow keeps only ValueError's type for Python
-    ops; errors.py), with rdmacoll's text both times. The models differ in a shape only
-    (rank 0 a 2x3 variable, the others 3x2: the same count; Horovod: "Mismatched allreduce
-    tensor shapes"). Last: the job is aborted afterwards."""
+    """Ranks whose models differ get an error naming the mismatch, not a hang:
+    tf.errors.FailedPreconditionError (Horovod's type for it) eagerly, inside tf.function
+    and in a TF1 Session (errors.raise_in_graph), with rdmacoll's text. The models differ
+    in a shape only (rank 0 a 2x3 variable, the others 3x2: the same count; Horovod:
+    "Mismatched allreduce tensor shapes"). After each, hvd.init() builds the world again,
+    as Horovod's job goes on after a mismatch: the next allreduce sums right."""
     v = tf.Variable(tf.ones([2, 3] if hvd.rank() == 0 else [3, 2]))
+    size = hvd.size()
 
     def grads():
         with tf.GradientTape() as tape:
             loss = tf.reduce_sum(v * v)
         return hvd.DistributedGradientTape(tape).gradient(loss, [v])
 
+    def in_session():
+        with tf.Graph().as_default():
+            y = hvd.allreduce(tf.ones([2, 3] if hvd.rank() == 0 else [3, 2]), op=hvd.Sum)
+            with tf.compat.v1.Session() as sess:
+                return sess.run(y)
+
     seen = []
-    for mode, fn, want in (
-        ("eager", grads, tf.errors.FailedPreconditionError),
-        ("tf.function", tf.function(grads), tf.errors.UnknownError),
-    ):
+    for mode, fn in (("eager", grads), ("tf.function", tf.function(grads)), ("Session", in_session)):
         try:
             fn()
             seen.append((mode, "no error", False))
@@ -1354,10 +1360,112 @@ def mismatch_raises(hvd, tf, np):
                 (
                     mode,
                     f"{type(e).__name__}: ...{text[-300:]}",
-                    isinstance(e, want) and "collective mismatch (different shapes)" in text,
+                    isinstance(e, tf.errors.FailedPreconditionError)
+                    and "collective mismatch (different shapes)" in text,
                 )
             )
+        hvd.init()
+        total = float(hvd.allreduce(tf.constant([1.0]), op=hvd.Sum)[0])
+        if total != size:
+            seen.append((mode, f"after init(): allreduce gave {total}, not {size}", False))
     return all(ok for _, _, ok in seen), "; ".join(f"{m}: {t}" for m, t, _ in seen)
+
+
+def _horovod_scale(np, x, factor):
+    """Horovod's ScaleBuffer (horovod/common/ops/collective_operations.cc, CPU) in NumPy:
+    integers in float64, truncated; float16 in float32; float32 and float64 in their own."""
+    if x.dtype.kind in "iu":
+        return np.trunc(x.astype(np.float64) * factor).astype(np.int64).astype(x.dtype)
+    if x.dtype == np.float16:
+        return (x.astype(np.float32) * np.float32(factor)).astype(np.float16)
+    return (x * x.dtype.type(factor)).astype(x.dtype)
+
+
+@check
+def horovod_arithmetic(hvd, tf, np):
+    """What Horovod's own TensorFlow tests found different (issue 37), against NumPy:
+    prescale_factor / postscale_factor of allreduce, reducescatter and grouped_reducescatter
+    for integer and float dtypes (Horovod scales integers in float64, truncating, and
+    float16 in float32: see _horovod_scale); scalar reducescatter refused before anything
+    is sent; grouped_allreduce of tf.IndexedSlices mixed with dense tensors (Sum, Average;
+    Min raises NotImplementedError); and a TF1 Session fetching 21 independent collectives
+    in one run (Horovod's "fused" tests)."""
+    import rdmacoll.frameworks.tensorflow as hvd  # (the keras module has no grouped_* ops, as Horovod's)
+
+    size, rank = hvd.size(), hvd.rank()
+    bad = []
+    factor = 0.3719
+    rows = 2 * size + 1
+    for dt in (np.uint8, np.int8, np.int32, np.int64, np.float16, np.float32, np.float64):
+        base = np.arange(rows * 3).reshape(rows, 3) % (2 if dt in (np.uint8, np.int8) else 50)
+        x = (base + (rank if dt not in (np.uint8, np.int8) else 0)).astype(dt)
+        xs = [(base + (r if dt not in (np.uint8, np.int8) else 0)).astype(dt) for r in range(size)]
+        exact = dt in (np.uint8, np.int8, np.int32, np.int64) or size == 2
+        wide = np.int64 if np.dtype(dt).kind in "iu" else np.float64
+        want_pre = sum(_horovod_scale(np, a, factor).astype(wide) for a in xs).astype(dt)
+        want_post = _horovod_scale(np, sum(a.astype(wide) for a in xs).astype(dt), factor)
+        lo = (rows // size) * rank + min(rank, rows % size)
+        hi = lo + rows // size + (rank < rows % size)
+        for what, got, want in (
+            ("allreduce prescale", hvd.allreduce(x, op=hvd.Sum, prescale_factor=factor), want_pre),
+            ("allreduce postscale", hvd.allreduce(x, op=hvd.Sum, postscale_factor=factor), want_post),
+            ("reducescatter prescale", hvd.reducescatter(x, op=hvd.Sum, prescale_factor=factor), want_pre[lo:hi]),
+            ("reducescatter postscale", hvd.reducescatter(x, op=hvd.Sum, postscale_factor=factor), want_post[lo:hi]),
+            (
+                "grouped_reducescatter postscale",
+                hvd.grouped_reducescatter([x, x], op=hvd.Sum, postscale_factor=factor)[1],
+                want_post[lo:hi],
+            ),
+        ):
+            got = np.asarray(got).astype(np.float64)
+            want = np.asarray(want).astype(np.float64)
+            tol = 0 if exact or "post" in what else 1e-2 * np.abs(want).max()
+            if got.shape != want.shape or np.abs(got - want).max(initial=0) > tol:
+                bad.append(f"{what} {np.dtype(dt).name}: {got.ravel()[:5]} vs {want.ravel()[:5]}")
+    scalar = tf.constant(float(rank))
+    for what, fn in (
+        ("reducescatter", lambda: hvd.reducescatter(scalar)),
+        ("grouped_reducescatter", lambda: hvd.grouped_reducescatter([scalar])),
+    ):
+        for mode, call in (("eager", fn), ("tf.function", tf.function(fn))):
+            _expect_error(bad, f"{mode} {what} of a scalar", call, (ValueError,), "scalar")
+    # grouped_allreduce with tf.IndexedSlices: rows rank and rank+1 of a 3-row variable
+    values = [tf.constant(np.full((2, 4), k + 1.0, np.float32)) for k in range(3)]
+    sparse = [
+        tf.IndexedSlices(v, tf.constant([rank, rank + 1]), dense_shape=tf.constant([size + 1, 4])) for v in values
+    ]
+    for op, scale in ((hvd.Sum, 1.0), (hvd.Average, 1.0 / size)):
+        out = hvd.grouped_allreduce(sparse + values, op=op)
+        for k in range(3):
+            dense = tf.math.unsorted_segment_sum(out[k].values, out[k].indices, size + 1).numpy()
+            want = np.zeros((size + 1, 4))
+            for r in range(size):
+                want[r : r + 2] += (k + 1.0) * scale
+            if not isinstance(out[k], tf.IndexedSlices) or not np.allclose(dense, want):
+                bad.append(f"grouped_allreduce IndexedSlices op {op}: {dense.tolist()} vs {want.tolist()}")
+            if not np.allclose(out[3 + k].numpy(), (k + 1.0) * size * scale):
+                bad.append(f"grouped_allreduce dense beside IndexedSlices op {op}: {out[3 + k].numpy()[0]}")
+    _expect_error(
+        bad,
+        "grouped_allreduce IndexedSlices Min",
+        lambda: hvd.grouped_allreduce(sparse + values, op=hvd.Min),
+        (NotImplementedError,),
+        "Only Sum and Average",
+    )
+    # Horovod's fused tests in a TF1 Session: 21 collectives, independent, fetched together,
+    # which each rank's executor starts in its own order (each holds an inter-op thread
+    # until its turn: the session needs a thread per collective fetched together)
+    with tf.Graph().as_default():
+        tensors = [tf.constant(np.full([17] * (1 + k % 3), k + rank, np.float32)) for k in range(21)]
+        sums = [hvd.allreduce(t, op=hvd.Sum) for t in tensors]
+        config = tf.compat.v1.ConfigProto(inter_op_parallelism_threads=22, use_per_session_threads=True)
+        with tf.compat.v1.Session(config=config) as sess:
+            got = sess.run(sums)
+    for k, g in enumerate(got):
+        want = k * size + size * (size - 1) / 2
+        if not np.all(g == want):
+            bad.append(f"Session, 21 collectives in one run: #{k} gave {g.ravel()[0]}, not {want}")
+    return not bad, "; ".join(bad[:4])
 
 
 def body():
