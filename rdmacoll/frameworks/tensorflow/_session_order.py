@@ -1,29 +1,26 @@
-"""Run-time order of the collective ops of a TF1 graph (tf.compat.v1.Session): every rank
-of a process set runs the set's collective ops in one order, agreed at run time among the
-ops each rank has started. Why, and the alternatives: _graph.py's docstring.
+"""Run-time order of the collective ops of a TF1 graph (tf.compat.v1.Session): the ops
+run in the order in which the leader rank of their process set reaches them. Why, and
+the alternatives: _graph.py's docstring.
 
 One SessionOrder per graph (an attribute of the tf.Graph, made with its first collective
 op). Each op gets a key when it is built (0, 1, 2... in construction order, the same on
 every rank that builds the same graph). When an op runs, its thread files a request and
 waits; one waiting thread at a time "drives": it takes the process set of the smallest
-key pending here, and in rounds, each one allgather of every rank's pending keys of that
-set (the smallest 64), picks the smallest key pending on every rank, the same choice
-everywhere. Then it runs that request's collective (for whichever thread filed it) and
-hands over the result. A round that finds no common key waits for another op to start
-here (2 ms at most) and goes again.
+key pending here, and
 
-Each pending op holds one of the session's inter-op threads (TensorFlow runs Python ops
-synchronously), and a session has as many as the machine has cores unless configured:
-Horovod's "fused" tests fetch 21 independent collectives in one run on 2 threads. The
-ranks' TensorFlow executors start those ops in different orders, so a rank may hold ops
-its peers cannot start yet. An order chosen by one rank (the set's first, as before:
-one broadcast of its smallest pending key) deadlocked there until the timeout whenever
-the peers' threads were all held by other ops; a key every rank holds always lets one of
-them finish and frees a thread on every rank.
+    on the set's leader (its first rank): broadcasts the smallest pending key of the set
+    on the others: receives the key the leader broadcasts, then waits until the op with
+                   that key runs here too (TensorFlow may start it later)
 
-A wait that cannot end gives an error, not a hang: ranks that fetch different ops, or
-whose threads all hold ops no peer holds, find no common key; after RDMACOLL_TIMEOUT a
-rank says so in its next round and every rank of the set fails every request of that set.
+then runs that request's collective (for whichever thread filed it) and hands over the
+result. So every rank of a set runs the set's collectives in the leader's order, one
+8-byte broadcast before each.
+
+A wait that cannot end gives an error, not a hang: the leader announces an op this rank
+never runs (the ranks fetch different ops), or TensorFlow cannot start it because its
+inter-op threads are all blocked in other collectives of the same run (more independent
+collectives fetched together than the session has inter-op threads). Both wait at most
+RDMACOLL_TIMEOUT, then fail every request of that set on this rank.
 """
 
 from __future__ import annotations
@@ -123,36 +120,28 @@ class SessionOrder:
     def _finish(request, result, error):
         request.result, request.error, request.done = result, error, True
 
-    _WINDOW = 64  # pending keys a rank offers per round (a session holds far fewer at once)
-
     def _agree(self, ps):
-        """The key every rank of ps runs next: the smallest key pending on every rank of
-        ps (rounds of one allgather each, until there is one; the module docstring)."""
+        """The key every rank of ps runs next: the leader's smallest pending key of ps,
+        broadcast; on the others, once that op is pending here too."""
+        mine = [k for k, r in self._pending.items() if self._same_set(r.process_set, ps)]
+        leader = ps.ranks[0] if ps is not rc.global_process_set else 0
+        buf = np.array([min(mine) if rc.rank() == leader else -1], np.int64)
+        self._cv.release()
+        try:
+            rc.broadcast(buf, leader, name="tensorflow.session_order", out=buf, process_set=ps)
+        finally:
+            self._cv.acquire()
+        key = int(buf[0])
         timeout = float(settings_in_effect()["timeout"])
         deadline = time.monotonic() + timeout
-        while True:
-            mine = sorted(k for k, r in self._pending.items() if self._same_set(r.process_set, ps))[: self._WINDOW]
-            row = np.full((1, self._WINDOW + 1), -1, np.int64)
-            row[0, 0] = time.monotonic() > deadline  # this rank gives up: so does every rank, this round
-            row[0, 1 : 1 + len(mine)] = mine
-            self._cv.release()
-            try:
-                rows = rc.allgather(row, name="tensorflow.session_order", process_set=ps)
-            finally:
-                self._cv.acquire()
-            if (rows[:, 0] > 0).any():
-                late = [ps.ranks[i] if ps is not rc.global_process_set else i for i in np.flatnonzero(rows[:, 0] > 0)]
+        while key not in self._pending:
+            left = deadline - time.monotonic()
+            if left <= 0:
                 raise rc.RdmacollError(
-                    f"the ranks' collective ops of this graph had none in common for {timeout:g} s "
-                    f"(RDMACOLL_TIMEOUT; rank {late[0]} gave up first): every rank must fetch the same "
-                    "collectives in a Session.run, and each pending collective holds one of the session's "
-                    "inter-op threads (chain them with tf.control_dependencies, or give the session more "
-                    "threads: ConfigProto(inter_op_parallelism_threads=...))"
+                    f"rank {leader} ran collective op #{key} of this graph next, but it did not run here "
+                    f"within {timeout:g} s (RDMACOLL_TIMEOUT): every rank must fetch the same collectives "
+                    "in a Session.run, and the session needs an inter-op thread per independent "
+                    "collective fetched together (or chain them with tf.control_dependencies)"
                 )
-            common = set(rows[0, 1:].tolist())
-            for other in rows[1:]:
-                common &= set(other[1:].tolist())
-            common.discard(-1)
-            if common:
-                return min(common)
-            self._cv.wait(0.002)  # (a request filed here wakes it)
+            self._cv.wait(left)
+        return key
