@@ -1452,6 +1452,29 @@ def horovod_arithmetic(hvd, tf, np):
         (NotImplementedError,),
         "Only Sum and Average",
     )
+    # grouped_allgather / grouped_reducescatter and their gradients in a TF1 Session on 2
+    # inter-op threads: one op each way, whatever the number of tensors (a list of ops,
+    # each holding a thread until its turn, could not finish there)
+    with tf.Graph().as_default():
+        xs = [tf.constant(np.full((rank + 1 + k, 2), rank + k, np.float32)) for k in range(5)]
+        gathered = hvd.grouped_allgather(xs)
+        scattered = hvd.grouped_reducescatter([tf.tile(x[:1], [size, 1]) for x in xs], op=hvd.Sum)
+        grads = tf.gradients([tf.reduce_sum(g) for g in gathered] + [tf.reduce_sum(s) for s in scattered], xs)
+        config = tf.compat.v1.ConfigProto(inter_op_parallelism_threads=2, use_per_session_threads=True)
+        with tf.compat.v1.Session(config=config) as sess:
+            g_out, s_out, d_out = sess.run([gathered, scattered, grads])
+    for k in range(5):
+        want = np.concatenate([np.full((r + 1 + k, 2), r + k, np.float32) for r in range(size)])
+        if not np.array_equal(g_out[k], want):
+            bad.append(f"Session grouped_allgather #{k}: {g_out[k].ravel()[:4]} vs {want.ravel()[:4]}")
+        if not np.all(s_out[k] == sum(r + k for r in range(size))) or s_out[k].shape != (1, 2):
+            bad.append(f"Session grouped_reducescatter #{k}: {s_out[k].tolist()}")
+        # d/dx sum(allgather(x)) = rows of Average-allreduce(ones) = 1; d/dx sum(reducescatter(tile(x[:1]))):
+        # Sum's backward allgathers dy * size, rows 0 of each rank's tile: size * size on row 0
+        want_d = np.ones((rank + 1 + k, 2), np.float32)
+        want_d[0] += size * size
+        if not np.allclose(d_out[k], want_d):
+            bad.append(f"Session grouped gradients #{k}: {d_out[k].tolist()} vs {want_d.tolist()}")
     # Horovod's fused tests in a TF1 Session: 21 collectives, independent, fetched together,
     # which each rank's executor starts in its own order (each holds an inter-op thread
     # until its turn: the session needs a thread per collective fetched together)

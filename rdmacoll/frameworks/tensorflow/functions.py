@@ -197,9 +197,12 @@ def alltoall(tensor, splits=None, name=None, ignore_name_scope=False, process_se
 
 
 def grouped_allgather(tensors, name=None, ignore_name_scope=False, process_set=global_process_set):
-    """allgather of each tensor of a list (each differentiable); returns a list."""
-    name = _name(name, "grouped_allgather")
-    return [allgather(t, name=f"{name}.{i}", process_set=process_set) for i, t in enumerate(tensors)]
+    """allgather of each tensor of a list, as one collective and one op (differentiable);
+    returns a list."""
+    if not tensors:
+        return []
+    checked = [_checked(t, "allgather") for t in tensors]
+    return gradients.grouped_allgather(checked, _name(name, "grouped_allgather"), process_set)
 
 
 def grouped_reducescatter(
@@ -212,20 +215,15 @@ def grouped_reducescatter(
     postscale_factor=1.0,
     name=None,
 ):
-    """reducescatter of each tensor of a list; returns a list."""
-    name = _name(name, "grouped_reducescatter")
-    return [
-        reducescatter(
-            t,
-            compression=compression,
-            op=op,
-            name=f"{name}.{i}",
-            process_set=process_set,
-            prescale_factor=prescale_factor,
-            postscale_factor=postscale_factor,
-        )
-        for i, t in enumerate(tensors)
-    ]
+    """reducescatter of each tensor of a list, as one collective per dtype and one op
+    (differentiable); returns a list."""
+    if not tensors:
+        return []
+    pairs = [compression.compress(_scale(_checked(t, "reducescatter"), prescale_factor)) for t in tensors]
+    reduced = gradients.grouped_reducescatter(
+        [p[0] for p in pairs], op, _name(name, "grouped_reducescatter"), process_set
+    )
+    return [_scale(compression.decompress(r, ctx), postscale_factor) for r, (_, ctx) in zip(reduced, pairs)]
 
 
 def _value(variable):

@@ -15,6 +15,13 @@ below are the set's (ps.size(), ps.rank()); broadcast's root_rank is a global ra
     broadcast(root)      dx = allreduce(dy, Average) on the root, zeros elsewhere
     alltoall(splits)     dx = alltoall(dy, splits = the rows received from each rank)
     reducescatter(op)    dx = allgather(dy * size if op is Sum else dy)
+    grouped_allgather    dx_i = this rank's rows of allreduce(dy_i, Average), all dy_i in
+                         one fused op (the rows of every rank travel with the forward)
+    grouped_reducescatter  dx_i = grouped allgather of (dy_i * size if op is Sum else dy_i)
+
+The grouped ones are one op each way, running one collective (rdmacoll.grouped): in a TF1
+session each collective op waiting for its turn holds an inter-op thread
+(_session_order.py), so a list of tensors must not become a list of ops.
 
 Every function takes process_set (None: the global set).
 """
@@ -166,3 +173,68 @@ def reducescatter(tensor, op, name, process_set=None):
         return raw(x, name), backward
 
     return forward(tf.convert_to_tensor(tensor))
+
+
+def _grouped_allgather_raw(ts, name, process_set, with_rows=False):
+    """One op: every tensor of ts allgathered, as one collective (rdmacoll.grouped). With
+    with_rows, also an int64 (size, len(ts)) tensor: each rank's rows of each tensor."""
+    n = len(ts)
+
+    def fn(*arrays):
+        mine = [np.asarray([a.shape[0] for a in arrays], np.int64)] if with_rows else []
+        out = joinable.grouped_allgather_async(list(arrays) + mine, name=name, process_set=process_set).wait()
+        if with_rows:
+            out[-1] = out[-1].reshape(-1, n)
+        return out
+
+    dtypes = [t.dtype for t in ts] + ([tf.int64] if with_rows else [])
+    shapes = [[None] + t.shape[1:] for t in ts] + ([[None, n]] if with_rows else [])
+    return _graph.run(fn, ts, dtypes, shapes, process_set)
+
+
+def grouped_allgather(tensors, name, process_set=None):
+    one = len(tensors) == 1
+
+    @tf.custom_gradient
+    def forward(*xs):
+        *ys, rows = _grouped_allgather_raw(list(xs), name, process_set, with_rows=True)
+
+        def backward(*dys):
+            reduced = fused([tf.convert_to_tensor(d) for d in dys], rc.Average, _UNBOUNDED, name + ".grad", process_set)
+            ps = _set(process_set)
+            grads = [tf.split(r, rows[:, i], num=ps.size(), axis=0)[ps.rank()] for i, r in enumerate(reduced)]
+            return grads[0] if one else grads
+
+        return (ys[0] if one else ys), backward
+
+    ys = forward(*[tf.convert_to_tensor(t) for t in tensors])
+    return [ys] if one else list(ys)
+
+
+def grouped_reducescatter(tensors, op, name, process_set=None):
+    one = len(tensors) == 1
+
+    def raw(ts, n):
+        return _graph.run(
+            lambda *arrays: joinable.grouped_reducescatter_async(
+                list(arrays), op=op, name=n, process_set=process_set
+            ).wait(),
+            ts,
+            [t.dtype for t in ts],
+            [[None] + t.shape[1:] for t in ts],
+            process_set,
+        )
+
+    @tf.custom_gradient
+    def forward(*xs):
+        def backward(*dys):
+            size = _set(process_set).size()
+            dys = [tf.convert_to_tensor(d) for d in dys]
+            grads = _grouped_allgather_raw([d * size if op == rc.Sum else d for d in dys], name + ".grad", process_set)
+            return grads[0] if one else grads
+
+        ys = raw(list(xs), name)
+        return (ys[0] if one else ys), backward
+
+    ys = forward(*[tf.convert_to_tensor(t) for t in tensors])
+    return [ys] if one else list(ys)
