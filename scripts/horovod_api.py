@@ -653,6 +653,10 @@ def render(results: dict[str, list[Row]]) -> str:
         "API, `rdmacoll.frameworks.tensorflow.keras` (Keras 3 over TensorFlow), which stands in for both "
         "`horovod.tensorflow.keras` and `horovod.keras`; `horovod.keras`'s names are listed as absent.",
         "",
+        "Behaviour, measured by Horovod's own TensorFlow test file run over rdmacoll "
+        "(`scripts/horovod_tests.py`): what passes, and what cannot pass and why, in "
+        "[docs/tensorflow.md](tensorflow.md#horovods-own-tensorflow-tests).",
+        "",
         "## Summary",
         "",
         "| Horovod module | rdmacoll module | same | differs | absent |",
