@@ -76,11 +76,16 @@ def summarise(work: Path) -> int:
         kinds = {c.tag for c in tc}
         counts["failed" if kinds & {"failure", "error"} else "skipped" if "skipped" in kinds else "passed"] += 1
     print(f"tests (either mode): {counts['passed']} passed, {counts['failed']} failed, {counts['skipped']} skipped")
-    m = re.search(r"^=+ (.*) in [\d.]+s", log, re.M)
-    print("pytest:", m.group(1) if m else "(no summary line: see r0.log)")
-    failed = sorted(set(re.findall(r"^SUBFAILED\[(\w+)\] \S+::(\w+) - (.{0,160})", log, re.M)))
-    for mode, name, why in failed:
-        print(f"  {name} [{mode}]: {why}")
+    m = re.search(r"^=* ?(\d+ (?:failed|passed).*) in [\d.]+s", log, re.M)
+    print("pytest (tests and subtests, rank 0):", m.group(1) if m else "(no summary line: see r0.log)")
+    why = {}
+    for tc in ET.parse(work / "r0.xml").getroot().iter("testcase"):
+        for c in tc:
+            if c.tag in ("failure", "error"):
+                why[tc.get("name")] = re.sub(r"\s+", " ", c.get("message") or "")[:160]
+    failed = sorted(set(re.findall(r"^SUBFAILED\[(\w+)\] \S+::(\w+)", log, re.M)), key=lambda f: (f[1], f[0]))
+    for mode, name in failed:
+        print(f"  {name} [{mode}]: {why.get(name, '')}")
     return 1 if failed else 0
 
 

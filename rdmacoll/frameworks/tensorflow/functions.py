@@ -136,8 +136,9 @@ def grouped_allreduce(
     name=None,
 ):
     """allreduce of a list of tensors as one collective per dtype; returns a list.
-    tf.IndexedSlices among them are allgathered each (allreduce's rule, checked for all of
-    them before anything is sent), the dense ones reduced together, as Horovod does."""
+    tf.IndexedSlices among them are allgathered (allreduce's rule, checked for all of them
+    before anything is sent; all their values and indices in one grouped allgather), the
+    dense ones reduced together, as Horovod does."""
     if not tensors:
         return tensors
     op = _resolve_op(average, op)
@@ -152,8 +153,15 @@ def grouped_allreduce(
         kw = dict(compression=compression, op=op, process_set=process_set)
         for i, r in zip(dense, grouped_allreduce([tensors[i] for i in dense], name=name, **kw)):
             out[i] = r
-        for i in sparse:
-            out[i] = allreduce(tensors[i], name=f"{name}.{i}", **kw)
+        # every IndexedSlices' values and indices in one grouped allgather: one op (in a TF1
+        # session each collective op waiting for its turn holds an inter-op thread)
+        parts = [tensors[i].values for i in sparse] + [tensors[i].indices for i in sparse]
+        gathered = grouped_allgather(parts, name=f"{name}.sparse", process_set=process_set)
+        for k, i in enumerate(sparse):
+            values, indices = gathered[k], gathered[len(sparse) + k]
+            if op == rc.Average:
+                values = values / tf.cast(_set_size(process_set), values.dtype)
+            out[i] = tf.IndexedSlices(values, indices, dense_shape=tensors[i].dense_shape)
         return out
     pairs = [compression.compress(_scale(_checked(t, "grouped_allreduce"), prescale_factor)) for t in tensors]
     reduced = gradients.grouped_allreduce([p[0] for p in pairs], op, _name(name, "grouped_allreduce"), process_set)
