@@ -20,17 +20,18 @@ control dependencies exist there, and a chain of explicit ones would be wrong: S
 runs only what its fetches need, and a dependency of op k on op k-1 would make fetching
 the train op also run the broadcast built before it (or feed-less placeholders), every
 step. So TF1 collectives are ordered when they run (_session_order.py): each op gets a key
-at construction (0, 1, 2... per graph), and before each collective the ranks of its process
-set agree, with one allgather of the keys each has reached, to run the smallest key they
-all have (other collective ops of the same run wait meanwhile). One collective per
-Session.run, a train op and its broadcast in separate runs, and many independent
-collectives fetched together (Horovod's "fused" tests: 21 on a session's 2 inter-op
-threads) all run in one order on every rank. Limits, each ending in an error after
-RDMACOLL_TIMEOUT rather than a hang: the ranks must fetch the same collectives in a run,
-and each collective waiting for its turn blocks one of the session's inter-op threads
-(TensorFlow runs Python ops synchronously), so ranks whose threads all hold collectives
-that no peer holds cannot go on (chain such collectives with tf.control_dependencies).
-Ops of one process set are
+at construction (0, 1, 2... per graph), and the first rank of the op's process set (the
+leader) announces, with one 8-byte broadcast, which key every rank runs next: the
+smallest key among the collectives it has reached. The others run that op as soon as
+TensorFlow reaches it there too (other collective ops of the same run wait meanwhile).
+One collective per Session.run, a train op and its broadcast in separate runs, and
+several independent collectives fetched together all run in one order on every rank.
+Limits, each ending in an error after RDMACOLL_TIMEOUT rather than a hang: the ranks must
+fetch the same collectives in a run, and each collective waiting for its turn blocks one
+of the session's inter-op threads (TensorFlow runs Python ops synchronously), so a run
+that fetches more independent collectives than the session has inter-op threads can
+stall; chain such collectives with tf.control_dependencies (the grouped collectives are
+one op each, whatever the number of tensors: gradients.py). Ops of one process set are
 ordered among themselves; a rank in two sets that overlap, fetching collectives of both
 in one run, may wait on one set while a peer waits on the other (same error).
 
@@ -118,20 +119,21 @@ def numpy_op(fn, inputs, out_dtypes, out_shapes, name=None):
     """fn(*arrays) as one graph op with outputs of out_dtypes / out_shapes. A
     FailedPreconditionError from fn (ranks disagree; not initialised) leaves the graph as
     that type (errors.raise_in_graph): the op returns placeholders and the message, and
-    its outputs are released only after the message was found empty."""
+    its outputs are released only after the check found no message."""
 
     def call(*a):
         try:
-            return list(fn(*a)) + [np.bytes_(b"")]
+            return list(fn(*a)) + [np.bytes_(errors.failure_path())]
         except tf.errors.FailedPreconditionError as e:
-            return [_placeholder(d, s) for d, s in zip(out_dtypes, out_shapes)] + [np.bytes_(e.message.encode())]
+            outs = [_placeholder(d, s) for d, s in zip(out_dtypes, out_shapes)]
+            return outs + [np.bytes_(errors.failure_path(e.message))]
 
     outs = tf.numpy_function(call, inputs, list(out_dtypes) + [tf.string], stateful=True, name=name)
     outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
-    *outs, message = outs
-    message.set_shape([])
-    with tf.control_dependencies([errors.raise_in_graph(message)]):
-        outs = [tf.identity(o) for o in outs]
+    *outs, path = outs
+    path.set_shape([])
+    with tf.control_dependencies([errors.raise_in_graph(path)]):
+        outs = [tf.identity(o, name=name if i == 0 else None) for i, o in enumerate(outs)]
     for o, shape in zip(outs, out_shapes):
         o.set_shape(shape)
     return outs

@@ -103,20 +103,29 @@ def converted(fn):
     return call
 
 
-# A path under a file that is not a directory: reading it fails with ENOTDIR, which
+# A path under a file that is not a directory: opening it fails with ENOTDIR, which
 # TensorFlow reports as FAILED_PRECONDITION (tsl's errno mapping), the path in the text.
 _NOT_A_DIRECTORY = "/dev/null/"
 _MESSAGE_BYTES = 3000  # the path stays under PATH_MAX (4096)
 
 
-def raise_in_graph(message):
-    """A graph op that raises FailedPreconditionError with `message` (a scalar string
-    tensor) when it is not empty, and otherwise does nothing. TensorFlow has no op that
-    raises that type with a given text, and a Python op cannot (the module docstring): this
-    one reads a file under /dev/null, so the error reads "/dev/null/<message>; Not a
-    directory". Run only when a collective failed; nothing is read otherwise."""
-    return tf.cond(
-        tf.strings.length(message) > 0,
-        lambda: tf.io.read_file(tf.strings.join([_NOT_A_DIRECTORY, tf.strings.substr(message, 0, _MESSAGE_BYTES)])),
-        lambda: tf.constant(""),
-    )
+def failure_path(message=None):
+    """What a graph-mode collective op hands raise_in_graph(): "/dev/null" (no error) or,
+    for a FailedPreconditionError's message, a file under /dev/null named by it, cut to
+    _MESSAGE_BYTES, its slashes written as U+2215 (one path component: no directory to
+    create, no "/../" that TensorFlow's path cleaning would follow out of /dev/null)."""
+    if not message:
+        return b"/dev/null"
+    text = message.replace("/", "\u2215").encode("utf-8", "replace")[:_MESSAGE_BYTES]
+    return _NOT_A_DIRECTORY.encode() + text
+
+
+def raise_in_graph(path):
+    """A graph op that raises FailedPreconditionError when `path` (a scalar string tensor
+    from failure_path()) holds a message, and otherwise writes nothing to /dev/null (one
+    open and close). TensorFlow has no op that raises that type with a given text, and a
+    Python op cannot (the module docstring), so the error reads "/dev/null/<message>; Not
+    a directory". A write, being stateful, is never pruned (a read was: TensorFlow drops
+    control dependencies on stateless ops); no control flow either, whose functions
+    TensorFlow would optimise again for every collective of a graph."""
+    return tf.io.write_file(path, "")
