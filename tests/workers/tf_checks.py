@@ -522,9 +522,7 @@ def graph_order(hvd, tf, np):
 
     args = [tf.constant([1.0]), tf.constant([2, 3]), tf.constant([4.0, 5.0]), tf.constant(True)]
     ops = independent.get_concrete_function(*args).graph.get_operations()
-    # (the collectives' PyFunc ops and the tf.cond holding one: an "If", being stateful; the
-    # "StatelessIf" after each PyFunc is its error gate, errors.raise_in_graph)
-    order = [op for op in ops if op.type in ("PyFunc", "If")]
+    order = [op for op in ops if op.type in ("PyFunc", "If", "StatelessIf")]
     chained = [order[i - 1] in ancestors(order[i]) for i in range(1, len(order))]
     for _ in range(20):  # and it runs, repeatedly, with the same results on every rank
         out = independent(*args)
@@ -1409,6 +1407,12 @@ def horovod_arithmetic(hvd, tf, np):
         for what, got, want in (
             ("allreduce prescale", hvd.allreduce(x, op=hvd.Sum, prescale_factor=factor), want_pre),
             ("allreduce postscale", hvd.allreduce(x, op=hvd.Sum, postscale_factor=factor), want_post),
+            # Average with a postscale factor: Sum, then one multiply by factor / size (Horovod's core)
+            (
+                "allreduce Average postscale",
+                hvd.allreduce(x, op=hvd.Average, postscale_factor=factor),
+                _horovod_scale(np, sum(a.astype(wide) for a in xs).astype(dt), factor / size),
+            ),
             ("reducescatter prescale", hvd.reducescatter(x, op=hvd.Sum, prescale_factor=factor), want_pre[lo:hi]),
             ("reducescatter postscale", hvd.reducescatter(x, op=hvd.Sum, postscale_factor=factor), want_post[lo:hi]),
             (
@@ -1426,6 +1430,9 @@ def horovod_arithmetic(hvd, tf, np):
     for what, fn in (
         ("reducescatter", lambda: hvd.reducescatter(scalar)),
         ("grouped_reducescatter", lambda: hvd.grouped_reducescatter([scalar])),
+        ("allgather", lambda: hvd.allgather(scalar)),
+        ("grouped_allgather", lambda: hvd.grouped_allgather([scalar])),
+        ("alltoall", lambda: hvd.alltoall(scalar)),
     ):
         for mode, call in (("eager", fn), ("tf.function", tf.function(fn))):
             _expect_error(bad, f"{mode} {what} of a scalar", call, (ValueError,), "scalar")
@@ -1460,9 +1467,15 @@ def horovod_arithmetic(hvd, tf, np):
         gathered = hvd.grouped_allgather(xs)
         scattered = hvd.grouped_reducescatter([tf.tile(x[:1], [size, 1]) for x in xs], op=hvd.Sum)
         grads = tf.gradients([tf.reduce_sum(g) for g in gathered] + [tf.reduce_sum(s) for s in scattered], xs)
+        # an integer tensor beside: no gradient flows to it (None upstream), the float one's still does
+        mixed = hvd.grouped_allgather([xs[0], tf.constant([rank], tf.int32)])
+        mixed_grad = tf.gradients(tf.reduce_sum(mixed[0]), xs[0])
         config = tf.compat.v1.ConfigProto(inter_op_parallelism_threads=2, use_per_session_threads=True)
         with tf.compat.v1.Session(config=config) as sess:
             g_out, s_out, d_out = sess.run([gathered, scattered, grads])
+            m_out, m_grad = sess.run([mixed, mixed_grad])
+    if m_out[1].tolist() != list(range(size)) or not np.allclose(m_grad[0], 1.0):
+        bad.append(f"Session grouped_allgather float + int: {m_out[1].tolist()}, gradient {m_grad[0].ravel()[:3]}")
     for k in range(5):
         want = np.concatenate([np.full((r + 1 + k, 2), r + k, np.float32) for r in range(size)])
         if not np.array_equal(g_out[k], want):

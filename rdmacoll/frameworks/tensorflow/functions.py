@@ -81,6 +81,17 @@ def _scale(t, factor):
     return tf.cast(tf.cast(p, tf.int64), t.dtype)  # (the cast truncates toward zero)
 
 
+def _scaled(tensors, collective, op, compression, prescale, postscale, process_set, reduce):
+    """reduce(tensors, op) in Horovod's order, as the torch adapter: compress, prescale (in
+    the compressed dtype), reduce, postscale, decompress; Average with a postscale factor
+    is Sum and one multiply by postscale / size (RULES.fold_average)."""
+    if op == rc.Average and postscale != 1.0:
+        op, postscale = errors.RULES.fold_average(op, postscale, _set_size(process_set))
+    pairs = [compression.compress(_checked(t, collective)) for t in tensors]
+    reduced = reduce([_scale(c, prescale) for c, _ in pairs], op)
+    return [compression.decompress(_scale(r, postscale), ctx) for r, (_, ctx) in zip(reduced, pairs)]
+
+
 def check_adasum(process_set, sparse=False):
     """Horovod's refusals for op=Adasum on CPU tensors (../_horovod.py), in its order, before
     anything is sent: sparse tensors, a process set other than the global one, a number of
@@ -117,9 +128,16 @@ def allreduce(
         if op == rc.Average:
             values = values / tf.cast(_set_size(process_set), values.dtype)
         return tf.IndexedSlices(values, indices, dense_shape=tensor.dense_shape)
-    compressed, ctx = compression.compress(_scale(_checked(tensor, "allreduce"), prescale_factor))
-    reduced = gradients.allreduce(compressed, op, _name(name, "allreduce"), process_set)
-    return _scale(compression.decompress(reduced, ctx), postscale_factor)
+    return _scaled(
+        [tensor],
+        "allreduce",
+        op,
+        compression,
+        prescale_factor,
+        postscale_factor,
+        process_set,
+        lambda ts, o: [gradients.allreduce(ts[0], o, _name(name, "allreduce"), process_set)],
+    )[0]
 
 
 def grouped_allreduce(
@@ -163,9 +181,16 @@ def grouped_allreduce(
                 values = values / tf.cast(_set_size(process_set), values.dtype)
             out[i] = tf.IndexedSlices(values, indices, dense_shape=tensors[i].dense_shape)
         return out
-    pairs = [compression.compress(_scale(_checked(t, "grouped_allreduce"), prescale_factor)) for t in tensors]
-    reduced = gradients.grouped_allreduce([p[0] for p in pairs], op, _name(name, "grouped_allreduce"), process_set)
-    return [_scale(compression.decompress(r, ctx), postscale_factor) for r, (_, ctx) in zip(reduced, pairs)]
+    return _scaled(
+        tensors,
+        "grouped_allreduce",
+        op,
+        compression,
+        prescale_factor,
+        postscale_factor,
+        process_set,
+        lambda ts, o: gradients.grouped_allreduce(ts, o, _name(name, "grouped_allreduce"), process_set),
+    )
 
 
 def allgather(tensor, name=None, ignore_name_scope=False, process_set=global_process_set):
@@ -191,9 +216,16 @@ def reducescatter(
 ):
     """The reduction of tensor across ranks, split along the first dimension: this rank's
     share (the first rows % size ranks get one row more)."""
-    compressed, ctx = compression.compress(_scale(_checked(tensor, "reducescatter"), prescale_factor))
-    reduced = gradients.reducescatter(compressed, op, _name(name, "reducescatter"), process_set)
-    return _scale(compression.decompress(reduced, ctx), postscale_factor)
+    return _scaled(
+        [tensor],
+        "reducescatter",
+        op,
+        compression,
+        prescale_factor,
+        postscale_factor,
+        process_set,
+        lambda ts, o: [gradients.reducescatter(ts[0], o, _name(name, "reducescatter"), process_set)],
+    )[0]
 
 
 def alltoall(tensor, splits=None, name=None, ignore_name_scope=False, process_set=global_process_set):
@@ -227,11 +259,16 @@ def grouped_reducescatter(
     (differentiable); returns a list."""
     if not tensors:
         return []
-    pairs = [compression.compress(_scale(_checked(t, "reducescatter"), prescale_factor)) for t in tensors]
-    reduced = gradients.grouped_reducescatter(
-        [p[0] for p in pairs], op, _name(name, "grouped_reducescatter"), process_set
+    return _scaled(
+        tensors,
+        "reducescatter",
+        op,
+        compression,
+        prescale_factor,
+        postscale_factor,
+        process_set,
+        lambda ts, o: gradients.grouped_reducescatter(ts, o, _name(name, "grouped_reducescatter"), process_set),
     )
-    return [_scale(compression.decompress(r, ctx), postscale_factor) for r, (_, ctx) in zip(reduced, pairs)]
 
 
 def _value(variable):

@@ -175,6 +175,13 @@ def reducescatter(tensor, op, name, process_set=None):
     return forward(tf.convert_to_tensor(tensor))
 
 
+def _dense_grads(dys, ys):
+    """The upstream gradients as tensors: None (an output nothing depends on, or one of an
+    integer dtype, in a graph) as zeros of its output, so that every rank sends the same
+    tensors through the backward collective."""
+    return [tf.zeros_like(y) if d is None else tf.convert_to_tensor(d) for d, y in zip(dys, ys)]
+
+
 def _grouped_allgather_raw(ts, name, process_set, with_rows=False):
     """One op: every tensor of ts allgathered, as one collective (rdmacoll.grouped). With
     with_rows, also an int64 (size, len(ts)) tensor: each rank's rows of each tensor."""
@@ -200,7 +207,8 @@ def grouped_allgather(tensors, name, process_set=None):
         *ys, rows = _grouped_allgather_raw(list(xs), name, process_set, with_rows=True)
 
         def backward(*dys):
-            reduced = fused([tf.convert_to_tensor(d) for d in dys], rc.Average, _UNBOUNDED, name + ".grad", process_set)
+            dys = _dense_grads(dys, ys)
+            reduced = fused(dys, rc.Average, _UNBOUNDED, name + ".grad", process_set)
             ps = _set(process_set)
             grads = [tf.split(r, rows[:, i], num=ps.size(), axis=0)[ps.rank()] for i, r in enumerate(reduced)]
             return grads[0] if one else grads
@@ -227,13 +235,14 @@ def grouped_reducescatter(tensors, op, name, process_set=None):
 
     @tf.custom_gradient
     def forward(*xs):
+        ys = raw(list(xs), name)
+
         def backward(*dys):
             size = _set(process_set).size()
-            dys = [tf.convert_to_tensor(d) for d in dys]
+            dys = _dense_grads(dys, ys)
             grads = _grouped_allgather_raw([d * size if op == rc.Sum else d for d in dys], name + ".grad", process_set)
             return grads[0] if one else grads
 
-        ys = raw(list(xs), name)
         return (ys[0] if one else ys), backward
 
     ys = forward(*[tf.convert_to_tensor(t) for t in tensors])
