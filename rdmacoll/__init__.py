@@ -146,9 +146,14 @@ def _rebuild(failed) -> None:
     some data may have moved and the world's state is not the same on every rank: every
     rank raises, and the world is unusable. Every rank is alive, though, so init() on every
     rank (as Horovod's scripts and tests call hvd.init() again) makes a new world of the
-    same ranks, with the same settings and the same process sets (registered again in
-    their order: the ProcessSet objects get their ids again), its epoch one more (the
-    session's reset hooks drop what was built on the old one). Collective, as init()."""
+    same ranks, with the settings, comm and process sets of the first init() (this call's
+    arguments are not looked at; the sets are registered again in their order, so their
+    ids are 1, 2... again: a set removed before leaves no gap), its epoch one more (the
+    session's reset hooks drop what was built on the old one). Collective, as init().
+    Limits (design.md, "Semantics"): every rank must have seen the mismatch first (a rank
+    whose world ended otherwise, e.g. a timeout that raced the mismatch, does nothing
+    here, and the others wait for it in the bootstrap); a mismatch inside a process set
+    breaks that set's communicator only, which init() leaves as it is."""
     config, comm, dynamic = failed.made_by
     sets = sorted(failed.sets.sets.items(), key=lambda item: item[0]) if failed.sets is not None else []
     failed.close(wait=False)

@@ -83,7 +83,9 @@ def summarise(work: Path) -> int:
         for c in tc:
             if c.tag in ("failure", "error"):
                 why[tc.get("name")] = re.sub(r"\s+", " ", c.get("message") or "")[:160]
-    failed = sorted(set(re.findall(r"^SUBFAILED\[(\w+)\] \S+::(\w+)", log, re.M)), key=lambda f: (f[1], f[0]))
+    failed = set(re.findall(r"^SUBFAILED\[(\w+)\] \S+::(\w+)", log, re.M))
+    failed |= {("-", name) for name in re.findall(r"^(?:FAILED|ERROR) \S+::(\w+)", log, re.M)}
+    failed = sorted(failed, key=lambda f: (f[1], f[0]))
     for mode, name in failed:
         print(f"  {name} [{mode}]: {why.get(name, '')}")
     return 1 if failed else 0
@@ -104,7 +106,10 @@ def main() -> int:
     mpiexec = shutil.which("mpiexec") or "mpiexec"
     version = subprocess.run([mpiexec, "--version"], capture_output=True, text=True).stdout
     extra = ["--oversubscribe"] if args.np > 2 and "Open MPI" in version else []
-    subprocess.run([mpiexec, *extra, "-n", str(args.np), str(work / "rank.sh")], cwd=work, env=env, timeout=3600)
+    try:
+        subprocess.run([mpiexec, *extra, "-n", str(args.np), str(work / "rank.sh")], cwd=work, env=env, timeout=3600)
+    except subprocess.TimeoutExpired:  # (subprocess.run has killed mpiexec, whose ranks go with it)
+        print("the run did not end within an hour: the summary covers what rank 0 wrote")
     print(f"work directory: {work}")
     return summarise(work)
 
