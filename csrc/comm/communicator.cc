@@ -265,6 +265,26 @@ void Communicator::beginCall() {
   }
 }
 
+const char* abortCodeName(uint32_t code) {
+  switch (static_cast<AbortCode>(code)) {
+    case AbortCode::kMismatch:
+      return "mismatch";
+    case AbortCode::kPeerDied:
+      return "peer died";
+    case AbortCode::kInterrupted:
+      return "interrupted";
+    case AbortCode::kTimeout:
+      return "timeout";
+    case AbortCode::kError:
+      return "error";
+    case AbortCode::kStall:
+      return "stall";
+    case AbortCode::kPeerLeft:
+      return "peer left";
+  }
+  return "";
+}
+
 void Communicator::abortAll(AbortCode code, const std::string& message) {
   if (broken_.empty()) {
     broken_ = message;

@@ -80,6 +80,9 @@ enum class AbortCode : uint32_t {
   kStall = 6,
   kPeerLeft = 7
 };
+// How Python names an abort's code (Communicator::failure(), rdmacoll.init's rebuild): ""
+// for 0 (none), "mismatch", "peer died", "interrupted", "timeout", "error", "stall", "peer left".
+const char* abortCodeName(uint32_t code);
 
 class Communicator {
  public:

@@ -259,26 +259,7 @@ class PyGroup {
   }
   int size() const { return g().comm().size(); }
   bool oversubscribed() const { return g().comm().oversubscribed(); }
-  std::string failure() const {
-    if (!group_) return "";
-    switch (static_cast<AbortCode>(group_->comm().failure())) {
-      case AbortCode::kMismatch:
-        return "mismatch";
-      case AbortCode::kPeerDied:
-        return "peer died";
-      case AbortCode::kInterrupted:
-        return "interrupted";
-      case AbortCode::kTimeout:
-        return "timeout";
-      case AbortCode::kStall:
-        return "stall";
-      case AbortCode::kPeerLeft:
-        return "peer left";
-      case AbortCode::kError:
-        return "error";
-    }
-    return "";
-  }
+  std::string failure() const { return group_ ? abortCodeName(group_->comm().failure()) : ""; }
   double ranksPerCpu() const { return g().comm().ranksPerCpu(); }
   size_t outstanding() const { return g().engine()->outstanding(); }
   void restartTimeline(const std::string& path) {
