@@ -119,15 +119,15 @@ def allreduce(
     op = _resolve_op(average, op)
     if op == rc.Adasum:
         check_adasum(process_set, sparse=isinstance(tensor, tf.IndexedSlices))
-    if isinstance(tensor, tf.IndexedSlices):
-        # Horovod's rules and exception types (horovod/tensorflow/__init__.py), checked
-        # before anything is sent: two allgathers, values divided by the size for Average
-        errors.RULES.check_sparse_allreduce(op, prescale_factor, postscale_factor)
-        values = allgather(tensor.values, name=_name(name, "allreduce") + ".values", process_set=process_set)
-        indices = allgather(tensor.indices, name=_name(name, "allreduce") + ".indices", process_set=process_set)
-        if op == rc.Average:
-            values = values / tf.cast(_set_size(process_set), values.dtype)
-        return tf.IndexedSlices(values, indices, dense_shape=tensor.dense_shape)
+    if isinstance(tensor, tf.IndexedSlices):  # (grouped_allreduce's rule: values and indices allgathered)
+        return grouped_allreduce(
+            [tensor],
+            op=op,
+            prescale_factor=prescale_factor,
+            postscale_factor=postscale_factor,
+            process_set=process_set,
+            name=_name(name, "allreduce"),
+        )[0]
     return _scaled(
         [tensor],
         "allreduce",
@@ -164,12 +164,16 @@ def grouped_allreduce(
     if op == rc.Adasum:
         check_adasum(process_set, sparse=bool(sparse))
     if sparse:
+        # Horovod's rules and exception types (horovod/tensorflow/__init__.py), checked
+        # before anything is sent; values divided by the size for Average
         errors.RULES.check_sparse_allreduce(op, prescale_factor, postscale_factor)
         name = _name(name, "grouped_allreduce")
         out = list(tensors)
         dense = [i for i in range(len(tensors)) if i not in sparse]
-        kw = dict(compression=compression, op=op, process_set=process_set)
-        for i, r in zip(dense, grouped_allreduce([tensors[i] for i in dense], name=name, **kw)):
+        reduced = grouped_allreduce(
+            [tensors[i] for i in dense], compression=compression, op=op, process_set=process_set, name=name
+        )
+        for i, r in zip(dense, reduced):
             out[i] = r
         # every IndexedSlices' values and indices in one grouped allgather: one op (in a TF1
         # session each collective op waiting for its turn holds an inter-op thread)
