@@ -129,6 +129,7 @@ RANK_DEPENDENT = (
     "session_graphs",
     "mismatch_raises",
     "horovod_arithmetic",
+    "compute_gradients",
 )
 
 
@@ -154,7 +155,8 @@ def test_rank_dependent_checks_at_2_ranks(checks, name):
     init_comm: init(comm=) with a list of ranks and with a split mpi4py communicator.
     mismatch_raises: FailedPreconditionError eagerly, in tf.function and in a Session, and
     init() goes on after it. horovod_arithmetic: scale factors, scalar reducescatter,
-    grouped IndexedSlices, 21 collectives in one Session.run (issue 37)."""
+    grouped IndexedSlices, 21 collectives in one Session.run (issue 37). compute_gradients:
+    DistributedOptimizer.(_)compute_gradients reduce, apply_gradients does not again."""
     assert_check(checks, name)
 
 

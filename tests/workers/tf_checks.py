@@ -12,6 +12,7 @@ Run under mpiexec with 2 ranks. Reports through common.emit():
 import json
 import os
 import re
+import itertools
 import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -435,6 +436,12 @@ def partial_distributed(hvd, tf, np):
             [g.numpy() for g in tf.function(lambda: tape_grads(scale))()],
             expect(scale),
         )
+    # Horovod's test_partial_distributed_optimizer: _compute_gradients on a tape
+    with tf.GradientTape(persistent=True) as t:
+        v = loss()
+    opt = hvd.PartialDistributedOptimizer(keras.optimizers.SGD(1.0), local_layers=local)
+    pairs = opt._compute_gradients(v, model.trainable_variables, tape=t)
+    compare("optimizer _compute_gradients", [g.numpy() for g, _ in pairs], expect(True))
     before = [v.numpy().copy() for v in model.trainable_variables]
     opt = hvd.PartialDistributedOptimizer(keras.optimizers.SGD(1.0), local_layers=local)
     with tf.GradientTape() as t:
@@ -447,6 +454,69 @@ def partial_distributed(hvd, tf, np):
     except ValueError as e:
         if str(e) != "All local layers must be of tf.keras.layers.Layer type.":
             bad.append(f"error text: {e}")
+    return not bad, "; ".join(bad[:4])
+
+
+@check
+def compute_gradients(hvd, tf, np):
+    """DistributedOptimizer.compute_gradients / _compute_gradients (Horovod's Keras ones):
+    the gradients come back reduced and apply_gradients applies them as given (a second
+    reduction would multiply a Sum by the size), from a loss callable or a tensor on a
+    tape, eagerly and in a tf.function; apply_gradients alone still reduces. Rank r's loss
+    is sum((r+1) x^2): its gradient 2 (r+1) x, their sum 2 x size (size+1) / 2.
+    backward_passes_per_step=2 with an infinite first cycle (Horovod's
+    test_grad_aggregation_with_inf_grad): the second cycle's gradient is finite."""
+    import keras
+
+    rank, size = hvd.rank(), hvd.size()
+    start = np.array([1.0, 2.0, 3.0], np.float32)
+    total = size * (size + 1) / 2
+    bad = []
+    names = {hvd.Sum: "Sum", hvd.Average: "Average"}
+    for op, how, mode in itertools.product(
+        (hvd.Average, hvd.Sum), ("callable", "tape", "apply"), ("eager", "tf.function")
+    ):
+        x = keras.Variable(start)
+        opt = hvd.DistributedOptimizer(keras.optimizers.SGD(0.5), op=op)
+
+        def loss():
+            return tf.reduce_sum(float(rank + 1) * x * x)
+
+        def step():
+            if how == "callable":
+                pairs = opt._compute_gradients(loss, [x])
+            elif how == "tape":
+                with tf.GradientTape() as tape:
+                    value = loss()
+                pairs = opt.compute_gradients(value, [x], tape=tape)
+            else:
+                with tf.GradientTape() as tape:
+                    value = loss()
+                pairs = [(tape.gradient(value, x), x)]
+            opt.apply_gradients(pairs)
+            return pairs[0][0]
+
+        grad = (step() if mode == "eager" else tf.function(step)()).numpy()
+        want = 2 * start * (total if op == hvd.Sum else total / size)
+        if how != "apply" and not np.allclose(grad, want, rtol=1e-6):
+            bad.append(f"{how} {mode} {names[op]}: gradient {grad.tolist()}, expected {want.tolist()}")
+        if not np.allclose(x.numpy(), start - 0.5 * want, rtol=1e-6):
+            bad.append(
+                f"{how} {mode} {names[op]}: applied {x.numpy().tolist()}, expected {(start - 0.5 * want).tolist()}"
+            )
+    steps = tf.Variable(0, trainable=False, dtype=tf.int32)
+    opt = hvd.DistributedOptimizer(keras.optimizers.SGD(), backward_passes_per_step=2, sparse_as_dense=True)
+    y = keras.Variable(0.0)
+
+    def inf_first():
+        steps.assign_add(1)
+        return tf.cond(steps > 1, lambda: y * 1.0, lambda: y * float("inf"))
+
+    for _ in range(4):
+        pairs = opt._compute_gradients(loss=inf_first, var_list=[y])
+        opt.apply_gradients(pairs)
+    if not np.isfinite(pairs[0][0].numpy()):
+        bad.append(f"passes=2: the second cycle's gradient is {pairs[0][0].numpy()}")
     return not bad, "; ".join(bad[:4])
 
 

@@ -42,10 +42,27 @@ class GradientReducer:
         self.name = name
         self.scale_local = bool(scale_local_gradients)
         self.local = set()  # id() of local variables
+        self.ahead = {}  # id() -> variable: gradients reduced already, not to reduce in reduce_rest
         self.process_set = process_set
 
     def register_local(self, variable):
         self.local.add(id(variable))
+
+    def reduced_ahead(self, variables):
+        """The gradients of `variables` were reduced (compute_gradients): the next
+        reduce_rest() passes theirs through."""
+        self.ahead.update((id(v), v) for v in variables)
+
+    def reduce_rest(self, grads, variables):
+        """reduce(), except for the gradients of variables reduced ahead (which it forgets)."""
+        if not self.ahead:
+            return self.reduce(grads, variables)
+        grads, variables = list(grads), list(variables)
+        ahead, self.ahead = self.ahead, {}
+        rest = [i for i, v in enumerate(variables) if id(v) not in ahead]
+        for i, g in zip(rest, self.reduce([grads[i] for i in rest], [variables[i] for i in rest])):
+            grads[i] = g
+        return grads
 
     def reduce(self, grads, variables=None):
         """grads reduced across ranks; `variables` (same order) name the local ones."""

@@ -15,7 +15,9 @@ from .gradient_tape import local_layer_variables
 
 class _DistributedOptimizer:
     """Mixed in before the wrapped optimizer's class: apply() (which apply_gradients()
-    and model.fit's train step call) averages the gradients across ranks first."""
+    and model.fit's train step call) averages the gradients across ranks first, except
+    those that compute_gradients() returned reduced already (Horovod's rule: gradients
+    are reduced where they are computed, and applied as given)."""
 
     def build(self, variables):
         super().build(variables)
@@ -32,10 +34,36 @@ class _DistributedOptimizer:
         """Horovod's: var's gradient is not reduced (it stays this rank's)."""
         self._rdmacoll_reducer.register_local(var)
 
+    def compute_gradients(self, loss, var_list, tape=None):
+        """Horovod's: [(gradient, variable)], the gradients of `loss` reduced across ranks."""
+        return self._compute_gradients(loss, var_list, None, tape)
+
+    def _compute_gradients(self, loss, var_list, grad_loss=None, tape=None):
+        """What Horovod's Keras DistributedOptimizer has (Keras 2's optimizers had it, Keras 3's
+        have not): the gradients of `loss` (a tensor recorded on `tape`, or a callable run on
+        a new tape) with respect to `var_list` (or a callable giving it), reduced across ranks
+        as apply() would reduce them, as [(gradient, variable)]. The next apply_gradients()
+        applies those variables' gradients as given, without reducing them again.
+        backward_passes_per_step > 1: this pass's own gradients; apply_gradients() accumulates
+        them and reduces every n-th pass (Horovod returns the running sum instead, and the
+        reduced sum on the n-th pass)."""
+        tape = tf.GradientTape() if tape is None else tape
+        if callable(loss):
+            with tape:
+                if not callable(var_list):  # (a Keras variable's tf.Variable is its value)
+                    tape.watch([v.value if isinstance(v, keras.Variable) else v for v in var_list])
+                loss = loss()
+        variables = list(var_list() if callable(var_list) else var_list)
+        grads = tape.gradient(loss, variables, grad_loss)
+        if self._rdmacoll_passes_per_step == 1:
+            grads = self._rdmacoll_reducer.reduce(grads, variables)
+            self._rdmacoll_reducer.reduced_ahead(variables)
+        return list(zip(grads, variables))
+
     def apply(self, grads, trainable_variables=None):
         if self._rdmacoll_passes_per_step == 1:
             variables = self._trainable_variables if trainable_variables is None else trainable_variables
-            return super().apply(self._rdmacoll_reducer.reduce(grads, variables), trainable_variables)
+            return super().apply(self._rdmacoll_reducer.reduce_rest(grads, variables), trainable_variables)
         return self._rdmacoll_accumulate(list(grads), trainable_variables)
 
     def _rdmacoll_accumulate(self, grads, trainable_variables):
