@@ -62,17 +62,17 @@ class Inputs:
     def _base(self, rank: int):
         if rank not in self._bases:
             rng = np.random.default_rng([20240611, rank, self.count])
-            self._bases[rank] = (
-                rng.standard_normal(self.count),
-                rng.integers(
-                    np.iinfo(np.int64).min, np.iinfo(np.int64).max, size=self.count, dtype=np.int64, endpoint=True
-                ),
+            normal = rng.standard_normal(self.count)
+            bits = rng.integers(
+                np.iinfo(np.int64).min, np.iinfo(np.int64).max, size=self.count, dtype=np.int64, endpoint=True
             )
+            # the small integers too, once: every integer dtype and op of the rank takes them
+            self._bases[rank] = (normal, bits, bits % 21 - 10, bits % 256)
         return self._bases[rank]
 
     def get(self, rank: int, dtype: str, op: str) -> np.ndarray:
         dt = np_dtype(dtype)
-        normal, bits = self._base(rank)
+        normal, bits, signed_small, unsigned_small = self._base(rank)
         if dtype in FLOATS:
             if op == "Product":  # stay near 1: no overflow, no underflow after p factors
                 return (1.0 + np.clip(normal, -2.0, 2.0) / 32.0).astype(dt)
@@ -86,7 +86,7 @@ class Inputs:
             return x
         # Integers: half small values (negative ones for signed types), half the full
         # range, so that sums and products wrap.
-        small = (bits % 21 - 10) if dt.kind == "i" else (bits % 256)
+        small = signed_small if dt.kind == "i" else unsigned_small
         full = bits.astype(dt)  # keeps the low bits: any value of the type
         return np.where(self._even, small.astype(dt), full)
 
