@@ -6,7 +6,6 @@ tests/mpi_util.py. Everything else a worker prints is shown when a test fails.
 
 from __future__ import annotations
 
-import gc
 import hashlib
 import json
 import os
@@ -20,13 +19,6 @@ import traceback
 TESTS_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if TESTS_DIR not in sys.path:
     sys.path.insert(0, TESTS_DIR)
-
-# The cyclic collector, run every 700 allocations, is 15-25% of `import torch` and
-# `import tensorflow` (hundreds of thousands of objects, none of them garbage), which every
-# rank the tests start pays: test ranks collect less often. Nothing rdmacoll does waits for
-# the collector (its objects go by reference counting; tests that need a collection call
-# gc.collect()).
-gc.set_threshold(50_000, 20, 100)
 
 _rank = None
 _part = None  # workers/chain.py: the index of the part running, tagged on every record
