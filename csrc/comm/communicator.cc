@@ -332,7 +332,6 @@ void Communicator::raisePeerAbort() const {
   if (broken_.empty()) {
     broken_ = printableUtf8(msg, sizeof(msg)) + " (reported by rank " + std::to_string(src) + ")";
     brokenCode_.store(static_cast<uint32_t>(flag >> 32), std::memory_order_release);
-    brokenByPeer_ = true;
   }
   throw Error(broken_);
 }

@@ -32,7 +32,6 @@
 #include "comm/pool.h"
 #include "comm/protocol.h"
 #include "comm/topology.h"
-#include "common/error.h"
 #include "common/log.h"
 #include "common/types.h"
 #include "transport/transport.h"
@@ -163,27 +162,11 @@ class Communicator {
   // for cross-memory access on transports where that is free, else not packable).
   bool describeBuffer(const void* p, size_t bytes, BufferRef* ref) const;
 
-  // Wait until pred() holds. `peer` (or -1) and `what` name the wait in errors. A peer's
-  // abort raises unless pred() holds once it is seen: a peer that finished this call and
-  // aborted in its next one (a mismatch there) gave this wait what it waited for first:
-  // a call whose data all arrived completes, as it did on that peer, and the next call
-  // raises (the abort word stays set: every later wait still raises unless satisfied).
-  // This rank's own aborts (timeout, a dead peer, two threads) always raise.
+  // Wait until pred() holds. `peer` (or -1) and `what` name the wait in errors.
   template <class Pred>
   void waitUntil(Pred pred, int peer, const char* what) {
     if (pred()) return;
-    try {
-      checkAbortWord();
-      waitLoop(pred, peer, what);
-    } catch (const Error&) {
-      if (brokenByPeer_ && pred()) return;
-      throw;
-    }
-  }
-
-  // waitUntil's loop: spin, yield, sleep (WaitState), until pred() holds.
-  template <class Pred>
-  void waitLoop(Pred pred, int peer, const char* what) {
+    checkAbortWord();
     WaitState s(*this, peer, what);
     while (!pred()) {
       // Announced asleep: check again before sleeping, so that an event that landed
@@ -328,7 +311,6 @@ class Communicator {
   std::vector<uint64_t> beatSeen_;                                // each rank's, as last read
   std::vector<std::chrono::steady_clock::time_point> beatSince_;  // when it last changed
   mutable std::string broken_;                   // set once the communicator aborted: every later call raises it
-  mutable bool brokenByPeer_ = false;            // broken_ came from a peer's abort word (raisePeerAbort)
   mutable std::atomic<uint32_t> brokenCode_{0};  // its AbortCode (failure())
   std::atomic<bool> poisoned_{false};
   std::mutex poisonMu_;  // guards poison_ (poison() runs on another thread)
