@@ -118,6 +118,31 @@ def test_mismatch(mismatch_launches, nranks, algo):
     _check_mismatches(res, nranks, f"{nranks} ranks, {algo}")
 
 
+@pytest.mark.parametrize(
+    "code, ahead, call_completes",
+    [
+        ("mismatch", 1, True),  # found by ranks that finished call n: n completes everywhere
+        ("mismatch", 7, True),
+        ("mismatch", 0, False),  # in call n itself
+        ("mismatch", -1, False),  # in an earlier call (this rank finished it first)
+        ("timeout", 1, False),  # any other abort ends the call it lands in
+        ("peer died", 1, False),
+        ("error", 1, False),
+    ],
+)
+def test_abort_found_in_a_later_call_does_not_end_this_one(code, ahead, call_completes):
+    """A rank still finishing call n (waiting for the data of a third rank, which lands
+    after the abort: another connection) while two peers that finished n found a mismatch
+    in n+1: n completes on that rank as it did on the others, and n+1 raises (was: n
+    raised on that rank only, seen in CI at 3 ranks). The abort word carries the call it
+    was raised in (csrc/comm/communicator.h, AbortWord). Two ranks of one process (shm)."""
+    import _rdmacoll_testing as testing
+
+    this_call, next_call = testing.peer_abort(code, ahead)
+    assert (this_call == "ok") == call_completes, this_call
+    assert next_call == "error: rank 0 gave up (reported by rank 0)", next_call
+
+
 def test_mismatched_shapes_through_the_torch_adapter():
     """Horovod's "Mismatched ... tensor shapes": rank 0 hvd.allreduce(torch.ones(3, 4)), rank 1
     torch.ones(4, 3) (and each collective's own shape rule) raise HorovodInternalError."""

@@ -256,8 +256,9 @@ void Communicator::beginCall() {
   checkPoison();
   // A peer that gave up (error, interrupt, death it noticed) may have left the previous
   // call after sending what this call's first wait needs: without this check the call
-  // would go on to touch memory that peer abandoned.
-  checkAbortWord();
+  // would go on to touch memory that peer abandoned. Every abort, of whatever call
+  // (AbortWord::ends spares only a call already under way).
+  if (word(ctrlLayout_.abortFlag()).load(std::memory_order_acquire) != 0) raisePeerAbort();
   const auto now = std::chrono::steady_clock::now();
   if (now >= nextDeviceCheck_) {
     nextDeviceCheck_ = now + std::chrono::milliseconds(kDeviceCheckMillis);
@@ -292,7 +293,7 @@ void Communicator::abortAll(AbortCode code, const std::string& message) {
   }
   char msg[kAbortMessageBytes] = {};
   std::strncpy(msg, message.c_str(), sizeof(msg) - 1);
-  uint64_t flag = (static_cast<uint64_t>(code) << 32) | static_cast<uint64_t>(rank_ + 1);
+  const uint64_t flag = AbortWord::pack(code, rank_, seq_);
   for (Peer& p : peers_) {
     if (!p.ep) continue;
     try {
@@ -325,13 +326,13 @@ void Communicator::fail(const std::string& message) {
 
 void Communicator::raisePeerAbort() const {
   uint64_t flag = word(ctrlLayout_.abortFlag()).load(std::memory_order_acquire);
-  int src = static_cast<int>(flag & 0xffffffffu) - 1;
+  int src = AbortWord::rank(flag);
   if (src < 0 || src >= size_) src = 0;
   char msg[kAbortMessageBytes];
   std::memcpy(msg, ctrl() + ctrlLayout_.abortMessage(src), sizeof(msg));
   if (broken_.empty()) {
     broken_ = printableUtf8(msg, sizeof(msg)) + " (reported by rank " + std::to_string(src) + ")";
-    brokenCode_.store(static_cast<uint32_t>(flag >> 32), std::memory_order_release);
+    brokenCode_.store(AbortWord::code(flag), std::memory_order_release);
   }
   throw Error(broken_);
 }

@@ -84,6 +84,27 @@ enum class AbortCode : uint32_t {
 // for 0 (none), "mismatch", "peer died", "interrupted", "timeout", "error", "stall", "peer left".
 const char* abortCodeName(uint32_t code);
 
+// The abort word (CtrlLayout::abortFlag), one 64-bit store so that it is read whole: the
+// AbortCode (8 bits), the aborting rank + 1 (24 bits: never 0 once set) and the low 32
+// bits of the call it gave up in (its seq; wraps, compared as a difference).
+struct AbortWord {
+  static uint64_t pack(AbortCode code, int rank, uint64_t seq) {
+    return (static_cast<uint64_t>(code) << 56) | ((static_cast<uint64_t>(rank + 1) & 0xffffffu) << 32) |
+           (seq & 0xffffffffu);
+  }
+  static uint32_t code(uint64_t w) { return static_cast<uint32_t>(w >> 56); }
+  static int rank(uint64_t w) { return static_cast<int>((w >> 32) & 0xffffffu) - 1; }
+  // Whether an abort ends call `seq` at a rank still in it: every abort does, except a
+  // mismatch found in a later call. The peer that found it had finished `seq`, so all
+  // that `seq` waits for was sent (on another connection than the abort, perhaps, and so
+  // landing after it): `seq` completes, as it did at that peer, and the next call raises.
+  static bool ends(uint64_t w, uint64_t seq) {
+    if (w == 0) return false;
+    const auto later = static_cast<int32_t>(static_cast<uint32_t>(w) - static_cast<uint32_t>(seq));
+    return !(code(w) == static_cast<uint32_t>(AbortCode::kMismatch) && later > 0);
+  }
+};
+
 class Communicator {
  public:
   Communicator(int rank, int size, int localSize, const Protocol& protocol, const transport::Options& options,
@@ -196,7 +217,7 @@ class Communicator {
   uint32_t failure() const {
     const uint32_t mine = brokenCode_.load(std::memory_order_acquire);
     if (mine != 0) return mine;
-    return static_cast<uint32_t>(word(ctrlLayout_.abortFlag()).load(std::memory_order_acquire) >> 32);
+    return AbortWord::code(word(ctrlLayout_.abortFlag()).load(std::memory_order_acquire));
   }
 
   // Raises the report, if any, through fail(): from the thread running calls only.
@@ -210,8 +231,10 @@ class Communicator {
   // removed) still look at the device this often.
   static constexpr int kDeviceCheckMillis = 100;
   std::chrono::steady_clock::time_point nextDeviceCheck_{};
+  // Raise a peer's abort that ends the call this rank is in (AbortWord::ends): waits,
+  // errors and the end of a call. A call about to begin raises every abort (beginCall).
   void checkAbortWord() const {
-    if (word(ctrlLayout_.abortFlag()).load(std::memory_order_acquire) != 0) raisePeerAbort();
+    if (AbortWord::ends(word(ctrlLayout_.abortFlag()).load(std::memory_order_acquire), seq_)) raisePeerAbort();
   }
   void checkUsable() const;
   // First thing of every collective: usable, and no peer has aborted.

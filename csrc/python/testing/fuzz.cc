@@ -1,9 +1,9 @@
 // Test hooks for fuzzing what the core accepts from peers (tests/test_fuzz_inputs.py):
 // packed memory descriptors (Endpoint::unpack, then map/read), call headers as a peer
 // writes them (descriptor check, buffer locations, bounds of reads), and descriptors
-// alone (the mismatch message). Each hook runs a whole batch in C++ and returns how
-// every case ended; any out-of-bounds access shows up under the sanitizers
-// (scripts/sanitize.sh) or as a crash.
+// alone (the mismatch message); and which call a peer's abort word ends (tests/test_errors.py).
+// Each hook runs a whole batch in C++ and returns how every case ended; any out-of-bounds
+// access shows up under the sanitizers (scripts/sanitize.sh) or as a crash.
 //
 // Two communicators of one process stand in for two ranks (shm reaches its own pid).
 #include <pybind11/pybind11.h>
@@ -75,6 +75,7 @@ struct Pair {
     return t;
   }
   std::vector<std::string> unpack(const std::vector<std::string>& cases);
+  std::vector<std::string> peerAbort(int code, int ahead);
   std::vector<std::string> headers(const std::vector<std::string>& cases, bool keepDescriptor,
                                    const std::vector<std::pair<uint64_t, uint64_t>>& readSpans);
 };
@@ -158,6 +159,29 @@ std::vector<std::string> Pair::headers(const std::vector<std::string>& cases, bo
   return out;
 }
 
+// Rank 1 waits in its call n while rank 0, in call n + ahead, aborts with `code`; what
+// the wait waits for lands 1,000 checks after the abort (data of n from a third rank, on
+// another connection than the abort). Outcomes: of call n (the wait, then the check that
+// ends every synchronous call), then of the next call's start. Use a new pair each time.
+std::vector<std::string> Pair::peerAbort(int code, int ahead) {
+  uint64_t n = b->nextSeq();
+  while (ahead < 0 && n < uint64_t(1 - ahead)) n = b->nextSeq();
+  while (a->nextSeq() < n + ahead) {
+  }
+  try {
+    a->abortAll(static_cast<AbortCode>(code), "rank 0 gave up");
+  } catch (const Error&) {
+  }
+  std::vector<std::string> out;
+  int checks = 0;
+  out.push_back(outcome([&] {
+    b->waitUntil([&] { return ++checks > 1000; }, 0, "data of call n");
+    b->checkAbortWord();
+  }));
+  out.push_back(outcome([&] { b->beginCall(); }));
+  return out;
+}
+
 // Every case: 64 bytes of a peer's {hash, descriptor}, compared with a valid one.
 std::vector<std::string> fuzzDescriptors(const std::vector<std::string>& cases) {
   std::unique_ptr<Communicator> one = communicator(0, 1);
@@ -202,6 +226,17 @@ void bindTestingFuzz(py::module_& m) {
             return p.headers(cases, keepDescriptor, spans);
           },
           py::arg("cases"), py::arg("keep_descriptor"), py::arg("read_spans"));
+  m.def(
+      "peer_abort",
+      [](const std::string& name, int ahead) {
+        int code = 1;
+        while (abortCodeName(code)[0] && name != abortCodeName(code)) ++code;
+        if (!abortCodeName(code)[0]) throw py::value_error("no abort code named " + name);
+        py::gil_scoped_release r;
+        return Pair().peerAbort(code, ahead);
+      },
+      py::arg("code"), py::arg("ahead"),
+      "Pair::peerAbort on a new pair, code by its name (abortCodeName): [call n's outcome, call n+1's start]");
   m.def("fuzz_descriptors", [](const std::vector<std::string>& cases) {
     py::gil_scoped_release r;
     return fuzzDescriptors(cases);
