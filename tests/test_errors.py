@@ -2,6 +2,7 @@
 
 import os
 import re
+import time
 
 import numpy as np
 import pytest
@@ -141,6 +142,21 @@ def test_abort_found_in_a_later_call_does_not_end_this_one(code, ahead, call_com
     this_call, next_call = testing.peer_abort(code, ahead)
     assert (this_call == "ok") == call_completes, this_call
     assert next_call == "error: rank 0 gave up (reported by rank 0)", next_call
+
+
+@pytest.mark.parametrize("code", ["error", "timeout", "mismatch"])
+def test_abort_overwritten_by_a_later_mismatch_still_ends_the_call(code):
+    """The abort word is one per communicator, last write wins: rank 0 gave up in call n
+    (before sending what rank 1 waits for), then another rank's mismatch of call n+1
+    overwrote the word at rank 1. Rank 1 raises rank 0's abort at its wait's next periodic
+    check, from rank 0's message slot (which holds its word), not after RDMACOLL_TIMEOUT
+    (5 s here) as a timeout."""
+    import _rdmacoll_testing as testing
+
+    t0 = time.monotonic()
+    this_call, next_call = testing.peer_abort(code, 0, overwritten=True)
+    assert this_call == "error: rank 0 gave up (reported by rank 0)", this_call
+    assert time.monotonic() - t0 < 2, f"raised after {time.monotonic() - t0:.1f} s"
 
 
 def test_mismatched_shapes_through_the_torch_adapter():

@@ -258,7 +258,8 @@ void Communicator::beginCall() {
   // call after sending what this call's first wait needs: without this check the call
   // would go on to touch memory that peer abandoned. Every abort, of whatever call
   // (AbortWord::ends spares only a call already under way).
-  if (word(ctrlLayout_.abortFlag()).load(std::memory_order_acquire) != 0) raisePeerAbort();
+  const uint64_t flag = word(ctrlLayout_.abortFlag()).load(std::memory_order_acquire);
+  if (flag != 0) raisePeerAbort(flag);
   const auto now = std::chrono::steady_clock::now();
   if (now >= nextDeviceCheck_) {
     nextDeviceCheck_ = now + std::chrono::milliseconds(kDeviceCheckMillis);
@@ -287,13 +288,22 @@ const char* abortCodeName(uint32_t code) {
 }
 
 void Communicator::abortAll(AbortCode code, const std::string& message) {
+  // A peer's abort already here, one this call went on past (AbortWord::ends), came
+  // first: every rank records that one (its code decides whether init() rebuilds, and the
+  // ranks must agree), and this rank's failure is likely its symptom (the ranks that found
+  // a mismatch may have closed their connections)
+  const uint64_t pending = word(ctrlLayout_.abortFlag()).load(std::memory_order_acquire);
+  if (broken_.empty() && pending != 0) raisePeerAbort(pending);
   if (broken_.empty()) {
     broken_ = message;
     brokenCode_.store(static_cast<uint32_t>(code), std::memory_order_release);
   }
+  // The slot holds the word too: a later abort's word may overwrite this one's at a peer
+  // (checkAbortSlots)
   char msg[kAbortMessageBytes] = {};
-  std::strncpy(msg, message.c_str(), sizeof(msg) - 1);
   const uint64_t flag = AbortWord::pack(code, rank_, seq_);
+  std::memcpy(msg, &flag, sizeof(flag));
+  std::strncpy(msg + sizeof(flag), message.c_str(), sizeof(msg) - sizeof(flag) - 1);
   for (Peer& p : peers_) {
     if (!p.ep) continue;
     try {
@@ -324,17 +334,25 @@ void Communicator::fail(const std::string& message) {
   abortAll(AbortCode::kError, "rank " + std::to_string(rank_) + ": " + message);
 }
 
-void Communicator::raisePeerAbort() const {
-  uint64_t flag = word(ctrlLayout_.abortFlag()).load(std::memory_order_acquire);
+void Communicator::raisePeerAbort(uint64_t flag) const {
   int src = AbortWord::rank(flag);
   if (src < 0 || src >= size_) src = 0;
   char msg[kAbortMessageBytes];
   std::memcpy(msg, ctrl() + ctrlLayout_.abortMessage(src), sizeof(msg));
   if (broken_.empty()) {
-    broken_ = printableUtf8(msg, sizeof(msg)) + " (reported by rank " + std::to_string(src) + ")";
+    broken_ = printableUtf8(msg + sizeof(uint64_t), sizeof(msg) - sizeof(uint64_t)) + " (reported by rank " +
+              std::to_string(src) + ")";
     brokenCode_.store(AbortWord::code(flag), std::memory_order_release);
   }
   throw Error(broken_);
+}
+
+void Communicator::checkAbortSlots() const {
+  if (word(ctrlLayout_.abortFlag()).load(std::memory_order_acquire) == 0) return;
+  for (int r = 0; r < size_; ++r) {
+    const uint64_t w = word(ctrlLayout_.abortMessage(r)).load(std::memory_order_acquire);
+    if (AbortWord::rank(w) == r && AbortWord::ends(w, seq_)) raisePeerAbort(w);
+  }
 }
 
 void Communicator::checkDescriptor(const HashedDescriptor& mine, const HashedDescriptor& theirs, int peer,

@@ -234,8 +234,13 @@ class Communicator {
   // Raise a peer's abort that ends the call this rank is in (AbortWord::ends): waits,
   // errors and the end of a call. A call about to begin raises every abort (beginCall).
   void checkAbortWord() const {
-    if (AbortWord::ends(word(ctrlLayout_.abortFlag()).load(std::memory_order_acquire), seq_)) raisePeerAbort();
+    const uint64_t flag = word(ctrlLayout_.abortFlag()).load(std::memory_order_acquire);
+    if (AbortWord::ends(flag, seq_)) raisePeerAbort(flag);
   }
+  // While a later call's mismatch is in the word (which call went on past): each aborting
+  // rank's message slot keeps its own word, and one whose abort ends this call but whose
+  // word was overwritten raises here (a wait's periodic checks).
+  void checkAbortSlots() const;
   void checkUsable() const;
   // First thing of every collective: usable, and no peer has aborted.
   void beginCall();
@@ -303,7 +308,8 @@ class Communicator {
   static constexpr double kFrozenSeconds = 1.0;
   uint64_t ownWordOf(int r, size_t at) const;
   void pushOwnWord(size_t at, uint64_t v);  // to the peers that cannot map my region
-  [[noreturn]] void raisePeerAbort() const;
+  // The abort of the rank that `flag` (an abort word) names, with its message.
+  [[noreturn]] void raisePeerAbort(uint64_t flag) const;
 
   int rank_, size_, localSize_;
   Protocol protocol_;

@@ -66,6 +66,7 @@ struct alignas(64) CallHeader {
                                  // row and the rows I send to this peer), not part of the hash
 };
 
+// Each rank's abort slot at a peer: its abort word (8 bytes), then its message.
 constexpr size_t kAbortMessageBytes = 512;
 constexpr size_t kHeaderSlot = (sizeof(CallHeader) + 63) / 64 * 64;
 

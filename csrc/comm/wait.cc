@@ -96,6 +96,7 @@ void Communicator::WaitState::sleep() { c_.links_->device().sleep(seen_, 1); }
 
 void Communicator::WaitState::periodicChecks() {
   Communicator& c = c_;
+  c.checkAbortSlots();
   c.checkDevice();
   for (Peer& p : c.peers_) {
     if (p.ep && !p.ep->alive()) {

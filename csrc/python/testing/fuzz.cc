@@ -75,7 +75,7 @@ struct Pair {
     return t;
   }
   std::vector<std::string> unpack(const std::vector<std::string>& cases);
-  std::vector<std::string> peerAbort(int code, int ahead);
+  std::vector<std::string> peerAbort(int code, int ahead, bool overwritten);
   std::vector<std::string> headers(const std::vector<std::string>& cases, bool keepDescriptor,
                                    const std::vector<std::pair<uint64_t, uint64_t>>& readSpans);
 };
@@ -163,7 +163,9 @@ std::vector<std::string> Pair::headers(const std::vector<std::string>& cases, bo
 // the wait waits for lands 1,000 checks after the abort (data of n from a third rank, on
 // another connection than the abort). Outcomes: of call n (the wait, then the check that
 // ends every synchronous call), then of the next call's start. Use a new pair each time.
-std::vector<std::string> Pair::peerAbort(int code, int ahead) {
+// overwritten: a mismatch of call n+1 from another rank overwrites the abort word before
+// rank 1 looks, and what the wait waits for never lands (it needed the aborted rank).
+std::vector<std::string> Pair::peerAbort(int code, int ahead, bool overwritten) {
   uint64_t n = b->nextSeq();
   while (ahead < 0 && n < uint64_t(1 - ahead)) n = b->nextSeq();
   while (a->nextSeq() < n + ahead) {
@@ -172,10 +174,11 @@ std::vector<std::string> Pair::peerAbort(int code, int ahead) {
     a->abortAll(static_cast<AbortCode>(code), "rank 0 gave up");
   } catch (const Error&) {
   }
+  if (overwritten) b->word(b->layout().abortFlag()).store(AbortWord::pack(AbortCode::kMismatch, 0, n + 1));
   std::vector<std::string> out;
   int checks = 0;
   out.push_back(outcome([&] {
-    b->waitUntil([&] { return ++checks > 1000; }, 0, "data of call n");
+    b->waitUntil([&] { return !overwritten && ++checks > 1000; }, 0, "data of call n");
     b->checkAbortWord();
   }));
   out.push_back(outcome([&] { b->beginCall(); }));
@@ -228,14 +231,14 @@ void bindTestingFuzz(py::module_& m) {
           py::arg("cases"), py::arg("keep_descriptor"), py::arg("read_spans"));
   m.def(
       "peer_abort",
-      [](const std::string& name, int ahead) {
+      [](const std::string& name, int ahead, bool overwritten) {
         int code = 1;
         while (abortCodeName(code)[0] && name != abortCodeName(code)) ++code;
         if (!abortCodeName(code)[0]) throw py::value_error("no abort code named " + name);
         py::gil_scoped_release r;
-        return Pair().peerAbort(code, ahead);
+        return Pair().peerAbort(code, ahead, overwritten);
       },
-      py::arg("code"), py::arg("ahead"),
+      py::arg("code"), py::arg("ahead"), py::arg("overwritten") = false,
       "Pair::peerAbort on a new pair, code by its name (abortCodeName): [call n's outcome, call n+1's start]");
   m.def("fuzz_descriptors", [](const std::vector<std::string>& cases) {
     py::gil_scoped_release r;
