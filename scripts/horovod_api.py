@@ -58,8 +58,8 @@ _TF_GRAPH_ERRORS = (
     "graph (TensorFlow keeps only ValueError's type for Python ops: docs/tensorflow.md, Errors)"
 )
 _TF1_ORDER = (
-    "TF1 sessions: collectives fetched together are ordered at run time and need an inter-op thread "
-    "each (docs/tensorflow.md, TF1 sessions)"
+    "TF1 sessions: collectives fetched together are ordered at run time, on a session of at least "
+    "two inter-op threads (docs/tensorflow.md, TF1 sessions)"
 )
 # Behaviour that differs although the parameters match: (horovod module, name) -> one-line reason.
 # Prune an entry when the difference is fixed.

@@ -1269,7 +1269,7 @@ def session_graphs(hvd, tf, np):
         (g_avg,) = tf.gradients(tf.reduce_sum(w * hvdtf.allreduce(x)), [x])
         (g_bc,) = tf.gradients(tf.reduce_sum(w * hvdtf.broadcast(x, 0)), [x])
         feed = {x: mine, rows: np.full((rank + 1, 2), rank, np.float32)}
-        config = tf.compat.v1.ConfigProto(inter_op_parallelism_threads=len(ops) + 1)
+        config = tf.compat.v1.ConfigProto(inter_op_parallelism_threads=2, use_per_session_threads=True)
         with tf.compat.v1.Session(config=config) as sess:
             for name, (op, want) in ops.items():  # one collective per run
                 same(f"alone {name}", sess.run(op, feed), want)
@@ -1558,19 +1558,24 @@ def horovod_arithmetic(hvd, tf, np):
         want_d[0] += size * size
         if not np.allclose(d_out[k], want_d):
             bad.append(f"Session grouped gradients #{k}: {d_out[k].tolist()} vs {want_d.tolist()}")
-    # Horovod's fused tests in a TF1 Session: 21 collectives, independent, fetched together,
-    # which each rank's executor starts in its own order (each holds an inter-op thread
-    # until its turn: the session needs a thread per collective fetched together)
+    # Horovod's fused tests in a TF1 Session: 21 allreduces and 21 allgathers, independent,
+    # fetched together, which each rank's executor starts in its own order, on 2 inter-op
+    # threads (_session_order.py: submitted at once, waited for in a critical section)
     with tf.Graph().as_default():
         tensors = [tf.constant(np.full([17] * (1 + k % 3), k + rank, np.float32)) for k in range(21)]
         sums = [hvd.allreduce(t, op=hvd.Sum) for t in tensors]
-        config = tf.compat.v1.ConfigProto(inter_op_parallelism_threads=22, use_per_session_threads=True)
+        gathers = [hvd.allgather(t[: rank + 1]) for t in tensors]
+        config = tf.compat.v1.ConfigProto(inter_op_parallelism_threads=2, use_per_session_threads=True)
         with tf.compat.v1.Session(config=config) as sess:
-            got = sess.run(sums)
-    for k, g in enumerate(got):
+            for _ in range(2):
+                got, got_gathers = sess.run([sums, gathers])
+    for k, (g, a) in enumerate(zip(got, got_gathers)):
         want = k * size + size * (size - 1) / 2
         if not np.all(g == want):
-            bad.append(f"Session, 21 collectives in one run: #{k} gave {g.ravel()[0]}, not {want}")
+            bad.append(f"Session, 42 collectives in one run: allreduce #{k} gave {g.ravel()[0]}, not {want}")
+        want_rows = np.concatenate([np.full(r + 1, k + r, np.float32) for r in range(size)])
+        if a.shape[0] != len(want_rows) or not np.all(a.reshape(len(want_rows), -1).T == want_rows):
+            bad.append(f"Session, 42 collectives in one run: allgather #{k} gave {a.reshape(a.shape[0], -1)[:, 0]}")
     return not bad, "; ".join(bad[:4])
 
 

@@ -26,14 +26,17 @@ smallest key among the collectives it has reached. The others run that op as soo
 TensorFlow reaches it there too (other collective ops of the same run wait meanwhile).
 One collective per Session.run, a train op and its broadcast in separate runs, and
 several independent collectives fetched together all run in one order on every rank.
-Limits, each ending in an error after RDMACOLL_TIMEOUT rather than a hang: the ranks must
-fetch the same collectives in a run, and each collective waiting for its turn blocks one
-of the session's inter-op threads (TensorFlow runs Python ops synchronously), so a run
-that fetches more independent collectives than the session has inter-op threads can
-stall; chain such collectives with tf.control_dependencies (the grouped collectives are
-one op each, whatever the number of tensors: gradients.py). Ops of one process set are
-ordered among themselves; a rank in two sets that overlap, fetching collectives of both
-in one run, may wait on one set while a peer waits on the other (same error).
+A TensorFlow Python op runs synchronously on an inter-op thread, so a collective waiting
+for its turn would hold one: with more independent collectives fetched together than
+the session has threads, each rank's threads could all hold collectives other than the
+one the leader announced. So each collective is two ops (_session_order.py): a submit that
+files it and returns, and a wait inside the graph's tf.CriticalSection (TensorFlow waits
+for its lock without a thread) that drives the agreed order. One thread waits; the
+others go on submitting. Limits, each ending in an error after RDMACOLL_TIMEOUT rather
+than a hang: the ranks must fetch the same collectives in a run, and the session needs
+two inter-op threads. Ops of one process set are ordered among themselves; a rank in
+two sets that overlap, fetching collectives of both in one run, may wait on one set while
+a peer waits on the other (same error).
 
 Errors: errors.py (the tf.errors types Horovod raises, as far as a Python op can).
 """
@@ -111,8 +114,11 @@ def run(fn, tensors, out_dtypes, out_shapes, process_set=None):
 def _run_in_session(fn, tensors, out_dtypes, out_shapes, process_set, graph):
     order = SessionOrder.of(_outermost(graph))
     key = order.next_key()
-    run_in_order = errors.converted(lambda *a: order.run(key, process_set, fn, a))
-    return numpy_op(run_in_order, list(tensors), out_dtypes, out_shapes)
+    submit = errors.converted(lambda *a: order.submit(key, process_set, fn, a))
+    filed = tf.numpy_function(submit, list(tensors), tf.int64, stateful=True)
+    filed.set_shape([])
+    wait = errors.converted(lambda _: order.wait(key))
+    return list(order.section.execute(lambda: numpy_op(wait, [filed], out_dtypes, out_shapes)))
 
 
 def numpy_op(fn, inputs, out_dtypes, out_shapes, name=None):

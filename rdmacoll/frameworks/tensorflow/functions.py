@@ -175,8 +175,8 @@ def grouped_allreduce(
         )
         for i, r in zip(dense, reduced):
             out[i] = r
-        # every IndexedSlices' values and indices in one grouped allgather: one op (in a TF1
-        # session each collective op waiting for its turn holds an inter-op thread)
+        # every IndexedSlices' values and indices in one grouped allgather: one op, one
+        # collective (in a TF1 session, one turn of the ranks' agreed order)
         parts = [tensors[i].values for i in sparse] + [tensors[i].indices for i in sparse]
         gathered = grouped_allgather(parts, name=f"{name}.sparse", process_set=process_set)
         for k, i in enumerate(sparse):

@@ -19,9 +19,9 @@ below are the set's (ps.size(), ps.rank()); broadcast's root_rank is a global ra
                          one fused op (the rows of every rank travel with the forward)
     grouped_reducescatter  dx_i = grouped allgather of (dy_i * size if op is Sum else dy_i)
 
-The grouped ones are one op each way, running one collective (rdmacoll.grouped): in a TF1
-session each collective op waiting for its turn holds an inter-op thread
-(_session_order.py), so a list of tensors must not become a list of ops.
+The grouped ones are one op each way, running one collective (rdmacoll.grouped), whatever
+the number of tensors: one turn of a TF1 session's agreed order (_session_order.py), one
+core call.
 
 Every function takes process_set (None: the global set).
 """
