@@ -1268,6 +1268,13 @@ def session_graphs(hvd, tf, np):
         mean_w = sum(np.arange(4, dtype=np.float32) + r for r in range(size)) / size
         (g_avg,) = tf.gradients(tf.reduce_sum(w * hvdtf.allreduce(x)), [x])
         (g_bc,) = tf.gradients(tf.reduce_sum(w * hvdtf.broadcast(x, 0)), [x])
+        # chains (a collective of a collective's result) beside an independent one: a
+        # collective whose input waits for another's result must not wait behind a third
+        chains = [
+            hvdtf.allreduce(hvdtf.allreduce(x, op=hvd.Sum), op=hvd.Sum),
+            hvdtf.broadcast(hvdtf.allreduce(2 * x, op=hvd.Sum), size - 1),
+            hvdtf.allreduce(3 * x, op=hvd.Sum),
+        ]
         feed = {x: mine, rows: np.full((rank + 1, 2), rank, np.float32)}
         config = tf.compat.v1.ConfigProto(inter_op_parallelism_threads=2, use_per_session_threads=True)
         with tf.compat.v1.Session(config=config) as sess:
@@ -1277,6 +1284,12 @@ def session_graphs(hvd, tf, np):
                 got = sess.run([op for op, _ in ops.values()], feed)
                 for name, g, (_, want) in zip(ops, got, ops.values()):
                     same(f"together {name} run {step}", g, want)
+            for step in range(5):
+                got = sess.run(chains, feed)
+                for what, g, want in zip(
+                    ("chain", "chain 2", "beside them"), got, (size * total, 2 * total, 3 * total)
+                ):
+                    same(f"{what} run {step}", g, want)
             same("tf.gradients of allreduce", sess.run(g_avg, feed), mean_w)
             same("tf.gradients of broadcast", sess.run(g_bc, feed), mean_w * (rank == 0))
         with tf.compat.v1.Session() as sess:  # default config: two independent collectives per run

@@ -20,23 +20,22 @@ control dependencies exist there, and a chain of explicit ones would be wrong: S
 runs only what its fetches need, and a dependency of op k on op k-1 would make fetching
 the train op also run the broadcast built before it (or feed-less placeholders), every
 step. So TF1 collectives are ordered when they run (_session_order.py): each op gets a key
-at construction (0, 1, 2... per graph), and the first rank of the op's process set (the
-leader) announces, with one 8-byte broadcast, which key every rank runs next: the
-smallest key among the collectives it has reached. The others run that op as soon as
-TensorFlow reaches it there too (other collective ops of the same run wait meanwhile).
-One collective per Session.run, a train op and its broadcast in separate runs, and
-several independent collectives fetched together all run in one order on every rank.
-A TensorFlow Python op runs synchronously on an inter-op thread, so a collective waiting
-for its turn would hold one: with more independent collectives fetched together than
-the session has threads, each rank's threads could all hold collectives other than the
-one the leader announced. So each collective is two ops (_session_order.py): a submit that
-files it and returns, and a wait inside the graph's tf.CriticalSection (TensorFlow waits
-for its lock without a thread) that drives the agreed order. One thread waits; the
-others go on submitting. Limits, each ending in an error after RDMACOLL_TIMEOUT rather
-than a hang: the ranks must fetch the same collectives in a run, and the session needs
-two inter-op threads. Ops of one process set are ordered among themselves; a rank in
-two sets that overlap, fetching collectives of both in one run, may wait on one set while
-a peer waits on the other (same error).
+at construction (0, 1, 2... per graph), and the ranks negotiate as Horovod does, in
+rounds (one allgather of the keys each rank has reached): a collective runs once every
+rank of its process set has reached it, the ready ones in key order. One collective per
+Session.run, a train op and its broadcast in separate runs, several independent
+collectives fetched together, and chains (a collective of another's result) all run in
+one order on every rank. A TensorFlow Python op runs synchronously on an inter-op
+thread, so a collective waiting for its turn would hold one: with more independent
+collectives fetched together than the session has threads, each rank's threads could all
+hold collectives other than the ones the others reached. So each collective is two ops
+(_session_order.py): a submit that files it and returns, and a wait that holds the
+graph's mutex (TensorFlow's MutexLock, which waits for the lock without a thread) and
+drives the rounds. One thread waits; the others go on submitting. Limits, each ending in an error
+after RDMACOLL_TIMEOUT rather than a hang: the ranks must fetch the same collectives in a
+run, and the session needs two inter-op threads. Ops of one process set are ordered
+among themselves; a rank in two sets that overlap, fetching collectives of both in one
+run, may wait on one set while a peer waits on the other (same error).
 
 Errors: errors.py (the tf.errors types Horovod raises, as far as a Python op can).
 """
@@ -117,8 +116,17 @@ def _run_in_session(fn, tensors, out_dtypes, out_shapes, process_set, graph):
     submit = errors.converted(lambda *a: order.submit(key, process_set, fn, a))
     filed = tf.numpy_function(submit, list(tensors), tf.int64, stateful=True)
     filed.set_shape([])
-    wait = errors.converted(lambda _: order.wait(key))
-    return list(order.section.execute(lambda: numpy_op(wait, [filed], out_dtypes, out_shapes)))
+    # the wait holds the graph's mutex (tf.CriticalSection's ops, without its scan of the
+    # whole graph per use): taken once the submit ran, released once the wait returned
+    with tf.control_dependencies([filed]):
+        lock = tf.raw_ops.MutexLock(mutex=order.mutex)
+    wait = errors.converted(lambda k: [k] + list(order.wait(key)))
+    with tf.control_dependencies([lock]):
+        ran, *outs = numpy_op(wait, [filed], [tf.int64] + list(out_dtypes), [[]] + list(out_shapes))
+    with tf.control_dependencies([ran]):
+        released = tf.raw_ops.ConsumeMutexLock(mutex_lock=lock)
+    with tf.control_dependencies([released]):
+        return [tf.identity(o) for o in outs]
 
 
 def numpy_op(fn, inputs, out_dtypes, out_shapes, name=None):
