@@ -52,11 +52,13 @@ class SessionOrder:
     """Orders the collective ops of one graph at run time (see the module docstring)."""
 
     def __init__(self, graph):
-        with graph.as_default():
+        # (init_scope: outside any control dependencies or control flow of the op being
+        # built, as tf.CriticalSection makes its mutex)
+        with graph.as_default(), tf.init_scope():
             self._mutex = tf.raw_ops.MutexV2(name="rdmacoll_session_order")
         self._keys = itertools.count()
         self._cv = threading.Condition()
-        self._progress = time.monotonic()  # when a round last found a collective to run
+        self._empty_since = None  # when the current streak of rounds with nothing to run began
         self._filed = {}  # key -> _Request, submitted and not yet collected by its wait
         self._pending = {}  # key -> _Request, submitted and not yet run
         self._driving = False
@@ -91,8 +93,8 @@ class SessionOrder:
                     "(two Session.run calls in parallel threads, or one tf.function called twice?)"
                 )
             if earlier is not None and key in self._pending:
-                # filed by a run that ended (another op's error) before its wait: it runs once,
-                # with this run's inputs
+                # filed by a run that ended (another op's error) before it ran here: it
+                # runs once, with this run's inputs (unless a round ran it first)
                 earlier.process_set, earlier.fn, earlier.args = process_set, fn, args
             else:  # (one that ran but was never waited for, for the same reason, is dropped)
                 request = _Request(key, process_set, fn, args)
@@ -144,7 +146,6 @@ class SessionOrder:
         if not ready:
             self._cv.wait(_EMPTY_ROUND_WAIT_S)
             return
-        self._progress = time.monotonic()
         for key in ready:
             request = self._pending.pop(key)
             request.running = True
@@ -178,8 +179,11 @@ class SessionOrder:
         keys, counts = np.unique(every, return_counts=True)
         ready = [int(k) for k in keys[counts == ps.size()]]
         timeout = float(settings_in_effect()["timeout"])
-        if not ready and time.monotonic() - self._progress > timeout:
-            self._progress = time.monotonic()
+        now = time.monotonic()
+        if ready or self._empty_since is None:
+            self._empty_since = None if ready else now
+        elif now - self._empty_since > timeout:
+            self._empty_since = None
             raise rc.RdmacollError(
                 f"no collective op of this graph was submitted by every rank within {timeout:g} s "
                 f"(RDMACOLL_TIMEOUT; pending here: {mine.tolist()}): every rank must fetch the same "
