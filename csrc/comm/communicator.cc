@@ -258,7 +258,7 @@ void Communicator::beginCall() {
   // call after sending what this call's first wait needs: without this check the call
   // would go on to touch memory that peer abandoned. Every abort, of whatever call
   // (AbortWord::ends spares only a call already under way).
-  const uint64_t flag = word(ctrlLayout_.abortFlag()).load(std::memory_order_acquire);
+  const uint64_t flag = abortWord();
   if (flag != 0) raisePeerAbort(flag);
   const auto now = std::chrono::steady_clock::now();
   if (now >= nextDeviceCheck_) {
@@ -292,7 +292,7 @@ void Communicator::abortAll(AbortCode code, const std::string& message) {
   // first: every rank records that one (its code decides whether init() rebuilds, and the
   // ranks must agree), and this rank's failure is likely its symptom (the ranks that found
   // a mismatch may have closed their connections)
-  const uint64_t pending = word(ctrlLayout_.abortFlag()).load(std::memory_order_acquire);
+  const uint64_t pending = abortWord();
   if (broken_.empty() && pending != 0) raisePeerAbort(pending);
   if (broken_.empty()) {
     broken_ = message;
@@ -348,7 +348,7 @@ void Communicator::raisePeerAbort(uint64_t flag) const {
 }
 
 void Communicator::checkAbortSlots() const {
-  if (word(ctrlLayout_.abortFlag()).load(std::memory_order_acquire) == 0) return;
+  if (abortWord() == 0) return;
   for (int r = 0; r < size_; ++r) {
     const uint64_t w = word(ctrlLayout_.abortMessage(r)).load(std::memory_order_acquire);
     if (AbortWord::rank(w) == r && AbortWord::ends(w, seq_)) raisePeerAbort(w);

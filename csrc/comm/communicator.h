@@ -217,7 +217,7 @@ class Communicator {
   uint32_t failure() const {
     const uint32_t mine = brokenCode_.load(std::memory_order_acquire);
     if (mine != 0) return mine;
-    return AbortWord::code(word(ctrlLayout_.abortFlag()).load(std::memory_order_acquire));
+    return AbortWord::code(abortWord());
   }
 
   // Raises the report, if any, through fail(): from the thread running calls only.
@@ -231,10 +231,14 @@ class Communicator {
   // removed) still look at the device this often.
   static constexpr int kDeviceCheckMillis = 100;
   std::chrono::steady_clock::time_point nextDeviceCheck_{};
-  // Raise a peer's abort that ends the call this rank is in (AbortWord::ends): waits,
-  // errors and the end of a call. A call about to begin raises every abort (beginCall).
+  // The abort word as it stands (0: no peer has aborted).
+  uint64_t abortWord() const { return word(ctrlLayout_.abortFlag()).load(std::memory_order_acquire); }
+  // Whether it holds an abort that ends the call this rank is in (AbortWord::ends).
+  bool abortEndsCall() const { return AbortWord::ends(abortWord(), seq_); }
+  // Raise a peer's abort that ends the call this rank is in: waits, errors and the end of
+  // a call. A call about to begin raises every abort (beginCall).
   void checkAbortWord() const {
-    const uint64_t flag = word(ctrlLayout_.abortFlag()).load(std::memory_order_acquire);
+    const uint64_t flag = abortWord();
     if (AbortWord::ends(flag, seq_)) raisePeerAbort(flag);
   }
   // While a later call's mismatch is in the word (which call went on past): each aborting

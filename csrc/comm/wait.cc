@@ -81,7 +81,7 @@ bool Communicator::WaitState::step() {
   // Announce the sleep; the caller re-checks its condition, then sleeps. Announcing
   // before the final checks means an event after them (a peer's put64, an abort) wakes us.
   seen_ = c_.links_->device().prepareSleep();
-  if (AbortWord::ends(c_.word(c_.ctrlLayout_.abortFlag()).load(std::memory_order_acquire), c_.seq_)) {
+  if (c_.abortEndsCall()) {
     c_.links_->device().cancelSleep();
     return false;
   }

@@ -31,11 +31,11 @@ collectives fetched together than the session has threads, each rank's threads c
 hold collectives other than the ones the others reached. So each collective is two ops
 (_session_order.py): a submit that files it and returns, and a wait that holds the
 graph's mutex (TensorFlow's MutexLock, which waits for the lock without a thread) and
-drives the rounds. One thread waits; the others go on submitting. Limits, each ending in an error
-after RDMACOLL_TIMEOUT rather than a hang: the ranks must fetch the same collectives in a
-run, and the session needs two inter-op threads. Ops of one process set are ordered
-among themselves; a rank in two sets that overlap, fetching collectives of both in one
-run, may wait on one set while a peer waits on the other (same error).
+drives the rounds. One thread waits; the others go on submitting. Limits, each ending in
+an error after RDMACOLL_TIMEOUT rather than a hang: the ranks must fetch the same
+collectives in a run, and the session needs two inter-op threads. Ops of one process set
+are ordered among themselves; a rank in two sets that overlap, fetching collectives of
+both in one run, may wait on one set while a peer waits on the other (same error).
 
 Errors: errors.py (the tf.errors types Horovod raises, as far as a Python op can).
 """

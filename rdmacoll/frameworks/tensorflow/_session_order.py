@@ -8,16 +8,17 @@ every rank that builds the same graph). A collective is two ops: `submit` files 
 with a copy of the inputs and returns at once; `wait`, which takes submit's output, runs
 holding the graph's mutex (TensorFlow's MutexLock op, as tf.CriticalSection uses it: it
 waits for the lock without holding an inter-op thread, so while one wait runs, the
-session's other threads go on submitting). The wait inside "drives" until its own request is done, in rounds on
-the process set of the smallest key pending here: one allgather of every rank's pending
-keys of the set, then every key that all ranks have submitted runs, in key order, whichever
-op filed it (a round that finds none waits a millisecond for submits). Every rank of a set
-runs the same rounds, so the same collectives in the same order, and a session needs two
-inter-op threads however many collectives a run fetches (one waits, one submits).
+session's other threads go on submitting). The wait inside "drives" until its own
+request is done, in rounds on the process set of the smallest key pending here: one
+allgather of every rank's pending keys of the set, then every key that all ranks have
+submitted runs, in key order, whichever op filed it (a round that finds none waits a
+millisecond for submits). Every rank of a set runs the same rounds, so the same
+collectives in the same order, and a session needs two inter-op threads however many
+collectives a run fetches (one waits, one submits).
 
-Only keys every rank has submitted run: a rank never waits, holding the mutex,
-for an op that TensorFlow cannot start there until another op's wait (queued behind the
-lock) hands it its input (a collective of a collective's result, fetched beside others).
+Only keys every rank has submitted run: a rank never waits, holding the mutex, for an op
+that TensorFlow cannot start there until another op's wait (queued behind the lock)
+hands it its input (a collective of a collective's result, fetched beside others).
 
 A wait that cannot end gives an error, not a hang: when rounds find nothing to run for
 RDMACOLL_TIMEOUT (the ranks fetch different ops, or a session with one inter-op thread),
@@ -41,11 +42,11 @@ _EMPTY_ROUND_WAIT_S = 0.001  # after a round that found nothing to run, before t
 
 
 class _Request:
-    __slots__ = ("key", "process_set", "fn", "args", "done", "waited", "running", "result", "error")
+    __slots__ = ("key", "process_set", "fn", "args", "done", "waited", "result", "error")
 
     def __init__(self, key, process_set, fn, args):
         self.key, self.process_set, self.fn, self.args = key, process_set, fn, args
-        self.done, self.waited, self.running, self.result, self.error = False, False, False, None, None
+        self.done, self.waited, self.result, self.error = False, False, None, None
 
 
 class SessionOrder:
@@ -87,7 +88,8 @@ class SessionOrder:
         args = [np.array(a, copy=True) for a in args]
         with self._cv:
             earlier = self._filed.get(key)
-            if earlier is not None and (earlier.waited or earlier.running):
+            running = earlier is not None and not earlier.done and key not in self._pending
+            if earlier is not None and (earlier.waited or running):
                 raise rc.RdmacollError(
                     f"collective op #{key} of this graph runs twice at once "
                     "(two Session.run calls in parallel threads, or one tf.function called twice?)"
@@ -148,7 +150,6 @@ class SessionOrder:
             return
         for key in ready:
             request = self._pending.pop(key)
-            request.running = True
             self._cv.release()
             try:
                 result, error = request.fn(*request.args), None
@@ -156,7 +157,6 @@ class SessionOrder:
                 result, error = None, e
             finally:
                 self._cv.acquire()
-            request.running = False
             self._finish(request, result, error)
 
     @staticmethod
