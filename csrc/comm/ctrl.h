@@ -73,7 +73,7 @@ constexpr size_t kHeaderSlot = (sizeof(CallHeader) + 63) / 64 * 64;
 class CtrlLayout {
  public:
   CtrlLayout(int size, const Protocol& c)
-      : size_(size), eagerBytes_(round(c.eagerBytes + 128)), slotBytes_(c.slotBytes), slots_(c.slots) {
+      : eagerBytes_(round(c.eagerBytes + 128)), slotBytes_(c.slotBytes), slots_(c.slots) {
     wordsOff_ = 0;
     msgOff_ = wordsOff_ + 64 + sizeof(PeerWords) * size;
     hdrOff_ = msgOff_ + kAbortMessageBytes * size;
@@ -102,7 +102,6 @@ class CtrlLayout {
 
  private:
   static size_t round(size_t n) { return (n + 4095) / 4096 * 4096; }
-  int size_;
   size_t eagerBytes_, slotBytes_;
   int slots_;
   size_t wordsOff_, msgOff_, hdrOff_, eagerOff_, slotOff_, total_;

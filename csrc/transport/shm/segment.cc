@@ -12,6 +12,7 @@
 
 #include "common/error.h"
 #include "common/fork_guard.h"
+#include "common/syscalls.h"
 #include "common/text.h"
 
 namespace rdmacoll {
@@ -34,7 +35,7 @@ std::string memfdName(pid_t pid, uint64_t id) {
 Segment Segment::create(size_t len, uint64_t id) {
   Segment s;
   std::string name = memfdName(getpid(), id);
-  s.fd_ = forkguard::track(memfd_create(name.c_str(), MFD_CLOEXEC));
+  s.fd_ = forkguard::track(sys::memfdCreate(name.c_str(), MFD_CLOEXEC));
   if (s.fd_ < 0) throw Error(sysError("memfd_create", errno));
   s.id_ = id;
   s.len_ = len;

@@ -3,7 +3,6 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
-#include <sys/random.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -14,6 +13,7 @@
 
 #include "common/error.h"
 #include "common/sha256.h"
+#include "common/syscalls.h"
 
 namespace rdmacoll {
 namespace transport {
@@ -50,7 +50,7 @@ static_assert(sizeof(Hello) == 48 && sizeof(Reply) == 64 && sizeof(Proof) == 40,
 
 void fresh(uint8_t* out, size_t n) {
   while (n > 0) {
-    ssize_t r = getrandom(out, n, 0);
+    const long r = sys::getRandom(out, n);
     if (r < 0) {
       if (errno == EINTR) continue;
       throw Error(sysError("tcp: getrandom", errno));
