@@ -534,14 +534,9 @@ def run_launcher(launcher_argv, script_path, args=(), env=None, timeout=120) -> 
         return launch.finish()
 
 
-def run_python(script_path, args=(), env=None, timeout=120) -> Result:
-    """Run a worker as a plain process (a singleton MPI world), with the same protocol."""
-    script = Path(script_path)
-    if not script.is_absolute():
-        script = WORKERS_DIR / script
-    cwd = tempfile.mkdtemp(prefix="rdmacoll-test-")
-    cmd = [sys.executable, str(script)] + [str(a) for a in args]
-    env = _launch_env(env)
+def run_command(cmd, env, cwd, timeout) -> tuple[int, str, str, bool]:
+    """cmd in a session of its own, killed whole (and only it) past the timeout:
+    (exit status, stdout, stderr, whether it timed out)."""
     proc = subprocess.Popen(
         cmd,
         cwd=cwd,
@@ -555,16 +550,25 @@ def run_python(script_path, args=(), env=None, timeout=120) -> Result:
     )
     try:
         out, err = proc.communicate(timeout=timeout)
-        timed_out = False
+        return proc.returncode, out, err, False
     except subprocess.TimeoutExpired:
-        timed_out = True
-    if timed_out:
         os.killpg(proc.pid, signal.SIGKILL)
         out, err = proc.communicate()
+        return proc.returncode, out, err, True
+
+
+def run_python(script_path, args=(), env=None, timeout=120) -> Result:
+    """Run a worker as a plain process (a singleton MPI world), with the same protocol."""
+    script = Path(script_path)
+    if not script.is_absolute():
+        script = WORKERS_DIR / script
+    cwd = tempfile.mkdtemp(prefix="rdmacoll-test-")
+    cmd = [sys.executable, str(script)] + [str(a) for a in args]
+    returncode, out, err, timed_out = run_command(cmd, _launch_env(env), cwd, timeout)
     shutil.rmtree(cwd, ignore_errors=True)
     now = time.time()
     lines = [Line(now, "out", t) for t in out.splitlines()] + [Line(now, "err", t) for t in err.splitlines()]
-    res = Result(cmd, proc.returncode, lines)
+    res = Result(cmd, returncode, lines)
     if timed_out:
         res.fail(f"process timed out after {timeout} s; killed it")
     return res

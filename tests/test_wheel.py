@@ -1,0 +1,170 @@
+"""The release wheel where no compiler is: scripts/build_wheels.sh builds the manylinux2014
+wheel for the running Python (Zig's clang, glibc 2.17; docs/install.md), a fresh virtual
+environment installs it with the MPICH extra and this environment's torch, on a PATH with
+no g++, gcc, cc, c++, clang or cmake, and there: the version agrees with the wheel's,
+`mpiexec -n 2 rdmacoll-bench -e 1M` reports every size correct, a torchrun job over
+backend="rdmacoll" sums what each rank gave, and `rdmacoll doctor` reports the three
+transports compiled in. The wheel must hold no test hooks and weigh at most 5 MB."""
+
+import importlib.util
+import os
+import re
+import subprocess
+import sys
+import time
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from mpi_util import run_command
+
+COMPILERS = (
+    "g++",
+    "gcc",
+    "cc",
+    "c++",
+    "clang",
+    "clang++",
+    "cmake",
+    "zig",
+    "x86_64-linux-gnu-g++",
+    "x86_64-linux-gnu-gcc",
+)
+
+if not Path("/usr/include/infiniband/verbs.h").exists():
+    pytest.skip(
+        "no verbs headers (libibverbs-dev): a release wheel carries the ibverbs transport", allow_module_level=True
+    )
+if importlib.util.find_spec("torch") is None:
+    pytest.skip("torch is not installed here (the test extras bring it)", allow_module_level=True)
+
+
+def _run(cmd, timeout, env, cwd) -> subprocess.CompletedProcess:
+    """cmd (killed past its timeout: a failure), its stderr after its stdout. cwd: never the
+    source tree, whose rdmacoll/ would shadow the installed one."""
+    rc, out, err, timed_out = run_command(cmd, env, cwd, timeout)
+    if timed_out:
+        pytest.fail(f"{' '.join(map(str, cmd))} ran past {timeout} s; killed it:\n{(out + err)[-4000:]}")
+    return subprocess.CompletedProcess(cmd, rc, out + err, "")
+
+
+def _no_compiler_path(dest: Path) -> str:
+    """A folder of links to every program on PATH but the compilers and CMake."""
+    dest.mkdir()
+    for d in os.environ.get("PATH", "").split(os.pathsep):
+        if not os.path.isdir(d) or d.startswith(str(Path(sys.executable).parent)):
+            continue
+        for name in os.listdir(d):
+            if name in COMPILERS or (dest / name).exists() or re.match(r"(clang|gcc|g\+\+|cpp)(-\d+)?$", name):
+                continue
+            (dest / name).symlink_to(os.path.join(d, name))
+    return str(dest)
+
+
+def _link_torch(dest: Path) -> Path:
+    """A folder of links to this environment's torch and the distributions it requires (not
+    rdmacoll's requirements: pip installs those from the wheel's metadata), for a .pth file of
+    the fresh environment: a second copy of torch would cost half a minute of unpacking."""
+    from importlib import metadata
+
+    dest.mkdir()
+    seen, todo = set(), ["torch"]
+    while todo:
+        name = re.sub(r"[-_.]+", "-", todo.pop()).lower()
+        if name in seen:
+            continue
+        seen.add(name)
+        try:
+            dist = metadata.distribution(name)
+        except metadata.PackageNotFoundError:
+            continue  # a requirement for another platform or Python
+        todo += [re.split(r"[ ;<>=!~\[(]", r, maxsplit=1)[0] for r in dist.requires or [] if "extra ==" not in r]
+        for top in {f.parts[0] for f in dist.files or [] if f.parts[0] != ".."}:
+            if not (dest / top).exists():
+                (dest / top).symlink_to(dist.locate_file(top))
+    return dest
+
+
+@pytest.mark.timeout(900)
+def test_wheel_installs_and_runs_without_a_compiler(tmp_path, wheel_build):
+    rc, log = wheel_build.wait(timeout=780)
+    assert rc == 0, f"scripts/build_wheels.sh: {'timed out' if rc is None else f'exit {rc}'}\n{log[-6000:]}"
+    print(
+        f"wheel built in {wheel_build.ended - wheel_build.started:.0f} s, the last "
+        f"{wheel_build.ended - wheel_build.waited:.0f} s of them waited for"
+    )
+    dist = wheel_build.dist
+    wheels = sorted(dist.glob("rdmacoll-*.whl"))
+    assert len(wheels) == 1, f"{wheels}\n{log[-3000:]}"
+    wheel = wheels[0]
+    tag = f"cp{sys.version_info.major}{sys.version_info.minor}"
+    assert f"-{tag}-{tag}-manylinux2014_x86_64" in wheel.name, wheel.name
+    assert 'is consistent with the following platform tag:\n"manylinux_2_17_x86_64"' in log, log[-3000:]
+    assert wheel.stat().st_size <= 5 << 20, f"{wheel.name}: {wheel.stat().st_size} bytes"
+    assert list(dist.glob("rdmacoll-*.tar.gz")), "no sdist beside the wheel"
+    names = zipfile.ZipFile(wheel).namelist()
+    assert any(re.match(r"rdmacoll/_core\..*\.so$", n) for n in names), names
+    assert not [n for n in names if "testing" in n or "fake_cudart" in n], "test hooks in the wheel"
+    version = wheel.name.split("-")[1]
+
+    # the fresh environment, its PATH without compilers
+    t0 = time.monotonic()
+    venv = tmp_path / "venv"
+    _run([sys.executable, "-m", "venv", str(venv)], 120, None, tmp_path).check_returncode()
+    path = f"{venv / 'bin'}{os.pathsep}{_no_compiler_path(tmp_path / 'path')}"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "RDMACOLL_", "VIRTUAL_ENV"))}
+    env |= {"PATH": path, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+    check = _run(["bash", "-c", f"command -v {' '.join(COMPILERS)}"], 30, env, tmp_path)
+    assert check.stdout.strip() == "", f"compilers on the PATH of the check:\n{check.stdout}"
+    py = str(venv / "bin" / "python")
+    site = Path(
+        _run([py, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"], 60, env, tmp_path).stdout.strip()
+    )
+    (site / "torch_of_the_tests.pth").write_text(f"{_link_torch(tmp_path / 'torch')}\n")
+    pip = _run([py, "-m", "pip", "install", "-q", "--disable-pip-version-check", f"{wheel}[mpich]"], 600, env, tmp_path)
+    assert pip.returncode == 0, pip.stdout[-4000:]
+    t_install = time.monotonic() - t0
+
+    where = _run(
+        [py, "-c", "import rdmacoll, rdmacoll._core as c; print(rdmacoll.__version__, c.__file__)"], 60, env, tmp_path
+    )
+    assert where.returncode == 0, where.stdout
+    got_version, core = where.stdout.split()
+    assert got_version == version and core.startswith(f"{site}/"), where.stdout
+    cli = _run([str(venv / "bin" / "rdmacoll"), "--version"], 60, env, tmp_path)
+    assert cli.stdout.strip() == f"rdmacoll {version}", cli.stdout
+
+    bench = _run(["mpiexec", "-n", "2", str(venv / "bin" / "rdmacoll-bench"), "-e", "1M"], 180, env, tmp_path)
+    t_bench = time.monotonic() - t0
+    assert bench.returncode == 0, bench.stdout[-4000:]
+    assert re.search(r"^\s+1048576\s+262144\s+float\s+sum\s", bench.stdout, re.M), bench.stdout
+    assert "# Out of bounds values : 0 OK" in bench.stdout, bench.stdout
+
+    job = tmp_path / "job.py"
+    job.write_text(
+        "import torch, torch.distributed as dist\n"
+        "dist.init_process_group('rdmacoll')\n"
+        "r, n = dist.get_rank(), dist.get_world_size()\n"
+        "t = torch.arange(1000, dtype=torch.float64) * (r + 1)\n"
+        "dist.all_reduce(t)\n"
+        "want = torch.arange(1000, dtype=torch.float64) * (n * (n + 1) // 2)\n"
+        "assert torch.equal(t, want), (t[:4], want[:4])\n"
+        "import rdmacoll._core as c\n"
+        "print(f'rank {r} of {n}: all_reduce OK', c.__file__)\n"
+        "dist.destroy_process_group()\n"
+    )
+    # torchrun is torch.distributed.run (its script is not among the linked files)
+    torchrun = [py, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", str(job)]
+    tr = _run(torchrun, 180, env, tmp_path)
+    assert tr.returncode == 0, tr.stdout[-4000:]
+    for r in range(2):
+        assert re.search(rf"rank {r} of 2: all_reduce OK {re.escape(str(site))}/", tr.stdout), tr.stdout[-4000:]
+
+    doctor = _run([str(venv / "bin" / "rdmacoll"), "doctor"], 120, env, tmp_path)
+    assert doctor.returncode == 0, doctor.stdout
+    assert "transports compiled in: shm, tcp, ibverbs" in doctor.stdout, doctor.stdout
+    print(
+        f"{wheel.name} ({wheel.stat().st_size} bytes): installed in a fresh environment without a compiler "
+        f"in {t_install:.0f} s, the benchmark's last line {t_bench:.0f} s after the install began"
+    )
