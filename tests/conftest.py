@@ -12,8 +12,6 @@ import os
 import sys
 import sysconfig
 
-import pytest
-
 TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(TESTS_DIR)
 HOOKS = "_rdmacoll_testing"
@@ -72,28 +70,3 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         f"time in tests: host {_SPENT['host']:.0f} s, Soft-RoCE guest {_SPENT['guest']:.0f} s "
         "(setup, call and teardown of each test)"
     )
-
-
-# The release wheel's build (tests/wheel_build.py) starts as soon as test_wheel.py is
-# collected, at the lowest CPU priority, and runs on what the tests before it leave idle
-_WHEEL: dict = {}
-
-
-def pytest_collection_finish(session):
-    if any(item.path.name == "test_wheel.py" for item in session.items):
-        from wheel_build import WheelBuild
-
-        _WHEEL["build"] = build = WheelBuild()
-        build.start()
-
-
-def pytest_sessionfinish(session, exitstatus):
-    build = _WHEEL.pop("build", None)
-    if build is not None:
-        build.remove()
-
-
-@pytest.fixture(scope="session")
-def wheel_build():
-    """The release wheel's build started at collection (None where test_wheel.py was not collected)."""
-    return _WHEEL.get("build")

@@ -169,6 +169,22 @@ def _descendants(root: int) -> dict[int, int]:
     return found
 
 
+def session_members(sid: int) -> list[int]:
+    """Live processes of the session sid leads (a process started with start_new_session):
+    all it started, orphans included, but those that made sessions of their own."""
+    found = []
+    for pid in _all_pids():
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                text = f.read()
+        except OSError:
+            continue
+        fields = text[text.rindex(")") + 2 :].split()
+        if fields[0] not in ("Z", "X") and int(fields[3]) == sid:
+            found.append(pid)
+    return found
+
+
 def wait_gone(pid: int, timeout: float = 10.0) -> bool:
     """Wait until a process we killed has finished exiting (SIGKILL is asynchronous: a
     process unmapping a large address space is still running for a while); True if gone."""
@@ -189,7 +205,7 @@ def _still_running(tracked: dict[int, int]) -> list[int]:
     return alive
 
 
-def _kill(pids):
+def kill_exactly(pids):
     """SIGKILL exactly these processes (and the groups they lead: ranks are session leaders)."""
     for pid in pids:
         for kill in (os.killpg, os.kill):
@@ -398,7 +414,7 @@ class Launch:
         while leftovers and time.monotonic() < end:
             time.sleep(0.1)
             leftovers = _still_running(self.tracked)
-        _kill(leftovers)
+        kill_exactly(leftovers)
         for t in self._threads:
             t.join(timeout=10)
         res = self.result()
@@ -410,7 +426,7 @@ class Launch:
         with self._cond:
             self.tracked.update(_descendants(self.proc.pid))
         self._track_reported_pids()
-        _kill([self.proc.pid] + _still_running(self.tracked))
+        kill_exactly([self.proc.pid] + _still_running(self.tracked))
         try:
             self.proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
@@ -535,8 +551,8 @@ def run_launcher(launcher_argv, script_path, args=(), env=None, timeout=120) -> 
 
 
 def run_command(cmd, env, cwd, timeout) -> tuple[int, str, str, bool]:
-    """cmd in a session of its own, killed whole (and only it) past the timeout:
-    (exit status, stdout, stderr, whether it timed out)."""
+    """cmd in a session of its own, killed with all it started (and only that) past the
+    timeout: (exit status, stdout, stderr, whether it timed out)."""
     proc = subprocess.Popen(
         cmd,
         cwd=cwd,
@@ -552,9 +568,13 @@ def run_command(cmd, env, cwd, timeout) -> tuple[int, str, str, bool]:
         out, err = proc.communicate(timeout=timeout)
         return proc.returncode, out, err, False
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, err = proc.communicate()
-        return proc.returncode, out, err, True
+        timed_out = True
+    finally:  # past the timeout, or an exception (pytest-timeout's) while waiting
+        if proc.returncode is None:
+            # what it started, sessions of their own included (torchrun's workers)
+            kill_exactly([proc.pid, *_descendants(proc.pid), *session_members(proc.pid)])
+    out, err = proc.communicate()
+    return proc.returncode, out, err, timed_out
 
 
 def run_python(script_path, args=(), env=None, timeout=120) -> Result:

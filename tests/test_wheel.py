@@ -1,10 +1,16 @@
 """The release wheel where no compiler is: scripts/build_wheels.sh builds the manylinux2014
 wheel for the running Python (Zig's clang, glibc 2.17; docs/install.md), a fresh virtual
 environment installs it with the MPICH extra and this environment's torch, on a PATH with
-no g++, gcc, cc, c++, clang or cmake, and there: the version agrees with the wheel's,
-`mpiexec -n 2 rdmacoll-bench -e 1M` reports every size correct, a torchrun job over
-backend="rdmacoll" sums what each rank gave, and `rdmacoll doctor` reports the three
-transports compiled in. The wheel must hold no test hooks and weigh at most 5 MB."""
+no compiler or CMake, and there: the version agrees with the wheel's, `mpiexec -n 2
+rdmacoll-bench -e 1M` reports every size correct, a torchrun job over backend="rdmacoll"
+sums what each rank gave, and `rdmacoll doctor` reports the three transports compiled in.
+The wheel must hold no test hooks, bundle no library and weigh at most 5 MiB.
+
+Runs where RDMACOLL_TEST_WHEEL=1, and skips otherwise, saying so: on the 2-core CI machine
+the build alone takes about 170 s and 240 CPU-seconds from a cold Zig cache (Zig's libc++,
+then the core's sources again, with another compiler), which CI's 15 minutes do not hold
+beside the rest (measured: 1072 s with it, 840 s without; built at nice 19 beside the
+other tests it slowed them by 150 s). docs/install.md."""
 
 import importlib.util
 import os
@@ -19,30 +25,32 @@ import pytest
 
 from mpi_util import run_command
 
-COMPILERS = (
-    "g++",
-    "gcc",
-    "cc",
-    "c++",
-    "clang",
-    "clang++",
-    "cmake",
-    "zig",
-    "x86_64-linux-gnu-g++",
-    "x86_64-linux-gnu-gcc",
-)
+# compilers and CMake by name, with a target triplet before it or a version after it
+# (x86_64-linux-gnu-g++-12, clang++-19)
+REPO = Path(__file__).resolve().parent.parent
+COMPILER = re.compile(r"(^|-)(gcc|g\+\+|cc|c\+\+|c89|c99|cpp|clang|clang\+\+|cmake|zig|tcc)(-[\d.]+)?$")
+# the check that none is reachable: the names above, as a shell asks for them
+COMMON_NAMES = "g++ gcc cc c++ c89 c99 clang clang++ cmake zig x86_64-linux-gnu-g++ x86_64-linux-gnu-gcc"
+# the test's whole budget, shared by its steps (the build's wait most of it)
+BUDGET_S = 1500
 
 if not Path("/usr/include/infiniband/verbs.h").exists():
     pytest.skip(
         "no verbs headers (libibverbs-dev): a release wheel carries the ibverbs transport", allow_module_level=True
     )
+if os.environ.get("RDMACOLL_TEST_WHEEL") != "1":
+    pytest.skip(
+        "the release wheel's build (minutes of CPU) is beyond CI's budget: RDMACOLL_TEST_WHEEL=1 runs it",
+        allow_module_level=True,
+    )
 if importlib.util.find_spec("torch") is None:
     pytest.skip("torch is not installed here (the test extras bring it)", allow_module_level=True)
 
 
-def _run(cmd, timeout, env, cwd) -> subprocess.CompletedProcess:
-    """cmd (killed past its timeout: a failure), its stderr after its stdout. cwd: never the
-    source tree, whose rdmacoll/ would shadow the installed one."""
+def _run(cmd, timeout, env, cwd, deadline) -> subprocess.CompletedProcess:
+    """cmd (killed past its timeout or the test's deadline: a failure), its stderr after its
+    stdout. cwd: never the source tree, whose rdmacoll/ would shadow the installed one."""
+    timeout = max(1.0, min(timeout, deadline - time.monotonic()))
     rc, out, err, timed_out = run_command(cmd, env, cwd, timeout)
     if timed_out:
         pytest.fail(f"{' '.join(map(str, cmd))} ran past {timeout} s; killed it:\n{(out + err)[-4000:]}")
@@ -56,9 +64,8 @@ def _no_compiler_path(dest: Path) -> str:
         if not os.path.isdir(d) or d.startswith(str(Path(sys.executable).parent)):
             continue
         for name in os.listdir(d):
-            if name in COMPILERS or (dest / name).exists() or re.match(r"(clang|gcc|g\+\+|cpp)(-\d+)?$", name):
-                continue
-            (dest / name).symlink_to(os.path.join(d, name))
+            if not COMPILER.search(name) and not os.path.lexists(dest / name):
+                (dest / name).symlink_to(os.path.join(d, name))
     return str(dest)
 
 
@@ -86,56 +93,76 @@ def _link_torch(dest: Path) -> Path:
     return dest
 
 
-@pytest.mark.timeout(900)
-def test_wheel_installs_and_runs_without_a_compiler(tmp_path, wheel_build):
-    rc, log = wheel_build.wait(timeout=780)
-    assert rc == 0, f"scripts/build_wheels.sh: {'timed out' if rc is None else f'exit {rc}'}\n{log[-6000:]}"
-    print(
-        f"wheel built in {wheel_build.ended - wheel_build.started:.0f} s, the last "
-        f"{wheel_build.ended - wheel_build.waited:.0f} s of them waited for"
-    )
-    dist = wheel_build.dist
+@pytest.mark.timeout(BUDGET_S + 60)
+def test_wheel_installs_and_runs_without_a_compiler(tmp_path):
+    deadline = time.monotonic() + BUDGET_S
+    dist = tmp_path / "dist"
+    script = [str(REPO / "scripts" / "build_wheels.sh"), "--allow-dirty", "--work", str(tmp_path / "work")]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHONPATH", "RDMACOLL_"))}
+    build = _run(["bash", *script, "--out", str(dist), sys.executable], BUDGET_S - 300, env, tmp_path, deadline)
+    t_build = time.monotonic() - (deadline - BUDGET_S)
+    log = build.stdout
+    assert build.returncode == 0, f"scripts/build_wheels.sh: exit {build.returncode}\n{log[-6000:]}"
     wheels = sorted(dist.glob("rdmacoll-*.whl"))
     assert len(wheels) == 1, f"{wheels}\n{log[-3000:]}"
     wheel = wheels[0]
-    tag = f"cp{sys.version_info.major}{sys.version_info.minor}"
-    assert f"-{tag}-{tag}-manylinux2014_x86_64" in wheel.name, wheel.name
-    assert 'is consistent with the following platform tag:\n"manylinux_2_17_x86_64"' in log, log[-3000:]
     assert wheel.stat().st_size <= 5 << 20, f"{wheel.name}: {wheel.stat().st_size} bytes"
     assert list(dist.glob("rdmacoll-*.tar.gz")), "no sdist beside the wheel"
-    names = zipfile.ZipFile(wheel).namelist()
+    version = wheel.name.split("-")[1]
+    with zipfile.ZipFile(wheel) as z:
+        names = z.namelist()
+        meta = z.read(f"rdmacoll-{version}.dist-info/WHEEL").decode()
+    tag = f"cp{sys.version_info.major}{sys.version_info.minor}"
+    tags = set(re.findall(r"^Tag: (\S+)$", meta, re.M))
+    assert tags == {f"{tag}-{tag}-manylinux2014_x86_64", f"{tag}-{tag}-manylinux_2_17_x86_64"}, meta
     assert any(re.match(r"rdmacoll/_core\..*\.so$", n) for n in names), names
     assert not [n for n in names if "testing" in n or "fake_cudart" in n], "test hooks in the wheel"
-    version = wheel.name.split("-")[1]
+    assert not [n for n in names if ".libs/" in n], f"libraries bundled into the wheel: {names}"
+    # the script's own check of what the module links (glibc alone) and of its symbol versions
+    assert re.search(r"_core\.\S+\.so: needs libc\.so\.6", log), log[-3000:]
 
     # the fresh environment, its PATH without compilers
     t0 = time.monotonic()
     venv = tmp_path / "venv"
-    _run([sys.executable, "-m", "venv", str(venv)], 120, None, tmp_path).check_returncode()
+    _run([sys.executable, "-m", "venv", str(venv)], 120, None, tmp_path, deadline).check_returncode()
     path = f"{venv / 'bin'}{os.pathsep}{_no_compiler_path(tmp_path / 'path')}"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "RDMACOLL_", "VIRTUAL_ENV"))}
     env |= {"PATH": path, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
-    check = _run(["bash", "-c", f"command -v {' '.join(COMPILERS)}"], 30, env, tmp_path)
+    check = _run(["bash", "-c", f"command -v {COMMON_NAMES}"], 30, env, tmp_path, deadline)
     assert check.stdout.strip() == "", f"compilers on the PATH of the check:\n{check.stdout}"
+    found = [p for d in path.split(os.pathsep) for p in os.listdir(d) if COMPILER.search(p)]
+    assert not found, f"compilers on the PATH of the check: {found}"
     py = str(venv / "bin" / "python")
     site = Path(
-        _run([py, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"], 60, env, tmp_path).stdout.strip()
+        _run(
+            [py, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"], 60, env, tmp_path, deadline
+        ).stdout.strip()
     )
     (site / "torch_of_the_tests.pth").write_text(f"{_link_torch(tmp_path / 'torch')}\n")
-    pip = _run([py, "-m", "pip", "install", "-q", "--disable-pip-version-check", f"{wheel}[mpich]"], 600, env, tmp_path)
+    pip = _run(
+        [py, "-m", "pip", "install", "-q", "--disable-pip-version-check", f"{wheel}[mpich]"],
+        600,
+        env,
+        tmp_path,
+        deadline,
+    )
     assert pip.returncode == 0, pip.stdout[-4000:]
     t_install = time.monotonic() - t0
 
     where = _run(
-        [py, "-c", "import rdmacoll, rdmacoll._core as c; print(rdmacoll.__version__, c.__file__)"], 60, env, tmp_path
+        [py, "-c", "import rdmacoll, rdmacoll._core as c; print(rdmacoll.__version__, c.__file__)"],
+        60,
+        env,
+        tmp_path,
+        deadline,
     )
     assert where.returncode == 0, where.stdout
     got_version, core = where.stdout.split()
     assert got_version == version and core.startswith(f"{site}/"), where.stdout
-    cli = _run([str(venv / "bin" / "rdmacoll"), "--version"], 60, env, tmp_path)
+    cli = _run([str(venv / "bin" / "rdmacoll"), "--version"], 60, env, tmp_path, deadline)
     assert cli.stdout.strip() == f"rdmacoll {version}", cli.stdout
 
-    bench = _run(["mpiexec", "-n", "2", str(venv / "bin" / "rdmacoll-bench"), "-e", "1M"], 180, env, tmp_path)
+    bench = _run(["mpiexec", "-n", "2", str(venv / "bin" / "rdmacoll-bench"), "-e", "1M"], 180, env, tmp_path, deadline)
     t_bench = time.monotonic() - t0
     assert bench.returncode == 0, bench.stdout[-4000:]
     assert re.search(r"^\s+1048576\s+262144\s+float\s+sum\s", bench.stdout, re.M), bench.stdout
@@ -156,15 +183,16 @@ def test_wheel_installs_and_runs_without_a_compiler(tmp_path, wheel_build):
     )
     # torchrun is torch.distributed.run (its script is not among the linked files)
     torchrun = [py, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", str(job)]
-    tr = _run(torchrun, 180, env, tmp_path)
+    tr = _run(torchrun, 180, env, tmp_path, deadline)
     assert tr.returncode == 0, tr.stdout[-4000:]
     for r in range(2):
         assert re.search(rf"rank {r} of 2: all_reduce OK {re.escape(str(site))}/", tr.stdout), tr.stdout[-4000:]
 
-    doctor = _run([str(venv / "bin" / "rdmacoll"), "doctor"], 120, env, tmp_path)
+    doctor = _run([str(venv / "bin" / "rdmacoll"), "doctor"], 120, env, tmp_path, deadline)
     assert doctor.returncode == 0, doctor.stdout
     assert "transports compiled in: shm, tcp, ibverbs" in doctor.stdout, doctor.stdout
     print(
-        f"{wheel.name} ({wheel.stat().st_size} bytes): installed in a fresh environment without a compiler "
+        f"{wheel.name} ({wheel.stat().st_size} bytes) built in {t_build:.0f} s; installed in a fresh environment "
+        "without a compiler "
         f"in {t_install:.0f} s, the benchmark's last line {t_bench:.0f} s after the install began"
     )

@@ -1,10 +1,12 @@
 #pragma once
 // System calls newer than the oldest glibc a release wheel targets (manylinux2014: glibc
 // 2.17, scripts/build_wheels.sh), made through syscall(2) so that the same source builds
-// against any glibc. The kernel provides them from Linux 3.17 on; an older kernel answers
-// ENOSYS, which the callers report as the failed call it is.
+// against any glibc. The newest is pidfd_open (Linux 5.3), so the shm transport needs Linux
+// 5.3 or newer (docs/install.md); an older kernel answers ENOSYS, which the callers report as
+// the failed call it is.
 #include <sys/mman.h>
 #include <sys/syscall.h>
+#include <sys/types.h>
 #include <unistd.h>
 
 #include <cstddef>
@@ -24,6 +26,9 @@ inline int memfdCreate(const char* name, unsigned flags) {
 // getrandom(2) with flags 0: blocks until the kernel's pool is seeded, then never fails
 // short of EINTR for requests up to 256 bytes.
 inline long getRandom(void* buf, size_t n) { return ::syscall(SYS_getrandom, buf, n, 0); }
+
+// pidfd_open(2) (Linux 5.3): a descriptor that polls readable once the process has exited.
+inline int pidfdOpen(pid_t pid) { return static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)); }
 
 }  // namespace sys
 }  // namespace rdmacoll

@@ -15,6 +15,7 @@
 
 #include "common/error.h"
 #include "common/fork_guard.h"
+#include "common/syscalls.h"
 
 namespace rdmacoll {
 namespace transport {
@@ -179,7 +180,7 @@ ShmEndpoint::ShmEndpoint(ShmDevice* dev, int peer, pid_t pid, Segment peerDevice
   char* base = static_cast<char*>(peerSeg_.data()) + sizeof(DeviceHeader);
   outRing_ = reinterpret_cast<Ring*>(base + sizeof(Ring) * dev->rank());
   inRing_ = dev->ring(peer);
-  pidfd_ = forkguard::track(static_cast<int>(syscall(SYS_pidfd_open, pid, 0)));
+  pidfd_ = forkguard::track(sys::pidfdOpen(pid));
   if (pidfd_ < 0) throw Error(sysError("shm: pidfd_open of rank " + std::to_string(peer), errno));
 }
 
