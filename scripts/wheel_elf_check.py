@@ -22,7 +22,7 @@ from elftools.elf.elffile import ELFFile
 from elftools.elf.gnuversions import GNUVerSymSection
 
 GLIBC = {"libc.so.6", "libm.so.6", "libpthread.so.0", "libdl.so.2", "librt.so.1", "ld-linux-x86-64.so.2"}
-PYTHON = re.compile(r"_?Py|_Py")
+PYTHON = re.compile(r"_?Py")
 
 
 def check(name: str, data: bytes) -> list[str]:

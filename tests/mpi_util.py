@@ -571,10 +571,28 @@ def run_command(cmd, env, cwd, timeout) -> tuple[int, str, str, bool]:
         timed_out = True
     finally:  # past the timeout, or an exception (pytest-timeout's) while waiting
         if proc.returncode is None:
-            # what it started, sessions of their own included (torchrun's workers)
-            kill_exactly([proc.pid, *_descendants(proc.pid), *session_members(proc.pid)])
-    out, err = proc.communicate()
+            _kill_all_it_started(proc.pid)
+    try:
+        out, err = proc.communicate(timeout=30)
+    except subprocess.TimeoutExpired:  # a process it started escaped and holds the pipes
+        for pipe in (proc.stdout, proc.stderr):
+            pipe.close()
+        proc.wait(timeout=30)
+        out, err = "", "(output lost: a process it started still held its pipes)"
     return proc.returncode, out, err, timed_out
+
+
+def _kill_all_it_started(root: int) -> None:
+    """root, its descendants and its session's members (sessions of their own included, as
+    torchrun's workers: found as descendants), again until none is left (one may fork while
+    the others are found), at most 5 rounds."""
+    for _ in range(5):
+        pids = {root, *_descendants(root), *session_members(root)}
+        alive = [p for p in pids if _stat(p) is not None]
+        if not alive:
+            return
+        kill_exactly(alive)
+        time.sleep(0.05)
 
 
 def run_python(script_path, args=(), env=None, timeout=120) -> Result:
