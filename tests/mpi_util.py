@@ -130,8 +130,9 @@ def _launch_env(env) -> dict:
 # --------------------------------------------------------------------------- processes
 
 
-def _stat(pid: int):
-    """(ppid, pgid, starttime) of a live process, or None."""
+def _stat_fields(pid: int) -> list[str] | None:
+    """/proc/<pid>/stat's fields after the command name (state, ppid, pgid, session, ...) of
+    a live process, or None."""
     try:
         with open(f"/proc/{pid}/stat") as f:
             text = f.read()
@@ -140,7 +141,13 @@ def _stat(pid: int):
     fields = text[text.rindex(")") + 2 :].split()
     if fields[0] in ("Z", "X"):  # zombie: already dead, waiting to be reaped
         return None
-    return int(fields[1]), int(fields[2]), int(fields[19])
+    return fields
+
+
+def _stat(pid: int):
+    """(ppid, pgid, starttime) of a live process, or None."""
+    fields = _stat_fields(pid)
+    return None if fields is None else (int(fields[1]), int(fields[2]), int(fields[19]))
 
 
 def _all_pids():
@@ -174,13 +181,8 @@ def session_members(sid: int) -> list[int]:
     all it started, orphans included, but those that made sessions of their own."""
     found = []
     for pid in _all_pids():
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                text = f.read()
-        except OSError:
-            continue
-        fields = text[text.rindex(")") + 2 :].split()
-        if fields[0] not in ("Z", "X") and int(fields[3]) == sid:
+        fields = _stat_fields(pid)
+        if fields is not None and int(fields[3]) == sid:
             found.append(pid)
     return found
 
