@@ -1,5 +1,6 @@
 """pytest setup: tests/ on sys.path (mpi_util, reference), a clear message when the
-source tree shadows the installed package, and the test hooks' module found.
+source tree shadows the installed package, the test hooks' module found, and the garbage
+collector tuned (gc_tuning.py).
 
 The test hooks (csrc/python/testing/) are their own extension module, _rdmacoll_testing,
 which `pip install .` builds into this tree's build directory (pyproject.toml's build-dir,
@@ -17,6 +18,10 @@ ROOT = os.path.dirname(TESTS_DIR)
 HOOKS = "_rdmacoll_testing"
 if TESTS_DIR not in sys.path:
     sys.path.insert(0, TESTS_DIR)
+
+import gc_tuning  # noqa: E402
+
+gc_tuning.tune()
 
 try:
     import rdmacoll._core  # noqa: F401

@@ -20,6 +20,10 @@ TESTS_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if TESTS_DIR not in sys.path:
     sys.path.insert(0, TESTS_DIR)
 
+import gc_tuning  # noqa: E402
+
+gc_tuning.tune()
+
 _rank = None
 _part = None  # workers/chain.py: the index of the part running, tagged on every record
 
