@@ -1,10 +1,8 @@
 """Conformance of the shared-memory transport to the one-sided contract
 (csrc/transport/transport.h), through _rdmacoll_testing.TransportProbe on 2 ranks (tcp:
-tests/test_tcp.py; ibverbs below, where this host has a usable RDMA port)."""
+tests/test_tcp.py; ibverbs: tests/test_rdma.py, where a host has a usable RDMA port)."""
 
-import os
 import pytest
-from rdmacoll import _core
 
 from mpi_util import dev_shm_entries, keep_siblings_flags, run_mpi
 
@@ -32,23 +30,6 @@ def test_conformance():
         res.check(not missing, f"rank {rank} did not run {missing}")
     res.check(res.returncode == 0, "the launch failed")
     print(got[(0, "many_outstanding")]["detail"])
-
-
-def test_conformance_ibverbs():
-    """The same checks over RDMA verbs (which can read peer memory but not map it)."""
-    if "ibverbs" not in _core.TRANSPORTS:
-        pytest.skip("ibverbs is not compiled into this build (no verbs headers)")
-    usable, lines = _core.probe_transport("ibverbs")
-    if not usable:
-        pytest.skip("no usable RDMA device here: " + "; ".join(lines)[:300])
-    # RDMACOLL_RDMA_MATRIX=ci (the Soft-RoCE guest, under emulation, where rxe checksums every
-    # packet in software): 4 rounds of a 2 MiB pattern in 4 writes for the immediate's
-    # ordering, not 16 of 8 MiB (256 MiB through rxe: 42 s of the guest suite's 400)
-    light = ["--payload-rounds", 4, "--payload-mib", 2] if os.environ.get("RDMACOLL_RDMA_MATRIX") == "ci" else []
-    res = run_mpi(2, "transport.py", ["conformance", "--transport", "ibverbs", *light], timeout=120)
-    got = _results(res)
-    res.check(all((0, n) in got for n in ("capabilities", "many_outstanding")), "checks missing")
-    res.check(res.returncode == 0, "the launch failed")
 
 
 @pytest.mark.parametrize("who", ["writer-exits", "reader-exits"])
