@@ -5,28 +5,81 @@ few objects; no rendezvous server of rdmacoll's own, and no MPI library needed.
 
 Every exchange is a round of keys "<prefix><generation>/<round>/<rank>": a rank sets its
 own and reads the others' (a get waits until the key exists, within the store's timeout).
-Keys of a round are deleted once a later round shows every rank has read them. The
-generation counts the bootstraps over one store (each rank adds 1 to a counter when its
-exchange is made): init() after shutdown() in the same job starts on fresh keys, never on
-the previous bootstrap's last round (which a fast rank would read as this one's).
+Keys of a round are deleted once a later round shows every rank has read them.
+
+The generation names one bootstrap of one world, fresh even where the store holds what
+earlier worlds left: torchrun's elastic agent keeps its store while it restarts the
+workers (after a failure, or when nodes join or leave: --nnodes MIN:MAX), a world that
+died in its bootstrap leaves its keys half written, and no variable it gives the workers
+names the world (the restart count is each agent's own: a node that joins later counts
+from 0). So nothing a rank reads is trusted unless this world wrote it: rank 0 takes a
+new generation from a counter (store.add: unique), every other rank sets a random nonce
+under "<prefix>hello/<rank>" and waits for "<prefix>ack/<nonce>", a key only the rank 0
+that read this nonce can have written, holding the generation; rank 0 answers every
+nonce it finds until each rank has confirmed under "<prefix><generation>/ready/<rank>"
+(a nonce left by an earlier world is answered too, and read by no one). A counter every
+rank added to (this module's first scheme) gave the ranks of a world of 2 after one of
+3 two different generations: they waited for each other's keys until the store's timeout.
 """
 
 from __future__ import annotations
 
 import pickle
+import secrets
+import time
 from datetime import timedelta
+
+from .. import _core
 
 
 class StoreExchange:
     name = "torch"
 
-    def __init__(self, store, rank: int, size: int, prefix: str = "rdmacoll/"):
+    def __init__(self, store, rank: int, size: int, prefix: str = "rdmacoll/", timeout_s: float | None = None):
         self.store, self.rank, self.size = store, rank, size
-        # Every member adds once per bootstrap, and a bootstrap ends with a round that every
-        # member read: no member adds for the next one before all have added for this one.
-        generation = (int(store.add(f"{prefix}generations", 1)) - 1) // size
-        self.prefix = f"{prefix}{generation}/"
+        if timeout_s is None:
+            timeout = getattr(store, "timeout", None)
+            timeout_s = timeout.total_seconds() if isinstance(timeout, timedelta) else 300.0
+        self.prefix = f"{prefix}{self._generation(prefix, timeout_s)}/"
         self._round = 0
+
+    def _generation(self, prefix: str, timeout_s: float) -> int:
+        """This bootstrap's generation, the same on every rank of this world (module
+        docstring)."""
+        store = self.store
+        if self.rank != 0:
+            nonce = secrets.token_hex(16)
+            store.set(f"{prefix}hello/{self.rank}", nonce)
+            generation = int(store.get(f"{prefix}ack/{nonce}"))  # (waits, within the store's timeout)
+            store.set(f"{prefix}{generation}/ready/{self.rank}", b"")
+            return generation
+        generation = int(store.add(f"{prefix}generations", 1))
+        answered: set = set()
+        waiting = set(range(1, self.size))
+        deadline = time.monotonic() + timeout_s
+        while waiting:
+            for q in sorted(waiting):
+                if store.check([f"{prefix}{generation}/ready/{q}"]):
+                    waiting.discard(q)
+                elif store.check([f"{prefix}hello/{q}"]):
+                    nonce = bytes(store.get(f"{prefix}hello/{q}")).decode()
+                    if nonce not in answered:
+                        store.set(f"{prefix}ack/{nonce}", str(generation))
+                        answered.add(nonce)
+            if not waiting:
+                break
+            if time.monotonic() > deadline:
+                raise _core.RdmacollError(
+                    f"rdmacoll.init(): ranks {sorted(waiting)} of {self.size} did not reach the bootstrap "
+                    f"through torch's store within {timeout_s:.0f} s"
+                )
+            time.sleep(0.002)
+        for nonce in answered:  # (a rank deletes nothing it may still read: these are read)
+            try:
+                store.delete_key(f"{prefix}ack/{nonce}")
+            except (RuntimeError, NotImplementedError):
+                pass
+        return generation
 
     def _key(self, n: int, rank: int) -> str:
         return f"{self.prefix}{n}/{rank}"
@@ -65,4 +118,4 @@ def torchrun_exchange(timeout_s: float) -> StoreExchange:
         from torch.distributed import rendezvous
 
         store, rank, size = next(rendezvous("env://", timeout=timedelta(seconds=timeout_s)))
-    return StoreExchange(dist.PrefixStore("rdmacoll/", store), rank, size)
+    return StoreExchange(dist.PrefixStore("rdmacoll/", store), rank, size, timeout_s=timeout_s)
