@@ -12,7 +12,9 @@ earlier worlds left: torchrun's elastic agent keeps its store while it restarts 
 workers (after a failure, or when nodes join or leave: --nnodes MIN:MAX), a world that
 died in its bootstrap leaves its keys half written, and no variable it gives the workers
 names the world (the restart count is each agent's own: a node that joins later counts
-from 0). So nothing a rank reads is trusted unless this world wrote it: rank 0 takes a
+from 0). So, as long as the processes of earlier worlds are gone (torchrun's agent stops
+its workers before it restarts them), nothing a rank reads is trusted unless this world
+wrote it: rank 0 takes a
 new generation from a counter (store.add: unique), every other rank sets a random nonce
 under "<prefix>hello/<rank>" and waits for "<prefix>ack/<nonce>", a key only the rank 0
 that read this nonce can have written, holding the generation; rank 0 answers every
@@ -50,22 +52,30 @@ class StoreExchange:
         if self.rank != 0:
             nonce = secrets.token_hex(16)
             store.set(f"{prefix}hello/{self.rank}", nonce)
-            generation = int(store.get(f"{prefix}ack/{nonce}"))  # (waits, within the store's timeout)
+            try:
+                store.wait([f"{prefix}ack/{nonce}"], timedelta(seconds=timeout_s))
+            except RuntimeError as e:  # (torch's DistStoreError)
+                raise _core.RdmacollError(
+                    f"rdmacoll.init(): rank 0 did not answer rank {self.rank}'s bootstrap through "
+                    f"torch's store within {timeout_s:.0f} s ({e})"
+                ) from None
+            generation = int(store.get(f"{prefix}ack/{nonce}"))
             store.set(f"{prefix}{generation}/ready/{self.rank}", b"")
             return generation
         generation = int(store.add(f"{prefix}generations", 1))
-        answered: set = set()
         waiting = set(range(1, self.size))
+        seen: dict = {}  # rank -> the nonce last answered
         deadline = time.monotonic() + timeout_s
+        pause = 0.001
         while waiting:
             for q in sorted(waiting):
                 if store.check([f"{prefix}{generation}/ready/{q}"]):
                     waiting.discard(q)
                 elif store.check([f"{prefix}hello/{q}"]):
                     nonce = bytes(store.get(f"{prefix}hello/{q}")).decode()
-                    if nonce not in answered:
+                    if seen.get(q) != nonce:
                         store.set(f"{prefix}ack/{nonce}", str(generation))
-                        answered.add(nonce)
+                        seen[q] = nonce
             if not waiting:
                 break
             if time.monotonic() > deadline:
@@ -73,8 +83,9 @@ class StoreExchange:
                     f"rdmacoll.init(): ranks {sorted(waiting)} of {self.size} did not reach the bootstrap "
                     f"through torch's store within {timeout_s:.0f} s"
                 )
-            time.sleep(0.002)
-        for nonce in answered:  # (a rank deletes nothing it may still read: these are read)
+            time.sleep(pause)
+            pause = min(0.02, pause * 2)  # (the store also carries the agents' heartbeats)
+        for nonce in seen.values():  # (a rank deletes nothing it may still read: these are read)
             try:
                 store.delete_key(f"{prefix}ack/{nonce}")
             except (RuntimeError, NotImplementedError):

@@ -6,7 +6,8 @@ from the last one), and at the end a reference computed here without communicati
 argv: checkpoint path, steps, seconds to sleep after each step (so that a test can act
 while a world trains), and optionally "kill=RESTART:RANK:K": in the world of that restart
 count, that rank SIGKILLs itself K steps after the world began (a worker lost while its
-agent lives).
+agent lives). World 0 (restart count 0) at 3 ranks holds before its third step, taking
+barriers until one fails: the test loses a node there, never after world 0 has finished.
 
 Each step, rank r of a world of n computes the gradient of a float64 linear layer on an
 input of (step + 1) * (r + 1) and the ranks average it (all_reduce, then / n). The
@@ -75,6 +76,11 @@ def body():
         step = len(sizes)
         if kill == (restart, r, step - began):
             os.kill(os.getpid(), signal.SIGKILL)
+        if restart == 0 and n == 3 and step == 2:
+            emit("holding", step=step)
+            while True:  # (until a peer is lost: the barrier raises)
+                dist.barrier()
+                time.sleep(0.05)
         grads = gradients(m, step, r)
         for g in grads:
             dist.all_reduce(g)
