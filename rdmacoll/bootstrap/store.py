@@ -14,12 +14,12 @@ died in its bootstrap leaves its keys half written, and no variable it gives the
 names the world (the restart count is each agent's own: a node that joins later counts
 from 0). So, as long as the processes of earlier worlds are gone (torchrun's agent stops
 its workers before it restarts them), nothing a rank reads is trusted unless this world
-wrote it: rank 0 takes a
-new generation from a counter (store.add: unique), every other rank sets a random nonce
-under "<prefix>hello/<rank>" and waits for "<prefix>ack/<nonce>", a key only the rank 0
-that read this nonce can have written, holding the generation; rank 0 answers every
-nonce it finds until each rank has confirmed under "<prefix><generation>/ready/<rank>"
-(a nonce left by an earlier world is answered too, and read by no one). A counter every
+wrote it: rank 0 takes a new generation from a counter (store.add: unique), every other
+rank sets a random nonce under "<prefix>hello/<rank>" and waits for "<prefix>ack/<nonce>",
+a key only the rank 0 that read this nonce can have written, holding the generation;
+rank 0 answers each rank's latest nonce until each rank has confirmed under
+"<prefix><generation>/ready/<rank>" (a nonce left by an earlier world is answered too,
+and read by no one). A counter every
 rank added to (this module's first scheme) gave the ranks of a world of 2 after one of
 3 two different generations: they waited for each other's keys until the store's timeout.
 """
@@ -86,11 +86,14 @@ class StoreExchange:
             time.sleep(pause)
             pause = min(0.02, pause * 2)  # (the store also carries the agents' heartbeats)
         for nonce in seen.values():  # (a rank deletes nothing it may still read: these are read)
-            try:
-                store.delete_key(f"{prefix}ack/{nonce}")
-            except (RuntimeError, NotImplementedError):
-                pass
+            self._drop(f"{prefix}ack/{nonce}")
         return generation
+
+    def _drop(self, key: str) -> None:
+        try:
+            self.store.delete_key(key)
+        except (RuntimeError, NotImplementedError):
+            pass  # a store that cannot delete keeps them: a few small keys per bootstrap
 
     def _key(self, n: int, rank: int) -> str:
         return f"{self.prefix}{n}/{rank}"
@@ -102,10 +105,7 @@ class StoreExchange:
         keys = [self._key(n, q) for q in range(self.size)]
         values = self.store.multi_get(keys) if hasattr(self.store, "multi_get") else [self.store.get(k) for k in keys]
         if n >= 1:  # every rank has set round n, so it has read round n-1: drop my key of it
-            try:
-                self.store.delete_key(self._key(n - 1, self.rank))
-            except (RuntimeError, NotImplementedError):
-                pass  # a store that cannot delete keeps them: a few small keys per bootstrap
+            self._drop(self._key(n - 1, self.rank))
         return [pickle.loads(bytes(v)) for v in values]
 
     def bcast(self, obj):

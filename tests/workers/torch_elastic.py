@@ -15,7 +15,7 @@ checkpoint keeps the world size of every step taken, so the reference replays th
 steps: the mean of the n ranks' gradients, computed by one process.
 
 Records: "world" {restart, size, from_step, group}; "step" {step, size} (rank 0's, every
-step); "done" {steps, sizes (per step), digest (the parameters' bytes), error (the largest
+step); "holding" {step} (world 0's ranks, as they start to hold); "done" {steps, sizes (per step), digest (the parameters' bytes), error (the largest
 difference from the reference)}.
 """
 
