@@ -8,6 +8,7 @@
     s.sets                            # the process sets and their sub-communicators
     s.epoch                           # 1, 2, ...: one more on every (re)build of the world
     s.made_by                         # init()'s arguments, for a rebuild (rdmacoll.init)
+    s.elastic                         # made by an elastic driver (bootstrap/elastic.py)
     s.on_reset(fn)                    # fn() runs once when this session is torn down
 
 Every way into the core goes through the current session: the module functions
@@ -126,6 +127,12 @@ class Session:
         self.local_rank, self.local_size, self.cross_rank, self.cross_size, self.is_homogeneous = layout(
             self.host_of, self.rank
         )
+
+    @property
+    def elastic(self) -> bool:
+        """Whether an elastic driver's store made this world (bootstrap/elastic.py): the
+        job's next world may have other ranks."""
+        return self.world is not None and self.world.exchange.name == "elastic"
 
     def __repr__(self):
         state = "closed" if self.closed else f"rank {self.rank} of {self.size}"

@@ -9,6 +9,10 @@ as that launcher makes it. The launcher is the one next to this Python (a virtua
 MPICH), else the first on PATH, or --mpirun.
 
 hostfile lines: "host slots=N" (Open MPI's form) or "host:N" (MPICH's); both are read.
+
+Elastic jobs (--elastic, or any of --min-np, --max-np, --host-discovery-script, as
+horovodrun): no MPI launcher; rdmacoll's own driver starts and watches the workers
+(rdmacoll/elastic_run.py).
 """
 
 from __future__ import annotations
@@ -19,6 +23,8 @@ import shlex
 import shutil
 import subprocess
 import sys
+
+from . import elastic_run
 
 
 def parse_hosts(text: str) -> list[tuple[str, int]]:
@@ -136,6 +142,16 @@ def main(argv=None) -> int:
     ap.add_argument("--mpirun", help="the launcher to run (default: mpirun/mpiexec beside this Python, else PATH)")
     ap.add_argument("--verbose", action="store_true", help="also print the launcher's flavour and the host list")
     ap.add_argument("--dry-run", action="store_true", help="print the command, run nothing")
+    el = ap.add_argument_group("elastic (horovodrun's flags; rdmacoll/elastic_run.py)")
+    el.add_argument("--elastic", action="store_true", help="run elastic (implied by the flags below)")
+    el.add_argument("--min-np", "--min-num-proc", dest="min_np", type=int, help="fewest workers (default: -np)")
+    el.add_argument("--max-np", "--max-num-proc", dest="max_np", type=int, help="most workers (default: every slot)")
+    el.add_argument("--host-discovery-script", help="prints the available hosts, 'host:slots' per line")
+    el.add_argument("--slots-per-host", dest="slots", type=int, help="slots of a discovered host without ':slots'")
+    el.add_argument(
+        "--elastic-timeout", type=float, help="seconds to wait for --min-np slots (RDMACOLL_ELASTIC_TIMEOUT; 600)"
+    )
+    el.add_argument("--reset-limit", type=int, help="end the job after this many new worlds")
     ap.add_argument("program", nargs=argparse.REMAINDER)
     args = ap.parse_args(argv)
     if args.np < 1:
@@ -152,6 +168,10 @@ def main(argv=None) -> int:
         if eq:
             os.environ[name] = value  # the launcher passes the value on from its environment
         names.append(name)
+    if args.elastic or args.min_np is not None or args.max_np is not None or args.host_discovery_script:
+        if args.host_discovery_script and hosts:
+            ap.error("--host-discovery-script and -H/--hostfile: give one")
+        return elastic_run.main(args, hosts, names)
     mpirun = find_mpirun(args.mpirun)
     kind = flavor(mpirun)
     cmd = command(kind, mpirun, args.np, hosts, names, args.program)

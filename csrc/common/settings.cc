@@ -26,6 +26,10 @@ const std::vector<Setting> kTable = {
      "present; `none`: the shipped defaults); read on rank 0"},
     {"timeout", "RDMACOLL_TIMEOUT", nullptr, Kind::kSeconds, Scope::kJob, "600", 0.001, kNone, 1, nullptr, Check::kNone,
      "seconds a wait may make no progress before every rank raises"},
+    {"elastic_timeout", "RDMACOLL_ELASTIC_TIMEOUT", "HOROVOD_ELASTIC_TIMEOUT", Kind::kSeconds, Scope::kJob, "600",
+     0.001, kNone, 1, nullptr, Check::kNone,
+     "elastic jobs (`rdmacoll-run --elastic`): seconds the job may wait for enough hosts (`--min-np`) before it "
+     "ends with an error on every rank"},
     {"eager_bytes", "RDMACOLL_EAGER_BYTES", nullptr, Kind::kBytes, Scope::kJob, "32K", 0, double(1 << 30), 1, nullptr,
      Check::kNone, "largest message sent whole to every peer (`eager`)"},
     {"segment_bytes", "RDMACOLL_SEGMENT_BYTES", nullptr, Kind::kBytes, Scope::kJob, "1M", 4096, kNone, 64, nullptr,

@@ -2,7 +2,8 @@
 
 A launcher started this process: mpiexec, mpirun or srun (then MPI tells the ranks:
 bootstrap/mpi.py, the only importer of mpi4py), or torchrun (then torch's store does:
-bootstrap/store.py; no MPI library needed), or nobody (a world of one). Through it, once,
+bootstrap/store.py; no MPI library needed), or rdmacoll-run --elastic (its driver's
+store: bootstrap/elastic.py), or nobody (a world of one). Through it, once,
 at init(): rank 0's job-wide settings and tuning file reach every rank, the ranks learn
 which of them share a host, what each could use between hosts, and every rank's address
 blob. Then it steps aside: no collective of rdmacoll goes through it. What the
@@ -21,7 +22,7 @@ import secrets
 import socket
 
 from .. import _core, _log, _settings
-from . import launcher, mpi, store
+from . import elastic, launcher, mpi, store
 
 
 class LocalExchange:
@@ -55,13 +56,23 @@ def choose(config=None, env=None, comm=None):
                 "started by torchrun (or RDMACOLL_BOOTSTRAP=torch): leave comm out"
             )
         return mpi.exchange(comm)
-    if kind == "torch":
+    if kind in ("torch", "elastic"):
         try:
-            ex = store.torchrun_exchange(timeout_s=_parsed(env, config, "job", "timeout"))
+            if kind == "elastic":
+                # the driver ends the job after elastic_timeout without enough hosts; the
+                # minute more: the driver itself is gone
+                ex = elastic.member(env, _parsed(env, config, "job", "timeout")).next_world(
+                    _parsed(env, config, "job", "elastic_timeout") + 60
+                )
+            else:
+                ex = store.torchrun_exchange(timeout_s=_parsed(env, config, "job", "timeout"))
         except ModuleNotFoundError as e:  # (before: that bare error)
             if (e.name or "").split(".")[0] != "torch":
                 raise
-            how = "RDMACOLL_BOOTSTRAP=torch" if chosen == "torch" else "torchrun's variables (TORCHELASTIC_*)"
+            how = {
+                "torch": "RDMACOLL_BOOTSTRAP=torch" if chosen == "torch" else "torchrun's variables (TORCHELASTIC_*)",
+                "elastic": "rdmacoll-run --elastic (RDMACOLL_ELASTIC_STORE)",
+            }[kind]
             raise _core.RdmacollError(
                 f"rdmacoll.init(): {how} asks for torch's store, and torch does not import here ({e}): "
                 "pip install torch, or launch with mpiexec (RDMACOLL_BOOTSTRAP=mpi)"

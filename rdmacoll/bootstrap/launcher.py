@@ -16,7 +16,9 @@ TORCH_VARS = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 
 
 def detect(env) -> str | None:
-    """'torch', 'mpi', or None (no launcher: a process alone)."""
+    """'elastic', 'torch', 'mpi', or None (no launcher: a process alone)."""
+    if env.get("RDMACOLL_ELASTIC_STORE"):
+        return "elastic"  # rdmacoll-run --elastic (bootstrap/elastic.py)
     if env.get("TORCHELASTIC_RUN_ID"):
         return "torch"  # torchrun (its workers' environment always has this)
     if any(env.get(v) for v in MPI_VARS):

@@ -1,7 +1,8 @@
 """torch's key-value store as a bootstrap (the only module besides the framework adapters
 that imports torch, and only when the store bootstraps): the store torchrun's agent
-already runs (or the one a torch.distributed backend is created with) moves bootstrap's
-few objects; no rendezvous server of rdmacoll's own, and no MPI library needed.
+already runs (or the one a torch.distributed backend is created with, or the one the
+elastic driver hosts: bootstrap/elastic.py) moves bootstrap's few objects; no rendezvous
+server of rdmacoll's own, and no MPI library needed.
 
 Every exchange is a round of keys "<prefix><generation>/<round>/<rank>": a rank sets its
 own and reads the others' (a get waits until the key exists, within the store's timeout).
@@ -113,6 +114,21 @@ class StoreExchange:
 
     def barrier(self):
         self.allgather(None)
+
+
+def tcp_store(address: str, timeout_s: float, is_master: bool = False):
+    """A client of torch's TCPStore at host:port, or (is_master) its server, there."""
+    from torch.distributed import TCPStore
+
+    host, _, port = address.rpartition(":")
+    return TCPStore(host, int(port), is_master=is_master, timeout=timedelta(seconds=timeout_s), wait_for_workers=False)
+
+
+def prefixed(prefix: str, store):
+    """store's keys under prefix (torch's PrefixStore)."""
+    from torch.distributed import PrefixStore
+
+    return PrefixStore(prefix, store)
 
 
 def torchrun_exchange(timeout_s: float) -> StoreExchange:

@@ -96,6 +96,7 @@ from .ops import ProcessSet, add_process_set, remove_process_set  # noqa: E402
 from .optimizer import DistributedOptimizer  # noqa: E402
 from .sparse import sparse_allreduce_async  # noqa: E402
 from .sync_batch_norm import SyncBatchNorm  # noqa: E402
+from . import elastic  # noqa: E402  (hvd.elastic)
 
 
 def init(comm=None, process_sets=None, config=None):
@@ -178,4 +179,5 @@ __all__ = [
     "HostsUpdatedInterrupt",
     "SyncBatchNorm",
     "sparse_allreduce_async",
+    "elastic",
 ]

@@ -3,6 +3,9 @@ ops raise for each kind, and failures of collectives as HorovodInternalError."""
 
 from __future__ import annotations
 
+import contextlib
+import functools
+
 from rdmacoll import RdmacollError, RdmacollValueError
 
 from .._horovod import (
@@ -39,6 +42,32 @@ def as_torch_error(error: BaseException) -> BaseException:
 def reraise(error: BaseException):
     """Raise as_torch_error(error) (from error, when it is another exception)."""
     mapped = as_torch_error(error)
-    if mapped is error:
-        raise error
-    raise mapped from error
+    try:
+        if mapped is error:
+            raise error
+        raise mapped from error
+    finally:
+        # this frame, in the raised exception's traceback, must not hold it: a reference
+        # cycle would keep the failed step's tensors, and the library memory under them,
+        # until the garbage collector's next full pass (an elastic job resets on them)
+        del mapped, error
+
+
+@contextlib.contextmanager
+def as_horovod():
+    """Inside: a failed collective raises as Horovod's torch ops raise it (reraise)."""
+    try:
+        yield
+    except RdmacollError as e:
+        reraise(e)
+
+
+def raising_as_horovod(fn):
+    """fn, its failed collectives raised as Horovod's torch ops raise them."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        with as_horovod():
+            return fn(*args, **kwargs)
+
+    return wrapper

@@ -11,16 +11,19 @@ import rdmacoll as rc
 from rdmacoll import RdmacollError
 
 from .. import _join as joinable  # announced to ranks inside join() (which refuse them, as Horovod)
+from ._rules import raising_as_horovod
 from .ops import broadcast_async_, global_process_set
 from .adasum_optimizer import _DistributedAdasumOptimizer
 from .optimizer import _DistributedOptimizer
 
 
+@raising_as_horovod
 def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set):
     """root_rank's picklable obj on every rank (of process_set; root_rank is a global rank)."""
     return joinable.broadcast_object(obj, root_rank, name, process_set)
 
 
+@raising_as_horovod
 def allgather_object(obj, name=None, process_set=global_process_set):
     """Every rank's picklable obj, as a list in rank order (of process_set's ranks)."""
     return joinable.allgather_object(obj, name, process_set)

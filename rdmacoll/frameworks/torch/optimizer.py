@@ -43,11 +43,11 @@ import warnings
 import torch
 
 import rdmacoll as rc
-from rdmacoll import RdmacollError
+from rdmacoll import RdmacollError, _session
 
 from .._common import first_difference, fusion_threshold, signature_digest
 from ._params import collect_params, name_params
-from ._rules import RULES, reraise
+from ._rules import RULES, as_horovod, reraise
 from ._tensors import contiguous, copy_into, to_core
 from .buckets import Layout
 from .compression import Compression
@@ -112,11 +112,13 @@ class _DistributedOptimizer:
             "join_steps": 0,
         }
         self._rc_join_index = None
+        self._rc_session = None  # the session this optimizer's steps began on (_rc_begin_step)
         if self._rc_excluded:  # outside the set: no hooks, no buckets, step() is the optimizer's
             self._rc_layout = Layout([], self._rc_threshold)
             self._rc_reset()
             return
-        self._rc_build(check_ranks=True)
+        # (elastic jobs: at the first step of each world, _rc_begin_step)
+        self._rc_build(check_ranks=not _session.require().elastic)
         # join() serves the global set's optimizers (its control round is over every rank)
         self._rc_join_index = JOIN_STATE.register(self) if self._rc_set is None else None
 
@@ -168,10 +170,11 @@ class _DistributedOptimizer:
         difference). announced: a step's rebuild that joined ranks were told about (they
         check too); otherwise, while a rank is joined, refused as Horovod's allgather."""
         gather = rc.allgather_object if announced else joinable.allgather_object
-        digests = gather(signature_digest(rows), name="DistributedOptimizer.check", process_set=self._rc_set)
-        if len(set(digests)) == 1:
-            return
-        lists = gather(rows, name="DistributedOptimizer.params", process_set=self._rc_set)
+        with as_horovod():  # (a peer lost here: HorovodInternalError, as at any collective)
+            digests = gather(signature_digest(rows), name="DistributedOptimizer.check", process_set=self._rc_set)
+            if len(set(digests)) == 1:
+                return
+            lists = gather(rows, name="DistributedOptimizer.params", process_set=self._rc_set)
         diff = first_difference(lists)
         i, per_rank = diff
         desc = "; ".join(f"rank {r}: {v if v is not None else 'no such parameter'}" for r, v in per_rank.items())
@@ -208,10 +211,24 @@ class _DistributedOptimizer:
         self._rc_sparse_handles = None  # this step's sparse reductions: [(param, handle)]
         self._rc_launch_mode = None
 
+    def _rc_abandon(self):
+        """The session this step began on closed: its handles go with it."""
+        self._rc_reset()
+        self._rc_control = self._rc_buckets_control = None
+
     def _rc_begin_step(self):
+        # A step begun on one session and left unfinished (a collective failed: elastic
+        # training's reset) is abandoned when that session closes. In an elastic job every
+        # world checks the ranks' parameters at its first step (a worker that joins builds
+        # its optimizer in a world the others are already in).
+        session = _session.require()
+        first_of_world = self._rc_session is not session and session.elastic
+        if self._rc_session is not session:
+            session.on_reset(self._rc_abandon)
+            self._rc_session = session
         # hvd.join(): announce this step (one small allreduce, queued, read at the first launch)
         # (a rebuild is announced with it: joined ranks rebuild and take part in the check)
-        rebuild = self._rc_layout_key() != self._rc_key  # model.half(), requires_grad changed
+        rebuild = first_of_world or self._rc_layout_key() != self._rc_key  # model.half(), requires_grad changed
         if self._rc_join_index is not None:
             self._rc_control = JOIN_STATE.announce(
                 (STEP, self._rc_join_index, rebuild), [STEP, self._rc_join_index, int(rebuild)], result=True
@@ -277,7 +294,8 @@ class _DistributedOptimizer:
         backward issued, so that joined ranks see every collective in order."""
         mode = self._rc_launch_mode
         if mode is None:
-            training = rc.size() if self._rc_control is None else JOIN_STATE.training(self._rc_control)
+            with as_horovod():
+                training = rc.size() if self._rc_control is None else JOIN_STATE.training(self._rc_control)
             mode = self._rc_launch_mode = "eager" if training == rc.size() else "deferred"
         if mode == "deferred" and final:
             self._rc_buckets_control = JOIN_STATE.announce(

@@ -1,0 +1,127 @@
+"""The worker's side of an elastic job (`rdmacoll-run --elastic`, rdmacoll/elastic_run.py):
+the driver's store tells each world who is in it.
+
+The driver hosts a torch TCPStore and starts every worker with four variables:
+RDMACOLL_ELASTIC_STORE (host:port), RDMACOLL_ELASTIC_SECRET (the job's secret, hex),
+RDMACOLL_ELASTIC_HOST and RDMACOLL_ELASTIC_SLOT (the worker's host as the driver names it,
+and its slot there). Every key lives under a prefix derived from the secret: a process that
+does not hold it does not know where the job's keys are (torch's store has no listing and
+no authentication of its own), and the transport's secret, which every connection proves,
+travels under that prefix only.
+
+Keys (under the prefix), the driver's unless said:
+    round                 the newest world's number (1, 2, ...; an integer counter)
+    r/<n>/assign/<h>/<s>  "rank size" of slot s of host h in world n; absent: not in it
+    r/<n>/world/...       that world's bootstrap (a StoreExchange among its members)
+    ready/<h>/<s>         the worker's: the last world it left (0: none yet): it waits for the next
+    left/<n>              how many workers have left world n (each adds 1)
+    hosts_updated         "timestamp flags" of the driver's last change of hosts (rank 0 polls it:
+                          State.check_host_updates; flags 1 added, 2 removed, as Horovod's)
+    abort                 why the job ends (fewer hosts than --min-np for too long, a reset
+                          limit): every waiting worker raises it
+
+A worker's init() (this module's exchange()) says which world it left, waits for a newer
+one that includes it, and bootstraps that world's communicator among its members; its
+shutdown() and init() again (Horovod's reset) move it to the next. Which world a process
+was in last outlives its sessions: it is kept here, per driver store and slot (the
+process's place in the job, not a session's state).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+
+from .. import _core
+from .store import StoreExchange, prefixed, tcp_store
+
+VARS = ("RDMACOLL_ELASTIC_STORE", "RDMACOLL_ELASTIC_SECRET", "RDMACOLL_ELASTIC_HOST", "RDMACOLL_ELASTIC_SLOT")
+ADDED, REMOVED = 1, 2  # Horovod's HostUpdateResult flags
+
+
+def prefix_of(secret_hex: str) -> str:
+    """The job's key prefix, from its secret (the driver's and the workers' the same)."""
+    return "rdmacoll-elastic/" + hashlib.sha256(bytes.fromhex(secret_hex)).hexdigest()[:32] + "/"
+
+
+class Member:
+    """This process's place in an elastic job: its driver's store, host and slot, and the
+    last world it was in."""
+
+    def __init__(self, env, timeout_s: float):
+        self.address = env["RDMACOLL_ELASTIC_STORE"]
+        self.prefix = prefix_of(env["RDMACOLL_ELASTIC_SECRET"])
+        self.host, self.slot = env["RDMACOLL_ELASTIC_HOST"], env["RDMACOLL_ELASTIC_SLOT"]
+        try:
+            self.store = tcp_store(self.address, timeout_s)
+        except RuntimeError as e:  # (torch's DistNetworkError)
+            raise _core.RdmacollError(f"rdmacoll.init(): the elastic driver's store at {self.address}: {e}") from None
+        self.world = 0  # the last world this process was in (0: none yet)
+
+    def _get(self, key: str) -> str | None:
+        k = self.prefix + key
+        return bytes(self.store.get(k)).decode() if self.store.check([k]) else None
+
+    def next_world(self, timeout_s: float) -> StoreExchange:
+        """Wait for a world newer than the last one this process was in, and the exchange
+        among its members; RdmacollError when the driver ends the job or leaves this
+        worker out (its host was removed or blacklisted)."""
+        p, me = self.prefix, f"{self.host}/{self.slot}"
+        self.store.set(f"{p}ready/{me}", str(self.world))
+        if self.world:
+            self.store.add(f"{p}left/{self.world}", 1)
+        deadline = time.monotonic() + timeout_s
+        pause = 0.001
+        while True:
+            why = self._get("abort")
+            if why is not None:
+                raise _core.RdmacollError(f"rdmacoll.init(): the elastic job ended: {why}")
+            n = int(self.store.add(f"{p}round", 0))
+            if n > self.world:
+                break
+            if time.monotonic() > deadline:
+                raise _core.RdmacollError(
+                    f"rdmacoll.init(): the elastic driver at {self.address} formed no new world within "
+                    f"{timeout_s:.0f} s (RDMACOLL_ELASTIC_TIMEOUT)"
+                )
+            time.sleep(pause)
+            pause = min(0.02, pause * 2)
+        place = self._get(f"r/{n}/assign/{me}")
+        if place is None:
+            raise _core.RdmacollError(
+                f"rdmacoll.init(): this worker ({me}) is not in the elastic job's world {n}: its host "
+                "was removed or blacklisted"
+            )
+        self.world = n
+        rank, size = (int(x) for x in place.split())
+        exchange = StoreExchange(prefixed(f"{p}r/{n}/world/", self.store), rank, size, timeout_s=timeout_s)
+        exchange.name = "elastic"  # (Session.elastic)
+        return exchange
+
+    def host_update(self) -> tuple[int, int]:
+        """(timestamp, flags) of the driver's last change of hosts; (0, 0) when none."""
+        text = self._get("hosts_updated")
+        if not text:
+            return 0, 0
+        stamp, flags = text.split()
+        return int(stamp), int(flags)
+
+
+_members: dict = {}  # (store address, secret, host, slot) -> Member: see the module docstring
+
+
+def member(env=None, timeout_s: float = 600.0) -> Member | None:
+    """This process's Member when an elastic driver started it, else None."""
+    env = os.environ if env is None else env
+    if not env.get("RDMACOLL_ELASTIC_STORE"):
+        return None
+    missing = [v for v in VARS if not env.get(v)]
+    if missing:
+        raise _core.RdmacollError(
+            f"rdmacoll.init(): an elastic worker needs {', '.join(missing)} (set by rdmacoll-run)"
+        )
+    key = tuple(env[v] for v in VARS)
+    if key not in _members:
+        _members[key] = Member(env, timeout_s)
+    return _members[key]

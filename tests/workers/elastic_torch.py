@@ -1,0 +1,167 @@
+"""A job of Horovod's elastic API under rdmacoll-run --elastic (tests/test_elastic.py):
+hvd.elastic.run over a TorchState holding a float64 linear layer, its
+DistributedOptimizer and the world size of every committed step (`sizes`: a new list per
+step, so that a restore takes the committed one back).
+
+argv: steps, then plan items, all optional:
+  kill=HOST:STEP     the worker on HOST SIGKILLs itself in step STEP, after its backward
+                     (its gradients' allreduces under way), before the optimizer's step
+  grow=STEP:LINE     after committing step STEP, rank 0 adds LINE ("host:slots") to the
+                     discovery file (env HOSTS_FILE) and every rank checks for changed
+                     hosts (state.check_host_updates) until the driver's notice comes
+  shrink=STEP:HOST   the same, removing HOST's line
+  pause=SECONDS      sleep after each step (a benchmark's steady pace)
+  cycles=N           N cycles of a host added and its worker lost: in each world of 2, rank
+                     0 adds host 127.0.0.(11 + k) to the discovery file (k: hosts it added
+                     before) and every rank waits for the notice; in the world of 3, the
+                     new worker SIGKILLs itself in its second step. Rank 0 (localhost, never
+                     lost) reports what it holds at the start of every world
+
+Each step, rank r of a world of n takes the gradient of sum((W x + b)^2) for x filled with
+((step mod 3) + 1) (r + 1) / 10 (the parameters stay of order 1), averaged by the DistributedOptimizer, and SGD. The reference replays
+the committed steps' sizes in one process.
+
+Records: "world" {size, host, from_step} at the start of every world (after its sync);
+"step" {step, size} (rank 0's, after each commit); "killing" {step} (the worker that
+kills itself, just before); "holds" {size, fds, threads, memfd_maps} (cycles: rank 0's
+open descriptors, threads and mappings of rdmacoll's shared memory, at each world's start);
+"reset" {size, host} from the reset callback (state.register_reset_callbacks); "done" {sizes,
+digest (the parameters' bytes), error (the largest difference from the reference)}.
+"""
+
+import importlib
+import os
+import signal
+import sys
+import time
+
+import torch
+from common import digest, emit, main, set_rank
+
+# benchmarks/elastic_recovery.py runs this script under real Horovod's elastic driver too
+hvd = importlib.import_module(os.environ.get("ELASTIC_HVD", "rdmacoll.frameworks.torch"))
+
+IN, OUT, LR = 8, 4, 0.01
+
+
+def model():
+    torch.manual_seed(0)
+    return torch.nn.Linear(IN, OUT, dtype=torch.float64)
+
+
+def loss(m, step, r):
+    x = torch.full((2, IN), ((step % 3) + 1) * (r + 1) / 10, dtype=torch.float64)
+    return m(x).square().sum()
+
+
+def reference(sizes):
+    """The parameters after the committed steps, in worlds of these sizes, by one process."""
+    m = model()
+    for step, n in enumerate(sizes):
+        grads = []
+        for r in range(n):
+            m.zero_grad()
+            loss(m, step, r).backward()
+            grads.append([p.grad.clone() for p in m.parameters()])
+        with torch.no_grad():
+            for p, *gs in zip(m.parameters(), *grads):
+                p -= LR * (sum(gs) / n)
+    return m
+
+
+def edit_hosts(add=None, drop=None):
+    path = os.environ["HOSTS_FILE"]
+    with open(path) as f:
+        lines = [ln.strip() for ln in f if ln.strip()]
+    if add and add not in lines:
+        lines.append(add)
+    if drop:
+        lines = [ln for ln in lines if ln.split(":")[0] != drop]
+    with open(path + ".tmp", "w") as f:
+        f.write("".join(ln + "\n" for ln in lines))
+    os.replace(path + ".tmp", path)
+
+
+def holds():
+    with open("/proc/self/maps") as f:
+        names = [line.split("memfd:")[1].split()[0] for line in f if "memfd:rdmacoll" in line]
+    return {
+        "fds": len(os.listdir("/proc/self/fd")),
+        "threads": len(os.listdir("/proc/self/task")),
+        "memfd_maps": len(names),
+        "names": names,
+    }
+
+
+def hosts_added():
+    with open(os.environ["HOSTS_FILE"]) as f:
+        return sum(1 for ln in f if ln.startswith("127.0.0.") and int(ln.split(":")[0].split(".")[3]) > 10)
+
+
+def body():
+    steps = int(sys.argv[1])
+    plan = dict(a.split("=", 1) for a in sys.argv[2:])
+    host = os.environ.get("RDMACOLL_ELASTIC_HOST") or os.environ["HOROVOD_HOSTNAME"]
+    pause = float(plan.get("pause", 0))
+    kill = tuple(plan["kill"].rsplit(":", 1)) if "kill" in plan else None
+    edits = {}
+    for what in ("grow", "shrink"):
+        if what in plan:
+            step, arg = plan[what].split(":", 1)
+            edits[int(step)] = (what, arg)
+
+    hvd.init()
+    m = model()
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=LR), named_parameters=m.named_parameters())
+    state = hvd.elastic.TorchState(m, opt, sizes=[])
+
+    state.register_reset_callbacks([lambda: emit("reset", size=hvd.size(), host=host)])
+
+    cycles = int(plan.get("cycles", 0))
+    newcomer = cycles and host not in ("localhost", "127.0.0.2")
+    joined = []  # the step each world of this worker began at
+
+    @hvd.elastic.run
+    def train(state):  # (after each sync: this world's state is rank 0's)
+        set_rank(hvd.rank())
+        emit("world", size=hvd.size(), host=host, from_step=len(state.sizes))
+        joined.append(len(state.sizes))
+        if cycles and hvd.size() == 2:
+            if host == "localhost":
+                emit("holds", size=hvd.size(), **holds())
+            if hvd.broadcast_object(hosts_added() < cycles):  # (rank 0's reading: the file changes)
+                if hvd.rank() == 0:
+                    edit_hosts(add=f"127.0.0.{11 + hosts_added()}:1")
+                while True:  # until the driver's notice: HostsUpdatedInterrupt on every rank
+                    time.sleep(0.05)
+                    state.check_host_updates()
+        while len(state.sizes) < steps:
+            step, r, n = len(state.sizes), hvd.rank(), hvd.size()
+            opt.zero_grad()
+            loss(m, step, r).backward()
+            if kill == (host, str(step)) or (newcomer and step == joined[0] + 1):
+                emit("killing", step=step)
+                os.kill(os.getpid(), signal.SIGKILL)
+            opt.step()
+            state.sizes = state.sizes + [n]
+            state.commit()
+            if r == 0:
+                emit("step", step=step, size=n)
+            time.sleep(pause)
+            if step in edits:
+                what, arg = edits[step]
+                if r == 0:
+                    edit_hosts(add=arg) if what == "grow" else edit_hosts(drop=arg)
+                while True:  # until the driver's notice: HostsUpdatedInterrupt on every rank
+                    time.sleep(0.05)
+                    state.check_host_updates()
+
+    train(state)
+    want = reference(state.sizes)
+    error = max(float((p - q).abs().max()) for p, q in zip(m.state_dict().values(), want.state_dict().values()))
+    flat = torch.cat([p.detach().reshape(-1) for p in m.parameters()]).numpy()
+    emit("done", sizes=state.sizes, digest=digest(flat), error=error, host=host)
+    hvd.shutdown()
+
+
+main(body)
