@@ -63,9 +63,14 @@ _TF1_ORDER = (
 )
 # Behaviour that differs although the parameters match: (horovod module, name) -> one-line reason.
 # Prune an entry when the difference is fixed.
+_ELASTIC_RUN = (
+    "its jobs run under `rdmacoll-run --elastic` (horovodrun's flags), not horovodrun; a world is "
+    "re-formed through the driver's store, not in place yet (docs/elastic.md)"
+)
 KNOWN_DIFFERENCES = {
-    ("horovod.torch", "elastic"): "its jobs run under `rdmacoll-run --elastic` (horovodrun's flags), not horovodrun; "
-    "a world is re-formed through the driver's store, not in place yet (docs/elastic.md)",
+    ("horovod.torch", "elastic"): _ELASTIC_RUN,
+    ("horovod.tensorflow", "elastic"): _ELASTIC_RUN + "; eager TensorFlow 2 and Keras 3 only",
+    ("horovod.tensorflow.keras", "elastic"): _ELASTIC_RUN + "; Keras 3",
     **{
         ("horovod.torch", name): _HANDLES
         for name in (
@@ -154,7 +159,6 @@ KNOWN_DIFFERENCES = {
     "(docs/tensorflow.md)",
 }
 
-_ELASTIC = "elastic training (`hvd.elastic`) is in the torch adapter so far; TensorFlow's is a later piece of work"
 _INTERNAL = (
     "Horovod-internal helper that leaks into the namespace through its imports "
     "(not in Horovod's API documentation); not provided"
@@ -162,7 +166,6 @@ _INTERNAL = (
 # Why a name is absent: (horovod module or "*", name) -> reason. "*" applies to every module.
 # An entry for a name rdmacoll now has everywhere it applies is stale (tests/test_horovod_api.py).
 ABSENT_REASONS = {
-    ("*", "elastic"): _ELASTIC,
     ("*", "check_extension"): _INTERNAL,
     ("*", "gpu_available"): _INTERNAL,
     ("*", "split_list"): _INTERNAL,

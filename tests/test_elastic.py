@@ -28,13 +28,11 @@ def _run_cmd() -> str:
     return str(exe) if exe.is_file() else shutil.which("rdmacoll-run") or pytest.skip("no rdmacoll-run on PATH")
 
 
-def _launch(flags, args, env=None, timeout=120):
-    def command(script):
-        return [_run_cmd(), *flags, sys.executable, str(script), *map(str, args)]
+def _launch(flags, args, env=None, timeout=120, script="elastic_torch.py"):
+    def command(path):
+        return [_run_cmd(), *flags, sys.executable, str(path), *map(str, args)]
 
-    return Launch(
-        0, "elastic_torch.py", args, {"RDMACOLL_TIMEOUT": 60, **(env or {})}, timeout=timeout, command=command
-    )
+    return Launch(0, script, args, {"RDMACOLL_TIMEOUT": 60, **(env or {})}, timeout=timeout, command=command)
 
 
 def _discovery(tmp_path, *lines):
@@ -48,9 +46,10 @@ def _discovery(tmp_path, *lines):
     return hosts_file, script
 
 
-def _finished(res, hosts):
+def _finished(res, hosts, tolerance=1e-9):
     """The "done" records, one per host that finished, after checking they agree with each
-    other and with the reference."""
+    other and with the reference (float64 parameters: the average of n gradients may round
+    unlike the reference's sum / n; Keras' fit computes its loss in float32)."""
     res.check(not res.leftovers, f"processes left running: {res.leftovers}")
     res.check(res.returncode == 0, f"rdmacoll-run ended with status {res.returncode}")
     done = {d["host"]: d for d in res.select(kind="done")}
@@ -58,8 +57,7 @@ def _finished(res, hosts):
     first = next(iter(done.values()))
     res.check(all(d["digest"] == first["digest"] for d in done.values()), "the workers' parameters differ")
     res.check(all(d["sizes"] == first["sizes"] for d in done.values()), "the workers' histories differ")
-    # (float64: the average of n gradients may round unlike the reference's sum / n)
-    res.check(first["error"] < 1e-9, f"parameters differ from the reference by {first['error']}")
+    res.check(first["error"] < tolerance, f"parameters differ from the reference by {first['error']}")
     return first
 
 
@@ -122,8 +120,26 @@ def test_a_hung_worker_is_left_out_and_raises_when_it_runs_again():
     )
 
 
-# cycles of a host added and its worker killed; RDMACOLL_ELASTIC_CYCLES=10 for the full ten
-CYCLES = int(os.environ.get("RDMACOLL_ELASTIC_CYCLES", "3"))
+@pytest.mark.timeout(180)
+def test_keras_fit_with_horovods_elastic_callbacks_through_a_lost_worker():
+    pytest.importorskip("tensorflow")
+    hosts = ["localhost", "127.0.0.2", "127.0.0.3"]
+    flags = ["-np", "3", "--min-np", "2", "-H", ",".join(f"{h}:1" for h in hosts)]
+    # 3 epochs of 4 batches; the worker of 127.0.0.2 SIGKILLs itself before the 6th batch
+    # (inside fit's train step, a tf.function: the survivors' error is the graph's)
+    with _launch(flags, [0, "mode=fit", "kill=127.0.0.2:5"], script="elastic_tf.py") as launch:
+        res = launch.finish()
+    done = _finished(res, ["localhost", "127.0.0.3"], tolerance=1e-6)
+    # committed: epoch 0 and batch 0 of epoch 1 at 3; then, as Horovod's callbacks do
+    # (state.batch is the index of the last batch done, not a count), the rest of epoch 1
+    # from steps - batch = 4 batches, and epoch 2, at 2
+    want = [3] * 5 + [2] * 8
+    res.check(done["sizes"] == want and (done["epoch"], done["batch"]) == (3, 0), f"{done}")
+
+
+# cycles of a host added and its worker killed (CI: 2, two worlds of 2 after the first to
+# compare); RDMACOLL_ELASTIC_CYCLES=10 for the full ten
+CYCLES = int(os.environ.get("RDMACOLL_ELASTIC_CYCLES", "2"))
 
 
 @pytest.mark.timeout(60 + 30 * CYCLES)
@@ -153,16 +169,19 @@ def test_kill_and_rejoin_cycles_leak_nothing(tmp_path):
 
 
 @pytest.mark.timeout(120)
-def test_below_min_np_every_survivor_ends_with_a_clear_error():
-    hosts = ["localhost", "127.0.0.2", "127.0.0.3"]
-    flags = ["-np", "3", "--min-np", "3", "-H", ",".join(f"{h}:1" for h in hosts), "--elastic-timeout", "2"]
+def test_below_min_np_the_survivor_ends_with_a_clear_error():
+    hosts = ["localhost", "127.0.0.2"]
+    flags = ["-np", "2", "--min-np", "2", "-H", ",".join(f"{h}:1" for h in hosts), "--elastic-timeout", "2"]
     with _launch(flags, [20, "kill=127.0.0.2:3"]) as launch:
         res = launch.finish()
     res.check(not res.leftovers, f"processes left running: {res.leftovers}")
     res.check(res.returncode not in (0, None), "rdmacoll-run succeeded with fewer workers than --min-np")
-    res.check("fewer than --min-np 3 slots (2) for 2 s" in res.output(200), "the driver did not say why it ended")
-    ended = [ln for ln in res.lines if "the elastic job ended" in ln.text]
-    res.check(len(ended) >= 2, "the two survivors did not both raise the driver's reason")
+    res.check("fewer than --min-np 2 slots (1) for 2 s" in res.output(200), "the driver did not say why it ended")
+    crash = res.select(kind="crash")
+    res.check(
+        len(crash) == 1 and "the elastic job ended: fewer than --min-np" in crash[0]["error"],
+        f"the survivor's end: {crash}",
+    )
     res.check(not res.select(kind="done"), "a worker finished training below --min-np")
 
 

@@ -79,6 +79,7 @@ from .join import join  # noqa: F401
 from .optimizer import PartialDistributedOptimizer  # noqa: F401
 from .legacy_optimizer import DistributedOptimizer  # noqa: F401
 from .global_variables import BroadcastGlobalVariablesHook, broadcast_global_variables  # noqa: F401
+from . import elastic  # noqa: F401  (hvd.elastic)
 from rdmacoll import ProcessSet, add_process_set, global_process_set, remove_process_set  # noqa: F401
 
 

@@ -48,6 +48,7 @@ from . import (
     size,
 )
 from .optimizer import DistributedOptimizer  # noqa: F401  (horovod.tensorflow.keras's signature)
+from . import elastic  # noqa: F401  (hvd.elastic: KerasState and the callbacks with the rest)
 from ..capabilities import (
     ccl_built,
     cuda_built,
