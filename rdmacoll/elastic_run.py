@@ -45,7 +45,7 @@ from .bootstrap import elastic as _elastic
 from .bootstrap.store import tcp_store
 
 DISCOVER_EVERY_S = 1.0
-POLL_S = 0.05
+POLL_S = 0.01
 
 
 def _say(msg: str) -> None:

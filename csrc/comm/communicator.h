@@ -274,6 +274,7 @@ class Communicator {
 
    private:
     void periodicChecks();
+    void checkLiveness();
     void checkStall(double waited);
     Communicator& c_;
     int peer_;
@@ -284,6 +285,7 @@ class Communicator {
     bool released_ = false;
     void* interpreter_ = nullptr;  // releaseInterpreter's token while released_
     double nextStallReport_ = 0;   // seconds of this wait after which the inspector reports
+    int earlyMillis_;              // the next early check's time into the wait (liveness alone)
     // Yield at once and sleep soon: the cores are oversubscribed, or this thread runs in
     // the background of a caller that computes (common/thread_role.h).
     bool patient_;
