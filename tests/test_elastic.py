@@ -160,9 +160,13 @@ def test_kill_and_rejoin_cycles_leak_nothing(tmp_path):
     )
     holds = res.select(kind="holds")
     res.check(len(holds) == CYCLES + 1, f"rank 0's holdings at each world of 2: {holds}")
-    # (the first world's: before any reset; every later one must be the same)
+    # (the first world's: before any reset; every later one must hold the same descriptors
+    # and mappings, and no more threads than the most of any earlier: a thread of the last
+    # world may still be ending as the next begins, once seen in CI)
     later = [{k: h[k] for k in ("fds", "threads", "memfd_maps")} for h in holds[1:]]
-    res.check(all(h == later[0] for h in later), f"what rank 0 holds grows over the cycles: {later}")
+    same = all((h["fds"], h["memfd_maps"]) == (later[0]["fds"], later[0]["memfd_maps"]) for h in later)
+    threads = [h["threads"] for h in later]
+    res.check(same and threads[-1] <= max(threads[:-1] or threads), f"what rank 0 holds grows over the cycles: {later}")
     print(
         f"{CYCLES} cycles; rank 0 holds at each world of 2: {[{k: h[k] for k in ('fds', 'threads', 'memfd_maps')} for h in holds]}"
     )
