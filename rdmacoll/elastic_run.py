@@ -111,7 +111,9 @@ class Hosts:
             found = parse_discovered(out.stdout, self.default_slots)
         before = self.available()
         self.found = found
-        self.order += [h for h in found if h not in self.order]
+        # as Horovod's: the hosts still there in their order, then the new ones (a host that
+        # left and came back is new: its worker has no state to give rank 0)
+        self.order = [h for h in self.order if h in found] + [h for h in found if h not in self.order]
         after = self.available()
         flags = 0
         if any(after.get(h, 0) > n for h, n in before.items()) or any(h not in before for h in after):
@@ -161,10 +163,14 @@ class Driver:
             "RDMACOLL_ELASTIC_SECRET": self.secret,
             "RDMACOLL_ELASTIC_HOST": host,
             "RDMACOLL_ELASTIC_SLOT": str(slot),
+            # the driver's limits, whatever the workers' environment says: a worker waits
+            # for a world as long as the driver may take to form one
+            "RDMACOLL_ELASTIC_TIMEOUT": str(self.timeout_s),
+            "RDMACOLL_TIMEOUT": str(self.hang_s),
         }
 
-    def _start(self, host: str, slot: int) -> None:
-        mine = self._env(host, slot)
+    def _start(self, host: str, slot: int, world: int) -> None:
+        mine = dict(self._env(host, slot), RDMACOLL_ELASTIC_WORLD=str(world))
         if is_local(host):
             proc = subprocess.Popen(self.program, env=dict(os.environ, **mine), start_new_session=True)
         else:
@@ -195,14 +201,14 @@ class Driver:
         slots = self.hosts.slots(self.max_np)
         if len(slots) < wanted:
             return False
-        if self.world and not any(key in self.workers for key in slots):
-            raise _Ended("no worker of the last world remains: no state to start the next one from")
+        if self.world and slots[0] not in self.workers:
+            raise _Ended("no worker of the last world is first in the next one: no state to start it from")
         for key in [k for k in self.workers if k not in slots and k[0] not in self.hosts.blacklisted]:
             self._stop(key)  # (removed hosts' workers; a hung one, blacklisted, is left to end on its own)
+        n = self.round + 1
         for key in slots:
             if key not in self.workers:
-                self._start(*key)
-        n = self.round + 1
+                self._start(*key, world=n)  # (it waits for world n, not an earlier one it may read first)
         for r, (h, s) in enumerate(slots):
             self.store.set(f"{self.prefix}r/{n}/assign/{h}/{s}", f"{r} {len(slots)}")
         self.round = int(self.store.add(f"{self.prefix}round", 1))
@@ -242,6 +248,8 @@ class Driver:
         while True:
             now = time.monotonic()
             for key, w in list(self.workers.items()):
+                if key not in self.workers:  # (stopped with its host, earlier in this loop)
+                    continue
                 rc = w.proc.poll()
                 if rc is None:
                     continue

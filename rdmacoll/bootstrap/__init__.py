@@ -59,10 +59,12 @@ def choose(config=None, env=None, comm=None):
     if kind in ("torch", "elastic"):
         try:
             if kind == "elastic":
-                # the driver ends the job after elastic_timeout without enough hosts; the
-                # minute more: the driver itself is gone
-                ex = elastic.member(env, _parsed(env, config, "job", "timeout")).next_world(
-                    _parsed(env, config, "job", "elastic_timeout") + 60
+                # the driver may take a hung worker's timeout, then elastic_timeout without
+                # enough hosts, before it forms a world or ends the job; a minute more: the
+                # driver itself is gone
+                timeout = _parsed(env, config, "job", "timeout")
+                ex = elastic.member(env, timeout).next_world(
+                    timeout + _parsed(env, config, "job", "elastic_timeout") + 60
                 )
             else:
                 ex = store.torchrun_exchange(timeout_s=_parsed(env, config, "job", "timeout"))

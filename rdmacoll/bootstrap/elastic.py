@@ -13,14 +13,15 @@ Keys (under the prefix), the driver's unless said:
     round                 the newest world's number (1, 2, ...; an integer counter)
     r/<n>/assign/<h>/<s>  "rank size" of slot s of host h in world n; absent: not in it
     r/<n>/world/...       that world's bootstrap (a StoreExchange among its members)
-    ready/<h>/<s>         the worker's: the last world it left (0: none yet): it waits for the next
+    ready/<h>/<s>         the worker's: the last world it left (started for world n: n - 1): it
+                          waits for the next
     left/<n>              how many workers have left world n (each adds 1)
     hosts_updated         "timestamp flags" of the driver's last change of hosts (rank 0 polls it:
                           State.check_host_updates; flags 1 added, 2 removed, as Horovod's)
     abort                 why the job ends (fewer hosts than --min-np for too long, a reset
                           limit): every waiting worker raises it
 
-A worker's init() (this module's exchange()) says which world it left, waits for a newer
+A worker's init() (Member.next_world) says which world it left, waits for a newer
 one that includes it, and bootstraps that world's communicator among its members; its
 shutdown() and init() again (Horovod's reset) move it to the next. Which world a process
 was in last outlives its sessions: it is kept here, per driver store and slot (the
@@ -37,7 +38,7 @@ from .. import _core
 from .store import StoreExchange, prefixed, tcp_store
 
 VARS = ("RDMACOLL_ELASTIC_STORE", "RDMACOLL_ELASTIC_SECRET", "RDMACOLL_ELASTIC_HOST", "RDMACOLL_ELASTIC_SLOT")
-ADDED, REMOVED = 1, 2  # Horovod's HostUpdateResult flags
+REMOVED, ADDED = 1, 2  # Horovod's HostUpdateResult flags (horovod/runner/elastic/worker.py)
 
 
 def prefix_of(secret_hex: str) -> str:
@@ -57,7 +58,10 @@ class Member:
             self.store = tcp_store(self.address, timeout_s)
         except RuntimeError as e:  # (torch's DistNetworkError)
             raise _core.RdmacollError(f"rdmacoll.init(): the elastic driver's store at {self.address}: {e}") from None
-        self.world = 0  # the last world this process was in (0: none yet)
+        # the last world this process was in; a worker the driver starts waits for the world
+        # it was started for (RDMACOLL_ELASTIC_WORLD), not an earlier one it could read first
+        self.world = int(env.get("RDMACOLL_ELASTIC_WORLD", "1")) - 1
+        self.joined = False  # whether it has been in one (it counts itself out when it leaves)
 
     def _get(self, key: str) -> str | None:
         k = self.prefix + key
@@ -69,7 +73,7 @@ class Member:
         worker out (its host was removed or blacklisted)."""
         p, me = self.prefix, f"{self.host}/{self.slot}"
         self.store.set(f"{p}ready/{me}", str(self.world))
-        if self.world:
+        if self.joined:
             self.store.add(f"{p}left/{self.world}", 1)
         deadline = time.monotonic() + timeout_s
         pause = 0.001
@@ -93,7 +97,7 @@ class Member:
                 f"rdmacoll.init(): this worker ({me}) is not in the elastic job's world {n}: its host "
                 "was removed or blacklisted"
             )
-        self.world = n
+        self.world, self.joined = n, True
         rank, size = (int(x) for x in place.split())
         exchange = StoreExchange(prefixed(f"{p}r/{n}/world/", self.store), rank, size, timeout_s=timeout_s)
         exchange.name = "elastic"  # (Session.elastic)

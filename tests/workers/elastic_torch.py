@@ -4,7 +4,7 @@ DistributedOptimizer and the world size of every committed step (`sizes`: a new 
 step, so that a restore takes the committed one back).
 
 argv: steps, then plan items, all optional:
-  kill=HOST:STEP     the worker on HOST SIGKILLs itself in step STEP, after its backward
+  kill=HOST:STEP     the worker on HOST (or HOST/SLOT: that slot's) SIGKILLs itself in step STEP, after its backward
                      (its gradients' allreduces under way), before the optimizer's step
   grow=STEP:LINE     after committing step STEP, rank 0 adds LINE ("host:slots") to the
                      discovery file (env HOSTS_FILE) and every rank checks for changed
@@ -102,6 +102,7 @@ def body():
     steps = int(sys.argv[1])
     plan = dict(a.split("=", 1) for a in sys.argv[2:])
     host = os.environ.get("RDMACOLL_ELASTIC_HOST") or os.environ["HOROVOD_HOSTNAME"]
+    me = {host, f"{host}/{os.environ.get('RDMACOLL_ELASTIC_SLOT', os.environ.get('HOROVOD_LOCAL_RANK'))}"}
     pause = float(plan.get("pause", 0))
     kill = tuple(plan["kill"].rsplit(":", 1)) if "kill" in plan else None
     edits = {}
@@ -139,7 +140,7 @@ def body():
             step, r, n = len(state.sizes), hvd.rank(), hvd.size()
             opt.zero_grad()
             loss(m, step, r).backward()
-            if kill == (host, str(step)) or (newcomer and step == joined[0] + 1):
+            if (kill and kill[0] in me and kill[1] == str(step)) or (newcomer and step == joined[0] + 1):
                 emit("killing", step=step)
                 os.kill(os.getpid(), signal.SIGKILL)
             opt.step()

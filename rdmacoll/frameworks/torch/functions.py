@@ -46,6 +46,7 @@ def _named_tensors(params):
     return items
 
 
+@raising_as_horovod
 def broadcast_parameters(params, root_rank=0, process_set=global_process_set):
     """Overwrite every rank's parameters (a state_dict or model.named_parameters()) with
     root_rank's, in place. Every rank must pass the same names, shapes and dtypes (a
@@ -123,6 +124,7 @@ def _initialize_state(optimizer, model):
     optimizer.step()
 
 
+@raising_as_horovod
 def broadcast_optimizer_state(optimizer, root_rank=0, model=None, process_set=global_process_set):
     """Give every rank root_rank's optimizer state (momentum buffers, Adam moments, step
     counts, LBFGS's history) and hyperparameters (learning rate...), e.g. after restoring
