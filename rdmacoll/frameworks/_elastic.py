@@ -1,6 +1,6 @@
 """Horovod's elastic state and run loop (horovod/common/elastic.py, 0.28.1), written once
 for both adapters; nothing here imports a framework. An adapter gives State its object
-broadcast and rank functions, and run_fn its reset (shutdown(), then init(): the next
+broadcast and rank functions; run_fn resets with reset() (shutdown(), then init(): the next
 world of the job, bootstrap/elastic.py).
 
     @hvd.elastic.run
@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import functools
 
+import rdmacoll as rc
 from rdmacoll.bootstrap import elastic as _member
 
 from ._horovod import HorovodInternalError, HostsUpdatedInterrupt
@@ -117,7 +118,14 @@ class ObjectState(State):
             setattr(self, attr, value)
 
 
-def run_fn(func, reset):
+def reset():
+    """Horovod's reset, the same in both adapters: leave this world, join the next one
+    (bootstrap/elastic.py)."""
+    rc.shutdown()
+    rc.init()
+
+
+def run_fn(func, reset=reset):
     """Horovod's run_fn: func(state, ...) until it returns, through every reset."""
 
     @functools.wraps(func)

@@ -33,11 +33,6 @@ from . import errors
 from .functions import broadcast_object, broadcast_variables
 
 
-def _reset():
-    rc.shutdown()
-    rc.init()
-
-
 # Inside a graph (Keras' fit, tf.function) a collective's failure reaches the caller as
 # TensorFlow's UnknownError of the Python op, whose text ends with the original exception's
 # class and message: "...rdmacoll.frameworks.tensorflow.errors.UnknownError: rank 1 ... died"
@@ -64,7 +59,7 @@ def run(func):
                 raise HorovodInternalError(str(e)) from e
             raise
 
-    return run_fn(wrapper, _reset)
+    return run_fn(wrapper)
 
 
 def _variables(optimizer) -> list:

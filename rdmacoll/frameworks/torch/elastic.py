@@ -29,16 +29,11 @@ from .._horovod import HorovodInternalError, HostsUpdatedInterrupt
 from .functions import broadcast_object, broadcast_optimizer_state, broadcast_parameters
 
 
-def _reset():
-    rc.shutdown()
-    rc.init()
-
-
 def run(func):
     """Horovod's hvd.elastic.run: func(state, ...) goes on through workers lost and added
     (frameworks/_elastic.py, run_fn). Its first argument is the State; func itself must not
     be a collective."""
-    return run_fn(func, _reset)
+    return run_fn(func)
 
 
 class ElasticSampler(torch.utils.data.Sampler):
