@@ -19,7 +19,11 @@ namespace rdmacoll {
 namespace transport {
 namespace tcp {
 
-namespace {
+// The wire's messages: a named namespace, not an anonymous one, because Acceptor::Handshake
+// (a member of a class with linkage) holds a Hello, and in a unity build (CMakeLists.txt)
+// this file is no longer the main file, where GCC warns about such a member
+// (-Wsubobject-linkage).
+namespace handshake_wire {
 
 constexpr uint32_t kHelloMagic = 0x32484352;  // "RCH2"
 constexpr uint32_t kReplyMagic = 0x32524352;  // "RCR2"
@@ -47,6 +51,11 @@ struct Ack {
   uint32_t magic, pad;
 };
 static_assert(sizeof(Hello) == 48 && sizeof(Reply) == 64 && sizeof(Proof) == 40, "handshake wire sizes");
+
+}  // namespace handshake_wire
+using namespace handshake_wire;
+
+namespace {
 
 void fresh(uint8_t* out, size_t n) {
   while (n > 0) {
