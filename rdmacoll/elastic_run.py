@@ -10,6 +10,9 @@ TCPStore it hosts (bootstrap/elastic.py: the keys and the secret), and watches:
     other workers stopped; the survivors, whose collectives raised HorovodInternalError,
     restore their last commit and come back (hvd.elastic.run): the next world is formed of
     them;
+  - a worker lost while a world bootstraps (before every worker counted itself in): the
+    others wait for it there, so that world is given up and the next formed at once
+    (they see it from their waits: bootstrap/elastic.py);
   - hosts that the discovery script (run every second; lines "host:slots", or "host" with
     --slots-per-host) adds or removes: rank 0 hears of it at its next commit
     (state.check_host_updates), every rank raises HostsUpdatedInterrupt there, and the
@@ -244,7 +247,7 @@ class Driver:
             time.sleep(DISCOVER_EVERY_S)
             self.hosts.discover()
         next_discovery = time.monotonic() + DISCOVER_EVERY_S
-        changed, finished, left_since, waited_since = False, {}, None, None
+        changed, finished, left_since, waited_since, unformed = False, {}, None, None, False
         while True:
             now = time.monotonic()
             for key, w in list(self.workers.items()):
@@ -262,6 +265,11 @@ class Driver:
                     _say(f"worker {key[0]}[{key[1]}] exited with {rc}: host {key[0]} blacklisted")
                     self._blacklist(key[0])
                     changed = True
+                    # lost before every worker had bootstrapped this world: the others wait
+                    # for it there, and never leave; the next world gives this one up
+                    if int(self.store.add(f"{self.prefix}formed/{self.round}", 0)) < len(self.world):
+                        _say(f"world {self.round} lost a worker while it formed: forming the next")
+                        unformed = True
             if finished:  # the job is ending: the others of this world end too
                 if any(k in self.workers for k in self.world):
                     time.sleep(POLL_S)
@@ -293,7 +301,7 @@ class Driver:
             if not (changed or left):
                 time.sleep(POLL_S)
                 continue
-            staying = [k for k in self.world if k in self.workers and self._ready(k) < self.round]
+            staying = [k for k in self.world if k in self.workers and self._ready(k) < self.round and not unformed]
             if staying and left_since is not None and now - left_since > self.hang_s:
                 names = ", ".join(f"{h}[{s}]" for h, s in staying)
                 _say(f"workers {names} did not leave world {self.round} within {self.hang_s:.0f} s: hosts blacklisted")
@@ -306,7 +314,7 @@ class Driver:
                 waited_since = waited_since or now
                 if self._form(self.min_np):
                     self.resets += 1
-                    changed, left_since, waited_since = False, None, None
+                    changed, left_since, waited_since, unformed = False, None, None, False
                 elif now - waited_since > self.timeout_s:
                     return self._abort(
                         f"fewer than --min-np {self.min_np} slots ({len(self.hosts.slots(self.max_np))}) "

@@ -83,6 +83,28 @@ def test_a_worker_killed_mid_step_and_the_job_finishes_at_three():
 
 
 @pytest.mark.timeout(180)
+def test_workers_lost_while_worlds_form_and_the_others_go_on():
+    # 127.0.0.3 dies in the first world's bootstrap (the others wait for its keys; their
+    # init() is hvd.init(), outside hvd.elastic.run), 127.0.0.4 in the second's once the
+    # addresses are exchanged (the others connect to a dead peer): each world is given up
+    # and the next formed at once, never after a timeout (RDMACOLL_TIMEOUT=60: the test's
+    # own limit would end first)
+    hosts = ["localhost", "127.0.0.2", "127.0.0.3", "127.0.0.4"]
+    flags = ["-np", "4", "--min-np", "2", "-H", ",".join(f"{h}:1" for h in hosts)]
+    steps = 4
+    with _launch(flags, [steps, "forming=127.0.0.3:1:exchange,127.0.0.4:2:connect"], timeout=50) as launch:
+        res = launch.finish()
+    done = _finished(res, ["localhost", "127.0.0.2"])
+    res.check(done["sizes"] == [2] * steps, f"world size per step: {done['sizes']}")
+    killed = sorted((k["world"], k["point"]) for k in res.select(kind="killing"))
+    res.check(killed == [(1, "exchange"), (2, "connect")], f"the workers lost while forming: {killed}")
+    for n in (1, 2):
+        res.check(f"world {n} lost a worker while it formed" in res.output(200), f"the driver gave up no world {n}")
+    worlds = res.select(kind="world")
+    res.check(all(w["size"] == 2 and w["from_step"] == 0 for w in worlds), f"worlds trained in: {worlds}")
+
+
+@pytest.mark.timeout(180)
 def test_hosts_added_then_removed_by_the_discovery_script(tmp_path):
     hosts_file, script = _discovery(tmp_path, "localhost:1", "127.0.0.2:1")
     steps = 10

@@ -184,10 +184,20 @@ def _describe(rank, host_of, core, settings, sources):
 
 def bootstrap(config=None, exchange=None, comm=None) -> World:
     """Join the job: settings, hosts, addresses through `exchange` (default: the
-    launcher's, or comm's, see choose()), then a connected core communicator."""
-    if exchange is None:
+    launcher's, or comm's, see choose()), then a connected core communicator. An elastic
+    driver's world that is given up while it forms (a member lost: store.Cancelled) is
+    left for the driver's next one."""
+    if exchange is not None:
+        return _join(config, exchange)
+    while True:
         exchange = choose(config, comm=comm)
-    world = exchange
+        try:
+            return _join(config, exchange)
+        except store.Cancelled as e:
+            _log.say(logging.INFO, exchange.rank, f"{e}; joining the next")
+
+
+def _join(config, world) -> World:
     rank, size = world.rank, world.size
 
     # Rank 0's job-wide settings, or its reason for refusing them, reach every rank; and
@@ -250,14 +260,22 @@ def bootstrap(config=None, exchange=None, comm=None) -> World:
         addr = core.address()
     except Exception as e:  # noqa: BLE001 - re-raised below on every rank
         err, addr = f"rank {rank}: {e}", b""
-    _everywhere(world, err, "rdmacoll.init() failed")
-    addresses = world.allgather(addr)
     try:
-        core.connect(addresses, secret)
-    except Exception as e:  # noqa: BLE001
-        err = f"rank {rank}: {e}"
-    _everywhere(world, err, "rdmacoll.init() failed to connect")
-    world.barrier()
+        _everywhere(world, err, "rdmacoll.init() failed")
+        addresses = world.allgather(addr)
+        try:
+            core.connect(addresses, secret)
+        except Exception as e:  # noqa: BLE001
+            err = f"rank {rank}: {e}"
+        _everywhere(world, err, "rdmacoll.init() failed to connect")
+        world.barrier()
+    except BaseException:
+        if core is not None:  # (its segments and sockets now, not when collected)
+            core.close()
+        raise
+    formed = getattr(world, "formed", None)
+    if formed is not None:  # (an elastic world: its driver counts the members that got here)
+        formed()
     if _log.logger.isEnabledFor(logging.INFO):
         _describe(rank, host_of, core, settings, sources)
     for var in _settings.horovod_ignored():

@@ -15,6 +15,10 @@ Keys (under the prefix), the driver's unless said:
     r/<n>/world/...       that world's bootstrap (a StoreExchange among its members)
     ready/<h>/<s>         the worker's: the last world it left (started for world n: n - 1): it
                           waits for the next
+    formed/<n>            how many workers have finished bootstrapping world n (each adds 1):
+                          a worker lost before all did leaves the others waiting in the
+                          bootstrap, so the driver forms the next world at once, and the
+                          waiting ones give this one up when they see it (store.Cancelled)
     left/<n>              how many workers have left world n (each adds 1)
     hosts_updated         "timestamp flags" of the driver's last change of hosts (rank 0 polls it:
                           State.check_host_updates; flags 1 added, 2 removed, as Horovod's)
@@ -99,9 +103,26 @@ class Member:
             )
         self.world, self.joined = n, True
         rank, size = (int(x) for x in place.split())
-        exchange = StoreExchange(prefixed(f"{p}r/{n}/world/", self.store), rank, size, timeout_s=timeout_s)
+        exchange = StoreExchange(
+            prefixed(f"{p}r/{n}/world/", self.store),
+            rank,
+            size,
+            timeout_s=timeout_s,
+            cancelled=lambda: self._given_up(n),
+        )
         exchange.name = "elastic"  # (Session.elastic)
+        exchange.formed = lambda: self.store.add(f"{p}formed/{n}", 1)
         return exchange
+
+    def _given_up(self, n: int) -> str | None:
+        """Why world n, bootstrapping, will never form: the driver formed a newer one (a
+        member was lost meanwhile) or ended the job; None while it may."""
+        newest = int(self.store.add(f"{self.prefix}round", 0))
+        if newest > n:
+            return f"world {n} was given up while it formed (a worker was lost): the driver formed world {newest}"
+        if self._get("abort") is not None:
+            return f"world {n} was given up while it formed: the job is ending"
+        return None
 
     def host_update(self) -> tuple[int, int]:
         """(timestamp, flags) of the driver's last change of hosts; (0, 0) when none."""

@@ -23,6 +23,12 @@ rank 0 answers each rank's latest nonce until each rank has confirmed under
 and read by no one). A counter every
 rank added to (this module's first scheme) gave the ranks of a world of 2 after one of
 3 two different generations: they waited for each other's keys until the store's timeout.
+
+An exchange may be given `cancelled`, a function that says why its world will never
+form (or None): its waits then poll the store and ask it between looks, and raise
+Cancelled with that reason. The elastic driver's worlds use it: a worker lost while a
+world bootstraps leaves the others waiting for its keys, and the driver's next world
+cancels this one (bootstrap/elastic.py).
 """
 
 from __future__ import annotations
@@ -35,16 +41,62 @@ from datetime import timedelta
 from .. import _core
 
 
+class Cancelled(_core.RdmacollError):
+    """The world this exchange bootstraps will never form (its `cancelled` said why)."""
+
+
+# polling the store while a wait can be cancelled: the first looks soon, then every 20 ms
+# (the store also carries the agents' heartbeats)
+FIRST_PAUSE_S, MAX_PAUSE_S = 0.001, 0.02
+
+
 class StoreExchange:
     name = "torch"
 
-    def __init__(self, store, rank: int, size: int, prefix: str = "rdmacoll/", timeout_s: float | None = None):
+    def __init__(
+        self,
+        store,
+        rank: int,
+        size: int,
+        prefix: str = "rdmacoll/",
+        timeout_s: float | None = None,
+        cancelled=None,
+    ):
         self.store, self.rank, self.size = store, rank, size
         if timeout_s is None:
             timeout = getattr(store, "timeout", None)
             timeout_s = timeout.total_seconds() if isinstance(timeout, timedelta) else 300.0
+        self.timeout_s, self.cancelled = timeout_s, cancelled
         self.prefix = f"{prefix}{self._generation(prefix, timeout_s)}/"
         self._round = 0
+
+    def _check_cancelled(self) -> None:
+        why = self.cancelled() if self.cancelled is not None else None
+        if why:
+            raise Cancelled(f"rdmacoll.init(): {why}")
+
+    def _wait(self, keys: list, what) -> None:
+        """Until every key exists: store.wait, or (cancellable) looks at the store with
+        the cancellation asked in between; RdmacollError naming what(missing keys) past
+        the timeout."""
+        if self.cancelled is None:
+            try:
+                self.store.wait(keys, timedelta(seconds=self.timeout_s))
+                return
+            except RuntimeError as e:  # (torch's DistStoreError)
+                missing = [k for k in keys if not self.store.check([k])]
+                raise _core.RdmacollError(f"{what(missing)} ({e})") from None
+        deadline = time.monotonic() + self.timeout_s
+        pause = FIRST_PAUSE_S
+        while True:
+            missing = [k for k in keys if not self.store.check([k])]
+            if not missing:
+                return
+            self._check_cancelled()
+            if time.monotonic() > deadline:
+                raise _core.RdmacollError(what(missing))
+            time.sleep(pause)
+            pause = min(MAX_PAUSE_S, pause * 2)
 
     def _generation(self, prefix: str, timeout_s: float) -> int:
         """This bootstrap's generation, the same on every rank of this world (module
@@ -53,13 +105,13 @@ class StoreExchange:
         if self.rank != 0:
             nonce = secrets.token_hex(16)
             store.set(f"{prefix}hello/{self.rank}", nonce)
-            try:
-                store.wait([f"{prefix}ack/{nonce}"], timedelta(seconds=timeout_s))
-            except RuntimeError as e:  # (torch's DistStoreError)
-                raise _core.RdmacollError(
+            self._wait(
+                [f"{prefix}ack/{nonce}"],
+                lambda _: (
                     f"rdmacoll.init(): rank 0 did not answer rank {self.rank}'s bootstrap through "
-                    f"torch's store within {timeout_s:.0f} s ({e})"
-                ) from None
+                    f"torch's store within {timeout_s:.0f} s"
+                ),
+            )
             generation = int(store.get(f"{prefix}ack/{nonce}"))
             store.set(f"{prefix}{generation}/ready/{self.rank}", b"")
             return generation
@@ -67,7 +119,7 @@ class StoreExchange:
         waiting = set(range(1, self.size))
         seen: dict = {}  # rank -> the nonce last answered
         deadline = time.monotonic() + timeout_s
-        pause = 0.001
+        pause = FIRST_PAUSE_S
         while waiting:
             for q in sorted(waiting):
                 if store.check([f"{prefix}{generation}/ready/{q}"]):
@@ -79,13 +131,14 @@ class StoreExchange:
                         seen[q] = nonce
             if not waiting:
                 break
+            self._check_cancelled()
             if time.monotonic() > deadline:
                 raise _core.RdmacollError(
                     f"rdmacoll.init(): ranks {sorted(waiting)} of {self.size} did not reach the bootstrap "
                     f"through torch's store within {timeout_s:.0f} s"
                 )
             time.sleep(pause)
-            pause = min(0.02, pause * 2)  # (the store also carries the agents' heartbeats)
+            pause = min(MAX_PAUSE_S, pause * 2)
         for nonce in seen.values():  # (a rank deletes nothing it may still read: these are read)
             self._drop(f"{prefix}ack/{nonce}")
         return generation
@@ -104,6 +157,14 @@ class StoreExchange:
         self._round += 1
         self.store.set(self._key(n, self.rank), pickle.dumps(obj))
         keys = [self._key(n, q) for q in range(self.size)]
+        if self.cancelled is not None:  # (otherwise the gets below wait, within the store's timeout)
+            self._wait(
+                keys,
+                lambda missing: (
+                    f"rdmacoll.init(): ranks {sorted(int(k.rpartition('/')[2]) for k in missing)} of "
+                    f"{self.size} did not reach step {n} of the bootstrap within {self.timeout_s:.0f} s"
+                ),
+            )
         values = self.store.multi_get(keys) if hasattr(self.store, "multi_get") else [self.store.get(k) for k in keys]
         if n >= 1:  # every rank has set round n, so it has read round n-1: drop my key of it
             self._drop(self._key(n - 1, self.rank))

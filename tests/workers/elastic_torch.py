@@ -11,6 +11,10 @@ argv: steps, then plan items, all optional:
                      hosts (state.check_host_updates) until the driver's notice comes
   shrink=STEP:HOST   the same, removing HOST's line
   pause=SECONDS      sleep after each step (a benchmark's steady pace)
+  forming=HOST:WORLD:POINT[,...]  the worker on HOST SIGKILLs itself while world WORLD
+                     bootstraps, at POINT: "exchange" (entering the bootstrap's third store
+                     exchange: the others wait for its keys) or "connect" (its address
+                     exchanged, before it connects: the others connect to a dead peer)
   cycles=N           N cycles of a host added and its worker lost: in each world of 2, rank
                      0 adds host 127.0.0.(11 + k) to the discovery file (k: hosts it added
                      before) and every rank waits for the notice; in the world of 3, the
@@ -98,6 +102,36 @@ def hosts_added():
         return sum(1 for ln in f if ln.startswith("127.0.0.") and int(ln.split(":")[0].split(".")[3]) > 10)
 
 
+def die_while_forming(spec, me):
+    """The plan's forming= items for this worker: rdmacoll's bootstrap exchange, wrapped."""
+    from rdmacoll.bootstrap import elastic, store
+
+    points = {}
+    for item in spec.split(","):
+        host, world, point = item.rsplit(":", 2)
+        if host in me:
+            points[int(world)] = point
+    if not points:
+        return
+    original, calls = store.StoreExchange.allgather, {}
+
+    def die(world, point):
+        emit("killing", world=world, point=point)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    def allgather(self, obj):
+        world = elastic.member().world
+        calls[world] = calls.get(world, 0) + 1
+        if points.get(world) == "exchange" and calls[world] == 3:
+            die(world, "exchange")
+        out = original(self, obj)
+        if points.get(world) == "connect" and isinstance(obj, bytes):  # (the core's address)
+            die(world, "connect")
+        return out
+
+    store.StoreExchange.allgather = allgather
+
+
 def body():
     steps = int(sys.argv[1])
     plan = dict(a.split("=", 1) for a in sys.argv[2:])
@@ -110,6 +144,8 @@ def body():
         if what in plan:
             step, arg = plan[what].split(":", 1)
             edits[int(step)] = (what, arg)
+    if "forming" in plan:
+        die_while_forming(plan["forming"], me)
 
     hvd.init()
     m = model()
