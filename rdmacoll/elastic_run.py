@@ -214,6 +214,9 @@ class Driver:
                 self._start(*key, world=n)  # (it waits for world n, not an earlier one it may read first)
         for r, (h, s) in enumerate(slots):
             self.store.set(f"{self.prefix}r/{n}/assign/{h}/{s}", f"{r} {len(slots)}")
+        # the changes of hosts this world has seen: a notice after it is news to its workers
+        # (however soon after, before their reset has run)
+        self.store.set(f"{self.prefix}r/{n}/hosts_stamp", str(self.stamp))
         self.round = int(self.store.add(f"{self.prefix}round", 1))
         self.world, self.flags = slots, 0
         _say(f"world {self.round}: {len(slots)} workers on {', '.join(sorted({h for h, _ in slots}))}")

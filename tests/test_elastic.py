@@ -224,3 +224,33 @@ def test_the_store_keys_are_under_the_jobs_secret():
     a, b = os.urandom(32).hex(), os.urandom(32).hex()
     assert elastic.prefix_of(a) == elastic.prefix_of(a) != elastic.prefix_of(b)
     assert a not in elastic.prefix_of(a)
+
+
+def test_a_change_of_hosts_just_after_a_world_formed_is_news_to_it(monkeypatch):
+    """The driver's notices against the world's own record (a real TCPStore, the driver's
+    keys written here): a change the world was formed with is not news; one posted after
+    it formed, before its workers looked (their State made, or their reset run), is, at the
+    next check (it was taken as seen, and waited for the next change)."""
+    from rdmacoll.bootstrap import elastic
+    from rdmacoll.bootstrap.store import tcp_store
+    from rdmacoll.frameworks._elastic import ObjectState
+    from rdmacoll.frameworks._horovod import HostsUpdatedInterrupt
+
+    driver = tcp_store("127.0.0.1:0", 10, is_master=True)
+    secret = os.urandom(32).hex()
+    p = elastic.prefix_of(secret)
+    env = {"STORE": f"127.0.0.1:{driver.port}", "SECRET": secret, "HOST": "localhost", "SLOT": "0"}
+    for k, v in env.items():
+        monkeypatch.setenv(f"RDMACOLL_ELASTIC_{k}", v)
+    driver.set(p + "hosts_updated", "1 2")  # a host added; world 1 formed with it
+    driver.set(p + "r/1/assign/localhost/0", "0 1")
+    driver.set(p + "r/1/hosts_stamp", "1")
+    driver.add(p + "round", 1)
+    elastic.member().next_world(10)
+    state = ObjectState(bcast_object=lambda obj: obj, get_rank=lambda: 0, step=0)
+    state.check_host_updates()  # (stamp 1: the world has it)
+    driver.set(p + "hosts_updated", "2 1")  # a host removed, after the world formed
+    state.on_reset()  # (as if the reset had run only now)
+    with pytest.raises(HostsUpdatedInterrupt):
+        state.check_host_updates()
+    state.check_host_updates()  # seen once

@@ -12,6 +12,7 @@ travels under that prefix only.
 Keys (under the prefix), the driver's unless said:
     round                 the newest world's number (1, 2, ...; an integer counter)
     r/<n>/assign/<h>/<s>  "rank size" of slot s of host h in world n; absent: not in it
+    r/<n>/hosts_stamp     the stamp of the last change of hosts world n was formed with
     r/<n>/world/...       that world's bootstrap (a StoreExchange among its members)
     ready/<h>/<s>         the worker's: the last world it left (started for world n: n - 1): it
                           waits for the next
@@ -123,6 +124,13 @@ class Member:
         if self._get("abort") is not None:
             return f"world {n} was given up while it formed: the job is ending"
         return None
+
+    def world_stamp(self) -> int:
+        """The stamp of the last change of hosts that this worker's world was formed with
+        (a later one is news to it, even when it came before the worker looked); 0 before
+        any world."""
+        text = self._get(f"r/{self.world}/hosts_stamp") if self.joined else None
+        return int(text) if text else 0
 
     def host_update(self) -> tuple[int, int]:
         """(timestamp, flags) of the driver's last change of hosts; (0, 0) when none."""

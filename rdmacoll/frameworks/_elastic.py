@@ -38,6 +38,14 @@ def _notice() -> tuple[int, int]:
     return m.host_update() if m is not None else (0, 0)
 
 
+def _seen() -> int:
+    """The stamp of the last change of hosts this worker's world was formed with: later
+    ones are news (the driver's newest stamp when the world formed, not when this worker
+    looks: a change between the two would be lost until the next); 0 outside elastic jobs."""
+    m = _member.member()
+    return m.world_stamp() if m is not None else 0
+
+
 class State:
     """Horovod's State: state tracked in memory across workers. bcast_object(obj) ->
     rank 0's obj on every rank; get_rank() -> this worker's rank."""
@@ -45,7 +53,7 @@ class State:
     def __init__(self, bcast_object, get_rank):
         self._bcast_object = bcast_object
         self._rank = get_rank
-        self._last_updated_timestamp = _notice()[0]
+        self._last_updated_timestamp = _seen()
         self._reset_callbacks = []
 
     def register_reset_callbacks(self, callbacks):
@@ -54,7 +62,7 @@ class State:
         self._reset_callbacks.extend(callbacks)
 
     def on_reset(self):
-        self._last_updated_timestamp = _notice()[0]
+        self._last_updated_timestamp = _seen()
         self.reset()
         for callback in self._reset_callbacks:
             callback()
