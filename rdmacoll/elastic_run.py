@@ -217,6 +217,10 @@ class Driver:
         # the changes of hosts this world has seen: a notice after it is news to its workers
         # (however soon after, before their reset has run)
         self.store.set(f"{self.prefix}r/{n}/hosts_stamp", str(self.stamp))
+        # whether it has workers the last world had not: they need rank 0's state, even
+        # where the change the others were told of removed hosts only (--max-np let a
+        # waiting host in): every worker syncs then (hvd.elastic.run)
+        self.store.set(f"{self.prefix}r/{n}/newcomers", "1" if any(k not in self.world for k in slots) else "0")
         self.round = int(self.store.add(f"{self.prefix}round", 1))
         self.world, self.flags = slots, 0
         _say(f"world {self.round}: {len(slots)} workers on {', '.join(sorted({h for h, _ in slots}))}")

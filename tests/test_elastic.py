@@ -127,6 +127,26 @@ def test_hosts_added_then_removed_by_the_discovery_script(tmp_path):
     res.check(not any("HorovodInternalError" in ln.text for ln in res.lines), "a collective failed")
 
 
+@pytest.mark.timeout(120)
+def test_a_host_removed_lets_a_waiting_one_in_and_it_gets_the_state(tmp_path):
+    # --max-np 2 keeps 127.0.0.3 waiting; removing 127.0.0.2 only (Horovod's flags: the
+    # survivors may skip their sync) lets it in, and its new worker must get rank 0's state
+    hosts_file, script = _discovery(tmp_path, "localhost:1", "127.0.0.2:1", "127.0.0.3:1")
+    steps = 6
+    flags = ["-np", "2", "--min-np", "1", "--max-np", "2", "--host-discovery-script", str(script)]
+    with _launch(flags, [steps, "shrink=2:127.0.0.2"], env={"HOSTS_FILE": hosts_file}, timeout=60) as launch:
+        res = launch.finish()
+    done = _finished(res, ["localhost", "127.0.0.3"])
+    res.check(done["sizes"] == [2] * steps, f"world size per step: {done['sizes']}")
+    # one world of localhost and 127.0.0.3, its new worker's state from rank 0's sync, no
+    # collective failed (before: the survivor skipped its sync, the collectives mismatched
+    # and a third world formed)
+    joined = [w for w in res.select(kind="world") if w["host"] == "127.0.0.3"]
+    res.check(len(joined) == 1 and joined[0]["from_step"] == 3, f"the new host's worlds: {joined}")
+    res.check("world 3:" not in res.output(200), "a third world formed")
+    res.check(not any("HorovodInternalError" in ln.text for ln in res.lines), "a collective failed")
+
+
 @pytest.mark.timeout(180)
 def test_a_hung_worker_is_left_out_and_raises_when_it_runs_again():
     hosts = ["localhost", "127.0.0.2", "127.0.0.3", "127.0.0.4"]

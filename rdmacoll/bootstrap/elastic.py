@@ -13,6 +13,7 @@ Keys (under the prefix), the driver's unless said:
     round                 the newest world's number (1, 2, ...; an integer counter)
     r/<n>/assign/<h>/<s>  "rank size" of slot s of host h in world n; absent: not in it
     r/<n>/hosts_stamp     the stamp of the last change of hosts world n was formed with
+    r/<n>/newcomers       "1" when world n has workers world n - 1 had not, else "0"
     r/<n>/world/...       that world's bootstrap (a StoreExchange among its members)
     ready/<h>/<s>         the worker's: the last world it left (started for world n: n - 1): it
                           waits for the next
@@ -131,6 +132,11 @@ class Member:
         any world."""
         text = self._get(f"r/{self.world}/hosts_stamp") if self.joined else None
         return int(text) if text else 0
+
+    def world_has_newcomers(self) -> bool:
+        """Whether this worker's world has workers its previous world had not (they need
+        rank 0's state)."""
+        return self.joined and self._get(f"r/{self.world}/newcomers") == "1"
 
     def host_update(self) -> tuple[int, int]:
         """(timestamp, flags) of the driver's last change of hosts; (0, 0) when none."""

@@ -46,6 +46,13 @@ def _seen() -> int:
     return m.world_stamp() if m is not None else 0
 
 
+def _newcomers() -> bool:
+    """Whether this worker's world has workers its last one had not; False outside
+    elastic jobs."""
+    m = _member.member()
+    return m is not None and m.world_has_newcomers()
+
+
 class State:
     """Horovod's State: state tracked in memory across workers. bcast_object(obj) ->
     rank 0's obj on every rank; get_rank() -> this worker's rank."""
@@ -150,6 +157,10 @@ def run_fn(func, reset=reset):
             except HostsUpdatedInterrupt as e:
                 skip_sync = e.skip_sync
             reset()
+            # Horovod skips the sync when hosts were only removed; but a host that was
+            # waiting (--max-np) may have come in with them, and its worker syncs: so do all
+            if skip_sync and _newcomers():
+                skip_sync = False
             state.on_reset()
 
     return wrapper
