@@ -13,7 +13,8 @@ TCPStore it hosts (bootstrap/elastic.py: the keys and the secret), and watches:
   - a worker lost while a world bootstraps (before every worker counted itself in): the
     others wait for it there, so that world is given up and the next formed at once
     (they see it from their waits: bootstrap/elastic.py);
-  - hosts that the discovery script (run every second; lines "host:slots", or "host" with
+  - hosts that the discovery script (run every second by the shell, on a thread of its
+    own: a slow one delays no recovery; lines "host:slots", or "host" with
     --slots-per-host) adds or removes: rank 0 hears of it at its next commit
     (state.check_host_updates), every rank raises HostsUpdatedInterrupt there, and the
     next world has the new hosts' workers (started now, given rank 0's state by
@@ -41,6 +42,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 from . import _core, _settings
@@ -48,6 +50,7 @@ from .bootstrap import elastic as _elastic
 from .bootstrap.store import tcp_store
 
 DISCOVER_EVERY_S = 1.0
+DISCOVERY_TIMEOUT_S = 60.0
 POLL_S = 0.01
 
 
@@ -91,6 +94,41 @@ def parse_discovered(text: str, default_slots: int | None) -> dict[str, int]:
     return out
 
 
+def run_discovery(script: str, default_slots: int | None, started=None) -> dict[str, int]:
+    """The discovery script's hosts; started(proc) is told of its process (its group: the
+    script and what it started) so that another thread can stop it."""
+    proc = subprocess.Popen(
+        script, shell=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
+    if started is not None:
+        started(proc)
+    try:
+        out, err = proc.communicate(timeout=DISCOVERY_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        _kill_group(proc)
+        raise RuntimeError(f"host discovery script {script} ran past {DISCOVERY_TIMEOUT_S:.0f} s: stopped") from None
+    finally:
+        if started is not None:
+            started(None)
+    if proc.returncode != 0:
+        raise RuntimeError(f"host discovery script {script} failed ({proc.returncode}): {err[-500:]}")
+    return parse_discovered(out, default_slots)
+
+
+def _signal_group(proc: subprocess.Popen) -> None:
+    """SIGKILL for proc's process group (start_new_session: the script and its children)."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    """_signal_group, then reap proc."""
+    _signal_group(proc)
+    proc.communicate()
+
+
 class Hosts:
     """The hosts the job may use: fixed (-H) or the discovery script's, less the
     blacklisted; `order` is their order of first appearance (ranks follow it)."""
@@ -101,17 +139,20 @@ class Hosts:
         self.order: list[str] = []
         self.blacklisted: set[str] = set()
 
-    def discover(self) -> int:
-        """Run discovery; Horovod's flags of what changed (ADDED | REMOVED, 0: nothing)."""
+    def find(self) -> dict[str, int]:
+        """The hosts now: fixed, or the discovery script's (run by the shell, as Horovod
+        runs it: a command line with arguments)."""
         if self.fixed is not None:
-            found = dict(self.fixed)
-        else:
-            out = subprocess.run([self.script], capture_output=True, text=True, timeout=60)
-            if out.returncode != 0:
-                raise RuntimeError(
-                    f"host discovery script {self.script} failed ({out.returncode}): {out.stderr[-500:]}"
-                )
-            found = parse_discovered(out.stdout, self.default_slots)
+            return dict(self.fixed)
+        return run_discovery(self.script, self.default_slots)
+
+    def discover(self) -> int:
+        """Run discovery now; see update()."""
+        return self.update(self.find())
+
+    def update(self, found: dict[str, int]) -> int:
+        """Take found as the hosts now; Horovod's flags of what changed (ADDED | REMOVED,
+        0: nothing)."""
         before = self.available()
         self.found = found
         # as Horovod's: the hosts still there in their order, then the new ones (a host that
@@ -132,6 +173,51 @@ class Hosts:
         """(host, slot) of every rank of the next world, in rank order."""
         out = [(h, s) for h, n in self.available().items() for s in range(n)]
         return out[:max_np] if max_np else out
+
+
+class Discovery:
+    """The discovery script run every DISCOVER_EVERY_S on a thread of its own (as
+    Horovod's driver runs it), so that a slow or stuck script delays no recovery: the
+    driver takes its newest result when there is one."""
+
+    def __init__(self, hosts: Hosts):
+        self.hosts = hosts
+        self._latest = None  # found hosts, or the exception that finding them raised
+        self._proc = None  # the script's process while it runs
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="rdmacoll-discovery", daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(DISCOVER_EVERY_S):
+            try:
+                found = run_discovery(self.hosts.script, self.hosts.default_slots, self._started)
+            except (RuntimeError, ValueError, OSError) as e:
+                found = e
+            with self._lock:
+                self._latest = found
+
+    def _started(self, proc) -> None:
+        with self._lock:
+            self._proc = proc
+            stopped = self._stop.is_set()
+        if stopped and proc is not None:  # (stop() came first; run_discovery reaps it)
+            _signal_group(proc)
+
+    def take(self):
+        """The newest result not taken yet (hosts, or an exception), or None."""
+        with self._lock:
+            latest, self._latest = self._latest, None
+        return latest
+
+    def stop(self) -> None:
+        """No more runs; a running script (and what it started) is stopped."""
+        self._stop.set()
+        with self._lock:
+            proc = self._proc
+        if proc is not None:
+            _signal_group(proc)
 
 
 class _Ended(Exception):
@@ -166,6 +252,7 @@ class Driver:
             "RDMACOLL_ELASTIC_SECRET": self.secret,
             "RDMACOLL_ELASTIC_HOST": host,
             "RDMACOLL_ELASTIC_SLOT": str(slot),
+            "RDMACOLL_ELASTIC_DRIVER": str(os.getpid()),  # (a worker started here ends with it)
             # the driver's limits, whatever the workers' environment says: a worker waits
             # for a world as long as the driver may take to form one
             "RDMACOLL_ELASTIC_TIMEOUT": str(self.timeout_s),
@@ -253,7 +340,14 @@ class Driver:
                 return self._abort(f"fewer than -np {self.np} slots for {self.timeout_s:.0f} s")
             time.sleep(DISCOVER_EVERY_S)
             self.hosts.discover()
-        next_discovery = time.monotonic() + DISCOVER_EVERY_S
+        discovery = Discovery(self.hosts) if self.hosts.script else None
+        try:
+            return self._watch(discovery)
+        finally:
+            if discovery is not None:
+                discovery.stop()
+
+    def _watch(self, discovery) -> int:
         changed, finished, left_since, waited_since, unformed = False, {}, None, None, False
         while True:
             now = time.monotonic()
@@ -285,13 +379,13 @@ class Driver:
                 if failed:
                     _say(f"error: workers of the last world failed: {failed}")
                 return 1 if failed else 0
-            if now >= next_discovery and self.hosts.script:
-                next_discovery = now + DISCOVER_EVERY_S
-                try:
-                    flags = self.hosts.discover()
-                except (RuntimeError, ValueError, OSError, subprocess.TimeoutExpired) as e:
-                    _say(f"warning: {e}")
+            found = discovery.take() if discovery is not None else None
+            if found is not None:
+                if isinstance(found, Exception):
+                    _say(f"warning: {found}")
                     flags = 0
+                else:
+                    flags = self.hosts.update(found)
                 if flags and self.hosts.slots(self.max_np) != self.world:
                     self.flags |= flags
                     self.stamp += 1

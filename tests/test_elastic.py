@@ -14,6 +14,7 @@ import shutil
 import signal
 import stat
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -127,6 +128,23 @@ def test_hosts_added_then_removed_by_the_discovery_script(tmp_path):
     res.check(not any("HorovodInternalError" in ln.text for ln in res.lines), "a collective failed")
 
 
+@pytest.mark.timeout(60)
+def test_a_stuck_discovery_script_delays_no_recovery(tmp_path):
+    # the script (run by the shell, with arguments, as Horovod runs it) answers once, then
+    # never again; a worker lost meanwhile: the others go on, and the driver stops the
+    # stuck script when the job ends (no process of it is left)
+    script = tmp_path / "discover.sh"
+    script.write_text(
+        f'#!/bin/sh\n[ -e {tmp_path}/asked ] && exec sleep 1000\ntouch {tmp_path}/asked\nfor h in "$@"; do echo "$h"; done\n'
+    )
+    script.chmod(script.stat().st_mode | stat.S_IXUSR)
+    flags = ["-np", "3", "--min-np", "2", "--host-discovery-script", f"{script} localhost:1 127.0.0.2:1 127.0.0.3:1"]
+    with _launch(flags, [5, "kill=127.0.0.3:2"], timeout=40) as launch:
+        res = launch.finish()
+    done = _finished(res, ["localhost", "127.0.0.2"])
+    res.check(done["sizes"][:2] == [3, 3] and done["sizes"][3:] == [2, 2], f"world size per step: {done['sizes']}")
+
+
 @pytest.mark.timeout(120)
 def test_a_host_removed_lets_a_waiting_one_in_and_it_gets_the_state(tmp_path):
     # --max-np 2 keeps 127.0.0.3 waiting; removing 127.0.0.2 only (Horovod's flags: the
@@ -219,6 +237,21 @@ def test_kill_and_rejoin_cycles_leak_nothing(tmp_path):
     print(
         f"{CYCLES} cycles; rank 0 holds at each world of 2: {[{k: h[k] for k in ('fds', 'threads', 'memfd_maps')} for h in holds]}"
     )
+
+
+@pytest.mark.timeout(60)
+def test_a_killed_driver_takes_its_workers_with_it():
+    hosts = ["localhost", "127.0.0.2"]
+    flags = ["--elastic", "-np", "2", "-H", ",".join(f"{h}:1" for h in hosts)]
+    # the workers in a 30 s step (no collective, no look at the driver's store): they would
+    # find the driver gone only after it, and the launch's leftovers grace (10 s)
+    with _launch(flags, [4, "stall=1:30"], timeout=40) as launch:
+        launch.wait_record(kind="step", step=0)
+        time.sleep(0.5)
+        os.kill(launch.proc.pid, signal.SIGKILL)  # (the driver: no chance to stop them)
+        res = launch.finish()
+    res.check(not res.leftovers, f"workers left running without their driver: {res.leftovers}")
+    res.check(len(res.select(kind="world")) == 2 and not res.select(kind="done"), "the workers did not start, or ended")
 
 
 @pytest.mark.timeout(120)

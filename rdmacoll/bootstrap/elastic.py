@@ -4,7 +4,9 @@ the driver's store tells each world who is in it.
 The driver hosts a torch TCPStore and starts every worker with four variables:
 RDMACOLL_ELASTIC_STORE (host:port), RDMACOLL_ELASTIC_SECRET (the job's secret, hex),
 RDMACOLL_ELASTIC_HOST and RDMACOLL_ELASTIC_SLOT (the worker's host as the driver names it,
-and its slot there). Every key lives under a prefix derived from the secret: a process that
+and its slot there). A worker the driver started itself (its parent: the
+driver's pid, RDMACOLL_ELASTIC_DRIVER) ends with it: SIGTERM when the driver dies, even by
+SIGKILL (prctl's PR_SET_PDEATHSIG), as horovodrun's workers end with it. Every key lives under a prefix derived from the secret: a process that
 does not hold it does not know where the job's keys are (torch's store has no listing and
 no authentication of its own), and the transport's secret, which every connection proves,
 travels under that prefix only.
@@ -36,8 +38,10 @@ process's place in the job, not a session's state).
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import os
+import signal
 import time
 
 from .. import _core
@@ -60,6 +64,7 @@ class Member:
         self.address = env["RDMACOLL_ELASTIC_STORE"]
         self.prefix = prefix_of(env["RDMACOLL_ELASTIC_SECRET"])
         self.host, self.slot = env["RDMACOLL_ELASTIC_HOST"], env["RDMACOLL_ELASTIC_SLOT"]
+        _end_with_driver(env.get("RDMACOLL_ELASTIC_DRIVER"))
         try:
             self.store = tcp_store(self.address, timeout_s)
         except RuntimeError as e:  # (torch's DistNetworkError)
@@ -145,6 +150,21 @@ class Member:
             return 0, 0
         stamp, flags = text.split()
         return int(stamp), int(flags)
+
+
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+def _end_with_driver(driver_pid: str | None) -> None:
+    """SIGTERM for this process when its parent, the driver, dies (not through a shell or
+    ssh between them: their own end is theirs); an error at once when it is already gone."""
+    if not driver_pid or os.getppid() != int(driver_pid):
+        return
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0) != 0:
+        return  # (not Linux, or refused: the driver's store says when it is gone)
+    if os.getppid() != int(driver_pid):  # (it died before the call)
+        raise _core.RdmacollError(f"rdmacoll.init(): the elastic driver (pid {driver_pid}) is gone")
 
 
 _members: dict = {}  # (store address, secret, host, slot) -> Member: see the module docstring

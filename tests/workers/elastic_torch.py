@@ -11,6 +11,8 @@ argv: steps, then plan items, all optional:
                      hosts (state.check_host_updates) until the driver's notice comes
   shrink=STEP:HOST   the same, removing HOST's line
   pause=SECONDS      sleep after each step (a benchmark's steady pace)
+  stall=STEP:SECONDS every worker sleeps in step STEP before its commit (a long step: no
+                     collective and no look at the driver's store meanwhile)
   forming=HOST:WORLD:POINT[,...]  the worker on HOST SIGKILLs itself while world WORLD
                      bootstraps, at POINT: "exchange" (entering the bootstrap's third store
                      exchange: the others wait for its keys) or "connect" (its address
@@ -138,6 +140,7 @@ def body():
     host = os.environ.get("RDMACOLL_ELASTIC_HOST") or os.environ["HOROVOD_HOSTNAME"]
     me = {host, f"{host}/{os.environ.get('RDMACOLL_ELASTIC_SLOT', os.environ.get('HOROVOD_LOCAL_RANK'))}"}
     pause = float(plan.get("pause", 0))
+    stall = tuple(map(float, plan["stall"].split(":"))) if "stall" in plan else (-1, 0)
     kill = tuple(plan["kill"].rsplit(":", 1)) if "kill" in plan else None
     edits = {}
     for what in ("grow", "shrink"):
@@ -180,6 +183,8 @@ def body():
                 emit("killing", step=step)
                 os.kill(os.getpid(), signal.SIGKILL)
             opt.step()
+            if step == stall[0]:
+                time.sleep(stall[1])
             state.sizes = state.sizes + [n]
             state.commit()
             if r == 0:
