@@ -23,16 +23,21 @@ argv: steps, then plan items, all optional:
                      new worker SIGKILLs itself in its second step. Rank 0 (localhost, never
                      lost) reports what it holds at the start of every world
 
-Each step, rank r of a world of n takes the gradient of sum((W x + b)^2) for x filled with
-((step mod 3) + 1) (r + 1) / 10 (the parameters stay of order 1), averaged by the DistributedOptimizer, and SGD. The reference replays
-the committed steps' sizes in one process.
+Data: Horovod's ElasticSampler over DATASET sample indices (shuffled, seed 7), kept in the
+TorchState; each step every rank takes the next BATCH indices of its share (a new epoch,
+set_epoch, when the shares are used up) and records the batch (record_batch); each world
+iterates the sampler anew (what the epoch has left, re-partitioned). Each step, rank r takes
+the gradient of sum((W x + b)^2) over its batch's rows, x filled with ((index mod 7) + 1) /
+10 (the parameters stay of order 1), averaged by the DistributedOptimizer, and SGD; every
+rank's batch is gathered into the state (`batches`: [epoch, [batch of rank 0, 1, ...]] per
+committed step). The reference replays the committed batches in one process.
 
 Records: "world" {size, host, from_step} at the start of every world (after its sync);
 "step" {step, size} (rank 0's, after each commit); "killing" {step} (the worker that
 kills itself, just before); "holds" {size, fds, threads, memfd_maps} (cycles: rank 0's
 open descriptors, threads and mappings of rdmacoll's shared memory, at each world's start);
 "reset" {size, host} from the reset callback (state.register_reset_callbacks); "done" {sizes,
-digest (the parameters' bytes), error (the largest difference from the reference)}.
+batches, digest (the parameters' bytes), error (the largest difference from the reference)}.
 """
 
 import importlib
@@ -48,6 +53,7 @@ from common import digest, emit, main, set_rank
 hvd = importlib.import_module(os.environ.get("ELASTIC_HVD", "rdmacoll.frameworks.torch"))
 
 IN, OUT, LR = 8, 4, 0.01
+DATASET, BATCH = 40, 2  # samples, and samples per rank and step
 
 
 def model():
@@ -55,23 +61,25 @@ def model():
     return torch.nn.Linear(IN, OUT, dtype=torch.float64)
 
 
-def loss(m, step, r):
-    x = torch.full((2, IN), ((step % 3) + 1) * (r + 1) / 10, dtype=torch.float64)
+def loss(m, indices):
+    """The loss of a batch: a row per sample index, filled with ((index mod 7) + 1) / 10."""
+    x = torch.tensor([[((i % 7) + 1) / 10] * IN for i in indices], dtype=torch.float64).reshape(-1, IN)
     return m(x).square().sum()
 
 
-def reference(sizes):
-    """The parameters after the committed steps, in worlds of these sizes, by one process."""
+def reference(batches):
+    """The parameters after the committed steps, each a list of every rank's batch (sample
+    indices), by one process: the average of the ranks' gradients, SGD."""
     m = model()
-    for step, n in enumerate(sizes):
+    for _epoch, ranks in batches:
         grads = []
-        for r in range(n):
+        for indices in ranks:
             m.zero_grad()
-            loss(m, step, r).backward()
+            loss(m, indices).backward()
             grads.append([p.grad.clone() for p in m.parameters()])
         with torch.no_grad():
             for p, *gs in zip(m.parameters(), *grads):
-                p -= LR * (sum(gs) / n)
+                p -= LR * (sum(gs) / len(ranks))
     return m
 
 
@@ -91,9 +99,15 @@ def edit_hosts(add=None, drop=None):
 def holds():
     with open("/proc/self/maps") as f:
         names = [line.split("memfd:")[1].split()[0] for line in f if "memfd:rdmacoll" in line]
+    # threads: the fewest of 6 looks 50 ms apart (the async engine's progress thread ends
+    # itself once its queue is empty: the sync's may still be ending at the first look)
+    threads = []
+    for _ in range(6):
+        threads.append(len(os.listdir("/proc/self/task")))
+        time.sleep(0.05)
     return {
         "fds": len(os.listdir("/proc/self/fd")),
-        "threads": len(os.listdir("/proc/self/task")),
+        "threads": min(threads),
         "memfd_maps": len(names),
         "names": names,
     }
@@ -153,7 +167,10 @@ def body():
     hvd.init()
     m = model()
     opt = hvd.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=LR), named_parameters=m.named_parameters())
-    state = hvd.elastic.TorchState(m, opt, sizes=[])
+    # Horovod's ElasticSampler over DATASET samples, kept in the state: each step takes the
+    # next BATCH of this rank's share; a reset re-partitions what the epoch has left
+    sampler = hvd.elastic.ElasticSampler(range(DATASET), shuffle=True, seed=7)
+    state = hvd.elastic.TorchState(m, opt, sampler=sampler, sizes=[], batches=[], epoch=0)
 
     state.register_reset_callbacks([lambda: emit("reset", size=hvd.size(), host=host)])
 
@@ -175,16 +192,25 @@ def body():
                 while True:  # until the driver's notice: HostsUpdatedInterrupt on every rank
                     time.sleep(0.05)
                     state.check_host_updates()
+        share = iter(state.sampler)  # (this world's: what the epoch has left, re-partitioned)
         while len(state.sizes) < steps:
             step, r, n = len(state.sizes), hvd.rank(), hvd.size()
+            mine = [i for _, i in zip(range(BATCH), share)]
+            if not mine:  # the epoch is done, on every rank alike (equal shares)
+                state.epoch += 1
+                state.sampler.set_epoch(state.epoch)
+                share = iter(state.sampler)
+                mine = [i for _, i in zip(range(BATCH), share)]
             opt.zero_grad()
-            loss(m, step, r).backward()
+            loss(m, mine).backward()
             if (kill and kill[0] in me and kill[1] == str(step)) or (newcomer and step == joined[0] + 1):
                 emit("killing", step=step)
                 os.kill(os.getpid(), signal.SIGKILL)
             opt.step()
             if step == stall[0]:
                 time.sleep(stall[1])
+            state.batches = state.batches + [[state.epoch, hvd.allgather_object(mine)]]
+            state.sampler.record_batch(step, BATCH)
             state.sizes = state.sizes + [n]
             state.commit()
             if r == 0:
@@ -199,10 +225,10 @@ def body():
                     state.check_host_updates()
 
     train(state)
-    want = reference(state.sizes)
+    want = reference(state.batches)
     error = max(float((p - q).abs().max()) for p, q in zip(m.state_dict().values(), want.state_dict().values()))
     flat = torch.cat([p.detach().reshape(-1) for p in m.parameters()]).numpy()
-    emit("done", sizes=state.sizes, digest=digest(flat), error=error, host=host)
+    emit("done", sizes=state.sizes, digest=digest(flat), error=error, host=host, batches=state.batches)
     hvd.shutdown()
 
 

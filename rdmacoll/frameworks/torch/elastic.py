@@ -169,6 +169,16 @@ class TorchState(ObjectState):
             handler.sync()
         super().sync()
 
+    def reset(self):
+        """After a reset, before the sync: every ElasticSampler re-partitions what its epoch
+        has left among the new world's ranks, as Horovod's documentation promises. Horovod
+        0.28.1 did so only in the sync, which it skips when hosts were only removed: its
+        samplers then kept the old world's size and rank (samples taken twice or never)."""
+        for handler in self._handlers.values():
+            if isinstance(handler, SamplerStateHandler):
+                handler.value.reset()
+        super().reset()
+
     def __setattr__(self, name, value):
         if hasattr(self, name) and name in self.__dict__.get("_handlers", {}):
             self._handlers[name].set_value(value)
