@@ -100,13 +100,16 @@ def run_discovery(script: str, default_slots: int | None, started=None) -> dict[
     proc = subprocess.Popen(
         script, shell=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
     )
-    if started is not None:
-        started(proc)
     try:
+        if started is not None:
+            started(proc)
         out, err = proc.communicate(timeout=DISCOVERY_TIMEOUT_S)
     except subprocess.TimeoutExpired:
         _kill_group(proc)
         raise RuntimeError(f"host discovery script {script} ran past {DISCOVERY_TIMEOUT_S:.0f} s: stopped") from None
+    except BaseException:  # (a signal to the driver meanwhile: the script ends with it)
+        _kill_group(proc)
+        raise
     finally:
         if started is not None:
             started(None)
@@ -124,9 +127,13 @@ def _signal_group(proc: subprocess.Popen) -> None:
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
-    """_signal_group, then reap proc."""
+    """_signal_group, then reap proc (not waiting for output pipes that a process which
+    left the group may still hold)."""
     _signal_group(proc)
-    proc.communicate()
+    try:
+        proc.communicate(timeout=5)
+    except subprocess.TimeoutExpired:
+        proc.wait()
 
 
 class Hosts:
@@ -193,7 +200,7 @@ class Discovery:
         while not self._stop.wait(DISCOVER_EVERY_S):
             try:
                 found = run_discovery(self.hosts.script, self.hosts.default_slots, self._started)
-            except (RuntimeError, ValueError, OSError) as e:
+            except Exception as e:  # noqa: BLE001 - the driver's loop says it (a warning)
                 found = e
             with self._lock:
                 self._latest = found
@@ -215,9 +222,9 @@ class Discovery:
         """No more runs; a running script (and what it started) is stopped."""
         self._stop.set()
         with self._lock:
-            proc = self._proc
-        if proc is not None:
-            _signal_group(proc)
+            if self._proc is not None and self._proc.returncode is None:  # (not reaped yet)
+                _signal_group(self._proc)
+        self._thread.join(timeout=5)
 
 
 class _Ended(Exception):
@@ -239,6 +246,7 @@ class Driver:
         self.store = tcp_store("0.0.0.0:0", timeout_s=60, is_master=True)
         self.workers: dict[tuple[str, int], Worker] = {}
         self.world: list[tuple[str, int]] = []  # the current world's slots, in rank order
+        self.formed_world: list[tuple[str, int]] = []  # the last world every worker of which bootstrapped
         self.round = 0
         self.resets = 0
         self.flags = 0  # what changed in the hosts since the current world formed
@@ -291,7 +299,12 @@ class Driver:
         slots = self.hosts.slots(self.max_np)
         if len(slots) < wanted:
             return False
-        if self.world and slots[0] not in self.workers:
+        # the last world all of whose workers bootstrapped: theirs is the job's state (one
+        # given up while it formed had newcomers that never received it)
+        if self.world and int(self.store.add(f"{self.prefix}formed/{self.round}", 0)) >= len(self.world):
+            self.formed_world = self.world
+        base = self.formed_world
+        if base and (slots[0] not in base or slots[0] not in self.workers):
             raise _Ended("no worker of the last world is first in the next one: no state to start it from")
         for key in [k for k in self.workers if k not in slots and k[0] not in self.hosts.blacklisted]:
             self._stop(key)  # (removed hosts' workers; a hung one, blacklisted, is left to end on its own)
@@ -304,10 +317,10 @@ class Driver:
         # the changes of hosts this world has seen: a notice after it is news to its workers
         # (however soon after, before their reset has run)
         self.store.set(f"{self.prefix}r/{n}/hosts_stamp", str(self.stamp))
-        # whether it has workers the last world had not: they need rank 0's state, even
-        # where the change the others were told of removed hosts only (--max-np let a
+        # whether it has workers the last formed world had not: they need rank 0's state,
+        # even where the change the others were told of removed hosts only (--max-np let a
         # waiting host in): every worker syncs then (hvd.elastic.run)
-        self.store.set(f"{self.prefix}r/{n}/newcomers", "1" if any(k not in self.world for k in slots) else "0")
+        self.store.set(f"{self.prefix}r/{n}/newcomers", "1" if any(k not in base for k in slots) else "0")
         self.round = int(self.store.add(f"{self.prefix}round", 1))
         self.world, self.flags = slots, 0
         _say(f"world {self.round}: {len(slots)} workers on {', '.join(sorted({h for h, _ in slots}))}")

@@ -124,8 +124,9 @@ def test_a_worker_killed_mid_step_and_the_job_finishes_at_three():
 
 @pytest.mark.timeout(180)
 def test_workers_lost_while_worlds_form_and_the_others_go_on(tmp_path):
-    # 127.0.0.5 dies inside the first world's bootstrap (the others wait for its keys, in
-    # hvd.init()); the world of 4 trains until 127.0.0.4 dies mid-step 1; in the reset,
+    # 127.0.0.5 dies as the first world's bootstrap begins (rank 0 waits for its first key,
+    # the others for rank 0's answer, in hvd.init()); the world of 4 trains until
+    # 127.0.0.4 dies mid-step 1; in the reset,
     # 127.0.0.3 dies inside the third world's bootstrap once the addresses are exchanged
     # (the others connect to a dead peer). Each world lost while it formed is given up and
     # the next formed at once, never after a timeout (RDMACOLL_TIMEOUT=60: the test's own
@@ -140,20 +141,21 @@ def test_workers_lost_while_worlds_form_and_the_others_go_on(tmp_path):
     script.chmod(script.stat().st_mode | stat.S_IXUSR)
     flags = ["-np", "5", "--min-np", "2", "--host-discovery-script", f"{script} " + " ".join(f"{h}:1" for h in hosts)]
     steps = 4
-    plan = ["kill=127.0.0.4:1", "forming=127.0.0.5:1:exchange,127.0.0.3:3:connect"]
+    plan = ["kill=127.0.0.4:1", "forming=127.0.0.5:1:start,127.0.0.3:3:connect"]
     with _launch(flags, [steps, *plan], timeout=50) as launch:
         res = launch.finish()
     done = _finished(res, ["localhost", "127.0.0.2"])
     sizes = done["sizes"]
     # step 1 ran at 4 until the kill: the lineage says whether the survivors committed it
-    res.check(sizes[0] == 4 and sizes[1] in (4, 2) and sizes[2:] == [2] * (steps - 2), f"world size per step: {sizes}")
+    # (the killed worker dies before the step's allgather of batches, which a commit needs)
+    res.check(sizes == [4] + [2] * (steps - 1), f"world size per step: {sizes}")
     killed = sorted((k.get("world", 0), k.get("point", "step")) for k in res.select(kind="killing"))
-    res.check(killed == [(0, "step"), (1, "exchange"), (3, "connect")], f"the workers lost: {killed}")
+    res.check(killed == [(0, "step"), (1, "start"), (3, "connect")], f"the workers lost: {killed}")
     for n in (1, 3):
         res.check(f"world {n} lost a worker while it formed" in res.output(200), f"the driver gave up no world {n}")
     res.check("world 2 lost a worker while it formed" not in res.output(200), "world 2 was given up, not left")
     trained = sorted({(w["size"], w["from_step"]) for w in res.select(kind="world")})
-    res.check(trained in ([(2, 1), (4, 0)], [(2, 2), (4, 0)]), f"the worlds trained in (size, from step): {trained}")
+    res.check(trained == [(2, 1), (4, 0)], f"the worlds trained in (size, from step): {trained}")
 
 
 @pytest.mark.timeout(180)

@@ -190,11 +190,10 @@ def bootstrap(config=None, exchange=None, comm=None) -> World:
     if exchange is not None:
         return _join(config, exchange)
     while True:
-        exchange = choose(config, comm=comm)
-        try:
-            return _join(config, exchange)
+        try:  # (choose() too: an elastic exchange's first step, its generation, may be cancelled)
+            return _join(config, choose(config, comm=comm))
         except store.Cancelled as e:
-            _log.say(logging.INFO, exchange.rank, f"{e}; joining the next")
+            _log.logger.info(f"{e}; joining the next")
 
 
 def _join(config, world) -> World:
@@ -269,13 +268,13 @@ def _join(config, world) -> World:
             err = f"rank {rank}: {e}"
         _everywhere(world, err, "rdmacoll.init() failed to connect")
         world.barrier()
+        formed = getattr(world, "formed", None)
+        if formed is not None:  # (an elastic world: its driver counts the members that got here)
+            formed()
     except BaseException:
         if core is not None:  # (its segments and sockets now, not when collected)
             core.close()
         raise
-    formed = getattr(world, "formed", None)
-    if formed is not None:  # (an elastic world: its driver counts the members that got here)
-        formed()
     if _log.logger.isEnabledFor(logging.INFO):
         _describe(rank, host_of, core, settings, sources)
     for var in _settings.horovod_ignored():

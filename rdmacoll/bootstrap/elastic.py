@@ -25,7 +25,7 @@ Keys (under the prefix), the driver's unless said:
                           waiting ones give this one up when they see it (store.Cancelled)
     left/<n>              how many workers have left world n (each adds 1)
     hosts_updated         "timestamp flags" of the driver's last change of hosts (rank 0 polls it:
-                          State.check_host_updates; flags 1 added, 2 removed, as Horovod's)
+                          State.check_host_updates; flags 1 removed, 2 added, as Horovod's)
     abort                 why the job ends (fewer hosts than --min-np for too long, a reset
                           limit): every waiting worker raises it
 
@@ -124,10 +124,16 @@ class Member:
     def _given_up(self, n: int) -> str | None:
         """Why world n, bootstrapping, will never form: the driver formed a newer one (a
         member was lost meanwhile) or ended the job; None while it may."""
-        newest = int(self.store.add(f"{self.prefix}round", 0))
+        try:
+            newest = int(self.store.add(f"{self.prefix}round", 0))
+            ending = self._get("abort") is not None
+        except RuntimeError as e:  # (torch's DistNetworkError)
+            raise _core.RdmacollError(
+                f"rdmacoll.init(): the elastic driver's store at {self.address} is gone: {e}"
+            ) from None
         if newest > n:
             return f"world {n} was given up while it formed (a worker was lost): the driver formed world {newest}"
-        if self._get("abort") is not None:
+        if ending:
             return f"world {n} was given up while it formed: the job is ending"
         return None
 

@@ -47,7 +47,7 @@ class Cancelled(_core.RdmacollError):
 
 # polling the store while a wait can be cancelled: the first looks soon, then every 20 ms
 # (the store also carries the agents' heartbeats)
-FIRST_PAUSE_S, MAX_PAUSE_S = 0.001, 0.02
+FIRST_PAUSE_S, MAX_PAUSE_S, CANCEL_EVERY_S = 0.001, 0.02, 0.05
 
 
 class StoreExchange:
@@ -83,20 +83,34 @@ class StoreExchange:
             try:
                 self.store.wait(keys, timedelta(seconds=self.timeout_s))
                 return
-            except RuntimeError as e:  # (torch's DistStoreError)
-                missing = [k for k in keys if not self.store.check([k])]
-                raise _core.RdmacollError(f"{what(missing)} ({e})") from None
+            except RuntimeError as e:  # (torch's DistStoreError; or the store is gone)
+                raise _core.RdmacollError(f"{what(self._missing(keys))} ({e})") from None
+        # one request per look (check() is true once every key exists), the cancellation
+        # asked every CANCEL_EVERY_S: a few requests per rank every 50 ms, at any world size
         deadline = time.monotonic() + self.timeout_s
+        asked = time.monotonic()
         pause = FIRST_PAUSE_S
         while True:
-            missing = [k for k in keys if not self.store.check([k])]
-            if not missing:
-                return
-            self._check_cancelled()
-            if time.monotonic() > deadline:
-                raise _core.RdmacollError(what(missing))
+            try:
+                if self.store.check(keys):
+                    return
+            except RuntimeError as e:  # (torch's DistNetworkError: the store is gone)
+                raise _core.RdmacollError(f"rdmacoll.init(): the bootstrap's store failed: {e}") from None
+            now = time.monotonic()
+            if now - asked >= CANCEL_EVERY_S:
+                self._check_cancelled()
+                asked = now
+            if now > deadline:
+                raise _core.RdmacollError(what(self._missing(keys)))
             time.sleep(pause)
             pause = min(MAX_PAUSE_S, pause * 2)
+
+    def _missing(self, keys: list) -> list:
+        """The keys not in the store (all of them where the store cannot say)."""
+        try:
+            return [k for k in keys if not self.store.check([k])]
+        except RuntimeError:
+            return list(keys)
 
     def _generation(self, prefix: str, timeout_s: float) -> int:
         """This bootstrap's generation, the same on every rank of this world (module
@@ -119,6 +133,7 @@ class StoreExchange:
         waiting = set(range(1, self.size))
         seen: dict = {}  # rank -> the nonce last answered
         deadline = time.monotonic() + timeout_s
+        asked = time.monotonic()
         pause = FIRST_PAUSE_S
         while waiting:
             for q in sorted(waiting):
@@ -131,7 +146,9 @@ class StoreExchange:
                         seen[q] = nonce
             if not waiting:
                 break
-            self._check_cancelled()
+            if time.monotonic() - asked >= CANCEL_EVERY_S:
+                self._check_cancelled()
+                asked = time.monotonic()
             if time.monotonic() > deadline:
                 raise _core.RdmacollError(
                     f"rdmacoll.init(): ranks {sorted(waiting)} of {self.size} did not reach the bootstrap "

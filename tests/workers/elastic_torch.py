@@ -14,9 +14,11 @@ argv: steps, then plan items, all optional:
   stall=STEP:SECONDS every worker sleeps in step STEP before its commit (a long step: no
                      collective and no look at the driver's store meanwhile)
   forming=HOST:WORLD:POINT[,...]  the worker on HOST SIGKILLs itself while world WORLD
-                     bootstraps, at POINT: "exchange" (entering the bootstrap's third store
-                     exchange: the others wait for its keys) or "connect" (its address
-                     exchanged, before it connects: the others connect to a dead peer)
+                     bootstraps, at POINT: "start" (before its first key: rank 0 waits for
+                     it in the bootstrap's first step), "exchange" (entering the
+                     bootstrap's third store exchange: the others wait for its keys) or
+                     "connect" (its address exchanged, before it connects: the others
+                     connect to a dead peer)
   cycles=N           N cycles of a host added and its worker lost: in each world of 2, rank
                      0 adds host 127.0.0.(11 + k) to the discovery file (k: hosts it added
                      before) and every rank waits for the notice; in the world of 3, the
@@ -130,6 +132,7 @@ def die_while_forming(spec, me):
     if not points:
         return
     original, calls = store.StoreExchange.allgather, {}
+    original_init = store.StoreExchange.__init__
 
     def die(world, point):
         emit("killing", world=world, point=point)
@@ -145,7 +148,14 @@ def die_while_forming(spec, me):
             die(world, "connect")
         return out
 
+    def init(self, *args, **kwargs):
+        world = elastic.member().world
+        if points.get(world) == "start":
+            die(world, "start")
+        original_init(self, *args, **kwargs)
+
     store.StoreExchange.allgather = allgather
+    store.StoreExchange.__init__ = init
 
 
 def body():
