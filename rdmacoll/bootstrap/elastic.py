@@ -4,9 +4,10 @@ the driver's store tells each world who is in it.
 The driver hosts a torch TCPStore and starts every worker with four variables:
 RDMACOLL_ELASTIC_STORE (host:port), RDMACOLL_ELASTIC_SECRET (the job's secret, hex),
 RDMACOLL_ELASTIC_HOST and RDMACOLL_ELASTIC_SLOT (the worker's host as the driver names it,
-and its slot there). A worker the driver started itself (its parent: the
-driver's pid, RDMACOLL_ELASTIC_DRIVER) ends with it: SIGTERM when the driver dies, even by
-SIGKILL (prctl's PR_SET_PDEATHSIG), as horovodrun's workers end with it. Every key lives under a prefix derived from the secret: a process that
+and its slot there). A worker the driver started itself (its parent: the driver's pid,
+RDMACOLL_ELASTIC_DRIVER) ends with it: SIGTERM when the driver dies, even by SIGKILL
+(prctl's PR_SET_PDEATHSIG), as horovodrun's workers end with it. Every key lives under a
+prefix derived from the secret: a process that
 does not hold it does not know where the job's keys are (torch's store has no listing and
 no authentication of its own), and the transport's secret, which every connection proves,
 travels under that prefix only.
@@ -15,7 +16,8 @@ Keys (under the prefix), the driver's unless said:
     round                 the newest world's number (1, 2, ...; an integer counter)
     r/<n>/assign/<h>/<s>  "rank size" of slot s of host h in world n; absent: not in it
     r/<n>/hosts_stamp     the stamp of the last change of hosts world n was formed with
-    r/<n>/newcomers       "1" when world n has workers world n - 1 had not, else "0"
+    r/<n>/newcomers       "1" when world n has workers the last world that formed (every
+                          worker counted in formed/) had not, else "0"
     r/<n>/world/...       that world's bootstrap (a StoreExchange among its members)
     ready/<h>/<s>         the worker's: the last world it left (started for world n: n - 1): it
                           waits for the next
@@ -145,8 +147,8 @@ class Member:
         return int(text) if text else 0
 
     def world_has_newcomers(self) -> bool:
-        """Whether this worker's world has workers its previous world had not (they need
-        rank 0's state)."""
+        """Whether this worker's world has workers the last world that formed had not
+        (they need rank 0's state)."""
         return self.joined and self._get(f"r/{self.world}/newcomers") == "1"
 
     def host_update(self) -> tuple[int, int]:
