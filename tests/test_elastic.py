@@ -337,3 +337,33 @@ def test_a_change_of_hosts_just_after_a_world_formed_is_news_to_it(monkeypatch):
     with pytest.raises(HostsUpdatedInterrupt):
         state.check_host_updates()
     state.check_host_updates()  # seen once
+
+
+def test_the_next_world_is_judged_against_the_last_that_formed():
+    """The driver's rule, on its own (a real store, workers that are `sleep`): a world
+    given up while it formed had newcomers that never received the state, so the next
+    world's newcomers and rank 0 are judged against the last world that formed."""
+    from rdmacoll import elastic_run
+
+    hosts = elastic_run.Hosts([("localhost", 1), ("127.0.0.2", 1)], None, None)
+    d = elastic_run.Driver(["sleep", "60"], 2, 1, 3, hosts, 60, 60, None, [])
+
+    def newcomers(n):
+        return bytes(d.store.get(f"{d.prefix}r/{n}/newcomers")).decode()
+
+    try:
+        hosts.discover()
+        assert d._form(2) and newcomers(1) == "1"  # world 1: localhost, 127.0.0.2
+        d.store.add(f"{d.prefix}formed/1", 2)  # both bootstrapped it
+        hosts.fixed.append(("127.0.0.3", 1))
+        hosts.discover()
+        assert d._form(1) and newcomers(2) == "1"  # world 2: 127.0.0.3 new
+        d._blacklist("127.0.0.2")  # lost while world 2 formed (formed/2 stays 0)
+        assert d._form(1) and d.world == [("localhost", 0), ("127.0.0.3", 0)]
+        assert newcomers(3) == "1", "127.0.0.3 never received the state, yet counted as old"
+        d._blacklist("localhost")  # the only holder of the state
+        with pytest.raises(elastic_run._Ended, match="no state"):
+            d._form(1)
+    finally:
+        for key in list(d.workers):
+            d._stop(key)
