@@ -283,11 +283,12 @@ class Driver:
     def _stop(self, key) -> None:
         w = self.workers.pop(key)
         if w.proc.poll() is None:
-            try:
-                os.killpg(w.proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+            _signal_group(w.proc)
             w.proc.wait()
+
+    def _all_formed(self) -> bool:
+        """Whether every worker of the current world has bootstrapped it (formed/<n>)."""
+        return int(self.store.add(f"{self.prefix}formed/{self.round}", 0)) >= len(self.world)
 
     def _ready(self, key) -> int:
         k = f"{self.prefix}ready/{key[0]}/{key[1]}"
@@ -301,7 +302,7 @@ class Driver:
             return False
         # the last world all of whose workers bootstrapped: theirs is the job's state (one
         # given up while it formed had newcomers that never received it)
-        if self.world and int(self.store.add(f"{self.prefix}formed/{self.round}", 0)) >= len(self.world):
+        if self.world and self._all_formed():
             self.formed_world = self.world
         base = self.formed_world
         if base and (slots[0] not in base or slots[0] not in self.workers):
@@ -381,7 +382,7 @@ class Driver:
                     changed = True
                     # lost before every worker had bootstrapped this world: the others wait
                     # for it there, and never leave; the next world gives this one up
-                    if int(self.store.add(f"{self.prefix}formed/{self.round}", 0)) < len(self.world):
+                    if not self._all_formed():
                         _say(f"world {self.round} lost a worker while it formed: forming the next")
                         unformed = True
             if finished:  # the job is ending: the others of this world end too
@@ -415,7 +416,8 @@ class Driver:
             if not (changed or left):
                 time.sleep(POLL_S)
                 continue
-            staying = [k for k in self.world if k in self.workers and self._ready(k) < self.round and not unformed]
+            # (a world given up while it formed: nobody will leave it, nobody needs to)
+            staying = [] if unformed else [k for k in self.world if k in self.workers and self._ready(k) < self.round]
             if staying and left_since is not None and now - left_since > self.hang_s:
                 names = ", ".join(f"{h}[{s}]" for h, s in staying)
                 _say(f"workers {names} did not leave world {self.round} within {self.hang_s:.0f} s: hosts blacklisted")

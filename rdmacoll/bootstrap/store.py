@@ -85,14 +85,20 @@ class StoreExchange:
                 return
             except RuntimeError as e:  # (torch's DistStoreError; or the store is gone)
                 raise _core.RdmacollError(f"{what(self._missing(keys))} ({e})") from None
-        # one request per look (check() is true once every key exists), the cancellation
-        # asked every CANCEL_EVERY_S: a few requests per rank every 50 ms, at any world size
-        deadline = time.monotonic() + self.timeout_s
+        # one request per look (check() is true once every key exists)
+        self._poll(lambda: self.store.check(keys), lambda: what(self._missing(keys)))
+
+    def _poll(self, done, what) -> None:
+        """Until done() (a look at the store) says so, pausing 1-20 ms between looks and
+        asking the cancellation every CANCEL_EVERY_S (a few requests per rank every 50 ms,
+        at any world size); RdmacollError(what()) past the timeout, or naming the store
+        when it fails."""
         asked = time.monotonic()
+        deadline = asked + self.timeout_s
         pause = FIRST_PAUSE_S
         while True:
             try:
-                if self.store.check(keys):
+                if done():
                     return
             except RuntimeError as e:  # (torch's DistNetworkError: the store is gone)
                 raise _core.RdmacollError(f"rdmacoll.init(): the bootstrap's store failed: {e}") from None
@@ -101,7 +107,7 @@ class StoreExchange:
                 self._check_cancelled()
                 asked = now
             if now > deadline:
-                raise _core.RdmacollError(what(self._missing(keys)))
+                raise _core.RdmacollError(what())
             time.sleep(pause)
             pause = min(MAX_PAUSE_S, pause * 2)
 
@@ -132,10 +138,8 @@ class StoreExchange:
         generation = int(store.add(f"{prefix}generations", 1))
         waiting = set(range(1, self.size))
         seen: dict = {}  # rank -> the nonce last answered
-        deadline = time.monotonic() + timeout_s
-        asked = time.monotonic()
-        pause = FIRST_PAUSE_S
-        while waiting:
+
+        def answered() -> bool:
             for q in sorted(waiting):
                 if store.check([f"{prefix}{generation}/ready/{q}"]):
                     waiting.discard(q)
@@ -144,18 +148,15 @@ class StoreExchange:
                     if seen.get(q) != nonce:
                         store.set(f"{prefix}ack/{nonce}", str(generation))
                         seen[q] = nonce
-            if not waiting:
-                break
-            if time.monotonic() - asked >= CANCEL_EVERY_S:
-                self._check_cancelled()
-                asked = time.monotonic()
-            if time.monotonic() > deadline:
-                raise _core.RdmacollError(
-                    f"rdmacoll.init(): ranks {sorted(waiting)} of {self.size} did not reach the bootstrap "
-                    f"through torch's store within {timeout_s:.0f} s"
-                )
-            time.sleep(pause)
-            pause = min(MAX_PAUSE_S, pause * 2)
+            return not waiting
+
+        self._poll(
+            answered,
+            lambda: (
+                f"rdmacoll.init(): ranks {sorted(waiting)} of {self.size} did not reach the bootstrap "
+                f"through torch's store within {timeout_s:.0f} s"
+            ),
+        )
         for nonce in seen.values():  # (a rank deletes nothing it may still read: these are read)
             self._drop(f"{prefix}ack/{nonce}")
         return generation
