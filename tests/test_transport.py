@@ -15,7 +15,7 @@ def _results(res):
     return {(r["rank"], r["name"]): r for r in results}
 
 
-EXPECTED = ["capabilities", "zero_length_writes", "many_outstanding", "malformed_region"] + [
+EXPECTED = ["capabilities", "zero_length_writes", "deferred_completion", "many_outstanding", "malformed_region"] + [
     f"{check}[{kind}]"
     for kind in ("allocated", "registered")
     for check in ("immediate_after_payload", "unaligned_writes", "put64_visible", "read_and_map")

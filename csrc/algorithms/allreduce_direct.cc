@@ -122,7 +122,7 @@ void directMapped(Communicator& c, Call& call, const void* in, void* out, bool u
     reduceN(call.dtype, call.op, result, inputs, p, elems, call.scale);
     for (int k = 1; k < p; ++k) {
       const int q = (r + k) % p;
-      prim::writeOutput(c.peer(q), bufs[q], off, result, len);
+      prim::writeOutput(c, c.peer(q), bufs[q], off, result, len);
     }
   }
   prim::finishAll(c, call);

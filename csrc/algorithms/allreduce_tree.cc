@@ -78,7 +78,7 @@ void allreduceTree(Communicator& c, Call& call) {
           reduceN(call.dtype, call.op, dst, in, nin, seg.n);
           prim::sendSlot(c, parent, nullptr, len);
         } else {
-          void* stage = c.staging(0);
+          void* stage = prim::sendStaging(c);
           reduceN(call.dtype, call.op, stage, in, nin, seg.n);
           prim::sendSlot(c, parent, stage, len);
         }

@@ -18,6 +18,7 @@
 //     peer liveness, timeout, Ctrl-C), see wait.cc
 //   abortAll(msg): set every peer's abort word, then throw Error(msg) here
 #pragma once
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -60,6 +61,7 @@ struct Peer {
   uint64_t progressSeen = 0;          // units of this peer counted in earlier calls
   uint64_t msgsSent = 0;              // slot messages sent to this peer
   uint64_t msgsReceived = 0;          // slot messages received from it
+  uint64_t unwritten = 0;             // ticket of the last write to it not known to have left its source
 };
 
 // A user buffer as the peers will address it.
@@ -162,6 +164,24 @@ class Communicator {
   std::atomic<uint64_t>& word(size_t off) const { return *reinterpret_cast<std::atomic<uint64_t>*>(ctrl() + off); }
   // Staging segments for reads of peer memory: max(2, size) of segmentBytes each.
   void* staging(int i) const { return static_cast<char*>(staging_->data()) + i * protocol_.segmentBytes; }
+  int stagingSegments() const { return std::max(2, size_); }
+  // Which staging segment p lies in, or -1.
+  int stagingIndexOf(const void* p) const {
+    const char* b = static_cast<const char*>(staging_->data());
+    const char* q = static_cast<const char*>(p);
+    if (q < b || q >= b + stagingSegments() * protocol_.segmentBytes) return -1;
+    return static_cast<int>((q - b) / protocol_.segmentBytes);
+  }
+  // Deferred completion (transport.h): the writes of the current call whose sources the
+  // transport may still read, per peer (Peer::unwritten) and per staging segment sent
+  // from. comm/primitives.h keeps them (prim::sendStaging, prim::finishWrites).
+  struct StagedWrite {
+    int peer = -1;
+    uint64_t ticket = 0;
+  };
+  std::vector<int>& unwrittenPeers() { return unwrittenPeers_; }
+  std::vector<StagedWrite>& stagedWrites() { return stagedWrites_; }
+  int& nextSendStaging() { return nextSendStaging_; }
   bool peersReadable() const { return peersReadable_; }
   bool peersMappable() const { return peersMappable_; }
   bool oversubscribed() const { return oversubscribed_; }
@@ -333,6 +353,9 @@ class Communicator {
   std::unique_ptr<transport::Memory> ctrl_;
   std::unique_ptr<transport::Memory> staging_;
   std::vector<Peer> peers_;
+  std::vector<int> unwrittenPeers_;        // peers with Peer::unwritten set
+  std::vector<StagedWrite> stagedWrites_;  // per staging segment: its last write
+  int nextSendStaging_ = 0;                // the staging segment prim::sendStaging hands out next
   bool connected_ = false;
   bool peersReadable_ = false;  // every peer endpoint can read or map peer memory
   bool peersMappable_ = false;  // every peer endpoint maps peer memory (same host)

@@ -24,6 +24,8 @@ void recvReducePiece(Communicator& c, Peer& from, const Call& call, char* dst, c
   prim::releaseSlot(c, from);
 }
 
+bool overlap(const char* a, size_t an, const char* b, size_t bn) { return an && bn && a < b + bn && b < a + an; }
+
 void recvCopyPiece(Communicator& c, Peer& from, char* dst, size_t len) {
   std::memcpy(dst, prim::recvSlot(c, from), len);
   prim::releaseSlot(c, from);
@@ -60,9 +62,13 @@ void shiftReduce(Communicator& c, Peer& to, const void* send, size_t sendBytes, 
   char* d = static_cast<char*>(dst);
   const char* m = static_cast<const char*>(mine);
   const size_t ns = pieces(sendBytes, segBytes), nr = pieces(recvBytes, segBytes);
+  const bool aliased = overlap(s, sendBytes, d, recvBytes);
   for (size_t i = 0; i < std::max(ns, nr); ++i) {
-    if (i < ns) prim::sendSlot(c, to, s + i * segBytes, pieceLen(sendBytes, segBytes, i));
+    const uint64_t sent = i < ns ? prim::sendSlot(c, to, s + i * segBytes, pieceLen(sendBytes, segBytes, i)) : 0;
     if (i < nr) {
+      // Piece i of an aliased send is stored to now: its write must have left it (the
+      // peer's piece i came independently of mine, which proves nothing about it).
+      if (aliased) prim::waitWritten(to, sent);
       recvReducePiece(c, from, call, d + i * segBytes, m + i * segBytes, pieceLen(recvBytes, segBytes, i), theirsFirst,
                       scale);
     }
@@ -74,9 +80,13 @@ void shift(Communicator& c, Peer& to, const void* send, size_t sendBytes, Peer& 
   const char* s = static_cast<const char*>(send);
   char* d = static_cast<char*>(dst);
   const size_t ns = pieces(sendBytes, segBytes), nr = pieces(recvBytes, segBytes);
+  const bool aliased = overlap(s, sendBytes, d, recvBytes);
   for (size_t i = 0; i < std::max(ns, nr); ++i) {
-    if (i < ns) prim::sendSlot(c, to, s + i * segBytes, pieceLen(sendBytes, segBytes, i));
-    if (i < nr) recvCopyPiece(c, from, d + i * segBytes, pieceLen(recvBytes, segBytes, i));
+    const uint64_t sent = i < ns ? prim::sendSlot(c, to, s + i * segBytes, pieceLen(sendBytes, segBytes, i)) : 0;
+    if (i < nr) {
+      if (aliased) prim::waitWritten(to, sent);
+      recvCopyPiece(c, from, d + i * segBytes, pieceLen(recvBytes, segBytes, i));
+    }
   }
 }
 

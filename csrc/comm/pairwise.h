@@ -31,7 +31,7 @@ void recvReduce(Communicator& c, Peer& from, const Call& call, void* dst, const 
 
 // Send sendBytes from `send` to `to` while receiving recvBytes from `from`, reduced as
 // recvReduce (a reduce-scatter ring step when to != from). `send` may alias dst only
-// piece for piece (piece i is sent before piece i is stored).
+// piece for piece (send == dst): piece i is stored once its write left it.
 void shiftReduce(Communicator& c, Peer& to, const void* send, size_t sendBytes, Peer& from, const Call& call, void* dst,
                  const void* mine, size_t recvBytes, size_t segBytes, bool theirsFirst, double scale);
 // shiftReduce with one peer q both ways.

@@ -12,6 +12,20 @@ namespace prim {
 
 namespace {
 
+// A write just posted to `to` from src: its ticket joins the call's unfinished writes
+// (per peer; per staging segment when src is staging).
+void track(Communicator& c, Peer& to, const void* src, uint64_t ticket) {
+  if (ticket == 0) return;
+  if (to.unwritten == 0) c.unwrittenPeers().push_back(to.rank);
+  to.unwritten = ticket;
+  const int s = c.stagingIndexOf(src);
+  if (s >= 0) {
+    auto& staged = c.stagedWrites();
+    if (staged.empty()) staged.resize(static_cast<size_t>(c.stagingSegments()));
+    staged[static_cast<size_t>(s)] = {to.rank, ticket};
+  }
+}
+
 [[noreturn]] void protocolError(Communicator& c, Peer& from, uint32_t got, uint32_t want, const Call& call) {
   // A different kind of message means the peer runs another algorithm or collective: try
   // to read its descriptor where that kind keeps it, so the error names the difference.
@@ -75,8 +89,10 @@ void sendHeader(Communicator& c, Peer& to, const Call& call, const BufferRef* in
     h.extra[0] = extra[0];
     h.extra[1] = extra[1];
   }
-  to.ep->write(&h, to.ctrl, c.layout().header(c.rank(), call.seq), sizeof(h), true,
-               tag(kHeaderTag, c.channel(), call.seq));
+  // From the stack: the transport copies it (a ticket of 0), as anything outside its memory
+  track(c, to, &h,
+        to.ep->write(&h, to.ctrl, c.layout().header(c.rank(), call.seq), sizeof(h), true,
+                     tag(kHeaderTag, c.channel(), call.seq)));
 }
 
 const CallHeader& recvHeader(Communicator& c, Peer& from, const Call& call) {
@@ -189,19 +205,20 @@ const void* outputAt(Peer& peer, const PeerBuffers& b, size_t off, size_t len, v
   return peerAt(peer, b.out, b.outOff, b.outMap, off, len, stage);
 }
 
-void writeOutput(Peer& peer, const PeerBuffers& b, size_t off, const void* src, size_t len) {
+void writeOutput(Communicator& c, Peer& peer, const PeerBuffers& b, size_t off, const void* src, size_t len) {
   if (len == 0) return;
   checkPeerRange(peer, b.out, b.outOff, off, len);
-  peer.ep->write(src, b.out, b.outOff + off, len, false, 0);
+  track(c, peer, src, peer.ep->write(src, b.out, b.outOff + off, len, false, 0));
 }
 
 void sendEager(Communicator& c, Peer& to, const Call& call, const void* data, size_t bytes) {
   PhaseScope phase(c.timeline(), Timeline::kTransfer);
   const size_t off = c.layout().eager(c.rank(), call.seq);
   const size_t body = off + sizeof(HashedDescriptor);  // {hash, payload}
-  to.ep->write(&call.hd, to.ctrl, off, sizeof(HashedDescriptor), false, 0);
-  to.ep->write(&call.hd.hash, to.ctrl, body, sizeof(uint64_t), false, 0);
-  to.ep->write(data, to.ctrl, body + sizeof(uint64_t), bytes, true, tag(kEagerTag, c.channel(), call.seq));
+  track(c, to, &call.hd, to.ep->write(&call.hd, to.ctrl, off, sizeof(HashedDescriptor), false, 0));
+  track(c, to, &call.hd.hash, to.ep->write(&call.hd.hash, to.ctrl, body, sizeof(uint64_t), false, 0));
+  track(c, to, data,
+        to.ep->write(data, to.ctrl, body + sizeof(uint64_t), bytes, true, tag(kEagerTag, c.channel(), call.seq)));
 }
 
 const void* recvEager(Communicator& c, Peer& from, const Call& call) {
@@ -233,12 +250,14 @@ void* mappedSlot(Communicator& c, Peer& to) {
   return static_cast<char*>(base) + c.layout().slot(c.rank(), to.msgsSent);
 }
 
-void sendSlot(Communicator& c, Peer& to, const void* data, size_t bytes) {
+uint64_t sendSlot(Communicator& c, Peer& to, const void* data, size_t bytes) {
   PhaseScope phase(c.timeline(), Timeline::kTransfer);
   if (data != nullptr) waitSlotCredit(c, to);
-  to.ep->write(data, to.ctrl, c.layout().slot(c.rank(), to.msgsSent), data ? bytes : 0, true,
-               slotTag(c.channel(), c.callTag(), to.msgsSent));
+  const uint64_t ticket = to.ep->write(data, to.ctrl, c.layout().slot(c.rank(), to.msgsSent), data ? bytes : 0, true,
+                                       slotTag(c.channel(), c.callTag(), to.msgsSent));
+  track(c, to, data, ticket);
   ++to.msgsSent;
+  return ticket;
 }
 
 const void* recvSlot(Communicator& c, Peer& from) {
@@ -252,6 +271,37 @@ const void* recvSlot(Communicator& c, Peer& from) {
 void releaseSlot(Communicator& c, Peer& from) {
   ++from.msgsReceived;
   from.ep->put64(from.ctrl, c.layout().credit(c.rank()), from.msgsReceived);
+}
+
+void waitWritten(Peer& to, uint64_t ticket) { to.ep->waitWritten(ticket); }
+
+void* sendStaging(Communicator& c) {
+  const int n = c.stagingSegments();
+  int& next = c.nextSendStaging();
+  const int s = next;
+  next = (next + 1) % n;
+  auto& staged = c.stagedWrites();
+  if (!staged.empty() && staged[static_cast<size_t>(s)].ticket != 0) {
+    Communicator::StagedWrite& w = staged[static_cast<size_t>(s)];
+    PhaseScope phase(c.timeline(), Timeline::kTransfer);
+    waitWritten(c.peer(w.peer), w.ticket);
+    w = {};
+  }
+  return c.staging(s);
+}
+
+void finishWrites(Communicator& c) {
+  auto& peers = c.unwrittenPeers();
+  if (peers.empty()) return;
+  PhaseScope phase(c.timeline(), Timeline::kTransfer);
+  for (int q : peers) {
+    Peer& p = c.peer(q);
+    const uint64_t t = p.unwritten;
+    p.unwritten = 0;
+    waitWritten(p, t);
+  }
+  peers.clear();
+  std::fill(c.stagedWrites().begin(), c.stagedWrites().end(), Communicator::StagedWrite{});
 }
 
 void putProgress(Communicator& c, Peer& to, uint64_t units) {

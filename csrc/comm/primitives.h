@@ -86,7 +86,7 @@ void readOutput(Peer& peer, const PeerBuffers& b, size_t off, void* dst, size_t 
 const void* inputAt(Peer& peer, const PeerBuffers& b, size_t off, size_t len, void* stage);
 const void* outputAt(Peer& peer, const PeerBuffers& b, size_t off, size_t len, void* stage);
 // One-sided store of len bytes from src into the peer's output at byte offset off.
-void writeOutput(Peer& peer, const PeerBuffers& b, size_t off, const void* src, size_t len);
+void writeOutput(Communicator& c, Peer& peer, const PeerBuffers& b, size_t off, const void* src, size_t len);
 
 // ---- eager: hash/descriptor line + whole payload into the peer's eager inbox
 void sendEager(Communicator& c, Peer& to, const Call& call, const void* data, size_t bytes);
@@ -99,12 +99,25 @@ const void* recvEager(Communicator& c, Peer& from, const Call& call);
 void* mappedSlot(Communicator& c, Peer& to);
 void waitSlotCredit(Communicator& c, Peer& to);
 // Send bytes to `to`'s next slot (data may be null when it was stored through
-// mappedSlot already).
-void sendSlot(Communicator& c, Peer& to, const void* data, size_t bytes);
+// mappedSlot already). Returns the write's ticket (below).
+uint64_t sendSlot(Communicator& c, Peer& to, const void* data, size_t bytes);
 // Wait for the next slot message from `from`; returns its bytes in my memory.
 const void* recvSlot(Communicator& c, Peer& from);
 // Give the slot back to its sender (a credit).
 void releaseSlot(Communicator& c, Peer& from);
+
+// ---- deferred completion (transport.h): a write's source is the transport's until the
+// write left it. Every write here is tracked: a call's sources are free when it returns
+// (finishWrites); inside a call, memory sent from may be stored to again only once its
+// peer consumed it (its data came back, changed, through the peer) or after waitWritten.
+// The one place sources are reused within a call without that: staging, handed out for
+// sends by sendStaging, which rotates over the segments and waits for the one it gives.
+void waitWritten(Peer& to, uint64_t ticket);
+// A staging segment (segmentBytes) to build a message in: free of earlier writes.
+void* sendStaging(Communicator& c);
+// At a call's end: until every write of it has left its source (the user's memory, the
+// pool's, staging) so that they may change; clears the tracking.
+void finishWrites(Communicator& c);
 
 // ---- direct progress: counters in the peer's control region
 // Tell `to` that I completed `units` units of the current call (cumulative per call).

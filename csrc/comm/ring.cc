@@ -52,7 +52,7 @@ void steps(Communicator& c, const Call* call, const SlotRing& r, const char* in,
         const char* mine = in + seg.begin * E;
         if (s < g - 2) {  // reduce and forward
           void* dst = intoMappedSlot ? prim::mappedSlot(c, next) : nullptr;
-          void* into = dst ? dst : c.staging(0);
+          void* into = dst ? dst : prim::sendStaging(c);
           reduce2(call->dtype, call->op, into, mine, theirs, seg.n);
           prim::releaseSlot(c, prev);
           prim::sendSlot(c, next, dst ? nullptr : into, len);

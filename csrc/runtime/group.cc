@@ -5,6 +5,7 @@
 #include <string>
 
 #include "algorithms/partition.h"
+#include "comm/primitives.h"
 #include "common/error.h"
 #include "common/text.h"
 #include "common/timeline.h"
@@ -303,6 +304,7 @@ size_t Group::execute(const Request& r) {
   OpTrace trace(c, call, a.name);
   try {
     a.run(c, call);
+    prim::finishWrites(c);  // the call's sources (user memory, the pool's, staging) are free
   } catch (const Error& e) {
     c.fail(e.what());  // aborts the peers (unless they already did), rethrows
   }

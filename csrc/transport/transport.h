@@ -22,9 +22,19 @@
 // that endpoint are visible in its memory. Algorithms never poll payload bytes.
 //
 // Blocking: nothing here blocks on the peer except where stated. write() and put64()
-// are posted: they return once the source bytes may be reused (shm copies at once). A
-// write whose immediate would overflow the peer's immediate queue waits for space; the
-// layer above sizes its credits so that this does not happen in practice.
+// are posted: they return as soon as the transport has taken the request. A write whose
+// immediate would overflow the peer's immediate queue waits for space; the layer above
+// sizes its credits so that this does not happen in practice.
+//
+// Deferred completion: write() returns a ticket. The source bytes stay the transport's
+// until the write has left them: waitWritten(ticket) returns once it has (and every
+// earlier write on that endpoint with it: tickets complete in order). A write that
+// copied its source before returning (shm and tcp always; ibverbs for inline data and
+// for sources outside this Device's memory, which it stages) returns 0, done at once.
+// So a caller keeps many writes in flight from its registered memory and learns per
+// endpoint when a source may be reused; it must not change a source, nor hand it back to
+// its owner, before then. A peer's consumption of a write's immediate also proves that
+// the write left its source (RC: the bytes were placed before the immediate).
 //
 // Threads: one thread at a time per Device (the Communicator's lock), except put64,
 // which may be called from any thread (abort words).
@@ -100,12 +110,14 @@ class Endpoint {
   // owner); throws Error on garbage, never trusts lengths it cannot check.
   virtual void unpack(const PackedMemory& packed, RemoteMemory* out) = 0;
 
-  // One-sided write of len bytes from local src (inside a Memory of this Device, or any
-  // local memory on transports that copy at once) to dst+dstOff, then delivery of the
+  // One-sided write of len bytes from local src to dst+dstOff, then delivery of the
   // 32-bit immediate `imm` (hasImm) to the peer. len may be 0 (immediate only). Bounds
-  // are checked against dst. Returns when src may be reused.
-  virtual void write(const void* src, const RemoteMemory& dst, size_t dstOff, size_t len, bool hasImm,
-                     uint32_t imm) = 0;
+  // are checked against dst. Returns its ticket (0: src may be reused at once).
+  virtual uint64_t write(const void* src, const RemoteMemory& dst, size_t dstOff, size_t len, bool hasImm,
+                         uint32_t imm) = 0;
+  // Until the write with this ticket (and every earlier one) has left its source; throws
+  // Error when the endpoint failed first. 0 returns at once.
+  virtual void waitWritten(uint64_t ticket) { (void)ticket; }
 
   // Store an 8-byte value at dst+dstOff (8-aligned), visible atomically (never torn).
   // Used for counters that only grow (credits, progress), read locally by the peer.

@@ -216,6 +216,60 @@ def many_outstanding(ctx, count=5000):
     return not bad and extra is None, "; ".join(bad) + (f"; extra immediate {extra}" if extra is not None else "")
 
 
+# Which transports keep a write from their own memory in flight after write() returns
+# (transport.h, deferred completion); the others copy and return ticket 0.
+DEFERS = {"shm": False, "tcp": False, "ibverbs": True}
+
+
+@check
+def deferred_completion(ctx, count=48, size=(64 << 10) + 8):
+    """Deferred completion: `count` writes from the writer's own (allocated) memory and as
+    many from plain NumPy memory, none waited for, each with its immediate. Tickets grow;
+    on a deferring transport those from its memory are real (non-zero) and those from
+    elsewhere are 0 (copied). The writer overwrites each NumPy source at once and every
+    allocated one only after wait_written of the last ticket (every earlier ticket then
+    returns at once: nothing completes never); the reader must see only the first
+    patterns."""
+    n = count * size
+    view, remote = target(ctx, "allocated", 2 * n)
+    rng = np.random.default_rng(11)
+    pattern = rng.integers(0, 256, 2 * n, dtype=np.uint8)
+    if ctx.writer:
+        src = ctx.probe.view(ctx.probe.allocate(n))
+        src[:] = pattern[:n]
+        own, plain = [], []
+        for k in range(count):
+            own.append(ctx.probe.write(ctx.peer, src[k * size : (k + 1) * size], remote, k * size, k))
+            tmp = pattern[n + k * size : n + (k + 1) * size].copy()
+            plain.append(ctx.probe.write(ctx.peer, tmp, remote, n + k * size, count + k))
+            tmp[:] = 0xEE  # a copied source is free on return
+        issues = []
+        real = [t for t in own if t]
+        if real != sorted(set(real)):
+            issues.append(f"tickets not increasing: {own[:8]}...")
+        if DEFERS[ctx.transport] and len(real) != count:
+            issues.append(f"{count - len(real)} writes from the transport's memory returned ticket 0")
+        if not DEFERS[ctx.transport] and real:
+            issues.append(f"{len(real)} non-zero tickets from a transport that copies")
+        if any(plain):
+            issues.append(f"writes from memory outside the device returned tickets {[t for t in plain if t][:4]}")
+        ctx.probe.wait_written(ctx.peer, max(own))
+        src[:] = 0xEE  # only now: every write from it has left it
+        t = time.monotonic()
+        for tk in own + plain + [0]:
+            ctx.probe.wait_written(ctx.peer, tk)
+        if time.monotonic() - t > 5:
+            issues.append("waiting for tickets already completed took over 5 s")
+        ctx.probe.write(ctx.peer, np.empty(0, np.uint8), remote, 0, 2 * count)
+        return not issues, "; ".join(issues) or f"{len(real)} deferred writes, tickets {real[:1]}..{real[-1:]}"
+    seen = []
+    while len(seen) < 2 * count + 1:
+        seen.append(ctx.next_imm(f"immediate {len(seen)}"))
+    order = sorted(seen[:-1]) == list(range(2 * count)) and seen[-1] == 2 * count
+    wrong = int(np.count_nonzero(view != pattern))
+    return order and wrong == 0, f"immediates in order: {order}; {wrong} bytes differ from the first patterns"
+
+
 @check
 def put64_visible(ctx, kind):
     view, remote = target(ctx, kind, 4096)
@@ -438,6 +492,7 @@ def body():
             put64_visible(ctx, kind)
             read_and_map(ctx, kind)
         zero_length_writes(ctx)
+        deferred_completion(ctx)
         many_outstanding(ctx)
         malformed_region(ctx)
         emit("done")

@@ -57,11 +57,14 @@ class TransportProbe {
     mems_.at(i)->pack(&p);
     return py::bytes(reinterpret_cast<const char*>(p.bytes), sizeof(p.bytes));
   }
-  void write(int peer, py::array src, const std::string& remote, size_t off, py::object imm) {
+  // Returns the write's ticket (0: done at once); the source must not change before
+  // wait_written(peer, ticket).
+  uint64_t write(int peer, py::array src, const std::string& remote, size_t off, py::object imm) {
     RemoteMemory r = unpack(peer, remote);
-    ep(peer).write(src.data(), r, off, static_cast<size_t>(src.nbytes()), !imm.is_none(),
-                   imm.is_none() ? 0 : imm.cast<uint32_t>());
+    return ep(peer).write(src.data(), r, off, static_cast<size_t>(src.nbytes()), !imm.is_none(),
+                          imm.is_none() ? 0 : imm.cast<uint32_t>());
   }
+  void waitWritten(int peer, uint64_t ticket) { ep(peer).waitWritten(ticket); }
   void put64(int peer, const std::string& remote, size_t off, uint64_t value) {
     RemoteMemory r = unpack(peer, remote);
     ep(peer).put64(r, off, value);
@@ -121,6 +124,7 @@ void bindTestingTransport(py::module_& m) {
       .def("pack", &TransportProbe::pack)
       .def("write", &TransportProbe::write, py::arg("peer"), py::arg("src"), py::arg("remote"), py::arg("offset"),
            py::arg("imm") = py::none())
+      .def("wait_written", &TransportProbe::waitWritten)
       .def("put64", &TransportProbe::put64)
       .def("poll", &TransportProbe::poll)
       .def("read", &TransportProbe::read)

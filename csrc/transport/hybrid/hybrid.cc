@@ -47,9 +47,11 @@ class HalfEndpoint : public Endpoint {
     std::memcpy(mine.bytes, packed.bytes + half_ * kHalfBytes, kHalfBytes);
     inner_->unpack(mine, out);
   }
-  void write(const void* src, const RemoteMemory& dst, size_t dstOff, size_t len, bool hasImm, uint32_t imm) override {
-    inner_->write(src, dst, dstOff, len, hasImm, imm);
+  uint64_t write(const void* src, const RemoteMemory& dst, size_t dstOff, size_t len, bool hasImm,
+                 uint32_t imm) override {
+    return inner_->write(src, dst, dstOff, len, hasImm, imm);
   }
+  void waitWritten(uint64_t ticket) override { inner_->waitWritten(ticket); }
   void put64(const RemoteMemory& dst, size_t dstOff, uint64_t value) override { inner_->put64(dst, dstOff, value); }
   bool pollImmediate(uint32_t* imm) override { return inner_->pollImmediate(imm); }
   void read(const RemoteMemory& src, size_t srcOff, void* dst, size_t len) override {

@@ -339,18 +339,18 @@ std::string IbvEndpoint::describe() const {
 
 void IbvEndpoint::unpack(const PackedMemory& packed, RemoteMemory* out) { wire::unpackRegion(packed, peer_, out); }
 
-void IbvEndpoint::write(const void* src, const RemoteMemory& dst, size_t dstOff, size_t len, bool hasImm,
-                        uint32_t imm) {
+uint64_t IbvEndpoint::write(const void* src, const RemoteMemory& dst, size_t dstOff, size_t len, bool hasImm,
+                            uint32_t imm) {
   wire::checkRemote(dst, peer_, dstOff, len, "write");
   const uint64_t raddr = dst.key[0] + dstOff;
   const uint32_t rkey = static_cast<uint32_t>(dst.key[1]);
   const ibv_wr_opcode lastOp = hasImm ? IBV_WR_RDMA_WRITE_WITH_IMM : IBV_WR_RDMA_WRITE;
   if (len == 0) {
-    if (!hasImm) return;
+    if (!hasImm) return 0;
     ibv_send_wr wr = rdmaWr(IBV_WR_RDMA_WRITE_WITH_IMM, nullptr, raddr, rkey);  // the immediate alone
     wr.imm_data = htonl(imm);
     qp_->post(&wr, false);
-    return;
+    return 0;
   }
   if (len <= qp_->maxInline()) {
     // The provider copies inline data at post time: src is free on return, no lkey needed.
@@ -359,15 +359,16 @@ void IbvEndpoint::write(const void* src, const RemoteMemory& dst, size_t dstOff,
     wr.send_flags = IBV_SEND_INLINE;
     if (hasImm) wr.imm_data = htonl(imm);
     qp_->post(&wr, false);
-    return;
+    return 0;
   }
   uint32_t lkey;
   if (!dev_->findLkey(src, len, &lkey)) {
     dev_->bounceWrite(qp_, static_cast<const char*>(src), raddr, rkey, len, hasImm, imm);
-    return;
+    return 0;  // staged: src is free
   }
   // Zero-copy from registered memory, in messages the port accepts; only the last one
-  // carries the immediate, and RC executes them in order.
+  // carries the immediate, and RC executes them in order. Deferred: the HCA reads src
+  // until the last message's completion, which is the ticket (waitWritten).
   const char* s = static_cast<const char*>(src);
   uint64_t last = 0;
   for (size_t done = 0; done < len;) {
@@ -379,7 +380,11 @@ void IbvEndpoint::write(const void* src, const RemoteMemory& dst, size_t dstOff,
     last = qp_->post(&wr, isLast);
     done += n;
   }
-  qp_->waitSent(last);  // the contract: src may be reused when write returns
+  return last;
+}
+
+void IbvEndpoint::waitWritten(uint64_t ticket) {
+  if (ticket) qp_->waitSent(ticket);
 }
 
 void IbvEndpoint::put64(const RemoteMemory& dst, size_t dstOff, uint64_t value) {

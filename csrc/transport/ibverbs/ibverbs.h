@@ -61,7 +61,9 @@ class IbvEndpoint : public Endpoint {
   IbvEndpoint(IbvDevice* dev, QueuePair* qp, int peer, uint32_t remoteQpn);
   uint32_t capabilities() const override { return kCanRead; }
   void unpack(const PackedMemory& packed, RemoteMemory* out) override;
-  void write(const void* src, const RemoteMemory& dst, size_t dstOff, size_t len, bool hasImm, uint32_t imm) override;
+  uint64_t write(const void* src, const RemoteMemory& dst, size_t dstOff, size_t len, bool hasImm,
+                 uint32_t imm) override;
+  void waitWritten(uint64_t ticket) override;
   void put64(const RemoteMemory& dst, size_t dstOff, uint64_t value) override;
   bool pollImmediate(uint32_t* imm) override;
   void read(const RemoteMemory& src, size_t srcOff, void* dst, size_t len) override;

@@ -251,8 +251,8 @@ void ShmEndpoint::cmaTransfer(const RemoteMemory& m, size_t off, void* local, si
   }
 }
 
-void ShmEndpoint::write(const void* src, const RemoteMemory& dst, size_t dstOff, size_t len, bool hasImm,
-                        uint32_t imm) {
+uint64_t ShmEndpoint::write(const void* src, const RemoteMemory& dst, size_t dstOff, size_t len, bool hasImm,
+                            uint32_t imm) {
   if (len > 0) {
     checkBounds(dst, dstOff, len, "write");
     if (dst.allocated) {
@@ -262,7 +262,7 @@ void ShmEndpoint::write(const void* src, const RemoteMemory& dst, size_t dstOff,
       cmaTransfer(dst, dstOff, const_cast<void*>(src), len, /*toPeer=*/true);
     }
   }
-  if (!hasImm) return;
+  if (!hasImm) return 0;  // copied: done
   // Wait for ring space. The consumer publishes its head in its own segment; reading it
   // pulls a cache line across cores, so only when the head last seen says "full".
   uint64_t k = sent_;
@@ -278,6 +278,7 @@ void ShmEndpoint::write(const void* src, const RemoteMemory& dst, size_t dstOff,
   outRing_->entries[k % kRingEntries].store(((k + 1) << 32) | imm, std::memory_order_release);
   sent_ = k + 1;
   wakePeer();
+  return 0;
 }
 
 void ShmEndpoint::put64(const RemoteMemory& dst, size_t dstOff, uint64_t value) {

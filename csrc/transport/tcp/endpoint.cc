@@ -125,12 +125,13 @@ void TcpEndpoint::sendFrame(const FrameHeader& h, const void* payload, size_t le
   }
 }
 
-void TcpEndpoint::write(const void* src, const RemoteMemory& dst, size_t dstOff, size_t len, bool hasImm,
-                        uint32_t imm) {
+uint64_t TcpEndpoint::write(const void* src, const RemoteMemory& dst, size_t dstOff, size_t len, bool hasImm,
+                            uint32_t imm) {
   checkBounds(dst, dstOff, len, "write");
-  if (len == 0 && !hasImm) return;
+  if (len == 0 && !hasImm) return 0;
   checkLeft(dst);
   sendFrame(writeHeader(static_cast<uint32_t>(dst.key[0]), dstOff, len, hasImm, imm), src, len);
+  return 0;  // the socket took a copy
 }
 
 void TcpEndpoint::put64(const RemoteMemory& dst, size_t dstOff, uint64_t value) {

@@ -84,7 +84,8 @@ class TcpEndpoint : public Endpoint {
   ~TcpEndpoint() override;
   uint32_t capabilities() const override { return 0; }
   void unpack(const PackedMemory& packed, RemoteMemory* out) override;
-  void write(const void* src, const RemoteMemory& dst, size_t dstOff, size_t len, bool hasImm, uint32_t imm) override;
+  uint64_t write(const void* src, const RemoteMemory& dst, size_t dstOff, size_t len, bool hasImm,
+                 uint32_t imm) override;
   void put64(const RemoteMemory& dst, size_t dstOff, uint64_t value) override;
   bool pollImmediate(uint32_t* imm) override;
   bool alive() override { return !dead_.load(std::memory_order_acquire); }
