@@ -6,6 +6,9 @@ interleaved in the same run.
     # in the Soft-RoCE guest:
     sudo python3 scripts/rdma_guest.py run -- env PYTHONPATH=$PYTHONPATH .venv/bin/mpiexec -n 2 \\
         .venv/bin/python benchmarks/ibverbs_vs_ib_write_bw.py
+    # two guests as two hosts (1 rank each), --delay adds netem latency to their link:
+    sudo python3 scripts/rdma_guest.py run --hosts 2 [--delay 250us] -- \\
+        sh benchmarks/ibverbs_two_guests.sh .venv $PYTHONPATH [benchmark arguments]
 
 Per round and size, three measurements, one after the other (never two at once):
   ib_write_bw   perftest's RDMA WRITE bandwidth between two processes on this host (rank 0
@@ -14,9 +17,9 @@ Per round and size, three measurements, one after the other (never two at once):
                 conformance tests' handle on a backend; the test hooks' module, which
                 `pip install .` builds into build/<wheel tag>/hooks/, never installed): rank
                 0 writes SIZE bytes from registered memory into rank 1's registered
-                region, ITERS times, each write
-                returning when its completion arrives (the transport contract: the source
-                may be reused on return); bytes / time
+                region, ITERS times, posting each and waiting only for the last one's
+                ticket (deferred completion, csrc/transport/transport.h; cores before it
+                waited for every write's completion); bytes / time
   allreduce     rc.allreduce of SIZE bytes of float32 over RDMACOLL_TRANSPORT=ibverbs, busbw
                 (algbw * 2(n-1)/n, as nccl-tests prints it)
 The table shows medians over rounds and the ratios to ib_write_bw. Under emulation the
@@ -41,28 +44,39 @@ import rdmacoll as rc
 WORLD = MPI.COMM_WORLD
 
 
-def ib_write_bw(device: str, gid_index: int, size: int, iters: int, port: int) -> float:
-    """MB/s (10^6 bytes) that ib_write_bw reports as its average, server and client here."""
+def ib_write_bw(device: str, gid_index: int, size: int, iters: int, port: int, peer: str | None) -> float:
+    """MB/s (10^6 bytes) that ib_write_bw reports as its average: server and client on rank
+    0, or (peer: rank 1's address) the server on rank 1 and the client on rank 0. Every rank
+    calls it; rank 0's result, broadcast."""
     args = ["ib_write_bw", "-d", device, "-x", str(gid_index), "-s", str(size), "-n", str(iters), "-F", "-p", str(port)]
-    server = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    rank = WORLD.Get_rank()
+    server = None
+    if rank == (0 if peer is None else 1):
+        server = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    WORLD.Barrier()
+    mbps = None
     try:
-        for _ in range(50):  # the client needs the server listening
-            time.sleep(0.2)
-            client = subprocess.run(args + ["127.0.0.1"], capture_output=True, text=True, timeout=300)
-            if client.returncode == 0:
-                break
-        else:
-            raise RuntimeError(f"ib_write_bw client failed: {client.stdout}{client.stderr}")
-        server.wait(timeout=60)
+        if rank == 0:
+            for _ in range(50):  # the client needs the server listening
+                time.sleep(0.2)
+                client = subprocess.run(args + [peer or "127.0.0.1"], capture_output=True, text=True, timeout=300)
+                if client.returncode == 0:
+                    break
+            else:
+                raise RuntimeError(f"ib_write_bw client failed: {client.stdout}{client.stderr}")
+            for line in client.stdout.splitlines():
+                f = line.split()
+                if len(f) >= 4 and f[0] == str(size) and re.fullmatch(r"[\d.]+", f[3]):
+                    mbps = float(f[3])
+            if mbps is None:
+                raise RuntimeError(f"no result in ib_write_bw's output:\n{client.stdout}")
+        if server is not None:
+            server.wait(timeout=60)
     finally:
-        if server.poll() is None:
+        if server is not None and server.poll() is None:
             server.kill()
             server.wait()
-    for line in client.stdout.splitlines():
-        f = line.split()
-        if len(f) >= 4 and f[0] == str(size) and re.fullmatch(r"[\d.]+", f[3]):
-            return float(f[3])
-    raise RuntimeError(f"no result in ib_write_bw's output:\n{client.stdout}")
+    return WORLD.bcast(mbps, root=0)
 
 
 class WriteLoop:
@@ -85,8 +99,11 @@ class WriteLoop:
         if self.rank == 0:
             src = self.probe.view(self.idx)[:size]
             t = time.perf_counter()
+            ticket = 0
             for i in range(iters):
-                self.probe.write(self.peer, src, self.remote, 0, i if i == iters - 1 else None)
+                ticket = self.probe.write(self.peer, src, self.remote, 0, i if i == iters - 1 else None)
+            if hasattr(self.probe, "wait_written"):  # (older cores waited in write)
+                self.probe.wait_written(self.peer, ticket)
             mbps = size * iters / (time.perf_counter() - t) / 1e6
         else:
             end = time.monotonic() + 300
@@ -116,11 +133,14 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--bytes-per-run", default="256M", help="each measurement moves about this much")
     ap.add_argument("--device", default=os.environ.get("RDMACOLL_IB_DEVICE", "rxe0").split(":")[0])
+    ap.add_argument(
+        "--peer-address", help="rank 1's address when the ranks are on two hosts (ib_write_bw's server runs there)"
+    )
     ap.add_argument("--gid-index", type=int, default=1, help="ib_write_bw -x (1: RoCE v2, IPv4 on rxe)")
     a = ap.parse_args()
     if WORLD.Get_size() != 2:
         raise SystemExit("run with 2 ranks: mpiexec -n 2 python benchmarks/ibverbs_vs_ib_write_bw.py")
-    if WORLD.Get_rank() == 0 and shutil.which("ib_write_bw") is None:
+    if shutil.which("ib_write_bw") is None:
         raise SystemExit("ib_write_bw not found (Debian: apt install perftest)")
     sizes = [rc._core.parse_size(s) for s in a.sizes.split(",")]
     total = rc._core.parse_size(a.bytes_per_run)
@@ -130,14 +150,12 @@ def main() -> None:
     for rnd in range(a.rounds):
         for size in sizes:
             iters = max(10, total // size)
-            if WORLD.Get_rank() == 0:
-                ib = ib_write_bw(a.device, a.gid_index, size, iters, 18515 + rnd % 50)
-            WORLD.Barrier()
-            rows[size]["ib"].append(WORLD.bcast(ib if WORLD.Get_rank() == 0 else None, root=0))
+            rows[size]["ib"].append(ib_write_bw(a.device, a.gid_index, size, iters, 18515 + rnd % 50, a.peer_address))
             rows[size]["loop"].append(loop.run(size, iters))
             rows[size]["ar"].append(allreduce_busbw(size, max(5, iters // 4)))
     if WORLD.Get_rank() == 0:
-        print(f"# {a.device}, 2 processes, medians of {a.rounds} interleaved rounds; MB/s = 10^6 bytes/s")
+        where = f"two hosts (rank 1 at {a.peer_address})" if a.peer_address else "one host"
+        print(f"# {a.device}, 2 processes on {where}, medians of {a.rounds} interleaved rounds; MB/s = 10^6 bytes/s")
         print(f"{'size':>9} {'ib_write_bw':>12} {'write loop':>11} {'ratio':>6} {'allreduce busbw':>16} {'ratio':>6}")
         for size in sizes:
             m = {k: statistics.median(v) for k, v in rows[size].items()}

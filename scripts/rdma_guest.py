@@ -54,8 +54,20 @@ PACKAGES = [
 ]
 # Debian builds these as modules; the guest has no modprobe, so the initramfs loads them
 # (with what `modprobe --show-depends` lists) in this order. crc32_generic: rxe needs
-# crc32, and without it `rdma link add` fails with "No such file or directory".
-MODULES = ["virtio_pci", "9pnet_virtio", "9p", "overlay", "virtio_net", "crc32_generic", "rdma_rxe", "veth", "bridge"]
+# crc32, and without it `rdma link add` fails with "No such file or directory". sch_netem:
+# the emulated NIC latency of `run --delay` (the host's kernel has no netem).
+MODULES = [
+    "virtio_pci",
+    "9pnet_virtio",
+    "9p",
+    "overlay",
+    "virtio_net",
+    "crc32_generic",
+    "rdma_rxe",
+    "veth",
+    "bridge",
+    "sch_netem",
+]
 DEFAULT_CACHE = Path(os.environ.get("RDMACOLL_GUEST_CACHE", "/var/cache/rdmacoll-guest"))
 
 INIT = r"""#!/bin/busybox sh
@@ -88,6 +100,12 @@ else
   hostname rdmacoll-guest; ip addr add 10.0.2.15/24 dev eth0
 fi
 ip link set eth0 up
+# GUEST_DELAY (run --delay): netem delays every packet this guest sends by that much, so a
+# round trip between two guests takes twice it on top of the emulated link's own
+if [ -n "$GUEST_DELAY" ] && ! tc qdisc add dev eth0 root netem delay "$GUEST_DELAY" limit 100000; then
+  echo "rdma_guest: netem delay $GUEST_DELAY failed" > /rdmacoll-out/output; echo 1 > /rdmacoll-out/rc
+  sync; echo o > /proc/sysrq-trigger; while :; do :; done
+fi
 wait_active() {  # device
   for i in $(seq 1 100); do
     grep -q ACTIVE /sys/class/infiniband/$1/ports/1/state 2>/dev/null && return 0
@@ -371,6 +389,7 @@ def main(argv=None) -> int:
     r.add_argument("--timeout", type=float, default=600)
     r.add_argument("--cpus", type=int, default=2)
     r.add_argument("--memory", default="2G")
+    r.add_argument("--delay", help="netem delay on each guest's link, e.g. 250us (an RTT of twice it)")
     r.add_argument("command", nargs=argparse.REMAINDER)
     args = ap.parse_args(argv)
     if args.what == "setup":
@@ -381,7 +400,8 @@ def main(argv=None) -> int:
     if not cmd:
         ap.error("run: no command")
     line = " ".join(shlex.quote(c) for c in cmd) if len(cmd) > 1 else cmd[0]
-    results = Guest(args.cache, args.cpus, args.memory).run_hosts([line] * args.hosts, timeout=args.timeout)
+    env = {"GUEST_DELAY": args.delay} if args.delay else None
+    results = Guest(args.cache, args.cpus, args.memory).run_hosts([line] * args.hosts, timeout=args.timeout, env=env)
     return max(rc for rc, _ in results)
 
 

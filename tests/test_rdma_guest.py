@@ -6,7 +6,8 @@ scripts/rdma_guest.py and runs there
   - two guests as two hosts (each its own kernel, /dev/shm and rxe device, joined by a
     network of their own), 2 ranks per host under one mpiexec: with
     RDMACOLL_TRANSPORT=auto a rank reaches its host peer by shm and the others by ibverbs,
-    hierarchical runs over ibverbs, and every result matches NumPy.
+    hierarchical runs over ibverbs, and every result matches NumPy; their link delays
+    each packet by 200 us more (netem), so that writes stay in flight longer.
 
 The guests' jobs run beside the host's tests: when pytest has collected, tests/conftest.py
 starts the selected ones here (start_beside), one after the other on a thread, their QEMU
@@ -114,6 +115,9 @@ def _two_hosts_job():
     # A normal run takes ~40 s: a stuck collective errors after RDMACOLL_TIMEOUT on every
     # rank, a stuck launch is killed at the guests' limit, with the output kept either way
     env = {
+        # netem on their link (scripts/rdma_guest.py): writes stay in flight longer, as on a
+        # real network (deferred completion, csrc/transport/transport.h)
+        "GUEST_DELAY": "200us",
         "RDMACOLL_TRANSPORT": "auto",
         "RDMACOLL_TUNING_FILE": "none",
         "PYTHONUNBUFFERED": "1",
