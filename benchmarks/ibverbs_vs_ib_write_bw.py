@@ -29,7 +29,6 @@ absolute numbers mean nothing; the ratios are the result.
 from __future__ import annotations
 
 import argparse
-import os
 import re
 import shutil
 import statistics
@@ -132,7 +131,7 @@ def main() -> None:
     ap.add_argument("--sizes", default="64K,1M,4M")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--bytes-per-run", default="256M", help="each measurement moves about this much")
-    ap.add_argument("--device", default=os.environ.get("RDMACOLL_IB_DEVICE", "rxe0").split(":")[0])
+    ap.add_argument("--device", default="rxe0", help="the device ib_write_bw uses (RDMACOLL_IB_HCA: rdmacoll's)")
     ap.add_argument(
         "--peer-address", help="rank 1's address when the ranks are on two hosts (ib_write_bw's server runs there)"
     )

@@ -32,6 +32,20 @@ def test_transports_exported():
         assert COMPILED, "the verbs headers are installed but this build has no ibverbs transport"
 
 
+# RDMACOLL_IB_HCA (NCCL_IB_HCA's grammar): (value, usable on the Soft-RoCE guest's one
+# device rxe0 with its one port, what the report says); bad values are refused anywhere
+HCA = [
+    ("", True, "rails: ACTIVE ports here: rxe0:1"),
+    ("=rxe0:1", True, "rails: ACTIVE ports RDMACOLL_IB_HCA==rxe0:1 allows: rxe0:1"),
+    ("rxe", True, "would use rxe0:1"),
+    ("^=rxe0:2", True, "would use rxe0:1"),
+    ("=rxe", False, "RDMACOLL_IB_HCA==rxe (named rxe) allows no port here"),
+    ("^rxe", False, "allows no port here"),
+    ("rxe0:2", False, "allows no port here"),
+]
+BAD_HCA = [("rxe0,=rxe1", "applies to the whole list"), ("rxe0:x", "bad port 'x'"), ("^", "names no device")]
+
+
 def test_probe_transport():
     assert _core.probe_transport("shm")[0] is True
     usable, lines = _core.probe_transport("bogus")
@@ -42,6 +56,15 @@ def test_probe_transport():
         assert any(c in lines[-1] for c in CAUSES), lines
     if COMPILED and usable:
         assert lines[-1].startswith("would use ")
+    if not COMPILED:
+        return
+    for spec, why in BAD_HCA:
+        ok, got = _core.probe_transport("ibverbs", {"ib_hca": spec})
+        assert not ok and why in got[-1], (spec, got)
+    if usable and any(line.startswith("rxe0:1 ACTIVE") for line in lines):  # the guest
+        for spec, want_usable, why in HCA:
+            ok, got = _core.probe_transport("ibverbs", {"ib_hca": spec})
+            assert ok == want_usable and any(why in line for line in got), (spec, got)
 
 
 @needs_ibverbs

@@ -283,9 +283,9 @@ def test_doctor_shows_the_device():
     out = subprocess.run([sys.executable, "-m", "rdmacoll", "doctor"], capture_output=True, text=True, timeout=120)
     text = out.stdout + out.stderr
     print(text)
-    dev = os.environ.get("RDMACOLL_IB_DEVICE", "").split(":")[0] or "rxe0"
+    dev = os.environ.get("RDMACOLL_IB_HCA", "").lstrip("^=").split(",")[0].split(":")[0] or "rxe0"
     assert re.search(r"ibverbs: usable", text), "doctor does not say ibverbs is usable"
-    for want in (dev, "ACTIVE", "Ethernet", "MTU", "GID"):
+    for want in (dev, "ACTIVE", "Ethernet", "MTU", "GID", "rails: ACTIVE ports"):
         assert want in text, f"doctor does not show {want!r}"
     assert re.search(r"GID.*::ffff:\d+\.\d+\.\d+\.\d+|GID.*RoCE v2", text), "no RoCE v2 GID shown"
 

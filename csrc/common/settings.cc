@@ -80,8 +80,11 @@ const std::vector<Setting> kTable = {
      "names (=eth0), excluded (^docker,lo); unset: the first that is up, lo/docker/virbr/veth ones "
      "only when nothing "
      "else is; IPv6 where it has no IPv4"},
-    {"ib_device", "RDMACOLL_IB_DEVICE", nullptr, Kind::kText, Scope::kRank, "", 0, kNone, 1, nullptr, Check::kNone,
-     "the RDMA device, `name` or `name:port` (unset: the first device with an active port)"},
+    {"ib_hca", "RDMACOLL_IB_HCA", "RDMACOLL_IB_DEVICE", Kind::kText, Scope::kRank, "", 0, kNone, 1, nullptr,
+     Check::kNone,
+     "which RDMA devices and ports to use, as NCCL_IB_HCA: prefixes (mlx5), exact names (=mlx5_0), "
+     "ports (mlx5_0:1,mlx5_1:1), excluded (^mlx5_1); the first ACTIVE port allowed is used (unset: "
+     "the first of any device)"},
     {"ib_gid_index", "RDMACOLL_IB_GID_INDEX", nullptr, Kind::kCount, Scope::kRank, "-1", -1, 65535, 1, nullptr,
      Check::kNone, "RoCE: the GID index (-1: the IPv4-mapped RoCE v2 GID)"},
     {"ib_max_message", "RDMACOLL_IB_MAX_MESSAGE", nullptr, Kind::kBytes, Scope::kRank, "0", 0, kNone, 1, nullptr,

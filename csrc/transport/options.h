@@ -13,7 +13,7 @@ namespace transport {
 struct Options {
   std::string transport;       // RDMACOLL_TRANSPORT: "auto" or one backend's name
   std::string socketIfname;    // RDMACOLL_SOCKET_IFNAME ("": choose)
-  std::string ibDevice;        // RDMACOLL_IB_DEVICE ("name" or "name:port"; "": choose)
+  std::string ibHca;           // RDMACOLL_IB_HCA (common/name_list.h's grammar with ports; "": any)
   int ibGidIndex = -1;         // RDMACOLL_IB_GID_INDEX (-1: choose)
   uint64_t ibMaxMessage = 0;   // RDMACOLL_IB_MAX_MESSAGE (0: the port's limit)
   std::string ibverbsLibrary;  // RDMACOLL_IBVERBS_LIBRARY ("": the default library)
@@ -22,7 +22,7 @@ struct Options {
     Options o;
     o.transport = v.text("transport");
     o.socketIfname = v.text("socket_ifname");
-    o.ibDevice = v.text("ib_device");
+    o.ibHca = v.text("ib_hca");
     o.ibGidIndex = static_cast<int>(v.count("ib_gid_index"));
     o.ibMaxMessage = v.bytes("ib_max_message");
     o.ibverbsLibrary = v.text("ibverbs_library");

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "common/name_list.h"
 #include "transport/ibverbs/diagnose.h"
 
 namespace rdmacoll {
@@ -16,6 +17,13 @@ namespace transport {
 namespace ibverbs {
 
 namespace {
+
+constexpr const char* kHcaSetting = "RDMACOLL_IB_HCA";
+
+NameList hcaList(const Options& options) {
+  return parseNameList(options.ibHca, "ibverbs: ", kHcaSetting, true, "device",
+                       "e.g. mlx5 for mlx5*, =mlx5_0:1,mlx5_1:1 for those ports, ^mlx5_1 to exclude");
+}
 
 const char* stateName(ibv_port_state s) {
   switch (s) {
@@ -97,8 +105,9 @@ const char* mtuText(ibv_mtu m) {
   }
 }
 
-// The lines probe() prints for one device.
-void describeDevice(const Verbs& v, ibv_device* dev, std::vector<std::string>* out) {
+// The lines probe() prints for one device; the ACTIVE ports `want` allows join *rails.
+void describeDevice(const Verbs& v, ibv_device* dev, const NameList& want, std::vector<std::string>* out,
+                    std::vector<std::string>* rails) {
   const std::string name = v.get_device_name(dev);
   ibv_context* ctx = v.open_device(dev);
   if (!ctx) {
@@ -115,6 +124,7 @@ void describeDevice(const Verbs& v, ibv_device* dev, std::vector<std::string>* o
     ibv_port_attr pa;
     if (v.queryPort(ctx, static_cast<uint8_t>(p), &pa) != 0) continue;
     const bool eth = pa.link_layer == IBV_LINK_LAYER_ETHERNET;
+    if (pa.state == IBV_PORT_ACTIVE && want.allows(name, p)) rails->push_back(name + ":" + std::to_string(p));
     out->push_back(name + ":" + std::to_string(p) + " " + stateName(pa.state) + ", " +
                    (eth ? "Ethernet (RoCE)" : "InfiniBand, LID " + std::to_string(pa.lid)) + ", active MTU " +
                    mtuText(pa.active_mtu));
@@ -133,7 +143,9 @@ void describeDevice(const Verbs& v, ibv_device* dev, std::vector<std::string>* o
 TransportReport probe(const Options& options) {
   TransportReport r;
   std::unique_ptr<Verbs> v;
+  NameList want;
   try {
+    want = hcaList(options);  // a bad setting first, whatever the host has
     v = loadVerbs(options.ibverbsLibrary);
   } catch (const Error& e) {
     r.lines.push_back(e.what());
@@ -142,10 +154,17 @@ TransportReport probe(const Options& options) {
   const uint64_t memlock = memlockLimit();
   r.lines.push_back("memlock limit (ulimit -l): " +
                     (memlock == UINT64_MAX ? std::string("unlimited") : std::to_string(memlock >> 10) + " KiB"));
+  std::vector<std::string> rails;
   {
     DeviceList dl{*v};
     dl.list = v->get_device_list(&dl.n);
-    for (int d = 0; dl.list && d < dl.n; ++d) describeDevice(*v, dl.list[d], &r.lines);
+    for (int d = 0; dl.list && d < dl.n; ++d) describeDevice(*v, dl.list[d], want, &r.lines, &rails);
+    std::string list;
+    for (const std::string& s : rails) list += (list.empty() ? "" : ", ") + s;
+    r.lines.push_back("rails: ACTIVE ports " +
+                      (want.set ? std::string(kHcaSetting) + "=" + options.ibHca + " allows" : std::string("here")) +
+                      ": " + (list.empty() ? "none" : list) +
+                      (rails.size() > 1 ? " (one is used: several rails per process are not built)" : ""));
   }
   try {
     PortChoice c = choosePort(*v, options);
@@ -168,6 +187,7 @@ std::string gidTypeOf(const ibv_device* dev, uint8_t port, int index) {
 }
 
 PortChoice choosePort(const Verbs& v, const Options& options) {
+  const NameList want = hcaList(options);  // a bad setting first, devices or not
   DeviceList dl{v};
   errno = 0;
   dl.list = v.get_device_list(&dl.n);
@@ -177,19 +197,12 @@ PortChoice choosePort(const Verbs& v, const Options& options) {
         unusable("no RDMA devices (the kernel supports RDMA but no NIC driver registered a device; "
                  "load the NIC's RDMA driver, or rdma_rxe / siw for software RDMA over Ethernet)"));
   }
-  const std::string& envDev = options.ibDevice;
-  std::string wantDev = envDev;
-  int wantPort = 0;
-  if (auto colon = wantDev.find(':'); colon != std::string::npos) {
-    wantPort = std::atoi(wantDev.c_str() + colon + 1);
-    wantDev.resize(colon);
-    if (wantPort <= 0 || wantPort > 255) throw Error("RDMACOLL_IB_DEVICE: bad port in '" + envDev + "'");
-  }
   std::string seen;  // "mlx5_0:1 DOWN, ..." for the error text
+  bool anyAllowed = false;
   for (int d = 0; d < dl.n; ++d) {
     const std::string name = v.get_device_name(dl.list[d]);
-    if (!wantDev.empty() && name != wantDev) {
-      seen += (seen.empty() ? "" : ", ") + name;
+    if (!want.allowsSomePortOf(name)) {
+      seen += (seen.empty() ? "" : ", ") + name + " (not allowed)";
       continue;
     }
     ibv_context* ctx = v.open_device(dl.list[d]);
@@ -204,9 +217,10 @@ PortChoice choosePort(const Verbs& v, const Options& options) {
       continue;
     }
     for (int p = 1; p <= da.phys_port_cnt; ++p) {
-      if (wantPort && p != wantPort) continue;
+      if (!want.allows(name, p)) continue;
       ibv_port_attr pa;
       if (v.queryPort(ctx, static_cast<uint8_t>(p), &pa) != 0) continue;
+      anyAllowed = true;
       seen += (seen.empty() ? "" : ", ") + name + ":" + std::to_string(p) + " " + stateName(pa.state);
       if (pa.state != IBV_PORT_ACTIVE) continue;
       PortChoice c;
@@ -244,9 +258,9 @@ PortChoice choosePort(const Verbs& v, const Options& options) {
     }
     v.close_device(ctx);
   }
-  if (!wantDev.empty() && seen.find(wantDev + ":") == std::string::npos) {
-    throw Error(
-        unusable("RDMACOLL_IB_DEVICE=" + std::string(envDev) + " matches no usable device (found: " + seen + ")"));
+  if (want.set && !anyAllowed) {
+    throw Error(unusable(std::string(kHcaSetting) + "=" + options.ibHca + " (" + want.describe() +
+                         ") allows no port here (found: " + seen + ")"));
   }
   throw Error(unusable("no ACTIVE port with a usable address on any RDMA device (" + seen +
                        "); check cabling and `ibv_devinfo`"));

@@ -1,7 +1,10 @@
 // Choosing the RDMA device, port and GID this process uses.
 //
-//   RDMACOLL_IB_DEVICE=mlx5_0 or mlx5_0:1   that device (and port); default: the first
-//                                           device with an ACTIVE port, its first one
+//   RDMACOLL_IB_HCA=mlx5_0:1,mlx5_1:1       NCCL_IB_HCA's grammar (common/name_list.h:
+//                                           prefixes, =exact, ^excluded, :port): the first
+//                                           ACTIVE port it allows, in the system's device
+//                                           order; default: the first ACTIVE port of any
+//                                           (RDMACOLL_IB_DEVICE, its former name, still works)
 //   RDMACOLL_IB_GID_INDEX=N                 RoCE: that GID; default: a RoCE v2 GID holding
 //                                           an IPv4 address, else any RoCE v2, else RoCE v1
 // Both are read from this process's own environment (device names differ between hosts;
@@ -34,7 +37,8 @@ struct PortChoice {
 PortChoice choosePort(const Verbs& v, const Options& options);
 
 // Everything this host offers: each device's ports (state, link layer, LID, MTU, GIDs
-// with their types), the memlock limit, and the port choosePort would take or why none.
+// with their types), the memlock limit, the rails (every ACTIVE port RDMACOLL_IB_HCA
+// allows), and the port choosePort would take or why none.
 TransportReport probe(const Options& options);
 
 // The GID type as sysfs reports it for (device, port, index): "IB/RoCE v1", "RoCE v2", or "".

@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "common/error.h"
+#include "common/name_list.h"
 
 namespace rdmacoll {
 namespace transport {
@@ -20,52 +21,12 @@ namespace {
 constexpr const char* kSetting = "RDMACOLL_SOCKET_IFNAME";
 constexpr const char* kSkipped = "lo/docker*/virbr*/veth*";
 
-// RDMACOLL_SOCKET_IFNAME parsed: ^ and = apply to the whole list, written once at its start.
-struct Rule {
-  bool set = false;
-  bool exclude = false;
-  bool exact = false;
-  std::vector<std::string> names;
-
-  bool matches(const std::string& name) const {
-    for (const std::string& n : names) {
-      if (exact ? name == n : name.compare(0, n.size(), n) == 0) return true;
-    }
-    return false;
-  }
-  bool allows(const std::string& name) const { return !set || (matches(name) != exclude); }
-};
-
-std::string trim(const std::string& s) {
-  size_t b = s.find_first_not_of(" \t"), e = s.find_last_not_of(" \t");
-  return b == std::string::npos ? std::string() : s.substr(b, e - b + 1);
-}
+// RDMACOLL_SOCKET_IFNAME (common/name_list.h's grammar)
+using Rule = NameList;
 
 Rule parseRule(const std::string& spec) {
-  Rule r;
-  std::string s = trim(spec);
-  if (s.empty()) return r;
-  r.set = true;
-  size_t i = 0;
-  if (s[i] == '^') r.exclude = true, ++i;
-  if (i < s.size() && s[i] == '=') r.exact = true, ++i;
-  while (i <= s.size()) {
-    size_t comma = s.find(',', i);
-    if (comma == std::string::npos) comma = s.size();
-    std::string item = trim(s.substr(i, comma - i));
-    if (!item.empty() && (item[0] == '^' || item[0] == '=')) {
-      throw Error(std::string("tcp: ") + kSetting + "=" + spec + ": '" + item.substr(0, 1) +
-                  "' applies to the whole list and is written once, at its start (e.g. "
-                  "^=docker0,lo or =eth0,eth1)");
-    }
-    if (!item.empty()) r.names.push_back(item);
-    i = comma + 1;
-  }
-  if (r.names.empty()) {
-    throw Error(std::string("tcp: ") + kSetting + "=" + spec +
-                " names no interface (e.g. eth for eth*, =eth0 for eth0 alone, ^docker,lo to exclude)");
-  }
-  return r;
+  return parseNameList(spec, "tcp: ", kSetting, false, "interface",
+                       "e.g. eth for eth*, =eth0 for eth0 alone, ^docker,lo to exclude");
 }
 
 bool startsWith(const std::string& s, const char* prefix) { return s.compare(0, std::strlen(prefix), prefix) == 0; }
@@ -199,7 +160,7 @@ InterfaceChoice chooseInterface(const std::vector<InterfaceEntry>& entries, cons
     if (rule.exclude) {
       allowed = excluded.empty() ? "excluded none of the interfaces here" : "excluded " + joined(excluded, ", ");
     } else {
-      allowed = rule.exact ? "named " + joined(rule.names, " or ") : "name starts with " + joined(rule.names, " or ");
+      allowed = rule.describe();
     }
     c.why = std::string(kSetting) + "=" + spec + ": " + allowed + "; " + pick;
   }
