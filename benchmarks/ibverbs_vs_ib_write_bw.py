@@ -43,11 +43,15 @@ import rdmacoll as rc
 WORLD = MPI.COMM_WORLD
 
 
-def ib_write_bw(device: str, gid_index: int, size: int, iters: int, port: int, peer: str | None) -> float:
+def ib_write_bw(
+    device: str, gid_index: int, size: int, iters: int, port: int, peer: str | None, both_ways: bool = False
+) -> float:
     """MB/s (10^6 bytes) that ib_write_bw reports as its average: server and client on rank
     0, or (peer: rank 1's address) the server on rank 1 and the client on rank 0. Every rank
     calls it; rank 0's result, broadcast."""
     args = ["ib_write_bw", "-d", device, "-x", str(gid_index), "-s", str(size), "-n", str(iters), "-F", "-p", str(port)]
+    if both_ways:
+        args.append("-b")
     rank = WORLD.Get_rank()
     server = None
     if rank == (0 if peer is None else 1):
@@ -135,6 +139,11 @@ def main() -> None:
     ap.add_argument(
         "--peer-address", help="rank 1's address when the ranks are on two hosts (ib_write_bw's server runs there)"
     )
+    ap.add_argument(
+        "--both-ways",
+        action="store_true",
+        help="also ib_write_bw -b (both directions at once, as an allreduce's two ranks send)",
+    )
     ap.add_argument("--gid-index", type=int, default=1, help="ib_write_bw -x (1: RoCE v2, IPv4 on rxe)")
     a = ap.parse_args()
     if WORLD.Get_size() != 2:
@@ -145,23 +154,30 @@ def main() -> None:
     total = rc._core.parse_size(a.bytes_per_run)
     rc.init({"transport": "ibverbs"})
     loop = WriteLoop(max(sizes))
-    rows: dict[int, dict[str, list[float]]] = {s: {"ib": [], "loop": [], "ar": []} for s in sizes}
+    rows: dict[int, dict[str, list[float]]] = {s: {"ib": [], "ibb": [], "loop": [], "ar": []} for s in sizes}
     for rnd in range(a.rounds):
         for size in sizes:
             iters = max(10, total // size)
             rows[size]["ib"].append(ib_write_bw(a.device, a.gid_index, size, iters, 18515 + rnd % 50, a.peer_address))
+            if a.both_ways:
+                port = 18575 + rnd % 50
+                rows[size]["ibb"].append(ib_write_bw(a.device, a.gid_index, size, iters, port, a.peer_address, True))
             rows[size]["loop"].append(loop.run(size, iters))
             rows[size]["ar"].append(allreduce_busbw(size, max(5, iters // 4)))
     if WORLD.Get_rank() == 0:
         where = f"two hosts (rank 1 at {a.peer_address})" if a.peer_address else "one host"
         print(f"# {a.device}, 2 processes on {where}, medians of {a.rounds} interleaved rounds; MB/s = 10^6 bytes/s")
-        print(f"{'size':>9} {'ib_write_bw':>12} {'write loop':>11} {'ratio':>6} {'allreduce busbw':>16} {'ratio':>6}")
+        head = f"{'size':>9} {'ib_write_bw':>12} {'write loop':>11} {'ratio':>6} {'allreduce busbw':>16} {'ratio':>6}"
+        print(head + (f" {'ib_write_bw -b':>15} {'allreduce / (-b / 2)':>21}" if a.both_ways else ""))
         for size in sizes:
-            m = {k: statistics.median(v) for k, v in rows[size].items()}
-            print(
+            m = {k: statistics.median(v) for k, v in rows[size].items() if v}
+            line = (
                 f"{size:>9} {m['ib']:>12.0f} {m['loop']:>11.0f} {m['loop'] / m['ib']:>6.2f} {m['ar']:>16.0f} "
                 f"{m['ar'] / m['ib']:>6.2f}"
             )
+            if a.both_ways:  # -b reports both directions together; each rank of the allreduce sends one way
+                line += f" {m['ibb']:>15.0f} {m['ar'] / (m['ibb'] / 2):>21.2f}"
+            print(line)
     rc.shutdown()
 
 
