@@ -64,6 +64,12 @@ HOROVOD_SWITCHES = {
 }
 
 
+# Former variables of settings whose grammar changed: read after the setting's own
+# variable, their value rewritten into the setting's grammar. RDMACOLL_IB_DEVICE named one
+# device exactly (`name` or `name:port`); RDMACOLL_IB_HCA matches prefixes unless `=`.
+FORMER_NAMES = {"RDMACOLL_IB_DEVICE": ("ib_hca", lambda text: "=" + text.strip())}
+
+
 def _switched_on(var: str, text: str) -> bool:
     try:
         return int(text.strip()) > 0
@@ -93,20 +99,23 @@ def resolve(env=None, config=None, scope=None) -> tuple[dict, dict]:
             continue
         text, source = given.get(name), "init(config=)"
         # the variable, then a Horovod switch that sets it (HOROVOD_STALL_CHECK_DISABLE
-        # overrides Horovod's times, as in Horovod), then the alias
+        # overrides Horovod's times, as in Horovod), then a former name, then the alias;
+        # each with what its value means in the setting's grammar (None: not set by it)
         candidates = (
-            [(row["env"], None)]
-            + [(var, sets[name]) for var, sets in HOROVOD_SWITCHES.items() if name in sets]
-            + [(row["alias"], None)]
+            [(row["env"], lambda t: t)]
+            + [
+                (var, lambda t, var=var, v=sets[name]: v if _switched_on(var, t) else None)
+                for var, sets in HOROVOD_SWITCHES.items()
+                if name in sets
+            ]
+            + [(var, rewrite) for var, (setting, rewrite) in FORMER_NAMES.items() if setting == name]
+            + [(row["alias"], lambda t: t)]
         )
-        for var, switched in candidates if text is None else ():
+        for var, meaning in candidates if text is None else ():
             if not var or not env.get(var, "").strip():
                 continue
-            if switched is None:
-                text, source = env[var], var
-                break
-            if _switched_on(var, env[var]):
-                text, source = switched, var
+            if (value := meaning(env[var])) is not None:
+                text, source = value, var
                 break
         if text is None:
             values[name], sources[name] = row["default"], "default"

@@ -195,3 +195,13 @@ def test_horovod_variables_without_meaning_here():
         "HOROVOD_GPU_OPERATIONS",
         "HOROVOD_TIMELINE_MARK_CYCLES",
     ]
+
+
+def test_former_ib_device_keeps_its_exact_meaning():
+    """RDMACOLL_IB_DEVICE=name[:port] (the setting's former variable) named one device
+    exactly; RDMACOLL_IB_HCA matches prefixes as NCCL_IB_HCA does, so the old value is read
+    as =name[:port], and the new variable wins when both are set."""
+    values, sources = _settings.resolve({"RDMACOLL_IB_DEVICE": "mlx5_1:1"}, scope="rank")
+    assert values["ib_hca"] == "=mlx5_1:1" and sources["ib_hca"] == "RDMACOLL_IB_DEVICE"
+    values, sources = _settings.resolve({"RDMACOLL_IB_DEVICE": "mlx5_1", "RDMACOLL_IB_HCA": "mlx5"}, scope="rank")
+    assert values["ib_hca"] == "mlx5" and sources["ib_hca"] == "RDMACOLL_IB_HCA"

@@ -147,6 +147,7 @@ void allreduceDirect(Communicator& c, Call& call) {
     throw;
   }
   std::memcpy(call.out, block->data, bytes);
+  prim::finishWrites(c);  // the block was a source of writes to peers: free before the pool has it back
   pool.release(block);
 }
 

@@ -34,6 +34,9 @@ void allreduceEager(Communicator& c, Call& call) {
     int q = (r + k) % p;
     in[q] = prim::recvEager(c, c.peer(q), call);
   }
+  // In place, the result lands where my payloads were sent from, and the peers' payloads
+  // prove nothing about mine: they must have left first (deferred completion).
+  if (call.out == call.in) prim::finishWrites(c);
   reduceN(call.dtype, call.op, call.out, in, p, call.count, call.scale);
 }
 

@@ -110,8 +110,10 @@ void releaseSlot(Communicator& c, Peer& from);
 // write left it. Every write here is tracked: a call's sources are free when it returns
 // (finishWrites); inside a call, memory sent from may be stored to again only once its
 // peer consumed it (its data came back, changed, through the peer) or after waitWritten.
-// The one place sources are reused within a call without that: staging, handed out for
-// sends by sendStaging, which rotates over the segments and waits for the one it gives.
+// Where sources are reused within a call without that: staging, handed out for sends by
+// sendStaging, which rotates over the segments and waits for the one it gives; aliased
+// pairwise exchanges (pairwise.cc) and eager in place, which wait themselves; a pool
+// block handed back inside a call (finishWrites first).
 void waitWritten(Peer& to, uint64_t ticket);
 // A staging segment (segmentBytes) to build a message in: free of earlier writes.
 void* sendStaging(Communicator& c);

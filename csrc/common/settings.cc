@@ -80,8 +80,7 @@ const std::vector<Setting> kTable = {
      "names (=eth0), excluded (^docker,lo); unset: the first that is up, lo/docker/virbr/veth ones "
      "only when nothing "
      "else is; IPv6 where it has no IPv4"},
-    {"ib_hca", "RDMACOLL_IB_HCA", "RDMACOLL_IB_DEVICE", Kind::kText, Scope::kRank, "", 0, kNone, 1, nullptr,
-     Check::kNone,
+    {"ib_hca", "RDMACOLL_IB_HCA", nullptr, Kind::kText, Scope::kRank, "", 0, kNone, 1, nullptr, Check::kNone,
      "which RDMA devices and ports to use, as NCCL_IB_HCA: prefixes (mlx5), exact names (=mlx5_0), "
      "ports (mlx5_0:1,mlx5_1:1), excluded (^mlx5_1); the first ACTIVE port allowed is used (unset: "
      "the first of any device)"},

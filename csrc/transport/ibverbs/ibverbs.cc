@@ -241,7 +241,7 @@ std::unique_ptr<Endpoint> IbvDevice::connect(int peer, const Bytes& peerAddress)
     throw Error("ibverbs: rank " + std::to_string(peer) + "'s port is " + ll(a.linkLayer) + ", this rank's (" +
                 portName_ + ") is " + ll(local_.linkLayer) +
                 ": they cannot reach each other; choose ports with "
-                "RDMACOLL_IB_DEVICE");
+                "RDMACOLL_IB_HCA");
   }
   qps_[peer]->connect(local_, a, rank_);
   connected_[peer] = true;

@@ -4,7 +4,8 @@
 //                                           prefixes, =exact, ^excluded, :port): the first
 //                                           ACTIVE port it allows, in the system's device
 //                                           order; default: the first ACTIVE port of any
-//                                           (RDMACOLL_IB_DEVICE, its former name, still works)
+//                                           (RDMACOLL_IB_DEVICE=name, its former name, is
+//                                           read as =name: rdmacoll/_settings.py)
 //   RDMACOLL_IB_GID_INDEX=N                 RoCE: that GID; default: a RoCE v2 GID holding
 //                                           an IPv4 address, else any RoCE v2, else RoCE v1
 // Both are read from this process's own environment (device names differ between hosts;
