@@ -366,6 +366,7 @@ class Communicator {
   uint64_t publishedSeq_ = 0;                                     // last seq pushed to the peers' submitted words
   uint64_t beats_ = 0;                                            // my heartbeat
   std::chrono::steady_clock::time_point lastBeat_{};              // when I last bumped it
+  std::chrono::steady_clock::time_point contendedUntil_{};        // waits are patient until then (wait.cc)
   std::vector<uint64_t> beatSeen_;                                // each rank's, as last read
   std::vector<std::chrono::steady_clock::time_point> beatSince_;  // when it last changed
   mutable std::string broken_;                   // set once the communicator aborted: every later call raises it
