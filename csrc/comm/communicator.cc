@@ -95,7 +95,8 @@ void Communicator::setUp(int localSize) {
   pollMicros_ = device.pollMicros();
   checkSetupMemory(localSize);
   ctrl_ = device.allocate(ctrlLayout_.total());
-  staging_ = device.allocate(std::max(2, size_) * protocol_.segmentBytes);
+  staging_ = device.allocate(stagingSegments() * protocol_.segmentBytes);
+  stagedWrites_.assign(static_cast<size_t>(stagingSegments()), StagedWrite{});
   peers_.resize(size_);
 }
 

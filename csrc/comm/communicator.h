@@ -162,7 +162,8 @@ class Communicator {
   Peer& peer(int r) { return peers_[r]; }
   char* ctrl() const { return static_cast<char*>(ctrl_->data()); }
   std::atomic<uint64_t>& word(size_t off) const { return *reinterpret_cast<std::atomic<uint64_t>*>(ctrl() + off); }
-  // Staging segments for reads of peer memory: max(2, size) of segmentBytes each.
+  // Staging segments, max(2, size) of segmentBytes each: reads of peer memory land there,
+  // and messages are built there to be sent (prim::sendStaging).
   void* staging(int i) const { return static_cast<char*>(staging_->data()) + i * protocol_.segmentBytes; }
   int stagingSegments() const { return std::max(2, size_); }
   // Which staging segment p lies in, or -1.
@@ -174,7 +175,8 @@ class Communicator {
   }
   // Deferred completion (transport.h): the writes of the current call whose sources the
   // transport may still read, per peer (Peer::unwritten) and per staging segment sent
-  // from. comm/primitives.h keeps them (prim::sendStaging, prim::finishWrites).
+  // from (one entry per segment, made with them). comm/primitives.h keeps them
+  // (prim::sendStaging, prim::finishWrites).
   struct StagedWrite {
     int peer = -1;
     uint64_t ticket = 0;

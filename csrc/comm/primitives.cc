@@ -19,11 +19,7 @@ void track(Communicator& c, Peer& to, const void* src, uint64_t ticket) {
   if (to.unwritten == 0) c.unwrittenPeers().push_back(to.rank);
   to.unwritten = ticket;
   const int s = c.stagingIndexOf(src);
-  if (s >= 0) {
-    auto& staged = c.stagedWrites();
-    if (staged.empty()) staged.resize(static_cast<size_t>(c.stagingSegments()));
-    staged[static_cast<size_t>(s)] = {to.rank, ticket};
-  }
+  if (s >= 0) c.stagedWrites()[static_cast<size_t>(s)] = {to.rank, ticket};
 }
 
 [[noreturn]] void protocolError(Communicator& c, Peer& from, uint32_t got, uint32_t want, const Call& call) {
@@ -280,9 +276,8 @@ void* sendStaging(Communicator& c) {
   int& next = c.nextSendStaging();
   const int s = next;
   next = (next + 1) % n;
-  auto& staged = c.stagedWrites();
-  if (!staged.empty() && staged[static_cast<size_t>(s)].ticket != 0) {
-    Communicator::StagedWrite& w = staged[static_cast<size_t>(s)];
+  Communicator::StagedWrite& w = c.stagedWrites()[static_cast<size_t>(s)];
+  if (w.ticket != 0) {
     PhaseScope phase(c.timeline(), Timeline::kTransfer);
     waitWritten(c.peer(w.peer), w.ticket);
     w = {};

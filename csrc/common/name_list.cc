@@ -13,12 +13,16 @@ std::string trim(const std::string& s) {
   return b == std::string::npos ? std::string() : s.substr(b, e - b + 1);
 }
 
+// Whether `item` names `name`: equal (exact) or a prefix of it.
+bool names(const NameList::Item& item, const std::string& name, bool exact) {
+  return exact ? name == item.name : name.compare(0, item.name.size(), item.name) == 0;
+}
+
 }  // namespace
 
 bool NameList::matches(const std::string& name, int port) const {
   for (const Item& it : items) {
-    const bool named = exact ? name == it.name : name.compare(0, it.name.size(), it.name) == 0;
-    if (named && (it.port == 0 || port == 0 || it.port == port)) return true;
+    if (names(it, name, exact) && (it.port == 0 || port == 0 || it.port == port)) return true;
   }
   return false;
 }
@@ -27,8 +31,7 @@ bool NameList::allowsSomePortOf(const std::string& name) const {
   if (!set) return true;
   if (!exclude) return matches(name);
   for (const Item& it : items) {
-    const bool named = exact ? name == it.name : name.compare(0, it.name.size(), it.name) == 0;
-    if (named && it.port == 0) return false;
+    if (names(it, name, exact) && it.port == 0) return false;  // excluded whole
   }
   return true;
 }

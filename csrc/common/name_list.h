@@ -34,7 +34,7 @@ struct NameList {
 };
 
 // Parses spec, the value of `setting` (named in errors, which are rdmacoll::Error with
-// `who` before them: "tcp: "); `ports`: items may carry `:port` (1-255). `noun` is what
+// `who`, the caller's prefix, before them); `ports`: items may carry `:port` (1-255). `noun` is what
 // the names name ("interface"), `example` shows the grammar in errors.
 NameList parseNameList(const std::string& spec, const char* who, const char* setting, bool ports, const char* noun,
                        const char* example);
