@@ -146,6 +146,7 @@ class Guest:
         self._lock = threading.Lock()
         self._live: list[subprocess.Popen] = []
         self._stopped = False
+        self.cpu_seconds = 0.0  # CPU time of every QEMU run so far (its threads: the vCPUs and I/O)
 
     def stop(self) -> None:
         with self._lock:
@@ -335,10 +336,12 @@ class Guest:
             deadline = time.monotonic() + timeout + 120  # boot and shutdown around the command's own limit
             for p in procs:
                 try:
-                    p.wait(timeout=max(1, deadline - time.monotonic()))
+                    cpu = _reap(p, deadline)
                 except subprocess.TimeoutExpired:
                     p.kill()
-                    p.wait()
+                    cpu = _reap(p, None)
+                with self._lock:
+                    self.cpu_seconds += cpu
             for t in readers:
                 t.join(timeout=10)
             results = []
@@ -357,6 +360,29 @@ class Guest:
                 self._live = [p for p in self._live if p not in procs]
             for out in outs:
                 shutil.rmtree(out, ignore_errors=True)
+
+
+def _reap(p: subprocess.Popen, deadline: float | None) -> float:
+    """Wait for p to exit (until `deadline`, time.monotonic(); subprocess.TimeoutExpired
+    then), reap it and return the CPU seconds it used: read from /proc while it is a zombie,
+    so that a test run can tell the guests' share of the CPU from its own (its reaped children
+    count both). 0 where the run's end reaped it first (Guest.stop)."""
+    while True:
+        try:
+            if os.waitid(os.P_PID, p.pid, os.WEXITED | os.WNOWAIT | os.WNOHANG) is not None:
+                break
+        except ChildProcessError:
+            return 0.0
+        if deadline is not None and time.monotonic() > deadline:
+            raise subprocess.TimeoutExpired(p.args, 0)
+        time.sleep(0.2)
+    try:
+        fields = Path(f"/proc/{p.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        cpu = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
+    except (OSError, IndexError, ValueError):
+        cpu = 0.0
+    p.wait()
+    return cpu
 
 
 def _pump(stream, lines: list[str], prefix: str | None) -> None:

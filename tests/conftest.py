@@ -13,6 +13,8 @@ import os
 import sys
 import sysconfig
 
+import pytest
+
 TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(TESTS_DIR)
 HOOKS = "_rdmacoll_testing"
@@ -22,6 +24,13 @@ if TESTS_DIR not in sys.path:
 import gc_tuning  # noqa: E402
 
 gc_tuning.tune()
+
+# Byte code: the README's test install is `pip install --no-compile`, so what the tests
+# import is compiled at its first import and kept: this process and every one it starts
+# write it, whatever the environment says (with PYTHONDONTWRITEBYTECODE, as on this project's
+# machines, every rank would compile torch from source: 2-3 s more per process).
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+sys.dont_write_bytecode = False
 
 try:
     import rdmacoll._core  # noqa: F401
@@ -85,6 +94,26 @@ def pytest_sessionfinish(session, exitstatus):
         module.stop()
 
 
+def _guest_cpu():
+    return sum(module.cpu_seconds() for module in _guest_module)
+
+
+_CPU: dict = {}  # nodeid -> CPU seconds of this process and the processes it reaped in the test
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """CPU time per test (setup, call, teardown): this process's and its reaped children's
+    (the ranks, launchers and tools a test starts), less the guests' QEMU, which runs beside
+    (its own line in the summary). On CI's 2 busy cores CPU, not wall time, is what a test
+    costs the run."""
+    t0, g0 = os.times(), _guest_cpu()
+    yield
+    t1 = os.times()
+    spent = sum(t1[i] - t0[i] for i in range(4)) - (_guest_cpu() - g0)
+    _CPU[item.nodeid] = spent
+
+
 def pytest_runtest_logreport(report):
     _SPENT["guest" if report.nodeid.startswith(GUEST_TESTS) else "host"] += report.duration
 
@@ -97,3 +126,9 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         "(setup, call and teardown of each test)"
         + (f"; the guest's jobs, beside the host's tests: {beside}" if beside else "")
     )
+    if _CPU:
+        guest = f", the Soft-RoCE guests' QEMU {_guest_cpu():.0f} s" if _guest_module else ""
+        terminalreporter.write_line(f"CPU time: host tests and their processes {sum(_CPU.values()):.0f} s{guest}")
+        terminalreporter.write_sep("=", "25 tests using the most CPU (with their processes)")
+        for nodeid, cpu in sorted(_CPU.items(), key=lambda kv: -kv[1])[:25]:
+            terminalreporter.write_line(f"{cpu:7.2f}s  {nodeid}")

@@ -113,7 +113,6 @@ def _launcher_command(nranks, script: Path, args, extra) -> list[str]:
 def _launch_env(env) -> dict:
     base = {k: v for k, v in os.environ.items() if not k.startswith("RDMACOLL_")}
     base["PYTHONUNBUFFERED"] = "1"
-    base["PYTHONDONTWRITEBYTECODE"] = "1"
     # A tuning file in the user's cache would change which algorithms the tests see;
     # tests that want one set RDMACOLL_TUNING_FILE themselves.
     base["RDMACOLL_TUNING_FILE"] = "none"

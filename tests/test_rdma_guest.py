@@ -22,6 +22,8 @@ scripts/rdma_guest.py setup`, which .ci/run does), saying why. RDMACOLL_RDMA_MAT
 runs test_rdma.py's full matrix in the guest (about 15 minutes under emulation; CI runs
 "ci")."""
 
+import compileall
+import importlib.util
 import os
 import re
 import shlex
@@ -159,7 +161,37 @@ _cv = threading.Condition()
 _started: set = set()
 
 
+# What the guests' Python imports from this environment, which they read through 9p: its
+# byte code is compiled here before the first boot (the README's test install is `pip install
+# --no-compile`; the guests would compile it under emulation, each boot anew, into an overlay
+# that goes with it)
+GUEST_IMPORTS = (
+    "numpy",
+    "mpi4py",
+    "pytest",
+    "_pytest",
+    "pluggy",
+    "iniconfig",
+    "packaging",
+    "pytest_timeout",
+    "rdmacoll",
+)
+
+
+def _compile_for_guests():
+    for name in GUEST_IMPORTS:
+        spec = importlib.util.find_spec(name)
+        if spec is None or not spec.origin:
+            continue
+        if spec.submodule_search_locations:
+            for where in spec.submodule_search_locations:
+                compileall.compile_dir(where, quiet=1, rx=re.compile(r"[/\\]tests?[/\\]"))
+        else:
+            compileall.compile_file(spec.origin, quiet=1)
+
+
 def _run_jobs(names):
+    _compile_for_guests()
     for name in names:
         t0 = time.monotonic()
         try:
@@ -184,6 +216,12 @@ def start_beside(test_names):
 def stop():
     """At the run's end (tests/conftest.py): kill guests still running (an interrupted run)."""
     GUEST.stop()
+
+
+def cpu_seconds():
+    """CPU seconds the guests' QEMU used so far (conftest's summary keeps it apart from the
+    host tests', whose reaped children it would otherwise join)."""
+    return GUEST.cpu_seconds
 
 
 def spent():
