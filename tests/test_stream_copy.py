@@ -1,5 +1,7 @@
-"""The core's streaming copy (reduce/stream_copy.h), in process: bytes equal to the source
-for every size around the threshold and every alignment, overlapping views, and the
+"""The core's streaming copy (common/stream_copy.h), in process: bytes equal to the source
+for every size around the threshold and every alignment (and at every size with
+always=True: streamStore, which the same-host transport uses for writes into a peer's
+mapping when plain ones measure slow), overlapping views, and the
 errors of a bad destination; and the torch adapter's copy_into that uses it."""
 
 import numpy as np
@@ -12,13 +14,14 @@ MIN = _core.STREAM_COPY_MIN_BYTES
 
 @pytest.mark.parametrize("nbytes", [0, 1, 63, 64, 4097, MIN - 1, MIN, MIN + 1, MIN + 63, 3 * MIN + 17])
 @pytest.mark.parametrize("dst_off,src_off", [(0, 0), (1, 0), (0, 5), (33, 7), (63, 63)])
-def test_bytes_equal_source(nbytes, dst_off, src_off):
+@pytest.mark.parametrize("always", [False, True])
+def test_bytes_equal_source(nbytes, dst_off, src_off, always):
     rng = np.random.default_rng(nbytes + dst_off)
     src_buf = rng.integers(0, 256, nbytes + src_off, dtype=np.uint8)
     dst_buf = np.full(nbytes + dst_off + 64, 0xAB, np.uint8)
     src = src_buf[src_off:]
     dst = dst_buf[dst_off : dst_off + nbytes]
-    _core.stream_copy(dst, src)
+    _core.stream_copy(dst, src, always=always)
     assert np.array_equal(dst, src)
     # nothing written before or after the destination
     assert (dst_buf[:dst_off] == 0xAB).all() and (dst_buf[dst_off + nbytes :] == 0xAB).all()

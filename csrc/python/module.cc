@@ -12,7 +12,7 @@
 #include "common/types.h"
 #include "python/arrays.h"
 #include "python/bindings.h"
-#include "reduce/stream_copy.h"
+#include "common/stream_copy.h"
 
 namespace py = pybind11;
 using namespace rdmacoll;
@@ -58,7 +58,7 @@ PYBIND11_MODULE(_core, m) {
 
   m.def(
       "stream_copy",
-      [](py::handle dst, py::handle src) {
+      [](py::handle dst, py::handle src, bool always) {
         py::array in = contiguousInput(src, "src");
         py::array out = asArray(dst, "dst");
         checkOut(in, out);
@@ -69,13 +69,16 @@ PYBIND11_MODULE(_core, m) {
         py::gil_scoped_release nogil;
         if (dc < sc + bytes && sc < dc + bytes) {
           std::memmove(d, s, bytes);  // overlapping views of one buffer
+        } else if (always) {
+          streamStore(d, s, bytes);
         } else {
           streamCopy(d, s, bytes);
         }
       },
-      py::arg("dst"), py::arg("src"),
+      py::arg("dst"), py::arg("src"), py::arg("always") = false,
       "dst[...] = src for contiguous arrays of one shape and dtype, with non-temporal stores "
-      "from 1 MiB on (reduce/stream_copy.h): for data the next reader will not find in cache.");
+      "from 1 MiB on (always=True: at every size; common/stream_copy.h): for data the next "
+      "reader will not find in cache.");
   m.attr("STREAM_COPY_MIN_BYTES") = kStreamCopyMinBytes;
 
   bindSettings(m);

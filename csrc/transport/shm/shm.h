@@ -7,6 +7,17 @@
 //   [Header: doorbell, sleepers][Ring for immediates from rank 0][... from rank size-1]
 // A ring holds kRingEntries 64-bit entries ((k+1) << 32 | imm for the k-th immediate) and
 // the consumer's count `head`, which producers read to avoid overwriting.
+//
+// Writes into a peer's mapping by measurement (copyIntoMapping): a plain copy takes every
+// destination line from the cache that holds it, and when that is a core far away (another
+// L3 domain: another socket, or another CCX of a VM's vCPUs, which move between launches)
+// a slot the peer has just read costs ~35 ns a line: a 256 KiB slot message took 146-150
+// us instead of 10-12 in about a third of the launches here (2-core EPYC VM), and the
+// in-place NumPy allreduce of 1-16 MiB (direct>ring_slots) 7-8x its usual time. Non-temporal
+// stores skip taking the lines, at the price of the reader's miss (4 MiB: ~500 us against
+// ~350 when the cores are close). So a copy of kMeasuredCopyBytes or more is timed: two in
+// a row slower than kSlowBytesPerNs turn the next kStreamedCopies to this peer into
+// non-temporal stores, after which plain ones are timed again.
 #pragma once
 #include <sys/types.h>
 
@@ -70,6 +81,7 @@ class ShmEndpoint : public Endpoint {
   void wakePeer();
   void checkBounds(const RemoteMemory& m, size_t off, size_t len, const char* what) const;
   void cmaTransfer(const RemoteMemory& m, size_t off, void* local, size_t len, bool toPeer);
+  void copyIntoMapping(char* dst, const void* src, size_t len);
 
   ShmDevice* dev_;
   int peer_;
@@ -84,6 +96,8 @@ class ShmEndpoint : public Endpoint {
   uint64_t headSeen_ = 0;                         // the consumer's head when last read (it only grows)
   uint64_t received_ = 0;                         // immediates consumed from inRing_
   std::unordered_map<uint64_t, Segment> mapped_;  // peer segment id -> my mapping
+  int streamedLeft_ = 0;                          // copies into the peer's mappings still streamed
+  int slowCopies_ = 0;                            // plain ones measured slow in a row
 };
 
 class ShmDevice : public Device {

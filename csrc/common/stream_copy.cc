@@ -1,5 +1,6 @@
-#include "reduce/stream_copy.h"
+#include "common/stream_copy.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 
@@ -13,7 +14,7 @@ namespace {
 
 #if defined(__x86_64__)
 __attribute__((target("avx2"))) void streamAvx2(char* d, const char* s, size_t bytes) {
-  size_t head = (64 - (reinterpret_cast<uintptr_t>(d) & 63)) & 63;  // to a cache line
+  size_t head = std::min(bytes, (64 - (reinterpret_cast<uintptr_t>(d) & 63)) & 63);  // to a cache line
   std::memcpy(d, s, head);
   d += head, s += head, bytes -= head;
   size_t i = 0;
@@ -36,8 +37,16 @@ bool hasAvx2() {
 }  // namespace
 
 void streamCopy(void* dst, const void* src, size_t bytes) {
+  if (bytes >= kStreamCopyMinBytes) {
+    streamStore(dst, src, bytes);
+  } else {
+    std::memcpy(dst, src, bytes);
+  }
+}
+
+void streamStore(void* dst, const void* src, size_t bytes) {
 #if defined(__x86_64__)
-  if (bytes >= kStreamCopyMinBytes && hasAvx2()) {
+  if (hasAvx2()) {
     streamAvx2(static_cast<char*>(dst), static_cast<const char*>(src), bytes);
     return;
   }

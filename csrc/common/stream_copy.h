@@ -17,4 +17,9 @@ constexpr size_t kStreamCopyMinBytes = 1 << 20;
 
 void streamCopy(void* dst, const void* src, size_t bytes);
 
+// The same non-temporal stores at any size (memcpy without AVX2): for a copy into lines
+// that another core holds, where taking each line from it costs more than the reader's
+// miss (the same-host transport's writes into a peer's mapping, by measurement).
+void streamStore(void* dst, const void* src, size_t bytes);
+
 }  // namespace rdmacoll
