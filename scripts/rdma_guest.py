@@ -367,14 +367,16 @@ def _reap(p: subprocess.Popen, deadline: float | None) -> float:
     then), reap it and return the CPU seconds it used: read from /proc while it is a zombie,
     so that a test run can tell the guests' share of the CPU from its own (its reaped children
     count both). 0 where the run's end reaped it first (Guest.stop)."""
+    if p.returncode is not None:
+        return 0.0
     while True:
         try:
             if os.waitid(os.P_PID, p.pid, os.WEXITED | os.WNOWAIT | os.WNOHANG) is not None:
                 break
         except ChildProcessError:
             return 0.0
-        if deadline is not None and time.monotonic() > deadline:
-            raise subprocess.TimeoutExpired(p.args, 0)
+        if deadline is not None and time.monotonic() > deadline + 1:
+            raise subprocess.TimeoutExpired(p.args, 0)  # (caught by the caller, who kills it)
         time.sleep(0.2)
     try:
         fields = Path(f"/proc/{p.pid}/stat").read_text().rsplit(")", 1)[1].split()
