@@ -255,7 +255,7 @@ void ShmEndpoint::cmaTransfer(const RemoteMemory& m, size_t off, void* local, si
 
 namespace {
 constexpr size_t kMeasuredCopyBytes = 64 << 10;  // shorter copies: memcpy (a clock read costs ~25 ns)
-constexpr double kSlowBytesPerNs = 4;            // 4 GB/s: near ~23 GB/s, far ~1.7 (shm.h)
+constexpr double kSlowBytesPerNs = 4;            // 4 GB/s: near ~23 GB/s, far ~1.7 (docs/transports.md)
 constexpr int kStreamedCopies = 64;
 }  // namespace
 

@@ -9,15 +9,12 @@
 // the consumer's count `head`, which producers read to avoid overwriting.
 //
 // Writes into a peer's mapping by measurement (copyIntoMapping): a plain copy takes every
-// destination line from the cache that holds it, and when that is a core far away (another
-// L3 domain: another socket, or another CCX of a VM's vCPUs, which move between launches)
-// a slot the peer has just read costs ~35 ns a line: a 256 KiB slot message took 146-150
-// us instead of 10-12 in about a third of the launches here (2-core EPYC VM), and the
-// in-place NumPy allreduce of 1-16 MiB (direct>ring_slots) 7-8x its usual time. Non-temporal
-// stores skip taking the lines, at the price of the reader's miss (4 MiB: ~500 us against
-// ~350 when the cores are close). So a copy of kMeasuredCopyBytes or more is timed: two in
-// a row slower than kSlowBytesPerNs turn the next kStreamedCopies to this peer into
-// non-temporal stores, after which plain ones are timed again.
+// destination line from the cache that holds it, which is slow when that is a far core
+// (another L3 domain: another socket, or another CCX of a VM's vCPUs) and the peer has just
+// read the lines (a slot); non-temporal stores skip taking them, at the price of the
+// reader's miss. So a copy of kMeasuredCopyBytes or more is timed: two in a row slower
+// than kSlowBytesPerNs turn the next kStreamedCopies to this peer into non-temporal
+// stores, after which plain ones are timed again. Measured: docs/transports.md, "shm".
 #pragma once
 #include <sys/types.h>
 
