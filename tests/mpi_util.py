@@ -39,6 +39,12 @@ RECORD_PREFIX = "@@rc "
 # how long a rank may take to finish exiting after its launcher ended before it counts as
 # left running (under emulation a rank closing an RDMA device takes a while)
 LEFTOVER_GRACE_S = 10.0
+# Every limit here is a guard against hangs, never a speed check. Where a test's CPU is not
+# its own it stretches them: the Soft-RoCE guest's QEMU runs under SCHED_IDLE beside the
+# host's suite and gets only what that leaves idle (its launches ran 4x slower than alone
+# in a CI run, and a 120 s wait for a loop to start ran out); tests/test_rdma_guest.py
+# sets this there.
+TIME_SCALE = float(os.environ.get("TESTS_TIME_SCALE", "1"))
 
 
 def parse_record(line) -> dict | None:
@@ -304,7 +310,7 @@ class Launch:
             command(script) if command is not None else _launcher_command(nranks, script, args, extra_launcher_args)
         )
         self.env = _launch_env(env)
-        self.timeout = timeout
+        self.timeout = timeout * TIME_SCALE
         self.lines: list[Line] = []
         self.tracked: dict[int, int] = {}
         self._cond = threading.Condition()
@@ -375,7 +381,8 @@ class Launch:
 
     def wait_record(self, timeout=None, **match) -> dict:
         """Block until a record with these fields appears; kill and fail if none does."""
-        end = min(self.deadline, time.monotonic() + (timeout or self.timeout))
+        limit = timeout * TIME_SCALE if timeout else self.timeout
+        end = min(self.deadline, time.monotonic() + limit)
         seen = 0
         while True:
             with self._cond:
@@ -390,7 +397,7 @@ class Launch:
             if ended:
                 self._abort(f"ended before any rank reported {match}")
             if time.monotonic() > end:
-                self._abort(f"had no rank report {match} within {timeout or self.timeout} s")
+                self._abort(f"had no rank report {match} within {limit:.0f} s")
             with self._cond:
                 if seen == len(self.lines):
                     self._cond.wait(0.1)
@@ -403,7 +410,7 @@ class Launch:
         except subprocess.TimeoutExpired:
             timed_out = True
         if timed_out:
-            self._abort(f"timed out after {self.timeout} s")
+            self._abort(f"timed out after {self.timeout:.0f} s")
         # Anything of ours still running after the launcher exited is a leak: report it
         # to the test (leftovers), then kill it so it cannot disturb later tests (nor
         # keep the output pipes open).
@@ -553,7 +560,8 @@ def run_launcher(launcher_argv, script_path, args=(), env=None, timeout=120) -> 
 
 def run_command(cmd, env, cwd, timeout) -> tuple[int, str, str, bool]:
     """cmd in a session of its own, killed with all it started (and only that) past the
-    timeout: (exit status, stdout, stderr, whether it timed out)."""
+    timeout (stretched by TIME_SCALE): (exit status, stdout, stderr, whether it timed out)."""
+    timeout *= TIME_SCALE
     proc = subprocess.Popen(
         cmd,
         cwd=cwd,
@@ -609,7 +617,7 @@ def run_python(script_path, args=(), env=None, timeout=120) -> Result:
     lines = [Line(now, "out", t) for t in out.splitlines()] + [Line(now, "err", t) for t in err.splitlines()]
     res = Result(cmd, returncode, lines)
     if timed_out:
-        res.fail(f"process timed out after {timeout} s; killed it")
+        res.fail(f"process timed out after {timeout * TIME_SCALE:.0f} s; killed it")
     return res
 
 
