@@ -133,7 +133,9 @@ def _two_hosts_job():
         "RDMACOLL_TIMEOUT": "120",
         "UCX_TLS": "tcp,self,sm",
     } | NO_BLAS_POOL
+    first = ""  # what the guests printed last in a first attempt that never started
     for attempt in (1, 2):
+        t0 = time.monotonic()
         results = GUEST.run_hosts([launch, launch], timeout=240, env=env, echo=False)
         now = time.time()
         res = Result(
@@ -142,7 +144,11 @@ def _two_hosts_job():
             [Line(now, "out", text) for _, out in results for text in out.splitlines()],
         )
         if res.select(kind="where") or attempt == 2:
-            return res, attempt
+            return res, attempt, first
+        first = f"after {time.monotonic() - t0:.0f} s; " + "; ".join(
+            f"rchost{i} status {rc}, last lines: " + " | ".join(out.splitlines()[-8:])
+            for i, (rc, out) in enumerate(results)
+        )
         # No rank reached init(): the two emulated machines did not get the job started
         # (hydra's proxy across them; once in ~13 runs here, output lost to a timeout then).
         # Once more; a job that started and failed is never run again.
@@ -150,9 +156,12 @@ def _two_hosts_job():
 
 @pytest.mark.timeout(2400)  # the suite's limit and twice the guests' own below, boot and power-off included
 def test_two_hosts_shm_inside_verbs_across():
-    (res, attempts), _ = _result("two hosts")
+    (res, attempts, first), _ = _result("two hosts")
     if attempts > 1:
-        warnings.warn("two guests: the first job never started (no rank reached init()); it ran twice", stacklevel=1)
+        warnings.warn(
+            f"two guests: the first job never started (no rank reached init()); it ran twice. The first: {first}",
+            stacklevel=1,
+        )
     cases = check_across_hosts(res, 2, 2, "ibverbs", ALGOS)
     print(f"two hosts: {len(cases)} cases right; ranks reach their host peer by shm, the others by ibverbs")
 
