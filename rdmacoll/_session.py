@@ -159,6 +159,11 @@ class Session:
             addresses = exchange(sub.address() if sub is not None else None)
             if sub is not None:
                 sub.connect(addresses)
+                # Every member has reached every other's memory before any may close its own:
+                # a member whose first call fails at once (a mismatch) would otherwise close
+                # its region while a slower one still connects to it, which then fails with
+                # "cannot reach peer memory" instead of the job's error.
+                sub.barrier()
         except BaseException:
             if sub is not None:
                 sub.close()
