@@ -147,6 +147,15 @@ class Communicator {
   // Where the core's messages go (common/log.h); a sub-communicator shares its world's,
   // so its lines carry the world rank.
   const Log& log() const { return *log_; }
+  // join (hvd.join(), comm/join.cc). markJoined: this rank entered join for the
+  // `episode`th time (1, 2, ...): every peer learns it. awaitCall: wait until the first
+  // message of the next call arrives from some peer (*theirs: its descriptor, and true;
+  // the message stays for the call that reads it) or until every rank entered join
+  // `episode` times (false). Between calls, on the thread that runs them.
+  void markJoined(uint64_t episode);
+  bool awaitCall(uint64_t episode, HashedDescriptor* theirs);
+  // The sequence number of the latest call (the same on every rank between calls).
+  uint64_t seq() const { return seq_; }
   // The next immediate of this communicator from peer p, if one arrived (comm/links.h).
   bool pollImmediate(const Peer& p, uint32_t* imm) { return links_->poll(p.link, channel_, imm); }
   uint32_t channel() const { return channel_; }

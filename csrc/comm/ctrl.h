@@ -29,6 +29,8 @@ struct alignas(64) PeerWords {
   std::atomic<uint64_t> waiting;    // the source's heartbeat: bumped every check period
                                     // (100 ms) while it waits in a call; in my own words
                                     // (src = me), pushed like `submitted`
+  std::atomic<uint64_t> joined;     // how many times the source entered join (comm/join.cc);
+                                    // in my own words (src = me), pushed like `submitted`
 };
 
 // What every collective tells its peers: who it is (the descriptor, whose hash peers
@@ -89,6 +91,7 @@ class CtrlLayout {
   size_t credit(int src) const { return words(src) + offsetof(PeerWords, credit); }
   size_t submitted(int src) const { return words(src) + offsetof(PeerWords, submitted); }
   size_t waiting(int src) const { return words(src) + offsetof(PeerWords, waiting); }
+  size_t joined(int src) const { return words(src) + offsetof(PeerWords, joined); }
   size_t abortMessage(int src) const { return msgOff_ + kAbortMessageBytes * src; }
   size_t header(int src, uint64_t seq) const { return hdrOff_ + kHeaderSlot * (2 * src + (seq & 1)); }
   // Eager message: a 64-byte line with the full {hash, descriptor} (read only to name a

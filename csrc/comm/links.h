@@ -64,6 +64,14 @@ class Links {
     return false;
   }
 
+  // Gives back an immediate that poll() returned: the next poll() of its channel from r
+  // returns it again (a rank in join() looks at a call's first message before the call
+  // that reads it runs: comm/join.cc).
+  void putBack(int r, uint32_t imm) {
+    std::vector<uint32_t>& p = links_[r].pending;
+    p.insert(p.begin(), imm);
+  }
+
   uint64_t channelsInUse() const { return used_; }
   void claim(uint32_t channel);    // throws Error when it is in use here
   void release(uint32_t channel);  // drops what arrived for it

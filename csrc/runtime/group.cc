@@ -74,10 +74,16 @@ Call describe(Communicator& c, const Request& r, const algorithms::Algorithm& a)
   d.seq = call.seq;
   d.count = r.count;
   d.segmentBytes = c.protocol().segmentBytes;
-  d.nameHash = r.name && r.nameLen ? static_cast<uint32_t>(hashBytes(r.name, r.nameLen)) : 0;
-  d.shapeHash = r.shapeHash;
+  if (r.like) {
+    d.nameHash = r.like->nameHash;
+    d.shapeHash = r.like->shapeHash;
+    std::memcpy(d.name, r.like->name, sizeof(d.name));
+  } else {
+    d.nameHash = r.name && r.nameLen ? static_cast<uint32_t>(hashBytes(r.name, r.nameLen)) : 0;
+    d.shapeHash = r.shapeHash;
+    if (r.name && r.nameLen) std::memcpy(d.name, r.name, std::min(r.nameLen, sizeof(d.name) - 1));
+  }
   call.shape = r.shape;
-  if (r.name && r.nameLen) std::memcpy(d.name, r.name, std::min(r.nameLen, sizeof(d.name) - 1));
   call.hd.hash = hashDescriptor(d);
   c.announce(call.hd);
   return call;
@@ -286,6 +292,22 @@ void Group::logChoice(const algorithms::Situation& s, const algorithms::Algorith
                                            " B (first call in [" + std::to_string(lo) + ", " +
                                            std::to_string(width ? lo * 2 : 1) + ") B): " + a.name + " (" +
                                            tuning::explain(policy_, costs_, s, a) + ")");
+}
+
+void Group::markJoined(uint64_t episode) {
+  engine_->runInline([&] { comm_->markJoined(episode); });
+}
+
+bool Group::awaitCall(uint64_t episode, HashedDescriptor* theirs) {
+  bool arrived = false;
+  engine_->runInline([&] {
+    try {
+      arrived = comm_->awaitCall(episode, theirs);
+    } catch (const Error& e) {
+      comm_->fail(e.what());
+    }
+  });
+  return arrived;
 }
 
 size_t Group::execute(const Request& r) {

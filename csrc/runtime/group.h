@@ -50,6 +50,9 @@ class Group {
   // Validates r now and queues it; `owner` keeps r's memory alive until it has run, and
   // the result's rows go to *rows (allgather, alltoall; may be null).
   AsyncEngine::Handle submit(const Request& r, std::shared_ptr<void> owner, size_t* rows);
+  // join (comm/join.cc: Communicator::markJoined, awaitCall), in the engine's turn.
+  void markJoined(uint64_t episode);
+  bool awaitCall(uint64_t episode, HashedDescriptor* theirs);
   // Handles keep it: waiting on an operation that finished works after the group is gone.
   const std::shared_ptr<AsyncEngine>& engine() const { return engine_; }
 

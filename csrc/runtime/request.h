@@ -29,6 +29,9 @@ struct Request {
   size_t nameLen = 0;
   uint32_t shapeHash = 0;  // Descriptor::shapeHash: 0, unchecked
   Shape shape;             // the shape hashed, for messages (ndims -1: a caller's key)
+  // A rank in join() standing in for a call a peer started (comm/join.cc): that call's
+  // descriptor, whose name and shape hashes this call takes (name and shapeHash unused).
+  const Descriptor* like = nullptr;
 };
 
 }  // namespace rdmacoll
