@@ -70,6 +70,17 @@ for _n in (2, 3, 4):
     _env = {"RC_TEST_HVD": RC, "RC_TEST_JOIN_DIR": shared_dir(f"join {_n}"), "RC_TEST_JOIN_EXTRAS": "1"}
     share(_n, f"join {_n}", {"script": "join_any.py", "env": _env})
 
+# Every allreduce algorithm (hierarchical needs several hosts: tests/test_rdma_guest.py's
+# two-host job does not join), allgather and broadcast algorithm with a rank joined, the
+# joined rank changing from part to part.
+JOIN_ALGORITHMS = ("eager", "direct", "ring", "ring_slots", "recursive_doubling", "halving_doubling", "tree")
+for _n in (3, 4):
+    for _i, _a in enumerate(JOIN_ALGORITHMS):
+        _rules = f"allreduce:{_a};allgather:{('ring', 'direct')[_i % 2]};broadcast:{('chain', 'direct')[_i % 2]}"
+        share(
+            _n, f"join {_a}", {"script": "join_algos.py", "env": {"RDMACOLL_ALGO": _rules, "RC_TEST_JOINER": _i % _n}}
+        )
+
 
 # --------------------------------------------------------------------------- references
 
@@ -173,6 +184,21 @@ def check_against_references(cases, n):
             if mine.get(key, [None])[0] != "ok" or not close(mine[key][1], want):
                 problems.append(f"rank {r} {key}: {mine.get(key)}, expected {want}")
     return problems
+
+
+@pytest.mark.timeout(900)  # (the first of a world runs the shared launch)
+@pytest.mark.parametrize("algo", JOIN_ALGORITHMS)
+@pytest.mark.parametrize("nranks", [3, 4])
+def test_a_joined_rank_stands_in_for_every_algorithm(nranks, algo):
+    """The joined rank learns each call from its first message, whichever algorithm runs
+    (the plain API's collectives: nothing is announced), and the results are the
+    training ranks' alone (workers/join_algos.py)."""
+    res = shared_part(nranks, f"join {algo}")
+    recs = rank_records(res, nranks, "case")
+    for r, rec in recs.items():
+        res.check(not rec["bad"], f"rank {r}: {rec['bad']}")
+        if r != JOIN_ALGORITHMS.index(algo) % nranks:
+            res.check(algo in rec["algorithms"], f"rank {r}: forced {algo}, ran {rec['algorithms']}")
 
 
 @pytest.mark.timeout(900)  # (the first of a world runs the shared launch)

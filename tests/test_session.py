@@ -57,6 +57,7 @@ def check_session_launch(res, hosts):
         res.check(rec["static_sum"] == ([4.0] * 5 if r in (0, 2) else None), f"rank {r}: static set sum {rec}")
         res.check(rec["dynamic_sum"] == ([5.0] * 5 if r in (1, 2) else None), f"rank {r}: dynamic set sum {rec}")
         res.check(rec["join_sum"] == [p * (p + 1) / 2] * 5, f"rank {r}: join's allreduce {rec['join_sum']}")
+        res.check(rec["join_rows"] == 5 * p, f"rank {r}: join's allgather gave {rec['join_rows']} rows")
         res.check(rec["join_templates"] == 1, f"rank {r}: join templates {rec['join_templates']}, expected 1")
 
     not_init = (

@@ -94,7 +94,7 @@ def check_api(res, nranks):
 
 
 # Parts of the launch shared per world size (mpi_util.share), after the others: the error
-# cases and join_misuse leave the job aborted.
+# cases and join_plain leave the job aborted.
 THREE_RANK_CASES = ["sgd", "adam_passes2", "unused", "fp16", "clip", "restore_diverged", "join"]
 share(
     2,
@@ -105,7 +105,7 @@ share(
 share(
     3,
     "torch train",
-    {"script": "torch_train.py", "args": ["api", *THREE_RANK_CASES, "frozen", "join_misuse"], "env": SMALL_BUCKETS},
+    {"script": "torch_train.py", "args": ["api", *THREE_RANK_CASES, "frozen", "join_plain"], "env": SMALL_BUCKETS},
     position=1,
 )
 
@@ -145,7 +145,7 @@ def test_three_ranks_training():
     res = shared_part(3, "torch train")
     check_api(res, 3)
     res.check(frozen_outcomes(res, 3) == dict.fromkeys(FROZEN_CASES, "same"), f"{frozen_outcomes(res, 3)}")
-    check_cases(res, 3, THREE_RANK_CASES + ["join_misuse"])
+    check_cases(res, 3, THREE_RANK_CASES + ["join_plain"])
 
 
 @pytest.mark.parametrize("nranks", [2, 3])

@@ -2,58 +2,71 @@
 collectives the other ranks still issue, as Horovod's joined ranks do.
 
 The core needs every rank to issue the same collectives in the same order, and a joined
-rank cannot see what the others issue. So, in the adapters only (the plain rdmacoll API
-stays as it is), every collective on the global process set is announced first by a
-CONTROL round: one Sum allreduce of CONTROL_LEN int64 values, queued asynchronously on
-training ranks (they never wait for it before their collective; it runs just ahead of it).
-
-    element 0      1 from each training rank, 0 from joined ranks: the sum counts the
-                   ranks still training (0: every rank is in join(), which then ends)
-    element 1      n, the number of descriptor words
-    elements 2..   the descriptor's first CONTROL_LEN - 2 words; the rest, if any, in a
-                   second round of n - (CONTROL_LEN - 2) values (CONTROL_MORE)
-
-Every word is below 2**32 (shape keys: rdmacoll.shape_key, 32 bits), so count * word never overflows; joined ranks contribute
-zeros and read the descriptor as sum / count (and check that it divides: training ranks
-that announced different collectives are an error). Descriptors (WORDS):
-
-    ALLREDUCE  op, dtype, elements (2 words), shape key, name
-                                                       -> zeros, same op, name and key
-    DEVICE_ALLREDUCE  the same, of GPU memory          -> zeros, in the chunks the core's
-                                                          staging pipeline runs (one
-                                                          collective per chunk: _device.py)
-    GROUPED    op, groups, (dtype, elements, shape key) per dtype group, name
-                                                       -> one zero array per group
-    BARRIER                                            -> barrier
-    STEP       optimizer, rebuild                      -> nothing (the step's buckets
-                                                          follow as BUCKETS); rebuild: the
-                                                          optimizer's buckets are rebuilt and
-                                                          checked with every rank first
-    BUCKETS    optimizer                               -> the optimizer's join step
-    REFUSED    collective                              -> nothing: see below
-
-A name is its length + 1 (0: no name) and its UTF-8 bytes, 4 to a word. Descriptors
-are built once per distinct collective and kept (a cache of TEMPLATES).
+rank cannot see what the others issue. It learns each from the call itself
+(csrc/comm/join.cc): every algorithm opens by sending its call header, which carries the
+call's descriptor, to each peer it will exchange data with, before it waits for that peer.
+A rank in join() waits for the first message of its next call from any peer
+(Communicator.join_wait), reads the descriptor there, and runs that call itself with its
+own part empty (Communicator.stand_in: an allreduce or broadcast of zeros, an allgather or
+alltoall of no rows, a barrier). The training ranks do nothing for it: a job that never calls join()
+pays nothing per collective (benchmarks/join_overhead.py), and so do the adapters'
+allreduces, grouped allreduces and barriers in a job that does.
 
 What a joined rank does is what Horovod 0.28.1's does (common/controller.cc,
 tensor_queue.cc): it reduces zeros in place of its tensor, with every op (Min, Max and
 Product see the zeros too), and Average divides by the whole size (postscale 1/size,
-operations.cc). Allgather, broadcast, alltoall and reducescatter are refused while a
-rank is joined (ConstructResponse: "X is not supported with Join at this time."): here
-the training ranks wait for that collective's CONTROL round, and when a rank is joined
-they raise Horovod's message (RdmacollError, a RuntimeError like HorovodInternalError;
-the asynchronous forms raise it from synchronize()) without sending anything, and the
-joined ranks go on. Barrier is served (Horovod 0.28.1 counts the joined ranks in and
-then crashes them: a segmentation fault).
+operations.cc). A descriptor carries the name's hash and first 15 bytes, the shape's hash,
+op, dtype and count: all a stand-in needs, except for what runs as several dependent
+steps or where ranks must agree beforehand. Those the adapters announce first by a
+CONTROL round: one Sum allreduce of CONTROL_LEN int64 values, queued asynchronously on
+training ranks, that a joined rank recognises by its name and answers with zeros:
+
+    element 0      1 from each training rank, 0 from joined ranks: the sum counts the
+                   ranks still training
+    element 1      n, the number of descriptor words
+    elements 2..   the descriptor's first CONTROL_LEN - 2 words; the rest, if any, in a
+                   second round of n - (CONTROL_LEN - 2) values (CONTROL_MORE)
+
+Every word is below 2**32 (shape keys: rdmacoll.shape_key, 32 bits), so count * word never
+overflows; joined ranks contribute zeros and read the descriptor as sum / count (and check
+that it divides: training ranks that announced different collectives are an error).
+Descriptors (WORDS):
+
+    ALLREDUCE  op, dtype, elements (2 words), shape key, name: an Adasum allreduce (its
+               steps depend on each other)       -> the whole Adasum with zeros
+    GROUPED    op, groups, (dtype, elements, shape key) per dtype group, name: the same,
+               of several tensors                 -> one zero array per group
+    STEP       optimizer, rebuild                 -> nothing (the step's buckets follow as
+                                                     BUCKETS); rebuild: the optimizer's
+                                                     buckets are rebuilt and checked with
+                                                     every rank first
+    BUCKETS    optimizer                          -> the optimizer's join step
+    REFUSED    collective                         -> nothing: see below
+
+A name is its length + 1 (0: no name) and its UTF-8 bytes, 4 to a word. Descriptors
+are built once per distinct collective and kept (a cache of TEMPLATES).
+
+Allgather, broadcast, alltoall and reducescatter are refused while a rank is joined, as
+Horovod refuses them (ConstructResponse: "X is not supported with Join at this time."):
+the training ranks announce each by a CONTROL round and raise Horovod's message
+(RdmacollError, a RuntimeError like HorovodInternalError) when it counts a joined rank,
+and the joined ranks go on. The synchronous forms, the object helpers and reducescatter
+wait for the round before the collective and send nothing when refused; the asynchronous
+allgather, broadcast and alltoall queue the round and the collective together (the joined
+ranks take part in it with no rows, or zeros) and raise from synchronize(): nothing waits
+in a backward hook (a sparse gradient's allgathers). Barrier is served (Horovod 0.28.1 counts the joined
+ranks in and then crashes them: a segmentation fault). Collectives of the plain rdmacoll
+API and of torch.distributed on the world are served as any other (a reducescatter,
+whose parts a joined rank cannot know, makes every rank fail, naming it).
 
 Process sets: as in Horovod, join() serves the global set only. Collectives on other
-sets are not announced; one that includes a joined rank waits for it, as Horovod's
-does (the stall warning names the rank; stall_shutdown turns it into an error on every
-rank).
+sets are not served; one that includes a joined rank waits for it, as Horovod's does
+(the stall warning names the rank; stall_shutdown turns it into an error on every rank).
 
-join() ends when a CONTROL round counts no training rank; then one Max allreduce of
-(rounds before joining) * size + rank names the last rank to join (ties: the higher
-rank), which every rank returns.
+join() ends when every rank has entered it (each rank counts its entries in a word its
+peers read: Communicator.join_mark); then one Max allreduce of (the sequence number of
+the call at which it joined) * size + rank names the last rank to join (ties: the
+higher rank), which every rank returns.
 """
 
 from __future__ import annotations
@@ -72,7 +85,7 @@ FAILED = "join.failed"
 CONTROL_LEN = 16  # int64 values: one cache line and a half; 14 descriptor words
 _INLINE = CONTROL_LEN - 2
 
-ALLREDUCE, GROUPED, BARRIER, STEP, BUCKETS, REFUSED, DEVICE_ALLREDUCE = 1, 2, 3, 4, 5, 6, 7
+ALLREDUCE, GROUPED, STEP, BUCKETS, REFUSED = 1, 2, 4, 5, 6  # (3, 7: barrier, device allreduce, once)
 DTYPES = ("float32", "float64", "float16", "bfloat16", "int8", "int16", "int32", "int64", "uint8", "bool")
 _DTYPE_CODE = {name: i for i, name in enumerate(DTYPES)}
 # Horovod's texts (controller.cc), by the collective a training rank issued
@@ -120,12 +133,13 @@ def _zeros(dtype_code, count):
 
 
 class JoinState:
-    """One per process (STATE): the CONTROL rounds taken part in (the same sequence on
-    every rank), the descriptors built so far, and what serves BUCKETS (the adapters'
-    optimizers, by registration number, which construction makes the same on every rank)."""
+    """One per process (STATE): the times this rank entered join() on the session (the
+    same on every rank once each join() ends), the descriptors built so far, and what
+    serves BUCKETS (the adapters' optimizers, by registration number, which construction
+    makes the same on every rank)."""
 
     def __init__(self):
-        self.rounds = 0
+        self.episode = 0
         self.templates = {}  # key -> (input, output) arrays of the CONTROL round(s)
         self.retired = []  # (templates, handle): cleared caches, until handle is done
         self.last = None  # the latest CONTROL round's handle
@@ -134,10 +148,18 @@ class JoinState:
         self.session = None  # the session whose reset hook drops the templates and handles
 
     def _reset(self):
-        """The session the rounds ran on closed: its templates and handles go (the count of
-        rounds, the same on every rank, goes on; the optimizers stay registered: they
-        outlive sessions, and so do their indices)."""
-        self.templates, self.retired, self.last, self.session = {}, [], None, None
+        """The session the rounds ran on closed: its templates, handles and count of joins
+        go (the optimizers stay registered: they outlive sessions, and so do their
+        indices)."""
+        self.templates, self.retired, self.last, self.session, self.episode = {}, [], None, None, 0
+
+    def _bind(self):
+        """The current session, whose reset drops this state's part of it."""
+        session = _session.require()
+        if self.session is not session:
+            session.on_reset(self._reset)
+            self.session = session
+        return session
 
     # ------------------------------------------------------------------ training ranks
     def register(self, optimizer):
@@ -162,10 +184,7 @@ class JoinState:
         """The CONTROL round(s) of the descriptor `words`, kept under `key`: the input
         arrays, and as outputs views of one scratch array (training ranks never read them;
         the engine runs one operation at a time, so they may share it)."""
-        session = _session.require()
-        if self.session is not session:  # the first template of this session: drop them with it
-            session.on_reset(self._reset)
-            self.session = session
+        self._bind()
         words = list(words)
         head = np.zeros(CONTROL_LEN, np.int64)
         head[0] = 1
@@ -192,7 +211,6 @@ class JoinState:
         arrays = self.templates.get(key)
         if arrays is None:
             arrays = self.template(key, words)
-        self.rounds += 1
         (head, out), *more = arrays
         h = rc.allreduce_async(head, rc.Sum, CONTROL, None if result else out)
         for a, o in more:
@@ -208,46 +226,56 @@ class JoinState:
     def refuse_if_joined(self, which):
         """A collective Horovod refuses while a rank is joined: its CONTROL round, waited
         for; raises Horovod's error (on every training rank alike) when some rank is."""
-        training = self.training(self.announce((REFUSED, which), [REFUSED, which], result=True))
-        if training < rc.size():
-            raise RdmacollError(f"{REFUSED_TEXT[which]} ({rc.size() - training} of {rc.size()} ranks are in join())")
+        self.refuse_if_training_fewer(which, self.announce((REFUSED, which), [REFUSED, which], result=True).wait())
+
+    @staticmethod
+    def refuse_if_training_fewer(which, control):
+        """Horovod's error for `which` when the CONTROL round's result `control` counted
+        fewer ranks training than there are."""
+        training, size = int(control[0]), rc.size()
+        if training < size:
+            raise RdmacollError(f"{REFUSED_TEXT[which]} ({size - training} of {size} ranks are in join())")
 
     # ------------------------------------------------------------------ joined ranks
     def join(self):
         """Serve the training ranks' collectives until every rank has joined; returns the
         rank that joined last."""
-        joined_at = self.rounds
+        comm = self._bind().comm
+        self.episode += 1
+        joined_at = comm.seq
+        comm.join_mark(self.episode)
         while True:
-            words = self._receive()
-            if words is None:
-                break
-            self._serve(words)
+            call = comm.join_wait(self.episode)
+            if call is None:
+                break  # every rank joined
+            name = call.name.decode(errors="replace") if call.collective == "allreduce" else None
+            if name == LAST:
+                break  # every rank joined, and a peer saw it first
+            if name == CONTROL:
+                self._serve(self._receive())
+            elif call.collective in ("allreduce", "allgather", "broadcast", "alltoall", "barrier"):
+                comm.stand_in(call)
+            else:
+                self._fail(
+                    f"join(): a rank in join() cannot take part in {call.collective} (its part is "
+                    f"unknown to it), which another rank started: {call!r}"
+                )
         size = rc.size()
         last = np.array([joined_at * size + rc.rank()], np.int64)
         rc.allreduce(last, op=rc.Max, name=LAST, out=last)
         return int(last[0]) % size
 
     def _receive(self):
-        """One CONTROL round with zeros: the descriptor words, or None when no rank trains."""
+        """A CONTROL round (a peer started it) with zeros: the descriptor words."""
         buf = np.zeros(CONTROL_LEN, np.int64)
-        try:
-            rc.allreduce(buf, op=rc.Sum, name=CONTROL, out=buf)
-            self.rounds += 1
-            count, total = int(buf[0]), int(buf[1])
-            if count == 0:
-                return None
-            n = total // count
-            words = buf[2 : 2 + min(n, _INLINE)]
-            if n > _INLINE:
-                more = np.zeros(n - _INLINE, np.int64)
-                rc.allreduce(more, op=rc.Sum, name=CONTROL_MORE, out=more)
-                words = np.concatenate((words, more))
-        except RdmacollError as e:
-            raise RdmacollError(
-                f"join(): while this rank was joined, another rank issued a collective that joined "
-                f"ranks are not told about (of the plain rdmacoll API or torch.distributed: the "
-                f"framework adapters' collectives are told): {e}"
-            ) from e
+        rc.allreduce(buf, op=rc.Sum, name=CONTROL, out=buf)
+        count, total = int(buf[0]), int(buf[1])
+        n = total // count
+        words = buf[2 : 2 + min(n, _INLINE)]
+        if n > _INLINE:
+            more = np.zeros(n - _INLINE, np.int64)
+            rc.allreduce(more, op=rc.Sum, name=CONTROL_MORE, out=more)
+            words = np.concatenate((words, more))
         if total % count or np.any(words % count):
             self._fail(
                 f"join(): the {count} training ranks announced different collectives "
@@ -262,22 +290,12 @@ class JoinState:
             name, _ = _read_name(words, 6)
             z = _zeros(dtype, lo | hi << 32)
             rc.allreduce(z, op=op, name=name, out=z, shape=key)
-        elif kind == DEVICE_ALLREDUCE:  # the training ranks' pipeline: one collective per chunk
-            op, dtype, lo, hi, key = words[1:6]
-            name, _ = _read_name(words, 6)
-            z = _zeros(dtype, lo | hi << 32)
-            chunk = rc._session.current().settings["cuda_chunk_bytes"]
-            for off, n in rc._device.chunks(z.size, z.itemsize, chunk):
-                part = z[off : off + n]
-                rc.allreduce(part, op=op, name=name, out=part, shape=key)
         elif kind == GROUPED:
             op, groups = words[1:3]
             parts = [words[3 + 4 * g : 7 + 4 * g] for g in range(groups)]
             name, _ = _read_name(words, 3 + 4 * groups)
             zs = [_zeros(dtype, lo | hi << 32) for dtype, lo, hi, _ in parts]
             rc.grouped_allreduce(zs, op=op, name=name, out=zs, shapes=[key for *_, key in parts])
-        elif kind == BARRIER:
-            rc.barrier()
         elif kind == BUCKETS:
             self._stepper(words[1])._rc_join_step()
         elif kind == STEP and len(words) > 2 and words[2]:
@@ -299,23 +317,22 @@ class JoinState:
 STATE = JoinState()
 
 
-# --------------------------------------------------------------------------- announced
-# The adapters' collectives: rdmacoll's, announced first on the global set (same
-# arguments and results as the plain API's).
+# --------------------------------------------------------------------------- the adapters'
+# The adapters' collectives: rdmacoll's (same arguments and results), with what a joined
+# rank cannot learn from the call itself announced first on the global set: Adasum (its
+# steps), and the refusals.
 
 
 def allreduce_async(x, op=rc.Average, name=None, out=None, process_set=None):
-    if not _is_global(process_set):
-        return rc.allreduce_async(x, op, name, out, process_set)
-    a = x if isinstance(x, (np.ndarray, rc.DeviceArray)) else rc._core._view(x)
-    kind = DEVICE_ALLREDUCE if isinstance(a, rc.DeviceArray) and op != rc.Adasum else ALLREDUCE
-    key = (kind, a.dtype.num, a.shape, op, name)  # (dtype.name costs microseconds: only when new)
-    words = None
-    if key not in STATE.templates:
-        shape = rc.shape_key(a.shape)
-        words = [kind, op, _DTYPE_CODE[a.dtype.name]] + _elements(a.size) + [shape] + _name_words(name)
-    STATE.announce(key, words)
-    return rc.allreduce_async(x, op, name, out)
+    if op == rc.Adasum and _is_global(process_set):
+        a = x if isinstance(x, (np.ndarray, rc.DeviceArray)) else rc._core._view(x)
+        key = (ALLREDUCE, a.dtype.num, a.shape, op, name)  # (dtype.name costs microseconds: only when new)
+        words = None
+        if key not in STATE.templates:
+            words = [ALLREDUCE, op, _DTYPE_CODE[a.dtype.name]] + _elements(a.size) + [rc.shape_key(a.shape)]
+            words += _name_words(name)
+        STATE.announce(key, words)
+    return rc.allreduce_async(x, op, name, out, process_set)
 
 
 def allreduce(x, op=rc.Average, name=None, out=None, process_set=None):
@@ -323,22 +340,21 @@ def allreduce(x, op=rc.Average, name=None, out=None, process_set=None):
 
 
 def grouped_allreduce_async(xs, op=rc.Average, name=None, out=None, process_set=None):
-    if not _is_global(process_set):
-        return rc.grouped_allreduce_async(xs, op, name, out, process_set)
-    groups = {}  # the dtype groups rdmacoll.grouped_allreduce_async makes, in its order
-    for x in xs:
-        a = x if isinstance(x, (np.ndarray, rc.DeviceArray)) else rc._core._view(x)
-        groups.setdefault(a.dtype, []).append(a.shape)
-    key = (GROUPED, tuple((dtype, tuple(shapes)) for dtype, shapes in groups.items()), op, name)
-    words = None
-    if key not in STATE.templates:
-        words = [GROUPED, op, len(groups)]
-        for dtype, shapes in groups.items():
-            n = sum(int(np.prod(s, dtype=np.int64)) for s in shapes)
-            words += [_DTYPE_CODE[dtype.name]] + _elements(n) + [rc.shape_key(*shapes)]
-        words += _name_words(name)
-    STATE.announce(key, words)
-    return rc.grouped_allreduce_async(xs, op, name, out)
+    if op == rc.Adasum and _is_global(process_set):
+        groups = {}  # the dtype groups rdmacoll.grouped_allreduce_async makes, in its order
+        for x in xs:
+            a = x if isinstance(x, (np.ndarray, rc.DeviceArray)) else rc._core._view(x)
+            groups.setdefault(a.dtype, []).append(a.shape)
+        key = (GROUPED, tuple((dtype, tuple(shapes)) for dtype, shapes in groups.items()), op, name)
+        words = None
+        if key not in STATE.templates:
+            words = [GROUPED, op, len(groups)]
+            for dtype, shapes in groups.items():
+                n = sum(int(np.prod(s, dtype=np.int64)) for s in shapes)
+                words += [_DTYPE_CODE[dtype.name]] + _elements(n) + [rc.shape_key(*shapes)]
+            words += _name_words(name)
+        STATE.announce(key, words)
+    return rc.grouped_allreduce_async(xs, op, name, out, process_set)
 
 
 def grouped_allreduce(xs, op=rc.Average, name=None, out=None, process_set=None):
@@ -346,8 +362,6 @@ def grouped_allreduce(xs, op=rc.Average, name=None, out=None, process_set=None):
 
 
 def barrier(process_set=None):
-    if _is_global(process_set):
-        STATE.announce((BARRIER,), [BARRIER])
     rc.barrier(process_set)
 
 
@@ -359,10 +373,25 @@ def _refused(which, call, process_set):
 
 
 def _refused_async(which, call, process_set):
-    """The asynchronous form: the error comes from synchronize(), as Horovod's."""
+    """The asynchronous form: the error comes from synchronize(), as Horovod's. Allgather,
+    broadcast and alltoall wait for nothing: their CONTROL round is queued, then the
+    collective (a joined rank takes part in it with its part empty, as in any call it
+    learns of: csrc/comm/join.cc), and the handle raises when the round counted a joined
+    rank. Reducescatter, whose parts a joined rank cannot know, waits for its round first
+    and is not sent when refused."""
+    if not _is_global(process_set):
+        return call()
+    if which != REDUCESCATTER:
+        control = STATE.announce((REFUSED, which), [REFUSED, which], result=True)
+        handle = call()
+
+        def checked(results):
+            STATE.refuse_if_training_fewer(which, results[0])
+            return results[1]
+
+        return Handle([control, handle], checked)
     try:
-        if _is_global(process_set):
-            STATE.refuse_if_joined(which)
+        STATE.refuse_if_joined(which)
     except RdmacollError as e:
         error = e
 

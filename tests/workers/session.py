@@ -5,7 +5,7 @@ session.py        (any number of ranks >= 3)
 
   'layout'     rank/size/local/cross/is_homogeneous as the API reports them, the host name
   'first'      the first session: its epoch, collectives on a static and a dynamic set,
-               one announced allreduce of the adapters (frameworks/_join.py)
+               the adapters' allreduce and one announced allgather (frameworks/_join.py)
   'closed'     after shutdown(): the hooks that ran (in order, with what they saw), what
                the API raises, whether the sets became unregistered, join's templates
                dropped (its reset hook); a second shutdown()
@@ -105,7 +105,8 @@ def run():
         dynamic_id=dynamic.process_set_id,
         static_sum=rc.allreduce(x, op=rc.Sum, process_set=static).tolist() if static.included() else None,
         dynamic_sum=rc.allreduce(x, op=rc.Sum, process_set=dynamic).tolist() if dynamic.included() else None,
-        join_sum=_join.allreduce(x, op=rc.Sum).tolist(),  # (the adapters' announced allreduce)
+        join_sum=_join.allreduce(x, op=rc.Sum).tolist(),  # (the adapters' allreduce)
+        join_rows=len(_join.allgather(x)),  # (announced: a join template)
         join_templates=len(_join.STATE.templates),
         calls=list(calls),
     )

@@ -311,22 +311,36 @@ def join_case(r, p):
     emit("case", case="join", bad=bad, stats=stats)
 
 
-def join_misuse(r, p):
-    """A collective of the plain rdmacoll API (not announced to joined ranks, unlike the
-    adapter's) on a training rank while another rank is joined: both raise. Leaves the
-    job aborted."""
+def join_plain(r, p):
+    """Collectives of the plain rdmacoll API (the adapter announces nothing for them) on
+    rank 0 while the other ranks are joined: they take part from the call itself, an
+    allreduce with zeros, an allgather and an alltoall with no rows. Then a reducescatter,
+    whose parts a joined rank cannot know: every rank raises, the joined ones naming it.
+    Leaves the job aborted."""
+    bad, error = [], None
     try:
         if r == 0:
-            rdmacoll.allreduce(np.ones(3, np.float32), name="metric")
+            s = rdmacoll.allreduce(np.full(3, 2.0, np.float32), op=rdmacoll.Sum, name="metric")
+            if s.tolist() != [2.0] * 3:
+                bad.append(f"plain allreduce with joined ranks: {s.tolist()}")
+            g = rdmacoll.allgather(np.arange(4, dtype=np.int64).reshape(2, 2), name="rows")
+            if g.tolist() != [[0, 1], [2, 3]]:
+                bad.append(f"plain allgather with joined ranks: {g.tolist()}")
+            a = rdmacoll.alltoall(np.arange(p, dtype=np.float32), name="exchange")
+            if a.tolist() != [0.0]:
+                bad.append(f"plain alltoall with joined ranks: {a.tolist()}")
+            rdmacoll.reducescatter(np.zeros(p, np.float32), name="scatter")
+            bad.append("the reducescatter with joined ranks did not raise")
         else:
             hvd.join()
-        error = None
+            bad.append("join() returned although rank 0 started a reducescatter")
     except hvd.RdmacollError as e:
         error = str(e)
-    bad = [] if error and "join.control" in error else [f"unclear error: {error!r}"]
-    if r != 0 and "join(): while this rank was joined" not in error:
-        bad.append(f"no hint on the joined rank: {error!r}")
-    emit("case", case="join_misuse", bad=bad, error=error)
+    if error is None or "join.failed" not in error and "cannot take part in reducescatter" not in error:
+        bad.append(f"unclear error: {error!r}")
+    if r != 0 and "cannot take part in reducescatter" not in (error or ""):
+        bad.append(f"no reason on the joined rank: {error!r}")
+    emit("case", case="join_plain", bad=bad, error=error)
 
 
 def body():
@@ -354,8 +368,8 @@ def body():
             model_mismatch(r, p)
         elif name == "join":
             join_case(r, p)
-        elif name == "join_misuse":
-            join_misuse(r, p)
+        elif name == "join_plain":
+            join_plain(r, p)
         else:
             run_case(name, CASES[name], r, p)
     emit("done")

@@ -1,9 +1,9 @@
 """hvd.join() for TensorFlow: a rank that ran out of data takes part with zeros in the
 collectives the other ranks still issue, until every rank has joined (Horovod's join).
 
-The protocol is rdmacoll/frameworks/_join.py (shared with torch): the adapter's
-collectives are announced to joined ranks; allreduce (and grouped_allreduce, and the
-optimizers' fused gradient reductions) are served with zeros, Average dividing by size()
+The protocol is rdmacoll/frameworks/_join.py (shared with torch): joined ranks learn each
+collective from the call itself; allreduce (and grouped_allreduce, and the optimizers'
+fused gradient reductions) are served with zeros, Average dividing by size()
 as Horovod's does; allgather, broadcast, alltoall and reducescatter raise Horovod's
 "... is not supported with Join at this time." on the training ranks while a rank is
 joined.

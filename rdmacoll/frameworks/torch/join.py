@@ -1,14 +1,16 @@
 """hvd.join() for torch: a rank that ran out of data takes part with zeros in the
 collectives the other ranks still issue, until every rank has joined (Horovod's join).
 
-The protocol (CONTROL rounds announcing each collective of the adapter on the global
-process set) is framework-neutral: rdmacoll/frameworks/_join.py. The torch parts:
+The protocol (a joined rank learns each collective from the call's first message, and
+what it cannot learn so is announced by CONTROL rounds) is framework-neutral:
+rdmacoll/frameworks/_join.py. The torch parts:
 
-- ops.py issues its collectives through _join's announced functions: allreduce and
+- ops.py issues its collectives through _join's functions: allreduce and
   grouped_allreduce are served (joined ranks reduce zeros; Average divides by size(),
-  as Horovod's); allgather, broadcast, alltoall and reducescatter raise Horovod's
-  "... is not supported with Join at this time." on the training ranks (from
-  synchronize() for the _async forms) while a rank is joined; barrier is served.
+  as Horovod's) at no cost to the training ranks; allgather, broadcast, alltoall and
+  reducescatter raise Horovod's "... is not supported with Join at this time." on the
+  training ranks (from synchronize() for the _async forms) while a rank is joined;
+  barrier is served.
 - DistributedOptimizer announces each step once (STEP, when its first gradient arrives,
   not waited for). Its first bucket launch reads that round: with every rank training,
   buckets are launched during backward as always; with a rank joined, they wait for the
