@@ -111,6 +111,17 @@ CONFORMANCE = {
 # (UCX_TLS: MPI's own transport pins nothing; a launch of its own: it drops CAP_IPC_LOCK for
 # good, and after other parts its ranks reported nothing in the guest)
 MEMLOCK = {"script": "ibverbs_init.py", "env": IB | {"RC_TEST_MEMLOCK": 65536, "UCX_TLS": "tcp,self,sm"}}
+# a rank in join() over verbs: its peers' joined words come by put64 (no completion at the
+# target), the calls' first messages by writes with immediates
+JOIN = {
+    "script": "join_algos.py",
+    "env": IB
+    | {
+        "RDMACOLL_ALGO": "allreduce:ring_slots;allgather:ring;broadcast:chain",
+        "RC_TEST_JOINER": 1,
+        "RC_TEST_SIZES": "0,1,7,1000,100003",
+    },
+}
 CHAINS = {
     2: {
         "collectives-None": _collectives_part(None),
@@ -120,7 +131,7 @@ CHAINS = {
         "fork": FORK,
         "corrupted": CORRUPTED,
     },
-    3: {"forced-a": _forced_part("a"), "async": async_part(IB), "split": SPLIT},
+    3: {"forced-a": _forced_part("a"), "async": async_part(IB), "split": SPLIT, "join": JOIN},
 }
 _launched: dict = {}
 
@@ -188,6 +199,17 @@ def test_subcommunicators_over_verbs():
     rank_records(res, nranks, "done")
     bad = [c for c in res.select(kind="check") if not c["ok"]]
     res.check(not bad, "; ".join(f"rank {c['rank']} {c['name']}: {c['detail']}" for c in bad[:6]))
+
+
+def test_join_over_verbs():
+    """A rank in join() takes part in allreduces, allgathers, a broadcast and a barrier it
+    learns of from their first messages, and join() ends on its peers' joined words
+    (workers/join_algos.py; every algorithm with a rank joined: tests/test_join.py)."""
+    res = run_part(3, JOIN, timeout=400) if FULL else _chained(3, "join")
+    for r, rec in rank_records(res, 3, "case").items():
+        res.check(not rec["bad"], f"rank {r}: {rec['bad']}")
+        res.check(r == 1 or "ring_slots" in rec["algorithms"], f"rank {r} ran {rec['algorithms']}")
+    res.check(res.returncode == 0, "the launch failed")
 
 
 def _transport_checks(args, timeout=400, res=None):

@@ -2,7 +2,7 @@
 (csrc/comm/join.cc): RC_TEST_JOINER joins at once, the other ranks run allreduces (Sum
 and Average, sizes from 0 to 1.2 MB: eager, single- and multi-segment), allgathers with
 rows that differ per rank, a broadcast and a barrier of the plain API, under
-RDMACOLL_ALGO as the launch sets it, then join. Records "case": what differed from the
+RDMACOLL_ALGO as the launch sets it, then join (RC_TEST_SIZES: other sizes). Records "case": what differed from the
 NumPy references, the algorithms the allreduces ran, and join()'s return value.
 """
 
@@ -14,7 +14,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import emit, init, main  # noqa: E402
 
-SIZES = (0, 1, 7, 1000, 300_000)
+SIZES = [int(n) for n in os.environ.get("RC_TEST_SIZES", "0,1,7,1000,300000").split(",")]
 
 
 def data(r, n):
