@@ -224,13 +224,6 @@ def _from_capsule(capsule, owner):
     return DeviceArray(d["ptr"], d["shape"], _numpy_dtype(d["dtype"]), d["device_id"], 0, owner=owner, keep=capsule)
 
 
-def chunks(count, itemsize, chunk_bytes):
-    """(offset, elements) of each collective the core's pipeline runs for an allreduce of
-    `count` elements (the core's own plan: runtime/staging.h): what a rank inside join()
-    runs with zeros in place of a GPU tensor it never saw."""
-    return [tuple(c) for c in _core.staging_chunks(count, itemsize, chunk_bytes)]
-
-
 # ---- the collectives (c: a core Communicator; d: a DeviceArray)
 
 

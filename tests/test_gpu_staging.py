@@ -273,17 +273,6 @@ def test_claimed_cuda_memory_is_refused_with_the_reason(tmp_path):
         ), line
 
 
-@pytest.mark.parametrize("itemsize", [1, 2, 4, 8])
-@pytest.mark.parametrize("chunk", [4096, 4 << 20, 4096 * 3 + 2, 1 << 20])
-def test_join_serves_a_gpu_allreduce_in_the_cores_chunks(itemsize, chunk):
-    """A rank inside join() runs one collective per chunk with zeros (frameworks/_join.py):
-    its chunks must be the pipeline's, or every rank meets a mismatch."""
-    for count in [0, 1, 7, chunk // itemsize - 1, chunk // itemsize, chunk // itemsize + 1, 5 * chunk // itemsize + 3]:
-        plan = _testing.staging_plan(count * itemsize, itemsize, chunk, 16)
-        want = [(off // itemsize, b // itemsize) for off, b, _ in plan]
-        assert _device.chunks(count, itemsize, chunk) == want, (count, itemsize, chunk)
-
-
 RUNTIME_TOO_LATE = """
 from rdmacoll import _core
 first = _core.cuda_runtime()

@@ -212,7 +212,7 @@ def test_timeline_starts_and_stops_at_run_time(tmp_path):
     rank_records(res, 2, "done")
     for r in range(2):
         files = json.loads((tmp_path / f"rank{r}.json").read_text())["cases"]
-        # (without the announcements to joined ranks that go ahead of each collective: join.control)
+        # (without the announcements to joined ranks that go ahead of some collectives: join.control)
         files = {f: [name for name in names if not name.startswith("join.")] for f, names in files.items()}
         res.check(files == {"t": ["during", "during.async"], "u": ["second"]}, f"rank {r}: {files}")
     res.check(res.returncode == 0, "the launch failed")

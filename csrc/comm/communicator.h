@@ -152,10 +152,10 @@ class Communicator {
   // message of the next call arrives from some peer (*theirs: its descriptor, and true;
   // the message stays for the call that reads it) or until every rank entered join
   // `episode` times (false). Between calls, on the thread that runs them.
-  void markJoined(uint64_t episode);
+  // markJoined returns the sequence number of the latest call (the same on every rank at
+  // the same point of the job): where this rank joined.
+  uint64_t markJoined(uint64_t episode);
   bool awaitCall(uint64_t episode, HashedDescriptor* theirs);
-  // The sequence number of the latest call (the same on every rank between calls).
-  uint64_t seq() const { return seq_; }
   // The next immediate of this communicator from peer p, if one arrived (comm/links.h).
   bool pollImmediate(const Peer& p, uint32_t* imm) { return links_->poll(p.link, channel_, imm); }
   uint32_t channel() const { return channel_; }

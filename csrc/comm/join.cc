@@ -21,10 +21,11 @@
 
 namespace rdmacoll {
 
-void Communicator::markJoined(uint64_t episode) {
+uint64_t Communicator::markJoined(uint64_t episode) {
   const size_t at = ctrlLayout_.joined(rank_);
   word(at).store(episode, std::memory_order_release);
   pushOwnWord(at, episode);
+  return seq_;
 }
 
 bool Communicator::awaitCall(uint64_t episode, HashedDescriptor* theirs) {
@@ -36,6 +37,8 @@ bool Communicator::awaitCall(uint64_t episode, HashedDescriptor* theirs) {
   static constexpr char kName[] = "(in join)";
   std::copy(kName, kName + sizeof(kName), waiting.desc.name);
   announce(waiting);
+  pushOwnWord(ctrlLayout_.submitted(rank_), seq_ + 1);  // (publishSubmitted pushes seq_)
+  publishedSeq_ = seq_;
   const uint64_t next = seq_ + 1;
   bool arrived = false;
   auto everyoneJoined = [&] {

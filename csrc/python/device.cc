@@ -121,20 +121,6 @@ void bindDevice(py::module_& m) {
            "The CUDA device holding [ptr, ptr + nbytes); raises when it is not device memory")
       .def_property_readonly("pinned", &PyDevice::pinned, "Whether the staging memory is page-locked");
   m.def(
-      "staging_chunks",
-      [](size_t count, size_t itemsize, size_t chunkBytes) {
-        const StagingPlan plan = stagingPlan(count * itemsize, itemsize, std::max(chunkBytes, kMinStagingChunk), 1);
-        py::list out;
-        for (size_t j = 0; j < plan.count(); ++j) {
-          const StagedChunk c = plan.at(j);
-          out.append(py::make_tuple(c.offset / itemsize, c.bytes / itemsize));
-        }
-        return out;
-      },
-      py::arg("count"), py::arg("itemsize"), py::arg("chunk_bytes"),
-      "(offset, elements) of each collective the GPU pipeline runs for `count` elements in chunks of "
-      "chunk_bytes (runtime/staging.h): what a rank inside join() stands in with.");
-  m.def(
       "cuda_runtime",
       [](const std::string& library) {
         py::dict out;

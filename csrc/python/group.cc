@@ -348,17 +348,16 @@ void bindGroup(py::module_& m) {
   defCollective(cls, "alltoall", &P::alltoall, "x"_a, "splits"_a, "name"_a, "shape"_a = py::none());
   bindPeerCall(m);  // join (python/join.h)
   cls.def(
-         "join_mark", [](P& c, uint64_t episode) { c.group().markJoined(episode); }, py::arg("episode"),
-         "This rank entered join() for the episode-th time (1, 2, ...): every peer learns it")
+         "join_mark", [](P& c, uint64_t episode) { return c.group().markJoined(episode); }, py::arg("episode"),
+         "This rank entered join() for the episode-th time (1, 2, ...): every peer learns it, once this rank's "
+         "queued work has run. Returns the latest call's sequence number (the same on every rank at the same "
+         "point of the job)")
       .def(
           "join_wait", [](P& c, uint64_t episode) { return joinWait(c.group(), episode); }, py::arg("episode"),
           "The next call a peer started (a PeerCall), or None once every rank entered join() `episode` times")
       .def(
           "stand_in", [](P& c, py::handle call) { standIn(c.group(), call); }, py::arg("call"),
-          "Run the PeerCall with this rank's part empty (zeros; an allgather or alltoall: no rows)")
-      .def_property_readonly(
-          "seq", [](const P& c) { return c.group().comm().seq(); },
-          "The latest call's sequence number (the same on every rank between calls)");
+          "Run the PeerCall with this rank's part empty (zeros; an allgather or alltoall: no rows)");
   cls.def_property_readonly("device", &P::device, py::return_value_policy::reference_internal,
                             "Its collectives on CUDA memory (_core.DeviceCollectives, made on first use)");
   cls.def("barrier", [](P& c) { c.run(c.barrier()); })

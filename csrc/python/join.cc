@@ -31,6 +31,8 @@ void standIn(Group& g, py::handle obj) {
   req.op = static_cast<ReduceOp>(d.op);
   req.root = d.root;
   req.like = &d;
+  req.name = d.name;  // (named: a call of another thread beside it is not taken for a clash)
+  req.nameLen = strnlen(d.name, sizeof(d.name));
   req.count = d.count;
   std::vector<char> zeros;
   std::vector<uint64_t> splits, received;
@@ -69,7 +71,11 @@ void standIn(Group& g, py::handle obj) {
 py::object joinWait(Group& g, uint64_t episode) {
   PeerCall call;
   HashedDescriptor theirs{};
-  if (!g.awaitCall(episode, &theirs)) return py::none();
+  try {
+    if (!g.awaitCall(episode, &theirs)) return py::none();
+  } catch (const Interrupted&) {
+    throw py::error_already_set();  // the KeyboardInterrupt the signal handler set
+  }
   call.d = theirs.desc;
   return py::cast(call);
 }

@@ -294,8 +294,10 @@ void Group::logChoice(const algorithms::Situation& s, const algorithms::Algorith
                                            tuning::explain(policy_, costs_, s, a) + ")");
 }
 
-void Group::markJoined(uint64_t episode) {
-  engine_->runInline([&] { comm_->markJoined(episode); });
+uint64_t Group::markJoined(uint64_t episode) {
+  uint64_t seq = 0;
+  engine_->runInline([&] { seq = comm_->markJoined(episode); });
+  return seq;
 }
 
 bool Group::awaitCall(uint64_t episode, HashedDescriptor* theirs) {

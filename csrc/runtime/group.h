@@ -51,7 +51,7 @@ class Group {
   // the result's rows go to *rows (allgather, alltoall; may be null).
   AsyncEngine::Handle submit(const Request& r, std::shared_ptr<void> owner, size_t* rows);
   // join (comm/join.cc: Communicator::markJoined, awaitCall), in the engine's turn.
-  void markJoined(uint64_t episode);
+  uint64_t markJoined(uint64_t episode);  // (once this rank's queued work has run)
   bool awaitCall(uint64_t episode, HashedDescriptor* theirs);
   // Handles keep it: waiting on an operation that finished works after the group is gone.
   const std::shared_ptr<AsyncEngine>& engine() const { return engine_; }

@@ -53,8 +53,7 @@ struct StagingPlan {
   }
 };
 StagingPlan stagingPlan(size_t bytes, size_t elemSize, size_t chunkBytes, int slots);
-// The smallest chunk the pipeline uses (cuda_chunk_bytes' lower bound, also for callers
-// that plan without a DeviceStaging: join's stand-ins, through _core.staging_chunks).
+// The smallest chunk the pipeline uses (cuda_chunk_bytes' lower bound).
 constexpr size_t kMinStagingChunk = 4096;
 
 // What the pipeline needs of a device: asynchronous copies per ring slot, and their

@@ -50,14 +50,18 @@ Allgather, broadcast, alltoall and reducescatter are refused while a rank is joi
 Horovod refuses them (ConstructResponse: "X is not supported with Join at this time."):
 the training ranks announce each by a CONTROL round and raise Horovod's message
 (RdmacollError, a RuntimeError like HorovodInternalError) when it counts a joined rank,
-and the joined ranks go on. The synchronous forms, the object helpers and reducescatter
-wait for the round before the collective and send nothing when refused; the asynchronous
-allgather, broadcast and alltoall queue the round and the collective together (the joined
-ranks take part in it with no rows, or zeros) and raise from synchronize(): nothing waits
-in a backward hook (a sparse gradient's allgathers). Barrier is served (Horovod 0.28.1 counts the joined
+and the joined ranks go on. The synchronous forms, the object helpers, broadcast and
+reducescatter wait for the round before the collective and send nothing when refused; the
+asynchronous allgather and alltoall queue the round and the collective together (the
+joined ranks take part in it with no rows) and raise from synchronize(): nothing waits in
+a backward hook (a sparse gradient's allgathers). Barrier is served (Horovod 0.28.1 counts the joined
 ranks in and then crashes them: a segmentation fault). Collectives of the plain rdmacoll
-API and of torch.distributed on the world are served as any other (a reducescatter,
-whose parts a joined rank cannot know, makes every rank fail, naming it).
+API are served as any other, each core call on its own: so not those whose later calls
+depend on a rank's data (rdmacoll.allreduce with op=Adasum, whose pairwise steps need a
+joined rank's half; the object helpers, which then list the training ranks' objects
+only), and a reducescatter, whose parts a joined rank cannot know, makes every rank fail,
+naming it. torch.distributed's world over rdmacoll is a session of its own, which join()
+does not serve (as Horovod's join serves its own collectives only).
 
 Process sets: as in Horovod, join() serves the global set only. Collectives on other
 sets are not served; one that includes a joined rank waits for it, as Horovod's does
@@ -242,8 +246,7 @@ class JoinState:
         rank that joined last."""
         comm = self._bind().comm
         self.episode += 1
-        joined_at = comm.seq
-        comm.join_mark(self.episode)
+        joined_at = comm.join_mark(self.episode)
         while True:
             call = comm.join_wait(self.episode)
             if call is None:
@@ -254,7 +257,10 @@ class JoinState:
             if name == CONTROL:
                 self._serve(self._receive())
             elif call.collective in ("allreduce", "allgather", "broadcast", "alltoall", "barrier"):
-                comm.stand_in(call)
+                try:
+                    comm.stand_in(call)
+                except RdmacollError as e:  # (raised before the call began: the peers must hear of it)
+                    self._fail(f"join(): standing in for {call!r}: {e}")
             else:
                 self._fail(
                     f"join(): a rank in join() cannot take part in {call.collective} (its part is "
@@ -373,15 +379,16 @@ def _refused(which, call, process_set):
 
 
 def _refused_async(which, call, process_set):
-    """The asynchronous form: the error comes from synchronize(), as Horovod's. Allgather,
-    broadcast and alltoall wait for nothing: their CONTROL round is queued, then the
-    collective (a joined rank takes part in it with its part empty, as in any call it
-    learns of: csrc/comm/join.cc), and the handle raises when the round counted a joined
-    rank. Reducescatter, whose parts a joined rank cannot know, waits for its round first
-    and is not sent when refused."""
+    """The asynchronous form: the error comes from synchronize(), as Horovod's. Allgather
+    and alltoall wait for nothing: their CONTROL round is queued, then the collective (a
+    joined rank takes part in it with no rows, as in any call it learns of:
+    csrc/comm/join.cc; its result is a new array), and the handle raises when the round
+    counted a joined rank. Broadcast (in place: a joined root would overwrite the caller's
+    tensor with zeros) and reducescatter (whose parts a joined rank cannot know) wait for
+    their round first and are not sent when refused."""
     if not _is_global(process_set):
         return call()
-    if which != REDUCESCATTER:
+    if which in (ALLGATHER, ALLTOALL):
         control = STATE.announce((REFUSED, which), [REFUSED, which], result=True)
         handle = call()
 

@@ -614,7 +614,7 @@ def graph_order(hvd, tf, np):
 
 class CountingComm:
     """Stands in for rdmacoll's communicator and counts the collectives started (but the
-    announcements to joined ranks, frameworks/_join.py, that go ahead of them)."""
+    announcements to joined ranks, frameworks/_join.py, that go ahead of some of them)."""
 
     def __init__(self, inner):
         self.inner = inner
