@@ -10,7 +10,10 @@ A rank in join() waits for the first message of its next call from any peer
 own part empty (Communicator.stand_in: an allreduce or broadcast of zeros, an allgather or
 alltoall of no rows, a barrier). The training ranks do nothing for it: a job that never calls join()
 pays nothing per collective (benchmarks/join_overhead.py), and so do the adapters'
-allreduces, grouped allreduces and barriers in a job that does.
+allreduces, grouped allreduces and barriers in a job that does, and DistributedOptimizer
+(its buckets are allreduces, its sparse gradients allgathers that a joined rank serves
+with no rows: an empty gradient; torch/optimizer.py), and the ordering rounds of TF1
+graphs (tensorflow/_session_order.py), which a joined rank serves as any allgather.
 
 What a joined rank does is what Horovod 0.28.1's does (common/controller.cc,
 tensor_queue.cc): it reduces zeros in place of its tensor, with every op (Min, Max and
@@ -36,11 +39,6 @@ Descriptors (WORDS):
                steps depend on each other)       -> the whole Adasum with zeros
     GROUPED    op, groups, (dtype, elements, shape key) per dtype group, name: the same,
                of several tensors                 -> one zero array per group
-    STEP       optimizer, rebuild                 -> nothing (the step's buckets follow as
-                                                     BUCKETS); rebuild: the optimizer's
-                                                     buckets are rebuilt and checked with
-                                                     every rank first
-    BUCKETS    optimizer                          -> the optimizer's join step
     REFUSED    collective                         -> nothing: see below
 
 A name is its length + 1 (0: no name) and its UTF-8 bytes, 4 to a word. Descriptors
@@ -53,8 +51,7 @@ the training ranks announce each by a CONTROL round and raise Horovod's message
 and the joined ranks go on. The synchronous forms, the object helpers, broadcast and
 reducescatter wait for the round before the collective and send nothing when refused; the
 asynchronous allgather and alltoall queue the round and the collective together (the
-joined ranks take part in it with no rows) and raise from synchronize(): nothing waits in
-a backward hook (a sparse gradient's allgathers). Barrier is served (Horovod 0.28.1 counts the joined
+joined ranks take part in it with no rows) and raise from synchronize(). Barrier is served (Horovod 0.28.1 counts the joined
 ranks in and then crashes them: a segmentation fault). Collectives of the plain rdmacoll
 API are served as any other, each core call on its own: so not those whose later calls
 depend on a rank's data (rdmacoll.allreduce with op=Adasum, whose pairwise steps need a
@@ -75,7 +72,6 @@ higher rank), which every rank returns.
 
 from __future__ import annotations
 
-import weakref
 
 import numpy as np
 
@@ -89,7 +85,7 @@ FAILED = "join.failed"
 CONTROL_LEN = 16  # int64 values: one cache line and a half; 14 descriptor words
 _INLINE = CONTROL_LEN - 2
 
-ALLREDUCE, GROUPED, STEP, BUCKETS, REFUSED = 1, 2, 4, 5, 6  # (3, 7: barrier, device allreduce, once)
+ALLREDUCE, GROUPED, REFUSED = 1, 2, 6  # (3-5, 7: barrier, an optimizer's STEP and BUCKETS, device allreduce, once)
 DTYPES = ("float32", "float64", "float16", "bfloat16", "int8", "int16", "int32", "int64", "uint8", "bool")
 _DTYPE_CODE = {name: i for i, name in enumerate(DTYPES)}
 # Horovod's texts (controller.cc), by the collective a training rank issued
@@ -138,9 +134,7 @@ def _zeros(dtype_code, count):
 
 class JoinState:
     """One per process (STATE): the times this rank entered join() on the session (the
-    same on every rank once each join() ends), the descriptors built so far, and what
-    serves BUCKETS (the adapters' optimizers, by registration number, which construction
-    makes the same on every rank)."""
+    same on every rank once each join() ends) and the descriptors built so far."""
 
     def __init__(self):
         self.episode = 0
@@ -148,13 +142,10 @@ class JoinState:
         self.retired = []  # (templates, handle): cleared caches, until handle is done
         self.last = None  # the latest CONTROL round's handle
         self.scratch = np.zeros(CONTROL_LEN + 4096, np.int64)  # training ranks' results (unread)
-        self.steppers = []  # weak references, never removed: indices stay put
         self.session = None  # the session whose reset hook drops the templates and handles
 
     def _reset(self):
-        """The session the rounds ran on closed: its templates, handles and count of joins
-        go (the optimizers stay registered: they outlive sessions, and so do their
-        indices)."""
+        """The session the rounds ran on closed: its templates, handles and count of joins go."""
         self.templates, self.retired, self.last, self.session, self.episode = {}, [], None, None, 0
 
     def _bind(self):
@@ -166,24 +157,6 @@ class JoinState:
         return session
 
     # ------------------------------------------------------------------ training ranks
-    def register(self, optimizer):
-        """optimizer: what serves, on a joined rank, the STEP and BUCKETS announcements that
-        carry the returned index: its _rc_join_rebuild() for a STEP whose training ranks
-        rebuild their buckets (they check the layout with every rank), its _rc_join_step()
-        for BUCKETS."""
-        self.steppers.append(weakref.ref(optimizer))
-        return len(self.steppers) - 1
-
-    def _stepper(self, index):
-        ref = self.steppers[index] if index < len(self.steppers) else None
-        opt = ref() if ref is not None else None
-        if opt is None:
-            self._fail(
-                f"join(): the training ranks stepped DistributedOptimizer #{index}, which "
-                "does not exist (any more) on this rank"
-            )
-        return opt
-
     def template(self, key, words):
         """The CONTROL round(s) of the descriptor `words`, kept under `key`: the input
         arrays, and as outputs views of one scratch array (training ranks never read them;
@@ -222,10 +195,6 @@ class JoinState:
         if not more:
             self.last = h
         return h
-
-    def training(self, handle):
-        """The number of ranks training, from a CONTROL round's handle (waits for it)."""
-        return int(handle.wait()[0])
 
     def refuse_if_joined(self, which):
         """A collective Horovod refuses while a rank is joined: its CONTROL round, waited
@@ -302,11 +271,7 @@ class JoinState:
             name, _ = _read_name(words, 3 + 4 * groups)
             zs = [_zeros(dtype, lo | hi << 32) for dtype, lo, hi, _ in parts]
             rc.grouped_allreduce(zs, op=op, name=name, out=zs, shapes=[key for *_, key in parts])
-        elif kind == BUCKETS:
-            self._stepper(words[1])._rc_join_step()
-        elif kind == STEP and len(words) > 2 and words[2]:
-            self._stepper(words[1])._rc_join_rebuild()
-        elif kind not in (STEP, REFUSED):
+        elif kind != REFUSED:
             self._fail(f"join(): unknown announcement {words[:4]} (ranks run different rdmacoll versions?)")
 
     @staticmethod

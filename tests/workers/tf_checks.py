@@ -1368,8 +1368,8 @@ def session_graphs(hvd, tf, np):
 def join_serves_allreduce(hvd, tf, np):
     """hvd.join() (issue 14, item 6): the ranks but 0 join at once; rank 0 goes on with
     allreduce (eagerly and in tf.function: the joined ranks add zeros and Average divides
-    by the size, as Horovod's do), grouped_allreduce, a DistributedGradientTape step and an
-    allgather, which raises Horovod's error; join() returns the last rank to join (0),
+    by the size, as Horovod's do), grouped_allreduce, a DistributedGradientTape step, two
+    allreduces in a TF1 Session (its ordering rounds are served too) and an allgather, which raises Horovod's error; join() returns the last rank to join (0),
     on every rank, and collectives work afterwards."""
     import rdmacoll.frameworks.tensorflow as tf_hvd  # (join is not in Horovod's keras module)
 
@@ -1392,6 +1392,12 @@ def join_serves_allreduce(hvd, tf, np):
             loss = tf.reduce_sum(v * v)
         got["tape"] = hvd.DistributedGradientTape(tape).gradient(loss, [v])[0].numpy().tolist()
         want["tape"] = [2.0 / size, 6.0 / size]
+        with tf.Graph().as_default():  # a TF1 session's ordering rounds, served too
+            a = hvd.allreduce(tf.constant([1.0, 2.0]), op=hvd.Sum, name="joined.session.a")
+            b = hvd.allreduce(tf.constant([3.0]), op=hvd.Sum, name="joined.session.b")
+            with tf.compat.v1.Session() as sess:
+                got["TF1 session"] = [r.tolist() for r in sess.run([a, b])]
+        want["TF1 session"] = [[1.0, 2.0], [3.0]]
         try:
             hvd.allgather(x)
             got["allgather"] = "no error"

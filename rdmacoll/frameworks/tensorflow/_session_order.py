@@ -20,6 +20,11 @@ Only keys every rank has submitted run: a rank never waits, holding the mutex, f
 that TensorFlow cannot start there until another op's wait (queued behind the lock)
 hands it its input (a collective of a collective's result, fetched beside others).
 
+hvd.join(): the rounds are plain allgathers, which a rank inside join() serves as any
+other (../_join.py: it takes part with no rows), so the order is agreed among the ranks
+that take part: each sends its pending keys and a marker (-1), and the markers count
+them. Ordering and join share the one mechanism; the training ranks pay nothing for it.
+
 A wait that cannot end gives an error, not a hang: when rounds find nothing to run for
 RDMACOLL_TIMEOUT (the ranks fetch different ops, or a session with one inter-op thread),
 every request of that set fails on this rank.
@@ -39,6 +44,7 @@ from .._common import settings_in_effect
 
 
 _EMPTY_ROUND_WAIT_S = 0.001  # after a round that found nothing to run, before the next
+_PRESENT = -1  # each rank's marker in a round (a rank inside join() sends no rows)
 
 
 class _Request:
@@ -168,16 +174,19 @@ class SessionOrder:
         request.result, request.error, request.done = result, error, True
 
     def _agree(self, ps):
-        """The keys of ps that every rank of ps has submitted (one allgather of each rank's
-        pending keys), ascending; raises once rounds found none for RDMACOLL_TIMEOUT."""
-        mine = np.array(sorted(k for k, r in self._pending.items() if self._same_set(r.process_set, ps)), np.int64)
+        """The keys of ps that every rank of ps taking part has submitted (one allgather of
+        each rank's pending keys and its marker: ranks inside join() take part with none),
+        ascending; raises once rounds found none for RDMACOLL_TIMEOUT."""
+        mine = sorted(k for k, r in self._pending.items() if self._same_set(r.process_set, ps))
+        mine = np.array([_PRESENT, *mine], np.int64)
         self._cv.release()
         try:
             every = rc.allgather(mine, name="tensorflow.session_order", process_set=ps)
         finally:
             self._cv.acquire()
         keys, counts = np.unique(every, return_counts=True)
-        ready = [int(k) for k in keys[counts == ps.size()]]
+        ranks = int(counts[0])  # (keys[0] is the marker: every rank sent one, keys are >= 0)
+        ready = [int(k) for k in keys[1:][counts[1:] == ranks]]
         timeout = float(settings_in_effect()["timeout"])
         now = time.monotonic()
         if ready or self._empty_since is None:
@@ -186,7 +195,7 @@ class SessionOrder:
             self._empty_since = None
             raise rc.RdmacollError(
                 f"no collective op of this graph was submitted by every rank within {timeout:g} s "
-                f"(RDMACOLL_TIMEOUT; pending here: {mine.tolist()}): every rank must fetch the same "
+                f"(RDMACOLL_TIMEOUT; pending here: {mine[1:].tolist()}): every rank must fetch the same "
                 "collectives in a Session.run, and the session needs two inter-op threads"
             )
         return ready

@@ -11,20 +11,17 @@ rdmacoll/frameworks/_join.py. The torch parts:
   reducescatter raise Horovod's "... is not supported with Join at this time." on the
   training ranks (from synchronize() for the _async forms) while a rank is joined;
   barrier is served.
-- DistributedOptimizer announces each step once (STEP, when its first gradient arrives,
-  not waited for). Its first bucket launch reads that round: with every rank training,
-  buckets are launched during backward as always; with a rank joined, they wait for the
-  end of backward and are announced then (BUCKETS), so collectives that backward itself
-  issues (SyncBatchNorm, differentiable allreduce) keep their place in the order. A
-  joined rank answers BUCKETS by reducing zeros in place of every bucket (same names,
-  sizes and order); its parameters are not updated (as in Horovod). Optimizers on
-  process sets are not served (Horovod's join is the global set's too).
+- DistributedOptimizer costs nothing more: its buckets are allreduces and its sparse
+  gradients allgathers that a joined rank serves (zeros; an empty gradient, where
+  Horovod refuses sparse gradients with join), launched during backward as always, so
+  that collectives backward itself issues (SyncBatchNorm, differentiable allreduce) keep
+  their place in the order. A joined rank's parameters are not updated (as in Horovod).
+  Optimizers on process sets are not served (Horovod's join is the global set's too).
 - join() returns the rank that joined last (ties: the higher rank).
 """
 
 from __future__ import annotations
 
-from .._join import STATE  # noqa: F401 - (DistributedOptimizer registers its steps there)
 from .._join import join as _join
 
 

@@ -281,15 +281,24 @@ def grouped_allreduce_(
 
 
 def allgather_async(tensor, name=None, process_set=global_process_set):
+    return _allgather_async(tensor, name, process_set, joinable.allgather_async)
+
+
+def served_allgather_async(tensor, name=None, process_set=global_process_set):
+    """allgather_async, never refused while a rank is in hvd.join(): a joined rank takes
+    part with no rows (../_join.py). For DistributedOptimizer's sparse gradients, where a
+    joined rank's gradient is empty (Horovod refuses these; rdmacoll serves them)."""
+    return _allgather_async(tensor, name, process_set, rc.allgather_async)
+
+
+def _allgather_async(tensor, name, process_set, start):
     if process_set is not global_process_set and process_set is not None:
         comm_of(process_set, "Allgather")
     check_tensor(tensor, "allgather input")
     _check_rows(tensor, "Allgather")
     _in_flight.check(name)
     x = contiguous(tensor.detach())
-    return _Handle(
-        _in_flight.started(name, joinable.allgather_async(to_core(x), name=name, process_set=process_set)), to_torch
-    )
+    return _Handle(_in_flight.started(name, start(to_core(x), name=name, process_set=process_set)), to_torch)
 
 
 def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_set):

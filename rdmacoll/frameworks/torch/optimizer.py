@@ -27,8 +27,11 @@ still runs.
 - process_set: buckets are reduced over the set's ranks (Average divides by its size);
   on ranks outside it, as in Horovod, nothing is reduced: step() applies the local
   gradients. hvd.join() serves only optimizers of the global set.
-- hvd.join() (join.py): each step is announced to joined ranks once (STEP); while a rank
-  is joined, the buckets wait for the end of backward and are announced then (BUCKETS).
+- hvd.join() (../_join.py) costs the optimizer nothing: its buckets are plain allreduces
+  and its sparse gradients plain allgathers, launched as always; a rank in join() learns
+  each from the call itself and takes part with zeros (an empty sparse gradient). Its
+  parameters are not updated (as in Horovod). A rebuild's check of the parameters
+  compares the training ranks' (a joined rank has no part in it).
 - A rank that calls step() without backward, or a hook that fires more often than
   backward_passes_per_step allows (reentrant checkpointing), raises RdmacollError; the
   first case is made visible to the other ranks through a collective whose name says it.
@@ -51,12 +54,9 @@ from ._rules import RULES, as_horovod, reraise
 from ._tensors import contiguous, copy_into, to_core
 from .buckets import Layout
 from .compression import Compression
-from .. import _join as joinable
 from .adasum_optimizer import adasum_optimizer
-from .._join import BUCKETS, STEP
-from .join import STATE as JOIN_STATE
 from .ops import comm_of, global_process_set
-from .sparse import sparse_allreduce_async
+from .sparse import served_sparse_allreduce_async
 
 # Horovod's text (UserWarning), for step() after synchronize() outside skip_synchronize()
 _STEP_AFTER_SYNCHRONIZE = (
@@ -99,9 +99,6 @@ class _DistributedOptimizer:
         self._rc_params = collect_params(self)
         self._rc_names = name_params(named_parameters, self._rc_params, self.param_groups)
         self._rc_hooks = {}  # id(param) -> hook handle: parameters that require gradients
-        self._rc_control = None  # this step's join announcement (STEP), in flight
-        self._rc_buckets_control = None  # BUCKETS, when a rank is joined
-        self._rc_launch_mode = None  # this step: "eager" / "deferred" / "announced" (join.py)
         self.stats = {
             "copies": 0,
             "steps": 0,
@@ -109,9 +106,7 @@ class _DistributedOptimizer:
             "launched_in_step": 0,
             "wait_s": 0.0,
             "rebuilds": 0,
-            "join_steps": 0,
         }
-        self._rc_join_index = None
         self._rc_session = None  # the session this optimizer's steps began on (_rc_begin_step)
         if self._rc_excluded:  # outside the set: no hooks, no buckets, step() is the optimizer's
             self._rc_layout = Layout([], self._rc_threshold)
@@ -119,8 +114,6 @@ class _DistributedOptimizer:
             return
         # (elastic jobs: at the first step of each world, _rc_begin_step)
         self._rc_build(check_ranks=not _session.require().elastic)
-        # join() serves the global set's optimizers (its control round is over every rank)
-        self._rc_join_index = JOIN_STATE.register(self) if self._rc_set is None else None
 
     def _rc_hook_params(self):
         """A gradient hook on every parameter that requires gradients and has none yet
@@ -165,16 +158,17 @@ class _DistributedOptimizer:
     def _rc_layout_key(self):
         return [(id(p), p.dtype, p.shape, p.stride(), p.requires_grad, self._rc_gathered(p)) for p in self._rc_params]
 
-    def _rc_check_ranks(self, rows, announced=False):
+    def _rc_check_ranks(self, rows):
         """Every rank has the same parameters (else RdmacollError naming the first
-        difference). announced: a step's rebuild that joined ranks were told about (they
-        check too); otherwise, while a rank is joined, refused as Horovod's allgather."""
-        gather = rc.allgather_object if announced else joinable.allgather_object
+        difference). A rank inside hvd.join() has no part in the lists (it stands in with
+        none: ../_join.py), so a rebuild while one is joined checks the training ranks."""
         with as_horovod():  # (a peer lost here: HorovodInternalError, as at any collective)
-            digests = gather(signature_digest(rows), name="DistributedOptimizer.check", process_set=self._rc_set)
+            digests = rc.allgather_object(
+                signature_digest(rows), name="DistributedOptimizer.check", process_set=self._rc_set
+            )
             if len(set(digests)) == 1:
                 return
-            lists = gather(rows, name="DistributedOptimizer.params", process_set=self._rc_set)
+            lists = rc.allgather_object(rows, name="DistributedOptimizer.params", process_set=self._rc_set)
         diff = first_difference(lists)
         i, per_rank = diff
         desc = "; ".join(f"rank {r}: {v if v is not None else 'no such parameter'}" for r, v in per_rank.items())
@@ -184,10 +178,10 @@ class _DistributedOptimizer:
             f"sparse gradient): {desc}"
         )
 
-    def _rc_build(self, check_ranks, announced=False):
+    def _rc_build(self, check_ranks):
         """(Re)build the buckets from the parameters as they are now; gradients move in."""
         if check_ranks:
-            self._rc_check_ranks(self._rc_signature(), announced)
+            self._rc_check_ranks(self._rc_signature())
         self._rc_key = self._rc_layout_key()
         self._rc_hook_params()
         self._rc_layout = Layout([p for p in self._rc_params if not self._rc_gathered(p)], self._rc_threshold)
@@ -209,12 +203,10 @@ class _DistributedOptimizer:
         self._rc_started = False
         self._rc_synchronized = False
         self._rc_sparse_handles = None  # this step's sparse reductions: [(param, handle)]
-        self._rc_launch_mode = None
 
     def _rc_abandon(self):
         """The session this step began on closed: its handles go with it."""
         self._rc_reset()
-        self._rc_control = self._rc_buckets_control = None
 
     def _rc_begin_step(self):
         # A step begun on one session and left unfinished (a collective failed: elastic
@@ -226,16 +218,9 @@ class _DistributedOptimizer:
         if self._rc_session is not session:
             session.on_reset(self._rc_abandon)
             self._rc_session = session
-        # hvd.join(): announce this step (one small allreduce, queued, read at the first launch)
-        # (a rebuild is announced with it: joined ranks rebuild and take part in the check)
-        rebuild = first_of_world or self._rc_layout_key() != self._rc_key  # model.half(), requires_grad changed
-        if self._rc_join_index is not None:
-            self._rc_control = JOIN_STATE.announce(
-                (STEP, self._rc_join_index, rebuild), [STEP, self._rc_join_index, int(rebuild)], result=True
-            )
-        if rebuild:
+        if first_of_world or self._rc_layout_key() != self._rc_key:  # model.half(), requires_grad changed
             self.stats["rebuilds"] += 1
-            self._rc_build(check_ranks=True, announced=self._rc_join_index is not None)
+            self._rc_build(check_ranks=True)
         self._rc_started = True
 
     # ------------------------------------------------------------------ backward
@@ -286,27 +271,7 @@ class _DistributedOptimizer:
             if bucket.ready == len(bucket.params) and bucket.index == self._rc_next:
                 self._rc_launch_ready(in_backward=True)
 
-    def _rc_may_launch(self, final):
-        """Whether buckets may be launched now. The step's STEP round, read once (before the
-        first launch), says whether a rank is joined: if none is, buckets go as soon as they
-        are ready; if one is, they wait for the end of the last backward pass (final) and
-        are announced then (BUCKETS, queued ahead of them), after whatever collectives
-        backward issued, so that joined ranks see every collective in order."""
-        mode = self._rc_launch_mode
-        if mode is None:
-            with as_horovod():
-                training = rc.size() if self._rc_control is None else JOIN_STATE.training(self._rc_control)
-            mode = self._rc_launch_mode = "eager" if training == rc.size() else "deferred"
-        if mode == "deferred" and final:
-            self._rc_buckets_control = JOIN_STATE.announce(
-                (BUCKETS, self._rc_join_index), [BUCKETS, self._rc_join_index]
-            )
-            mode = self._rc_launch_mode = "announced"
-        return mode != "deferred"
-
-    def _rc_launch_ready(self, in_backward, final=False):
-        if not self._rc_may_launch(final):
-            return
+    def _rc_launch_ready(self, in_backward):
         buckets = self._rc_layout.buckets
         while self._rc_next < len(buckets) and buckets[self._rc_next].ready == len(buckets[self._rc_next].params):
             self._rc_launch(buckets[self._rc_next])
@@ -336,14 +301,13 @@ class _DistributedOptimizer:
                         view.copy_(g.to_dense() if g.is_sparse else g)
                     p.grad = view
             bucket.ready = len(bucket.params)
-        self._rc_launch_ready(in_backward, final=True)
+        self._rc_launch_ready(in_backward)
         self._rc_launch_sparse()
 
-    def _rc_launch_sparse(self, empty=False):
+    def _rc_launch_sparse(self):
         """Start the sparse reductions of the gathered parameters (once a step, after the
         buckets, in parameter order: the same on every rank). A parameter without a
-        gradient sends an empty one (empty=True: every one, for a joined rank); a dense
-        gradient set by hand is made sparse."""
+        gradient sends an empty one; a dense gradient set by hand is made sparse."""
         if self._rc_sparse_handles is not None:
             return
         self._rc_sparse_handles = []
@@ -351,7 +315,7 @@ class _DistributedOptimizer:
             if not (p.requires_grad and self._rc_gathered(p)):
                 continue
             dims = self._rc_sparse[id(p)]
-            g = None if empty else p.grad
+            g = p.grad
             if g is None:
                 g = torch.sparse_coo_tensor(
                     torch.empty((dims, 0), dtype=torch.int64),
@@ -361,7 +325,7 @@ class _DistributedOptimizer:
                 )
             elif not g.is_sparse:
                 g = g.to_sparse(dims)
-            h = sparse_allreduce_async(g, self._rc_names[id(p)], self._rc_op, self._rc_set)
+            h = served_sparse_allreduce_async(g, self._rc_names[id(p)], self._rc_op, self._rc_set)
             self._rc_sparse_handles.append((p, h))
 
     def _rc_finish_sparse(self):
@@ -397,16 +361,6 @@ class _DistributedOptimizer:
             h = rc.allreduce_async(a, op=op, name=name, out=a, process_set=self._rc_set)
             bucket.handle = (h, c, ctx, post)
 
-    def _rc_wait_control(self):
-        for h in (self._rc_control, self._rc_buckets_control):
-            if h is None:
-                continue
-            try:
-                h.wait()
-            except RdmacollError as e:
-                raise RdmacollError(f"DistributedOptimizer: the step's join announcement failed: {e}") from e
-        self._rc_control = self._rc_buckets_control = None
-
     def _rc_finish(self, bucket):
         h, c, ctx, post = bucket.handle
         bucket.handle = None
@@ -428,8 +382,6 @@ class _DistributedOptimizer:
         fails naming it), then raise here."""
         first = self._rc_layout.buckets[0].flat if self._rc_layout.buckets else torch.zeros(1)
         with contextlib.suppress(RdmacollError):
-            if self._rc_join_index is not None:
-                JOIN_STATE.announce((STEP, self._rc_join_index), [STEP, self._rc_join_index]).wait()
             a = to_core(first.reshape(-1))
             rc.allreduce(a, op=self._rc_op, name=NO_BACKWARD, out=a, process_set=self._rc_set)
         raise RdmacollError(
@@ -454,45 +406,18 @@ class _DistributedOptimizer:
         if not self._rc_started and self._rc_layout_key() != self._rc_key:
             self._rc_begin_step()  # no hooked gradient ran: parameters unfrozen since
         if not self._rc_layout.buckets and not any(p.requires_grad and self._rc_gathered(p) for p in self._rc_params):
-            self._rc_wait_control()
             self._rc_synchronized = True
             return
         if not self._rc_started:
             self._rc_no_backward()
         self._rc_launch_all(in_backward=False)
         t0 = time.perf_counter()
-        self._rc_wait_control()
         for bucket in self._rc_layout.buckets:
             self._rc_finish(bucket)
         self._rc_finish_sparse()
         self.stats["wait_s"] += time.perf_counter() - t0
         self._rc_reset()
         self._rc_synchronized = True
-
-    def _rc_join_rebuild(self):
-        """On a rank inside hvd.join(): the training ranks rebuild their buckets this step
-        (announced with STEP): rebuild here too and take part in their check."""
-        self.stats["rebuilds"] += 1
-        self._rc_build(check_ranks=True, announced=True)
-
-    def _rc_join_step(self):
-        """On a rank inside hvd.join(): reduce zeros in place of every bucket, as the
-        training ranks' step does (same names, sizes and order), and empty sparse gradients;
-        parameters stay as they are. (A rebuild of the buckets came before, announced with
-        the step: _rc_join_rebuild.)"""
-        self._rc_reset()
-        self._rc_launch_mode = "eager"  # (a joined rank announces nothing)
-        for bucket in self._rc_layout.buckets:
-            bucket.buffer.zero_()
-            bucket.ready = len(bucket.params)
-        self._rc_launch_ready(in_backward=False)
-        self._rc_launch_sparse(empty=True)
-        for bucket in self._rc_layout.buckets:
-            self._rc_finish(bucket)
-        for _, h in self._rc_sparse_handles:
-            h.wait()
-        self._rc_reset()
-        self.stats["join_steps"] += 1
 
     @contextlib.contextmanager
     def skip_synchronize(self):

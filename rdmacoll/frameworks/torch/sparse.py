@@ -34,7 +34,18 @@ def _part(name, what):
 def sparse_allreduce_async(tensor, name, op, process_set=global_process_set):
     """Start reducing the sparse COO tensor across ranks (of process_set); handle() or
     synchronize(handle) returns the sparse result. op: Sum or Average (Horovod treats any
-    op other than Average as Sum; rdmacoll refuses the others)."""
+    op other than Average as Sum; rdmacoll refuses the others). Refused while a rank is in
+    hvd.join(), as Horovod's allgathers are."""
+    return _reduce(tensor, name, op, process_set, ops.allgather_async)
+
+
+def served_sparse_allreduce_async(tensor, name, op, process_set=global_process_set):
+    """sparse_allreduce_async that a rank in hvd.join() takes part in with an empty
+    gradient (DistributedOptimizer's)."""
+    return _reduce(tensor, name, op, process_set, ops.served_allgather_async)
+
+
+def _reduce(tensor, name, op, process_set, allgather_async):
     if not isinstance(tensor, torch.Tensor) or tensor.layout != torch.sparse_coo:
         raise RdmacollValueError(
             "sparse_allreduce_async takes a sparse COO tensor (torch.sparse_coo_tensor, "
@@ -48,10 +59,8 @@ def sparse_allreduce_async(tensor, name, op, process_set=global_process_set):
         )
     check_tensor(tensor._values(), "sparse_allreduce_async values")
     # allgather concatenates along the first dimension: indices travel as (nnz, sparse_dim)
-    indices = ops.allgather_async(
-        tensor._indices().t().contiguous(), name=_part(name, "indices"), process_set=process_set
-    )
-    values = ops.allgather_async(tensor._values(), name=_part(name, "values"), process_set=process_set)
+    indices = allgather_async(tensor._indices().t().contiguous(), name=_part(name, "indices"), process_set=process_set)
+    values = allgather_async(tensor._values(), name=_part(name, "values"), process_set=process_set)
     size = ops._set_size(process_set)
 
     def finish(parts):
