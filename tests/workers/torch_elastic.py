@@ -4,10 +4,14 @@ documentation asks of elastic jobs (rank 0 saves after every step; each world re
 from the last one), and at the end a reference computed here without communication.
 
 argv: checkpoint path, steps, seconds to sleep after each step (so that a test can act
-while a world trains), and optionally "kill=RESTART:RANK:K": in the world of that restart
-count, that rank SIGKILLs itself K steps after the world began (a worker lost while its
-agent lives). World 0 (restart count 0) at 3 ranks holds before its third step, taking
-barriers until one fails: the test loses a node there, never after world 0 has finished.
+while a world trains), then optionally:
+  kill=RESTART:RANK:K  in the world of that restart count, that rank SIGKILLs itself K
+                       steps after the world began (a worker lost while its agent lives)
+  hold=SIZE:FROM:K     (any number) the world of SIZE ranks that began at step FROM holds
+                       K steps in, taking barriers until one fails or its agent stops it:
+                       the test loses a node there, or adds one, while that world is sure
+                       to be training. Keyed by what every rank of a world shares: a grown
+                       world's ranks have different restart counts (each agent counts its own).
 
 Each step, rank r of a world of n computes the gradient of a float64 linear layer on an
 input of (step + 1) * (r + 1) and the ranks average it (all_reduce, then / n). The
@@ -15,7 +19,7 @@ checkpoint keeps the world size of every step taken, so the reference replays th
 steps: the mean of the n ranks' gradients, computed by one process.
 
 Records: "world" {restart, size, from_step, group}; "step" {step, size} (rank 0's, every
-step); "holding" {step} (world 0's ranks, as they start to hold); "done" {steps, sizes (per step), digest (the parameters' bytes), error (the largest
+step); "holding" {step, size, from_step} (as a world's ranks start to hold); "done" {steps, sizes (per step), digest (the parameters' bytes), error (the largest
 difference from the reference)}.
 """
 
@@ -61,6 +65,7 @@ def reference(sizes):
 def body():
     path, steps, pause = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
     kill = next((tuple(map(int, a[5:].split(":"))) for a in sys.argv[4:] if a.startswith("kill=")), None)
+    holds = {tuple(map(int, a[5:].split(":"))) for a in sys.argv[4:] if a.startswith("hold=")}
     restart = int(os.environ["TORCHELASTIC_RESTART_COUNT"])
     dist.init_process_group("rdmacoll")
     r, n = dist.get_rank(), dist.get_world_size()
@@ -76,9 +81,9 @@ def body():
         step = len(sizes)
         if kill == (restart, r, step - began):
             os.kill(os.getpid(), signal.SIGKILL)
-        if restart == 0 and n == 3 and step == 2:
-            emit("holding", step=step)
-            while True:  # (until a peer is lost: the barrier raises)
+        if (n, began, step - began) in holds:
+            emit("holding", step=step, size=n, from_step=began)
+            while True:  # (until a peer is lost, the barrier raises, or the agent stops us)
                 dist.barrier()
                 time.sleep(0.05)
         grads = gradients(m, step, r)
