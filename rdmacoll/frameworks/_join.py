@@ -72,7 +72,6 @@ higher rank), which every rank returns.
 
 from __future__ import annotations
 
-
 import numpy as np
 
 import rdmacoll as rc

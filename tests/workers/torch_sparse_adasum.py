@@ -172,8 +172,9 @@ def join_loss(model, step, q):
 
 def sparse_join(r, n):
     """rdmacoll only (Horovod hangs or fails when a rank has no sparse gradient): uneven
-    steps, hvd.join() (joined ranks send zeros and empty sparse gradients), then the last
-    rank's parameters."""
+    steps, hvd.join() (joined ranks send zeros and empty sparse gradients), the last
+    rank's parameters, then a step of every rank (the ranks rebuilt their buckets while
+    others were joined: every rank rebuilds alike after join())."""
     model = EmbNet()
     opt = hvd.DistributedOptimizer(
         torch.optim.SGD(model.parameters(), lr=0.5), named_parameters=model.named_parameters()
@@ -183,15 +184,20 @@ def sparse_join(r, n):
         join_loss(model, step, r).backward()
         opt.step()
     hvd.broadcast_parameters(model.state_dict(), root_rank=hvd.join())
+    opt.zero_grad()
+    join_loss(model, max(JOIN_STEPS[:n]), r).backward()
+    opt.step()
     return [p.detach().clone() for p in model.parameters()]
 
 
 def sparse_join_reference(n):
     model = EmbNet()
     opt = torch.optim.SGD(model.parameters(), lr=0.5)
-    for step in range(max(JOIN_STEPS[:n])):
+    for step in range(max(JOIN_STEPS[:n]) + 1):  # (the last: every rank, after join())
         opt.zero_grad()
-        (sum(join_loss(model, step, q) for q in range(n) if step < JOIN_STEPS[q]) / n).backward()
+        (
+            sum(join_loss(model, step, q) for q in range(n) if step < JOIN_STEPS[q] or step == max(JOIN_STEPS[:n])) / n
+        ).backward()
         opt.step()
     return [p.detach() for p in model.parameters()]
 

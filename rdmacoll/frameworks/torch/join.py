@@ -13,9 +13,11 @@ rdmacoll/frameworks/_join.py. The torch parts:
   barrier is served.
 - DistributedOptimizer costs nothing more: its buckets are allreduces and its sparse
   gradients allgathers that a joined rank serves (zeros; an empty gradient, where
-  Horovod refuses sparse gradients with join), launched during backward as always, so
-  that collectives backward itself issues (SyncBatchNorm, differentiable allreduce) keep
-  their place in the order. A joined rank's parameters are not updated (as in Horovod).
+  Horovod refuses sparse gradients with join), launched during backward as always;
+  collectives that backward itself issues (SyncBatchNorm, differentiable allreduce) are
+  served in their place, as each call is served on its own. A joined rank's parameters
+  are not updated (as in Horovod); every rank rebuilds the buckets at its first step
+  after join().
   Optimizers on process sets are not served (Horovod's join is the global set's too).
 - join() returns the rank that joined last (ties: the higher rank).
 """

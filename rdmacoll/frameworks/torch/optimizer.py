@@ -31,7 +31,10 @@ still runs.
   and its sparse gradients plain allgathers, launched as always; a rank in join() learns
   each from the call itself and takes part with zeros (an empty sparse gradient). Its
   parameters are not updated (as in Horovod). A rebuild's check of the parameters
-  compares the training ranks' (a joined rank has no part in it).
+  compares the training ranks' (a joined rank has no part in it); after a join() every
+  rank rebuilds and checks at its next step, so a rank that was joined through the
+  others' rebuild catches up with them. Building one while a rank is joined is refused,
+  as Horovod refuses allgathers.
 - A rank that calls step() without backward, or a hook that fires more often than
   backward_passes_per_step allows (reentrant checkpointing), raises RdmacollError; the
   first case is made visible to the other ranks through a collective whose name says it.
@@ -54,6 +57,7 @@ from ._rules import RULES, as_horovod, reraise
 from ._tensors import contiguous, copy_into, to_core
 from .buckets import Layout
 from .compression import Compression
+from .. import _join as joinable
 from .adasum_optimizer import adasum_optimizer
 from .ops import comm_of, global_process_set
 from .sparse import served_sparse_allreduce_async
@@ -158,31 +162,33 @@ class _DistributedOptimizer:
     def _rc_layout_key(self):
         return [(id(p), p.dtype, p.shape, p.stride(), p.requires_grad, self._rc_gathered(p)) for p in self._rc_params]
 
-    def _rc_check_ranks(self, rows):
+    def _rc_check_ranks(self, rows, served):
         """Every rank has the same parameters (else RdmacollError naming the first
-        difference). A rank inside hvd.join() has no part in the lists (it stands in with
-        none: ../_join.py), so a rebuild while one is joined checks the training ranks."""
+        difference). served (a step's rebuild): a rank inside hvd.join() has no part in the
+        lists (it stands in with none: ../_join.py), so the training ranks are checked;
+        otherwise (construction) refused while a rank is joined, as Horovod's allgather."""
+        gather = rc.allgather_object if served else joinable.allgather_object
         with as_horovod():  # (a peer lost here: HorovodInternalError, as at any collective)
-            digests = rc.allgather_object(
-                signature_digest(rows), name="DistributedOptimizer.check", process_set=self._rc_set
-            )
+            digests = gather(signature_digest(rows), name="DistributedOptimizer.check", process_set=self._rc_set)
             if len(set(digests)) == 1:
                 return
-            lists = rc.allgather_object(rows, name="DistributedOptimizer.params", process_set=self._rc_set)
+            lists = gather(rows, name="DistributedOptimizer.params", process_set=self._rc_set)
         diff = first_difference(lists)
         i, per_rank = diff
-        desc = "; ".join(f"rank {r}: {v if v is not None else 'no such parameter'}" for r, v in per_rank.items())
+        who = "rank" if len(lists) == self._rc_size else "training rank #"  # (joined ranks: not listed)
+        desc = "; ".join(f"{who} {r}: {v if v is not None else 'no such parameter'}" for r, v in per_rank.items())
         raise RdmacollError(
             f"DistributedOptimizer: the model differs between ranks; first "
             f"difference at parameter #{i} (name, shape, dtype, requires_grad, "
             f"sparse gradient): {desc}"
         )
 
-    def _rc_build(self, check_ranks):
+    def _rc_build(self, check_ranks, served=False):
         """(Re)build the buckets from the parameters as they are now; gradients move in."""
         if check_ranks:
-            self._rc_check_ranks(self._rc_signature())
+            self._rc_check_ranks(self._rc_signature(), served)
         self._rc_key = self._rc_layout_key()
+        self._rc_joins = joinable.STATE.episode  # (joins on this session so far: _rc_begin_step)
         self._rc_hook_params()
         self._rc_layout = Layout([p for p in self._rc_params if not self._rc_gathered(p)], self._rc_threshold)
         for bucket in self._rc_layout.buckets:
@@ -218,9 +224,15 @@ class _DistributedOptimizer:
         if self._rc_session is not session:
             session.on_reset(self._rc_abandon)
             self._rc_session = session
-        if first_of_world or self._rc_layout_key() != self._rc_key:  # model.half(), requires_grad changed
+        # A join() since the last build: a rank that was joined missed the others' rebuilds
+        # (each rank counts the same joins once join() ends), so every rank rebuilds now.
+        if (
+            first_of_world
+            or self._rc_layout_key() != self._rc_key  # model.half(), requires_grad changed
+            or joinable.STATE.episode != self._rc_joins
+        ):
             self.stats["rebuilds"] += 1
-            self._rc_build(check_ranks=True)
+            self._rc_build(check_ranks=True, served=True)
         self._rc_started = True
 
     # ------------------------------------------------------------------ backward
