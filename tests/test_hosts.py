@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from mpi_util import WORKERS_DIR, Launch, check_across_hosts, find_torchrun, run_mpi
+from mpi_util import WORKERS_DIR, Launch, check_across_hosts, find_torchrun, rank_records, run_mpi
 
 ALGOS = ["", "hierarchical", "ring_slots", "recursive_doubling", "halving_doubling", "tree", "eager"]
 
@@ -51,6 +51,12 @@ def test_ranks_on_several_hosts(nhosts, per_host):
     with net_hosts(nhosts) as hosts:
         res = run_mpi(groups(hosts, per_host), "hosts.py", [",".join(ALGOS)], timeout=240)
     check_across_hosts(res, nhosts, per_host, "tcp", ALGOS)
+    # the last rank in join() while the others reduce under hierarchical (tests/test_join.py
+    # runs every other algorithm so; hierarchical needs several hosts)
+    joins = rank_records(res, nhosts * per_host, "join")
+    res.check(all(j["ok"] for j in joins.values()), f"join under hierarchical: {joins}")
+    ran = {a for j in joins.values() for a in j["ran"]}
+    res.check(ran == {"hierarchical"}, f"under join, {ran} ran")
 
 
 def test_torchrun_multi_node_across_hosts():

@@ -70,9 +70,9 @@ for _n in (2, 3, 4):
     _env = {"RC_TEST_HVD": RC, "RC_TEST_JOIN_DIR": shared_dir(f"join {_n}"), "RC_TEST_JOIN_EXTRAS": "1"}
     share(_n, f"join {_n}", {"script": "join_any.py", "env": _env})
 
-# Every allreduce algorithm (hierarchical needs several hosts: tests/test_rdma_guest.py's
-# two-host job does not join), allgather and broadcast algorithm with a rank joined, the
-# joined rank changing from part to part.
+# Every allreduce algorithm (hierarchical needs several hosts: tests/test_hosts.py joins a
+# rank under it), allgather and broadcast algorithm with a rank joined, the joined rank
+# changing from part to part.
 JOIN_ALGORITHMS = ("eager", "direct", "ring", "ring_slots", "recursive_doubling", "halving_doubling", "tree")
 for _n in (3, 4):
     for _i, _a in enumerate(JOIN_ALGORITHMS):

@@ -5,7 +5,9 @@ reached, and allreduce / the other collectives against NumPy under each algorith
 
 Records: "where" once per rank (host, local rank/size, the device, how each peer is
 reached); per algorithm and case "case" with the algorithm that ran and whether the
-result was right; "done" at the end.
+result was right; under hierarchical, "join": the last rank in hvd.join() while the others
+reduce (it stands in: frameworks/_join.py), what ran and whether the sums were the
+training ranks'; "done" at the end.
 """
 
 import socket
@@ -13,6 +15,8 @@ import sys
 
 import numpy as np
 from common import emit, init, main, set_rank
+
+from rdmacoll.frameworks import _join
 
 SIZES = [0, 1, 7, 1023, 100003, (1 << 20) + 3]
 
@@ -82,8 +86,25 @@ def body():
             dtype="float32",
             ok=bool(np.array_equal(b, data(p - 1, 5000, np.float32))),
         )
+        if algo == "hierarchical":
+            joined(rc, r, p)
         rc.shutdown()
     emit("done")
+
+
+def joined(rc, r, p):
+    """Rank p - 1 in join() while the others reduce under hierarchical (its headers go to
+    every neighbour first, the rule join rests on: docs/design.md): it stands in with zeros,
+    and each sum is the training ranks'. Then the others join, together: join() returns
+    the highest of them, p - 2 (the rank that joined last; ties: the higher)."""
+    ok, ran = True, set()
+    if r != p - 1:
+        for n in (100003, (1 << 20) + 3):
+            got = rc.allreduce(data(r, n, np.float32), op=rc.Sum)
+            ran.add(rc._session.current().comm.last_algorithm)
+            ok = ok and bool(np.allclose(got, sum(data(q, n, np.float64) for q in range(p - 1)), rtol=1e-6, atol=0))
+    last = _join.join()
+    emit("join", ok=ok and last == p - 2, last=last, ran=sorted(ran))
 
 
 if __name__ == "__main__":
