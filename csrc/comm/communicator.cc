@@ -124,8 +124,18 @@ void Communicator::checkSetupMemory(int localSize) const {
 Communicator::~Communicator() {
   // (Not in a forked child: its copy belongs to the parent, which has not left.)
   if (connected_ && forkguard::generation() == forkGeneration_) announceLeaving();
-  if (connected_) links_->release(channel_);
-  if (!world_) {
+  // The world's links live on when a communicator split from it still uses them (the next
+  // world of an elastic job, shrunk in place): its peers may still write into its memory,
+  // as a sub-communicator's may. One that leaves them after it failed (in its connect,
+  // too: the others may have connected), or the world, may also still be sent
+  // immediates: its channel is burned, not released (links.h).
+  const bool linksLiveOn = !world_ || links_.use_count() > 1;
+  if (claimed_ && linksLiveOn && (world_ || !connected_ || failure() != 0)) {
+    links_->burn(channel_);
+  } else if (claimed_) {
+    links_->release(channel_);
+  }
+  if (linksLiveOn) {
     links_->retire(std::move(ctrl_));
     links_->retire(std::move(staging_));
   }
@@ -181,6 +191,7 @@ void Communicator::connect(const std::vector<transport::Bytes>& addresses, const
   while (channel < Links::kChannels && (used >> channel & 1)) ++channel;
   links_->claim(channel);
   channel_ = channel;
+  claimed_ = true;
   peersReadable_ = true;
   peersMappable_ = true;
   if (world_) links_->device().beginSetup(secret);

@@ -368,6 +368,7 @@ class Communicator {
   std::vector<StagedWrite> stagedWrites_;  // per staging segment: its last write
   int nextSendStaging_ = 0;                // the staging segment prim::sendStaging hands out next
   bool connected_ = false;
+  bool claimed_ = false;        // channel_ is this communicator's on the links (from connect on)
   bool peersReadable_ = false;  // every peer endpoint can read or map peer memory
   bool peersMappable_ = false;  // every peer endpoint maps peer memory (same host)
   uint64_t seq_ = 0;

@@ -49,6 +49,12 @@ void Links::claim(uint32_t channel) {
   used_ |= uint64_t(1) << channel;
 }
 
+void Links::burn(uint32_t channel) {
+  release(channel);
+  used_ |= uint64_t(1) << channel;
+  burned_ |= uint64_t(1) << channel;
+}
+
 void Links::release(uint32_t channel) {
   used_ &= ~(uint64_t(1) << channel);
   for (Link& l : links_) {

@@ -10,6 +10,12 @@
 // arrived, and keeps the others' for them. A communicator's channel is the lowest one free
 // on every one of its members (channelsInUse() is what a rank contributes).
 //
+// A communicator that leaves while its peers may still be sending to it (the world of an
+// elastic job that lost a rank, closed after the survivors split the next world off it:
+// shrinking in place) burns its channel instead of releasing it: the channel is never
+// claimed again on these links, and what arrives for it is dropped, so no later
+// communicator takes a stale immediate of the old world for one of its own.
+//
 // Threads: like the device, one thread at a time (the communicators over one Links share
 // one executor, runtime/async.h).
 #pragma once
@@ -59,7 +65,8 @@ class Links {
         *imm = got;
         return true;
       }
-      l.pending.push_back(got);  // another communicator's: kept for it
+      if (burned_ >> channelOf(got) & 1) continue;  // a communicator's that left: dropped
+      l.pending.push_back(got);                     // another communicator's: kept for it
     }
     return false;
   }
@@ -75,6 +82,7 @@ class Links {
   uint64_t channelsInUse() const { return used_; }
   void claim(uint32_t channel);    // throws Error when it is in use here
   void release(uint32_t channel);  // drops what arrived for it
+  void burn(uint32_t channel);     // drops what arrived or arrives for it; never free again
   // A closed sub-communicator's registered memory, kept (registered) until the links go:
   // a peer that has not closed yet may still write into it (a late credit, its leaving
   // word), and over RDMA a write into deregistered memory breaks the shared queue pair.
@@ -94,6 +102,7 @@ class Links {
   int worldRank_;
   std::vector<Link> links_;
   uint64_t used_ = 0;
+  uint64_t burned_ = 0;  // channels of communicators that left while peers may still send
 };
 
 }  // namespace rdmacoll
