@@ -15,7 +15,8 @@ world, the survivors restore the last commit, sync and step). Medians of the lau
 ../shared/peers/build-horovod.sh (its horovodrun beside it); without it, rdmacoll alone.
 --gloo-timeout S adds Horovod with HOROVOD_GLOO_TIMEOUT_SECONDS=S (default 30: only the
 rank that shared a connection with the dead worker sees it at once; the others wait that
-long for a receive before they reset).
+long for a receive before they reset). --baseline PYTHON adds another build of rdmacoll
+(a virtualenv of an earlier commit), to compare a change with what it replaces.
 """
 
 from __future__ import annotations
@@ -90,9 +91,15 @@ def main() -> int:
     ap.add_argument("--launches", type=int, default=5)
     ap.add_argument("--horovod", help="the Python of a virtualenv with Horovod 0.28.1 (build-horovod.sh)")
     ap.add_argument("--gloo-timeout", type=int, help="also Horovod with HOROVOD_GLOO_TIMEOUT_SECONDS set to this")
+    ap.add_argument(
+        "--baseline",
+        help="the Python of a virtualenv with another build of rdmacoll (an earlier commit), measured beside",
+    )
     args = ap.parse_args()
     hosts = local_names()
     kinds = {"rdmacoll": (sys.executable, {})}
+    if args.baseline:
+        kinds["rdmacoll baseline"] = (args.baseline, {})
     if args.horovod:
         kinds["horovod"] = (args.horovod, {})
         if args.gloo_timeout:
@@ -104,7 +111,7 @@ def main() -> int:
     for i in range(args.launches):
         for kind in list(kinds) if i % 2 == 0 else reversed(list(kinds)):
             python, extra_env = kinds[kind]
-            runs[kind].append(launch("rdmacoll" if kind == "rdmacoll" else "horovod", python, hosts, extra_env))
+            runs[kind].append(launch(kind.split()[0].rstrip(","), python, hosts, extra_env))
             print(f"{kind:9s} launch {i + 1}: {runs[kind][-1]}", file=sys.stderr, flush=True)
     print(
         f"\n4 workers on {', '.join(hosts)}; the third SIGKILLs itself in step {KILL_STEP}; medians of {args.launches}"

@@ -14,7 +14,7 @@ import pickle as _pickle
 
 import numpy as _np
 
-from . import _core, _device, _objects, _session, _settings, _version
+from . import _core, _device, _in_place, _objects, _session, _settings, _version
 from . import process_sets as _process_sets
 from ._core import Average, Handle, Max, Min, Product, RdmacollError, RdmacollMemoryError, RdmacollValueError, Sum
 from . import adasum as _adasum
@@ -132,9 +132,24 @@ def init(config=None, process_sets=None, comm=None) -> None:
         raise ValueError(
             f'init(process_sets=...) takes a list of ProcessSet objects or "dynamic", got {process_sets!r}'
         )
-    session = _session.start(_bootstrap(config, comm=comm))
-    session.made_by = (config, comm, dynamic or session.settings.get("dynamic_process_sets", 0))
-    _process_sets.attach(session, session.made_by[2], [] if process_sets is None or dynamic else list(process_sets))
+    _start(
+        _bootstrap(config, comm=comm), (config, comm, dynamic), [] if process_sets is None or dynamic else process_sets
+    )
+
+
+def _start(world, made_by, process_sets=()) -> None:
+    """A session of `world` (a bootstrap World) made current, as init() makes it: made_by
+    is init()'s (config, comm, dynamic), process_sets the static sets to register."""
+    session = _session.start(world)
+    session.made_by = (made_by[0], made_by[1], made_by[2] or session.settings.get("dynamic_process_sets", 0))
+    _process_sets.attach(session, session.made_by[2], list(process_sets))
+
+
+def _elastic_reset() -> None:
+    """Horovod's elastic reset (hvd.elastic.run): leave this world for the job's next, in
+    place over this world's connections where every member of the next was in it
+    (rdmacoll/_in_place.py), else shutdown() and init()."""
+    _in_place.reset(init, _start)
 
 
 def _rebuild(failed) -> None:
@@ -157,9 +172,7 @@ def _rebuild(failed) -> None:
     config, comm, dynamic = failed.made_by
     sets = sorted(failed.sets.sets.items(), key=lambda item: item[0]) if failed.sets is not None else []
     failed.close(wait=False)
-    session = _session.start(_bootstrap(config, comm=comm))
-    session.made_by = failed.made_by
-    _process_sets.attach(session, dynamic, [ps for pid, ps in sets if pid])
+    _start(_bootstrap(config, comm=comm), failed.made_by, [ps for pid, ps in sets if pid])
 
 
 def shutdown() -> None:

@@ -247,6 +247,7 @@ class Driver:
         self.workers: dict[tuple[str, int], Worker] = {}
         self.world: list[tuple[str, int]] = []  # the current world's slots, in rank order
         self.formed_world: list[tuple[str, int]] = []  # the last world every worker of which bootstrapped
+        self.formed_round = 0  # its number
         self.round = 0
         self.resets = 0
         self.flags = 0  # what changed in the hosts since the current world formed
@@ -303,7 +304,7 @@ class Driver:
         # the last world all of whose workers bootstrapped: theirs is the job's state (one
         # given up while it formed had newcomers that never received it)
         if self.world and self._all_formed():
-            self.formed_world = self.world
+            self.formed_world, self.formed_round = self.world, self.round
         base = self.formed_world
         if base and (slots[0] not in base or slots[0] not in self.workers):
             raise _Ended("no worker of the last world is first in the next one: no state to start it from")
@@ -321,7 +322,13 @@ class Driver:
         # whether it has workers the last formed world had not: they need rank 0's state,
         # even where the change the others were told of removed hosts only (--max-np let a
         # waiting host in): every worker syncs then (hvd.elastic.run)
-        self.store.set(f"{self.prefix}r/{n}/newcomers", "1" if any(k not in base for k in slots) else "0")
+        newcomers = any(k not in base for k in slots)
+        self.store.set(f"{self.prefix}r/{n}/newcomers", "1" if newcomers else "0")
+        # without newcomers, the world it comes from and each rank's rank there: its workers
+        # may form it in place, over that world's connections (bootstrap/elastic.py)
+        if base and not newcomers:
+            origin = " ".join(str(x) for x in [self.formed_round, *(base.index(k) for k in slots)])
+            self.store.set(f"{self.prefix}r/{n}/from", origin)
         self.round = int(self.store.add(f"{self.prefix}round", 1))
         self.world, self.flags = slots, 0
         _say(f"world {self.round}: {len(slots)} workers on {', '.join(sorted({h for h, _ in slots}))}")

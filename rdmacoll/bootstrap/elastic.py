@@ -18,7 +18,10 @@ Keys (under the prefix), the driver's unless said:
     r/<n>/hosts_stamp     the stamp of the last change of hosts world n was formed with
     r/<n>/newcomers       "1" when world n has workers the last world that formed (every
                           worker counted in formed/) had not, else "0"
+    r/<n>/from            without newcomers: "m q0 q1 ...", world n's members came from world
+                          m (the last that formed) where rank r of n was rank q_r
     r/<n>/world/...       that world's bootstrap (a StoreExchange among its members)
+    r/<n>/in_place/<r>    rank r's part of forming world n in place (the worker's; see Place)
     ready/<h>/<s>         the worker's: the last world it left (started for world n: n - 1): it
                           waits for the next
     formed/<n>            how many workers have finished bootstrapping world n (each adds 1):
@@ -33,9 +36,12 @@ Keys (under the prefix), the driver's unless said:
 
 A worker's init() (Member.next_world) says which world it left, waits for a newer
 one that includes it, and bootstraps that world's communicator among its members; its
-shutdown() and init() again (Horovod's reset) move it to the next. Which world a process
-was in last outlives its sessions: it is kept here, per driver store and slot (the
-process's place in the job, not a session's state).
+shutdown() and init() again move it to the next. Horovod's reset (rdmacoll/_in_place.py)
+first tries to form the next world in place: Member.next_place, then one round of keys
+among its members (Place.gather) to agree that every one of them still holds the world
+it came from, then a communicator split off that world's. Which world a process was in
+last outlives its sessions: it is kept here, per driver store and slot (the process's
+place in the job, not a session's state).
 """
 
 from __future__ import annotations
@@ -47,7 +53,7 @@ import signal
 import time
 
 from .. import _core
-from .store import StoreExchange, prefixed, tcp_store
+from .store import FIRST_PAUSE_S, StoreExchange, next_pause, poll_until, prefixed, tcp_store
 
 VARS = ("RDMACOLL_ELASTIC_STORE", "RDMACOLL_ELASTIC_SECRET", "RDMACOLL_ELASTIC_HOST", "RDMACOLL_ELASTIC_SLOT")
 REMOVED, ADDED = 1, 2  # Horovod's HostUpdateResult flags (horovod/runner/elastic/worker.py)
@@ -84,12 +90,18 @@ class Member:
         """Wait for a world newer than the last one this process was in, and the exchange
         among its members; RdmacollError when the driver ends the job or leaves this
         worker out (its host was removed or blacklisted)."""
+        return self.next_place(timeout_s).exchange()
+
+    def next_place(self, timeout_s: float) -> Place:
+        """Wait for a world newer than the last one this process was in: this worker's
+        place in it (next_world's errors)."""
         p, me = self.prefix, f"{self.host}/{self.slot}"
         self.store.set(f"{p}ready/{me}", str(self.world))
         if self.joined:
             self.store.add(f"{p}left/{self.world}", 1)
-        deadline = time.monotonic() + timeout_s
-        pause = 0.001
+        start = time.monotonic()
+        deadline = start + timeout_s
+        pause = FIRST_PAUSE_S
         while True:
             why = self._get("abort")
             if why is not None:
@@ -103,7 +115,7 @@ class Member:
                     f"{timeout_s:.0f} s (RDMACOLL_ELASTIC_TIMEOUT)"
                 )
             time.sleep(pause)
-            pause = min(0.02, pause * 2)
+            pause = next_pause(pause, time.monotonic() - start)
         place = self._get(f"r/{n}/assign/{me}")
         if place is None:
             raise _core.RdmacollError(
@@ -112,16 +124,8 @@ class Member:
             )
         self.world, self.joined = n, True
         rank, size = (int(x) for x in place.split())
-        exchange = StoreExchange(
-            prefixed(f"{p}r/{n}/world/", self.store),
-            rank,
-            size,
-            timeout_s=timeout_s,
-            cancelled=lambda: self._given_up(n),
-        )
-        exchange.name = "elastic"  # (Session.elastic)
-        exchange.formed = lambda: self.store.add(f"{p}formed/{n}", 1)
-        return exchange
+        origin = self._get(f"r/{n}/from")
+        return Place(self, n, rank, size, [int(x) for x in origin.split()] if origin else None, timeout_s)
 
     def _given_up(self, n: int) -> str | None:
         """Why world n, bootstrapping, will never form: the driver formed a newer one (a
@@ -158,6 +162,55 @@ class Member:
             return 0, 0
         stamp, flags = text.split()
         return int(stamp), int(flags)
+
+
+class Place:
+    """A worker's place in world n of the job: its rank and size there, and where the world
+    comes from: origin (m, [rank in world m of each rank of n]) when every member was in
+    world m, the last that formed; None when it has newcomers. `name` is the exchange's
+    (Session.elastic), `round` the world's number."""
+
+    name = "elastic"
+
+    def __init__(self, member: Member, n: int, rank: int, size: int, origin: list | None, timeout_s: float):
+        self.member, self.round, self.rank, self.size, self.timeout_s = member, n, rank, size, timeout_s
+        self.origin = (origin[0], origin[1:]) if origin and len(origin) == size + 1 else None
+
+    def cancelled(self) -> str | None:
+        """Why this world will never form (Member._given_up), None while it may."""
+        return self.member._given_up(self.round)
+
+    def formed(self) -> None:
+        """Count this worker in: it has finished forming the world (the driver's formed/<n>)."""
+        self.member.store.add(f"{self.member.prefix}formed/{self.round}", 1)
+
+    def exchange(self) -> StoreExchange:
+        """The bootstrap's exchange among the world's members (a new world's connections)."""
+        p = f"{self.member.prefix}r/{self.round}/"
+        ex = StoreExchange(
+            prefixed(p + "world/", self.member.store),
+            self.rank,
+            self.size,
+            timeout_s=self.timeout_s,
+            cancelled=self.cancelled,
+        )
+        ex.name, ex.round, ex.formed = self.name, self.round, self.formed
+        return ex
+
+    def gather(self, value: bytes) -> list:
+        """Every member's value, in rank order: the one round of forming the world in place
+        (keys r/<n>/in_place/<rank>, written once: a world's number is never used twice).
+        store.Cancelled when the world will never form (a member lost meanwhile)."""
+        store, p = self.member.store, f"{self.member.prefix}r/{self.round}/in_place/"
+        store.set(f"{p}{self.rank}", value)
+        keys = [f"{p}{q}" for q in range(self.size)]
+        poll_until(
+            lambda: store.check(keys),
+            lambda: f"rdmacoll.init(): world {self.round}'s members did not all reach it within {self.timeout_s:.0f} s",
+            self.timeout_s,
+            self.cancelled,
+        )
+        return [bytes(v) for v in store.multi_get(keys)]
 
 
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>

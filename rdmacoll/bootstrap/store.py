@@ -45,9 +45,41 @@ class Cancelled(_core.RdmacollError):
     """The world this exchange bootstraps will never form (its `cancelled` said why)."""
 
 
-# polling the store while a wait can be cancelled: the first looks soon, then every 20 ms
-# (the store also carries the agents' heartbeats)
-FIRST_PAUSE_S, MAX_PAUSE_S, CANCEL_EVERY_S = 0.001, 0.02, 0.05
+# polling the store while a wait can be cancelled: every ms for the first FAST_S (the
+# others of an elastic world reach it within milliseconds of each other), then pauses that
+# double up to 20 ms (the store also carries the agents' heartbeats)
+FIRST_PAUSE_S, MAX_PAUSE_S, CANCEL_EVERY_S, FAST_S = 0.001, 0.02, 0.05, 0.05
+
+
+def next_pause(pause: float, waited_s: float) -> float:
+    """The pause after `pause`, waited_s into a wait on the store (see FAST_S)."""
+    return FIRST_PAUSE_S if waited_s < FAST_S else min(MAX_PAUSE_S, pause * 2)
+
+
+def poll_until(done, what, timeout_s: float, cancelled=None) -> None:
+    """Until done() (a look at the store) says so, pausing 1-20 ms between looks (next_pause) and
+    asking cancelled() every CANCEL_EVERY_S (a few requests per rank every 50 ms, at any
+    world size): Cancelled with its reason; RdmacollError(what()) past the timeout, or
+    naming the store when it fails."""
+    asked = asked0 = time.monotonic()
+    deadline = asked + timeout_s
+    pause = FIRST_PAUSE_S
+    while True:
+        try:
+            if done():
+                return
+        except RuntimeError as e:  # (torch's DistNetworkError: the store is gone)
+            raise _core.RdmacollError(f"rdmacoll.init(): the bootstrap's store failed: {e}") from None
+        now = time.monotonic()
+        if now - asked >= CANCEL_EVERY_S:
+            why = cancelled() if cancelled is not None else None
+            if why:
+                raise Cancelled(f"rdmacoll.init(): {why}")
+            asked = now
+        if now > deadline:
+            raise _core.RdmacollError(what())
+        time.sleep(pause)
+        pause = next_pause(pause, now - asked0)
 
 
 class StoreExchange:
@@ -70,11 +102,6 @@ class StoreExchange:
         self.prefix = f"{prefix}{self._generation(prefix, timeout_s)}/"
         self._round = 0
 
-    def _check_cancelled(self) -> None:
-        why = self.cancelled() if self.cancelled is not None else None
-        if why:
-            raise Cancelled(f"rdmacoll.init(): {why}")
-
     def _wait(self, keys: list, what) -> None:
         """Until every key exists: store.wait, or (cancellable) looks at the store with
         the cancellation asked in between; RdmacollError naming what(missing keys) past
@@ -89,27 +116,7 @@ class StoreExchange:
         self._poll(lambda: self.store.check(keys), lambda: what(self._missing(keys)))
 
     def _poll(self, done, what) -> None:
-        """Until done() (a look at the store) says so, pausing 1-20 ms between looks and
-        asking the cancellation every CANCEL_EVERY_S (a few requests per rank every 50 ms,
-        at any world size); RdmacollError(what()) past the timeout, or naming the store
-        when it fails."""
-        asked = time.monotonic()
-        deadline = asked + self.timeout_s
-        pause = FIRST_PAUSE_S
-        while True:
-            try:
-                if done():
-                    return
-            except RuntimeError as e:  # (torch's DistNetworkError: the store is gone)
-                raise _core.RdmacollError(f"rdmacoll.init(): the bootstrap's store failed: {e}") from None
-            now = time.monotonic()
-            if now - asked >= CANCEL_EVERY_S:
-                self._check_cancelled()
-                asked = now
-            if now > deadline:
-                raise _core.RdmacollError(what())
-            time.sleep(pause)
-            pause = min(MAX_PAUSE_S, pause * 2)
+        poll_until(done, what, self.timeout_s, self.cancelled)
 
     def _missing(self, keys: list) -> list:
         """The keys not in the store (all of them where the store cannot say)."""

@@ -1,7 +1,8 @@
 """Horovod's elastic state and run loop (horovod/common/elastic.py, 0.28.1), written once
 for both adapters; nothing here imports a framework. An adapter gives State its object
-broadcast and rank functions; run_fn resets with reset() (shutdown(), then init(): the next
-world of the job, bootstrap/elastic.py).
+broadcast and rank functions; run_fn resets with reset() (the next world of the job: in
+place over this world's connections where it can be, else shutdown() and init();
+rdmacoll/_in_place.py, bootstrap/elastic.py).
 
     @hvd.elastic.run
     def train(state): ... state.commit() ...
@@ -134,10 +135,9 @@ class ObjectState(State):
 
 
 def reset():
-    """Horovod's reset, the same in both adapters: leave this world, join the next one
-    (bootstrap/elastic.py)."""
-    rc.shutdown()
-    rc.init()
+    """Horovod's reset, the same in both adapters: leave this world, join the next one, in
+    place where every member of the next was in this one (rdmacoll/_in_place.py)."""
+    rc._elastic_reset()
 
 
 def run_fn(func, reset=reset):

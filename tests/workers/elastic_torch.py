@@ -4,7 +4,7 @@ DistributedOptimizer and the world size of every committed step (`sizes`: a new 
 step, so that a restore takes the committed one back).
 
 argv: steps, then plan items, all optional:
-  kill=HOST:STEP     the worker on HOST (or HOST/SLOT: that slot's) SIGKILLs itself in step STEP, after its backward
+  kill=HOST:STEP[,HOST:STEP...]  the worker on HOST (or HOST/SLOT: that slot's) SIGKILLs itself in step STEP, after its backward
                      (its gradients' allreduces under way), before the optimizer's step
   grow=STEP:LINE     after committing step STEP, rank 0 adds LINE ("host:slots") to the
                      discovery file (env HOSTS_FILE) and every rank checks for changed
@@ -18,7 +18,8 @@ argv: steps, then plan items, all optional:
                      it in the bootstrap's first step), "exchange" (entering the
                      bootstrap's third store exchange: the others wait for its keys) or
                      "connect" (its address exchanged, before it connects: the others
-                     connect to a dead peer)
+                     connect to a dead peer); a world formed in place has "start" (before
+                     its key) and "connect" (after the round of keys)
   cycles=N           N cycles of a host added and its worker lost: in each world of 2, rank
                      0 adds host 127.0.0.(11 + k) to the discovery file (k: hosts it added
                      before) and every rank waits for the notice; in the world of 3, the
@@ -34,7 +35,8 @@ the gradient of sum((W x + b)^2) over its batch's rows, x filled with ((index mo
 rank's batch is gathered into the state (`batches`: [epoch, [batch of rank 0, 1, ...]] per
 committed step). The reference replays the committed batches in one process.
 
-Records: "world" {size, host, from_step} at the start of every world (after its sync);
+Records: "world" {size, host, from_step, in_place (rdmacoll formed it over the last world's
+connections), transport} at the start of every world (after its sync);
 "step" {step, size} (rank 0's, after each commit); "killing" {step} (the worker that
 kills itself, just before); "holds" {size, fds, threads, memfd_maps} (cycles: rank 0's
 open descriptors, threads and mappings of rdmacoll's shared memory, at each world's start);
@@ -120,6 +122,26 @@ def hosts_added():
         return sum(1 for ln in f if ln.startswith("127.0.0.") and int(ln.split(":")[0].split(".")[3]) > 10)
 
 
+def transport():
+    """rdmacoll's transport in this world; None under Horovod."""
+    if not hvd.__name__.startswith("rdmacoll"):
+        return None
+    from rdmacoll import _session
+
+    return _session.current().comm.transport
+
+
+def formed_in_place():
+    """Whether rdmacoll formed this world in place (rdmacoll/_in_place.py); None under Horovod."""
+    if not hvd.__name__.startswith("rdmacoll"):
+        return None
+    from rdmacoll import _session
+    from rdmacoll.bootstrap import elastic
+
+    place = getattr(elastic, "Place", None)  # (a build before it: benchmarks/elastic_recovery.py --baseline)
+    return place is not None and isinstance(_session.current().world.exchange, place)
+
+
 def die_while_forming(spec, me):
     """The plan's forming= items for this worker: rdmacoll's bootstrap exchange, wrapped."""
     from rdmacoll.bootstrap import elastic, store
@@ -154,8 +176,19 @@ def die_while_forming(spec, me):
             die(world, "start")
         original_init(self, *args, **kwargs)
 
+    original_gather = elastic.Place.gather
+
+    def gather(self, value):  # (forming a world in place: rdmacoll/_in_place.py)
+        if points.get(self.round) == "start":
+            die(self.round, "start")
+        out = original_gather(self, value)
+        if points.get(self.round) == "connect":
+            die(self.round, "connect")
+        return out
+
     store.StoreExchange.allgather = allgather
     store.StoreExchange.__init__ = init
+    elastic.Place.gather = gather
 
 
 def body():
@@ -165,7 +198,7 @@ def body():
     me = {host, f"{host}/{os.environ.get('RDMACOLL_ELASTIC_SLOT', os.environ.get('HOROVOD_LOCAL_RANK'))}"}
     pause = float(plan.get("pause", 0))
     stall = tuple(map(float, plan["stall"].split(":"))) if "stall" in plan else (-1, 0)
-    kill = tuple(plan["kill"].rsplit(":", 1)) if "kill" in plan else None
+    kills = {tuple(k.rsplit(":", 1)) for k in plan["kill"].split(",")} if "kill" in plan else set()
     edits = {}
     for what in ("grow", "shrink"):
         if what in plan:
@@ -191,7 +224,14 @@ def body():
     @hvd.elastic.run
     def train(state):  # (after each sync: this world's state is rank 0's)
         set_rank(hvd.rank())
-        emit("world", size=hvd.size(), host=host, from_step=len(state.sizes))
+        emit(
+            "world",
+            size=hvd.size(),
+            host=host,
+            from_step=len(state.sizes),
+            in_place=formed_in_place(),
+            transport=transport(),
+        )
         joined.append(len(state.sizes))
         if cycles and hvd.size() == 2:
             if host == "localhost":
@@ -213,7 +253,7 @@ def body():
                 mine = [i for _, i in zip(range(BATCH), share)]
             opt.zero_grad()
             loss(m, mine).backward()
-            if (kill and kill[0] in me and kill[1] == str(step)) or (newcomer and step == joined[0] + 1):
+            if any(h in me and k == str(step) for h, k in kills) or (newcomer and step == joined[0] + 1):
                 emit("killing", step=step)
                 os.kill(os.getpid(), signal.SIGKILL)
             opt.step()
