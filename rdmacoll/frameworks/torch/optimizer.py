@@ -175,8 +175,8 @@ class _DistributedOptimizer:
             lists = gather(rows, name="DistributedOptimizer.params", process_set=self._rc_set)
         diff = first_difference(lists)
         i, per_rank = diff
-        who = "rank" if len(lists) == self._rc_size else "training rank #"  # (joined ranks: not listed)
-        desc = "; ".join(f"{who} {r}: {v if v is not None else 'no such parameter'}" for r, v in per_rank.items())
+        who = "rank " if len(lists) == self._rc_size else "training rank #"  # (joined ranks: not listed)
+        desc = "; ".join(f"{who}{r}: {v if v is not None else 'no such parameter'}" for r, v in per_rank.items())
         raise RdmacollError(
             f"DistributedOptimizer: the model differs between ranks; first "
             f"difference at parameter #{i} (name, shape, dtype, requires_grad, "
