@@ -64,8 +64,8 @@ _TF1_ORDER = (
 # Behaviour that differs although the parameters match: (horovod module, name) -> one-line reason.
 # Prune an entry when the difference is fixed.
 _ELASTIC_RUN = (
-    "its jobs run under `rdmacoll-run --elastic` (horovodrun's flags), not horovodrun; a world is "
-    "re-formed through the driver's store, not in place yet (docs/elastic.md)"
+    "its jobs run under `rdmacoll-run --elastic` (horovodrun's flags), not horovodrun; a world that "
+    "lost workers is formed in place, one that grows through the driver's store (docs/elastic.md)"
 )
 KNOWN_DIFFERENCES = {
     ("horovod.torch", "elastic"): _ELASTIC_RUN,
