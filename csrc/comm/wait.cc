@@ -17,13 +17,11 @@
 // thread's report (Communicator::poison). Every kCheckMillis: every peer's liveness, the
 // timeout, stalls (comm/stall.cc), and pending signals (Ctrl-C aborts the peers, then
 // raises Interrupted so that the binding re-raises KeyboardInterrupt). Before the first of
-// those, the peers' liveness alone, every kFirstCheckMillis into the wait: a peer that
-// died is seen within milliseconds of its death showing, not a check period later (an
-// elastic job's recovery, 160 ms from a kill to the next step, spent 100 ms here; with
-// checks at 5, 10, 20, 40 and 80 ms, a pidfd that turned readable 20-30 ms after the kill,
-// as the dead process's memory is torn down, was seen at 40). Again, not only once: where
-// a dead process's pidfd turns readable only when its parent reaps it (gVisor), the
-// parent's next look comes a few ms later. A check costs one poll() per peer.
+// those, the peers' liveness alone, kFirstCheckMillis into the wait and again at twice
+// that, and so on: a peer that died is seen within milliseconds of a wait on it, not a
+// check period later (an elastic job's recovery, 160 ms from a kill to the next step,
+// spent 100 ms here). Again, not only once: where a dead process's pidfd turns readable
+// only when its parent reaps it (gVisor), the parent's next look comes a few ms later.
 #include <sched.h>
 
 #include <algorithm>
@@ -84,7 +82,7 @@ bool Communicator::WaitState::step() {
   if (now >= nextCheck_) {
     if (earlyMillis_ < kCheckMillis) {
       checkLiveness();
-      earlyMillis_ += kFirstCheckMillis;
+      earlyMillis_ *= 2;
       nextCheck_ = start_ + std::chrono::milliseconds(std::min(earlyMillis_, kCheckMillis));
     } else {
       periodicChecks();
