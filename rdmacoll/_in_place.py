@@ -12,15 +12,17 @@ through the driver's store (its only step there), connect, and meet in a barrier
 new communicator. The barrier takes a message from every member, and an endpoint delivers in
 order, so what any member wrote in the failed world has landed before the new world's first
 call. Then the old session closes: its communicator burns its channel and keeps its memory
-registered (late writes of the failed call land there, harmlessly) for as long as the
-connections live.
+registered for as long as the connections live, so what the lost worker wrote, or a hung one
+writes when it runs again, lands there, harmlessly, and what it sends on the old channel is
+dropped. (The process sets of the old session are closed first, as shutdown() closes them.)
 
-Otherwise (newcomers, a member that holds another world, no free channel) every member says
-so in the same round, and the world is bootstrapped anew (shutdown(), then the bootstrap of
-world n through its store). A member lost while the world forms: the driver forms the next
-(the others see it in the store: store.Cancelled), and the reset starts over from the same
-session. Leaving that session to a later in-place world, rather than closing it, is what lets
-the second failure of a reset still shrink in place.
+Otherwise every member bootstraps world n anew (shutdown(), then its bootstrap through the
+store): every member decides alike from the one round, where a member that cannot (it holds
+another world, or came through init(): Member.next_world, which writes its part too) wrote
+None, and from the channels in use at each member (free_channel). A member lost while the
+world forms: the driver forms the next (the others see it in the store: store.Cancelled), and
+the reset starts over from the same session. Leaving that session to a later in-place world,
+rather than closing it, is what lets the second failure of a reset still shrink in place.
 
 What it costs the job: the split's memory (control region, staging) per shrink, and one of
 the links' 64 channels (a burned one is never reused); past them, worlds are bootstrapped.
@@ -29,7 +31,6 @@ the links' 64 channels (a burned one is never reused); past them, worlds are boo
 from __future__ import annotations
 
 import logging
-import pickle
 
 from . import _log, _session
 from .bootstrap import World, bootstrap, elastic, store
@@ -46,23 +47,26 @@ def reset(init, start) -> None:
         init()
         return
     settings = old.settings
+    # The process sets go first, as shutdown() closes them: a peer's operation queued on one
+    # of them fails at once (this rank left) instead of holding up the split, which waits for
+    # what this process queued (the sets are not carried into the next world)
+    if old.sets is not None:
+        old.sets.stop()
     while True:
         place = member.next_place(settings["timeout"] + settings["elastic_timeout"] + 60)
         try:
             world = _formed_in_place(old, place)
+            if world is None:
+                old.close(wait=False)
+                world = bootstrap(old.made_by[0], exchange=place.exchange())
         except store.Cancelled as e:
             _log.logger.info(f"{e}; joining the next")
             continue
-        old.close(wait=False)
-        if world is None:
-            try:
-                world = bootstrap(old.made_by[0], exchange=place.exchange())
-            except store.Cancelled as e:
-                _log.logger.info(f"{e}; joining the next")
-                init()  # (the next world, the usual way)
-                return
+        break
+    try:
+        old.close(wait=False)  # (formed in place: the old world goes now; its hooks run)
+    finally:
         start(world, old.made_by)
-        return
 
 
 def _formed_in_place(old, place):
@@ -72,17 +76,19 @@ def _formed_in_place(old, place):
         return None
     m, ranks = place.origin
     sub, mine = None, None
-    if getattr(old.world.exchange, "round", None) == m and ranks[place.rank] == old.rank:
+    mine_ok = not old.closed and getattr(old.world.exchange, "round", None) == m and ranks[place.rank] == old.rank
+    if mine_ok:
         try:
             sub = old.comm.split(ranks)
             mine = sub.address()
-        except Exception as e:  # noqa: BLE001 - (no free channel): bootstrapped anew, with the others
+        except Exception as e:  # noqa: BLE001 - bootstrapped anew, with the others
             _log.say(logging.INFO, old.rank, f"world {place.round} not formed in place: {e}")
             sub = None
     try:
-        parts = place.gather(pickle.dumps(mine if sub is not None else None))
-        addresses = [pickle.loads(p) for p in parts]
-        if any(a is None for a in addresses):
+        addresses = place.gather(mine if sub is not None else None)
+        if any(a is None for a in addresses) or sub.free_channel(addresses) < 0:
+            # (a member that cannot; or every channel in use at some member: all see the same)
+            _log.say(logging.INFO, old.rank, f"world {place.round} is bootstrapped anew, not formed in place")
             if sub is not None:
                 sub.close()
             return None
@@ -90,7 +96,7 @@ def _formed_in_place(old, place):
             sub.connect(addresses)
             sub.barrier()
         except Exception as e:  # noqa: BLE001 - a member lost while it formed: the driver's next world
-            _log.logger.info(f"world {place.round} lost a member while it formed in place: {e}")
+            _log.say(logging.INFO, old.rank, f"world {place.round} failed while it formed in place: {e}")
             _until_given_up(place, e)
         place.formed()
     except BaseException:

@@ -232,8 +232,9 @@ class _Ended(Exception):
 
 
 class Worker:
-    def __init__(self, host: str, slot: int, proc: subprocess.Popen):
+    def __init__(self, host: str, slot: int, proc: subprocess.Popen, world: int):
         self.host, self.slot, self.proc = host, slot, proc
+        self.world = world  # the world it was started for
 
 
 class Driver:
@@ -279,7 +280,7 @@ class Driver:
             )
             line += " " + " ".join(shlex.quote(a) for a in self.program)
             proc = subprocess.Popen(["ssh", "-o", "BatchMode=yes", host, line], start_new_session=True)
-        self.workers[(host, slot)] = Worker(host, slot, proc)
+        self.workers[(host, slot)] = Worker(host, slot, proc, world)
 
     def _stop(self, key) -> None:
         w = self.workers.pop(key)
@@ -322,7 +323,8 @@ class Driver:
         # whether it has workers the last formed world had not: they need rank 0's state,
         # even where the change the others were told of removed hosts only (--max-np let a
         # waiting host in): every worker syncs then (hvd.elastic.run)
-        newcomers = any(k not in base for k in slots)
+        # (a slot of that world whose worker was started since, its host removed and back: new)
+        newcomers = any(k not in base or self.workers[k].world > self.formed_round for k in slots)
         self.store.set(f"{self.prefix}r/{n}/newcomers", "1" if newcomers else "0")
         # without newcomers, the world it comes from and each rank's rank there: its workers
         # may form it in place, over that world's connections (bootstrap/elastic.py)

@@ -386,3 +386,35 @@ def test_the_next_world_is_judged_against_the_last_that_formed():
     finally:
         for key in list(d.workers):
             d._stop(key)
+
+
+def test_a_world_is_formed_in_place_only_of_workers_that_hold_the_last_one():
+    """The driver's rule for forming in place (r/<n>/from), on its own: a world whose every
+    worker is a process of the last world that formed says where it comes from (that world,
+    each rank's rank there); a slot of that world whose worker was started again (its host
+    removed, then back) is a newcomer: the new process holds no state and no connection."""
+    from rdmacoll import elastic_run
+
+    hosts = elastic_run.Hosts([("localhost", 1), ("127.0.0.2", 1), ("127.0.0.3", 1)], None, None)
+    d = elastic_run.Driver(["sleep", "60"], 3, 1, 3, hosts, 60, 60, None, [])
+
+    def key(n, name):
+        k = f"{d.prefix}r/{n}/{name}"
+        return bytes(d.store.get(k)).decode() if d.store.check([k]) else None
+
+    try:
+        hosts.discover()
+        assert d._form(3) and key(1, "newcomers") == "1" and key(1, "from") is None
+        d.store.add(f"{d.prefix}formed/1", 3)  # every worker bootstrapped it
+        hosts.fixed.remove(("127.0.0.2", 1))
+        hosts.discover()
+        assert d._form(1) and d.world == [("localhost", 0), ("127.0.0.3", 0)]
+        assert key(2, "newcomers") == "0" and key(2, "from") == "1 0 2"  # ranks 0 and 2 of world 1
+        # world 2 given up while it formed (formed/2 stays 0); 127.0.0.2 back, a new process
+        hosts.fixed.append(("127.0.0.2", 1))
+        hosts.discover()
+        assert d._form(1) and ("127.0.0.2", 0) in d.world
+        assert key(3, "newcomers") == "1" and key(3, "from") is None, "a restarted worker counted as old"
+    finally:
+        for k in list(d.workers):
+            d._stop(k)

@@ -169,8 +169,7 @@ transport::Bytes Communicator::address() const {
   return a;
 }
 
-void Communicator::connect(const std::vector<transport::Bytes>& addresses, const transport::Bytes& secret) {
-  RC_CHECK(!connected_, "communicator already connected");
+int Communicator::freeChannel(const std::vector<transport::Bytes>& addresses) const {
   RC_CHECK(static_cast<int>(addresses.size()) == size_,
            "expected " + std::to_string(size_) + " addresses, got " + std::to_string(addresses.size()));
   // A sub-communicator's address ends with the channels in use at that member: its
@@ -187,8 +186,16 @@ void Communicator::connect(const std::vector<transport::Bytes>& addresses, const
       used |= u;
     }
   }
-  uint32_t channel = 0;
+  int channel = 0;
   while (channel < Links::kChannels && (used >> channel & 1)) ++channel;
+  return channel < Links::kChannels ? channel : -1;
+}
+
+void Communicator::connect(const std::vector<transport::Bytes>& addresses, const transport::Bytes& secret) {
+  RC_CHECK(!connected_, "communicator already connected");
+  const int free = freeChannel(addresses);
+  const uint32_t channel = free < 0 ? Links::kChannels : static_cast<uint32_t>(free);
+  const size_t tail = world_ ? 0 : sizeof(uint64_t);
   links_->claim(channel);
   channel_ = channel;
   claimed_ = true;

@@ -121,6 +121,9 @@ class Communicator {
   // `secret`: the job's (bootstrap's), which the world's connections prove (transport.h,
   // Device::beginSetup); a sub-communicator makes no connection and ignores it.
   void connect(const std::vector<transport::Bytes>& addresses, const transport::Bytes& secret = {});
+  // The channel connect(addresses) would claim, the same at every member (-1: every one is
+  // in use at some member, and connect would throw there; the caller can decide first).
+  int freeChannel(const std::vector<transport::Bytes>& addresses) const;
   // A communicator over `members` (ranks of this one, in the new communicator's rank
   // order; this rank among them) on the same Links. Connected by its own connect().
   std::unique_ptr<Communicator> split(const std::vector<int>& members) const;

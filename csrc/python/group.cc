@@ -67,6 +67,11 @@ class PyGroup {
     auto a = g().address();
     return py::bytes(reinterpret_cast<const char*>(a.data()), a.size());
   }
+  int freeChannel(const std::vector<std::string>& addresses) const {
+    std::vector<transport::Bytes> all;
+    for (const auto& s : addresses) all.emplace_back(s.begin(), s.end());
+    return g().freeChannel(all);
+  }
   void connect(const std::vector<std::string>& addresses, const std::string& secret) {
     std::vector<transport::Bytes> all;
     for (const auto& s : addresses) all.emplace_back(s.begin(), s.end());
@@ -339,7 +344,9 @@ void bindGroup(py::module_& m) {
            "the same connections: connect it with the addresses of the members, gathered among "
            "them.")
       .def("address", &P::address)
-      .def("connect", &P::connect, "addresses"_a, "secret"_a = py::bytes());
+      .def("connect", &P::connect, "addresses"_a, "secret"_a = py::bytes())
+      .def("free_channel", &P::freeChannel, "addresses"_a,
+           "The channel connect(addresses) would take, the same at every member; -1 when none is free.");
   // Each collective twice: run on the caller's thread, and queued (<name>_async, a Handle)
   defCollective(cls, "allreduce", &P::allreduce, "x"_a, "out"_a, "op"_a, "name"_a, "shape"_a = py::none());
   defCollective(cls, "allgather", &P::allgather, "x"_a, "name"_a, "shape"_a = py::none());

@@ -34,6 +34,7 @@ class Group {
   // Setup (bootstrap): the communicator's address, then every rank's.
   transport::Bytes address() const { return comm_->address(); }
   void connect(const std::vector<transport::Bytes>& addresses, const transport::Bytes& secret = {});
+  int freeChannel(const std::vector<transport::Bytes>& addresses) const { return comm_->freeChannel(addresses); }
   // A group over `members` (ranks of this group, in the new group's rank order, this
   // rank among them): a sub-communicator on the same connections (Communicator::split),
   // the same policy, and the same executor, so that operations of all the groups of a

@@ -49,11 +49,12 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import os
+import pickle
 import signal
 import time
 
 from .. import _core
-from .store import FIRST_PAUSE_S, StoreExchange, next_pause, poll_until, prefixed, tcp_store
+from .store import FAST_S, FIRST_PAUSE_S, StoreExchange, next_pause, poll_until, prefixed, tcp_store
 
 VARS = ("RDMACOLL_ELASTIC_STORE", "RDMACOLL_ELASTIC_SECRET", "RDMACOLL_ELASTIC_HOST", "RDMACOLL_ELASTIC_SLOT")
 REMOVED, ADDED = 1, 2  # Horovod's HostUpdateResult flags (horovod/runner/elastic/worker.py)
@@ -90,7 +91,12 @@ class Member:
         """Wait for a world newer than the last one this process was in, and the exchange
         among its members; RdmacollError when the driver ends the job or leaves this
         worker out (its host was removed or blacklisted)."""
-        return self.next_place(timeout_s).exchange()
+        place = self.next_place(timeout_s)
+        if place.origin is not None:
+            # the others may be forming it in place (rdmacoll/_in_place.py): this process holds
+            # no world to form it from, and says so, so that every member bootstraps it
+            place.gather(None)
+        return place.exchange()
 
     def next_place(self, timeout_s: float) -> Place:
         """Wait for a world newer than the last one this process was in: this worker's
@@ -115,7 +121,7 @@ class Member:
                     f"{timeout_s:.0f} s (RDMACOLL_ELASTIC_TIMEOUT)"
                 )
             time.sleep(pause)
-            pause = next_pause(pause, time.monotonic() - start)
+            pause = next_pause(pause, time.monotonic() - start, FAST_S)
         place = self._get(f"r/{n}/assign/{me}")
         if place is None:
             raise _core.RdmacollError(
@@ -197,20 +203,21 @@ class Place:
         ex.name, ex.round, ex.formed = self.name, self.round, self.formed
         return ex
 
-    def gather(self, value: bytes) -> list:
-        """Every member's value, in rank order: the one round of forming the world in place
-        (keys r/<n>/in_place/<rank>, written once: a world's number is never used twice).
-        store.Cancelled when the world will never form (a member lost meanwhile)."""
+    def gather(self, obj) -> list:
+        """Every member's obj (picklable), in rank order: the one round of forming the world
+        in place (keys r/<n>/in_place/<rank>, written once: a world's number is never used
+        twice). store.Cancelled when the world will never form (a member lost meanwhile)."""
         store, p = self.member.store, f"{self.member.prefix}r/{self.round}/in_place/"
-        store.set(f"{p}{self.rank}", value)
+        store.set(f"{p}{self.rank}", pickle.dumps(obj))
         keys = [f"{p}{q}" for q in range(self.size)]
         poll_until(
             lambda: store.check(keys),
             lambda: f"rdmacoll.init(): world {self.round}'s members did not all reach it within {self.timeout_s:.0f} s",
             self.timeout_s,
             self.cancelled,
+            fast_s=FAST_S,
         )
-        return [bytes(v) for v in store.multi_get(keys)]
+        return [pickle.loads(bytes(v)) for v in store.multi_get(keys)]
 
 
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>

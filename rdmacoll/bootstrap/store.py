@@ -45,19 +45,22 @@ class Cancelled(_core.RdmacollError):
     """The world this exchange bootstraps will never form (its `cancelled` said why)."""
 
 
-# polling the store while a wait can be cancelled: every ms for the first FAST_S (the
-# others of an elastic world reach it within milliseconds of each other), then pauses that
-# double up to 20 ms (the store also carries the agents' heartbeats)
+# polling the store while a wait can be cancelled: pauses that double from 1 ms up to 20 ms
+# (the store also carries the agents' heartbeats); an elastic reset's own waits (one key
+# per worker) look every ms for their first FAST_S, as the others of a world reach them
+# within milliseconds of each other (fast_s)
 FIRST_PAUSE_S, MAX_PAUSE_S, CANCEL_EVERY_S, FAST_S = 0.001, 0.02, 0.05, 0.05
 
 
-def next_pause(pause: float, waited_s: float) -> float:
-    """The pause after `pause`, waited_s into a wait on the store (see FAST_S)."""
-    return FIRST_PAUSE_S if waited_s < FAST_S else min(MAX_PAUSE_S, pause * 2)
+def next_pause(pause: float, waited_s: float, fast_s: float = 0.0) -> float:
+    """The pause after `pause`, waited_s into a wait on the store: FIRST_PAUSE_S for the
+    first fast_s, then doubling up to MAX_PAUSE_S."""
+    return FIRST_PAUSE_S if waited_s < fast_s else min(MAX_PAUSE_S, pause * 2)
 
 
-def poll_until(done, what, timeout_s: float, cancelled=None) -> None:
-    """Until done() (a look at the store) says so, pausing 1-20 ms between looks (next_pause) and
+def poll_until(done, what, timeout_s: float, cancelled=None, fast_s: float = 0.0) -> None:
+    """Until done() (a look at the store) says so, pausing 1-20 ms between looks (next_pause:
+    fast_s) and
     asking cancelled() every CANCEL_EVERY_S (a few requests per rank every 50 ms, at any
     world size): Cancelled with its reason; RdmacollError(what()) past the timeout, or
     naming the store when it fails."""
@@ -79,7 +82,7 @@ def poll_until(done, what, timeout_s: float, cancelled=None) -> None:
         if now > deadline:
             raise _core.RdmacollError(what())
         time.sleep(pause)
-        pause = next_pause(pause, now - asked0)
+        pause = next_pause(pause, now - asked0, fast_s)
 
 
 class StoreExchange:
