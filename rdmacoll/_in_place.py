@@ -106,13 +106,13 @@ def _formed_in_place(old, place):
     host_of, index = [], {}
     for q in ranks:
         host_of.append(index.setdefault(old.host_of[q], len(index)))
-    local = [r for r in range(place.size) if host_of[r] == host_of[place.rank]]
+    local_rank, local_size, *_ = _session.layout(host_of, place.rank)
     _log.say(logging.INFO, place.rank, f"world {place.round} formed in place: rank {place.rank} of {place.size}")
     return World(
         place.rank,
         place.size,
-        local.index(place.rank),
-        len(local),
+        local_rank,
+        local_size,
         sub,
         old.settings,
         old.world.sources,
