@@ -139,14 +139,14 @@ void allreduceDirect(Communicator& c, Call& call) {
   // Staging (top): in place in a pool block. A decision each rank makes alone: its peers
   // only see mappable memory.
   MemoryPool::Block* block = pool.acquire(bytes);
-  std::memcpy(block->data, call.in, bytes);
+  copyBytes(block->data, call.in, bytes);
   try {
     directMapped(c, call, block->data, block->data, false);
   } catch (...) {
     pool.release(block);
     throw;
   }
-  std::memcpy(call.out, block->data, bytes);
+  copyBytes(call.out, block->data, bytes);
   prim::finishWrites(c);  // the block was a source of writes to peers: free before the pool has it back
   pool.release(block);
 }

@@ -26,6 +26,7 @@
 #include "comm/primitives.h"
 #include "comm/ring.h"
 #include "comm/topology.h"
+#include "reduce/reduce.h"
 
 namespace rdmacoll {
 namespace algorithms {
@@ -41,7 +42,7 @@ void allreduceHierarchical(Communicator& c, Call& call) {
   prim::headersFromNeighbours(c, call, peers, 4);
 
   char* out = static_cast<char*>(call.out);
-  if (call.in != call.out) std::memcpy(out, call.in, call.count * E);
+  if (call.in != call.out) copyBytes(out, call.in, call.count * E);
   const ring::Bounds chunks(call.count, l);
   const SlotRing local{t.local.data(), l, t.localIndex, chunks.data(), 0, E, segElems};
   const int owned = (t.localIndex + 1) % l;

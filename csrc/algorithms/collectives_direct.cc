@@ -55,7 +55,7 @@ void allgatherDirect(Communicator& c, Call& call) {
   std::vector<size_t> first(p + 1, 0);  // first row of each rank's part
   for (int q = 0; q < p; ++q) first[q + 1] = first[q] + (q == r ? rows : peers.headers[q]->extra[0]);
   char* dst = static_cast<char*>(call.result->allocate(first[p] * rowBytes));
-  std::memcpy(dst + first[r] * rowBytes, call.in, rows * rowBytes);
+  copyBytes(dst + first[r] * rowBytes, call.in, rows * rowBytes);
   for (int k = 1; k < p; ++k) {
     const int q = (r + k) % p;
     prim::readInput(c.peer(q), peers.bufs[q], 0, dst + first[q] * rowBytes, (first[q + 1] - first[q]) * rowBytes);
@@ -70,7 +70,7 @@ void broadcastDirect(Communicator& c, Call& call) {
   BufferRef in = describe(c, call.in, bytes);
   Peers peers(c, call, &in, nullptr, [](int, uint64_t*) {});
   if (c.rank() == root) {
-    if (call.out != call.in) std::memcpy(call.out, call.in, bytes);
+    if (call.out != call.in) copyBytes(call.out, call.in, bytes);
   } else {
     prim::readInput(c.peer(root), peers.bufs[root], 0, call.out, bytes);
   }
@@ -123,7 +123,7 @@ void alltoallDirect(Communicator& c, Call& call) {
   for (int q = 0; q < p; ++q) {
     const size_t len = received[q] * rowBytes;
     if (q == r) {
-      std::memcpy(dst, static_cast<const char*>(call.in) + firstSent[r] * rowBytes, len);
+      copyBytes(dst, static_cast<const char*>(call.in) + firstSent[r] * rowBytes, len);
     } else {
       prim::readInput(c.peer(q), peers.bufs[q], peers.headers[q]->extra[0] * rowBytes, dst, len);
     }

@@ -36,6 +36,7 @@
 #include "comm/pairwise.h"
 #include "comm/primitives.h"
 #include "comm/ring.h"
+#include "reduce/reduce.h"
 
 namespace rdmacoll {
 namespace algorithms {
@@ -68,7 +69,7 @@ void allgatherRing(Communicator& c, Call& call) {
     total += n;
   }
   char* dst = static_cast<char*>(call.result->allocate(first[p]));
-  std::memcpy(dst + first[r], call.in, rows * rowBytes);
+  copyBytes(dst + first[r], call.in, rows * rowBytes);
   const SlotRing ring{nullptr, p, r, first.data(), -1, 1, c.protocol().slotSegment(1)};
   ringAllgather(c, ring, dst);
   call.resultRows = total;
@@ -91,12 +92,12 @@ void broadcastChain(Communicator& c, Call& call) {
     for (size_t i = 0, np = pieces(bytes, seg); i < np; ++i) {
       prim::sendSlot(c, next, in + i * seg, pieceLen(bytes, seg, i));
     }
-    if (call.out != call.in) std::memcpy(call.out, call.in, bytes);
+    if (call.out != call.in) copyBytes(call.out, call.in, bytes);
     return;
   }
   for (size_t i = 0, np = pieces(bytes, seg); i < np; ++i) {
     const size_t len = pieceLen(bytes, seg, i);
-    std::memcpy(o + i * seg, prim::recvSlot(c, prev), len);
+    copyBytes(o + i * seg, prim::recvSlot(c, prev), len);
     prim::releaseSlot(c, prev);
     if (d < p - 1) prim::sendSlot(c, next, o + i * seg, len);
   }
@@ -139,7 +140,7 @@ void alltoallPairwise(Communicator& c, Call& call) {
   }
   char* dst = static_cast<char*>(call.result->allocate(firstRecv[p] * rowBytes));
   const char* in = static_cast<const char*>(call.in);
-  std::memcpy(dst + firstRecv[r] * rowBytes, in + firstSent[r] * rowBytes, splits[r] * rowBytes);
+  copyBytes(dst + firstRecv[r] * rowBytes, in + firstSent[r] * rowBytes, splits[r] * rowBytes);
   for (int k = 1; k < p; ++k) {
     const int to = (r + k) % p, from = (r - k + p) % p;
     pairwise::shift(c, c.peer(to), in + firstSent[to] * rowBytes, splits[to] * rowBytes, c.peer(from),

@@ -62,6 +62,10 @@ struct Peer {
   uint64_t msgsSent = 0;              // slot messages sent to this peer
   uint64_t msgsReceived = 0;          // slot messages received from it
   uint64_t unwritten = 0;             // ticket of the last write to it not known to have left its source
+  // Payload bytes moved with this peer since the communicator connected: put into its memory
+  // (slot messages, eager messages, stores into its result) and read out of it (map or
+  // read): what tests/test_scale.py holds against the traced schedule (csrc/trace/).
+  uint64_t bytesPut = 0, bytesGot = 0;
 };
 
 // A user buffer as the peers will address it.

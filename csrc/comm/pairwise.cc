@@ -27,7 +27,7 @@ void recvReducePiece(Communicator& c, Peer& from, const Call& call, char* dst, c
 bool overlap(const char* a, size_t an, const char* b, size_t bn) { return an && bn && a < b + bn && b < a + an; }
 
 void recvCopyPiece(Communicator& c, Peer& from, char* dst, size_t len) {
-  std::memcpy(dst, prim::recvSlot(c, from), len);
+  copyBytes(dst, prim::recvSlot(c, from), len);
   prim::releaseSlot(c, from);
 }
 }  // namespace

@@ -104,31 +104,6 @@ const CallHeader& recvHeader(Communicator& c, Peer& from, const Call& call) {
   return h;
 }
 
-void headersFromNeighbours(Communicator& c, const Call& call, const int* peers, int n) {
-  const int p = c.size(), r = c.rank();
-  const int pred = (r + p - 1) % p, succ = (r + 1) % p;
-  // Distinct peers, successor first and predecessor second (p <= 2: they coincide).
-  constexpr int kMax = 16;
-  int list[kMax];
-  int m = 0;
-  auto add = [&](int q) {
-    if (q < 0 || q == r) return;
-    for (int i = 0; i < m; ++i) {
-      if (list[i] == q) return;
-    }
-    if (m == kMax) throw Error("internal: too many header peers");
-    list[m++] = q;
-  };
-  add(succ);
-  add(pred);
-  for (int i = 0; i < n; ++i) add(peers[i]);
-  for (int i = 0; i < m; ++i) sendHeader(c, c.peer(list[i]), call, nullptr, nullptr);
-  recvHeader(c, c.peer(pred), call);
-  for (int i = 0; i < m; ++i) {
-    if (list[i] != pred) recvHeader(c, c.peer(list[i]), call);
-  }
-}
-
 namespace {
 // A header names no buffer with all-zero packed bytes (sendHeader with nullptr).
 bool named(const transport::PackedMemory& m) {
@@ -166,6 +141,7 @@ void readPeer(Peer& peer, const transport::RemoteMemory& m, size_t base, const c
               size_t len) {
   if (len == 0) return;
   checkPeerRange(peer, m, base, off, len);
+  peer.bytesGot += len;
   if (map) {
     std::memcpy(dst, map + off, len);
   } else {
@@ -181,6 +157,7 @@ const void* peerAt(Peer& peer, const transport::RemoteMemory& m, size_t base, co
     return stage;
   }
   if (len) checkPeerRange(peer, m, base, off, len);
+  peer.bytesGot += len;
   return map + off;
 }
 }  // namespace
@@ -204,6 +181,7 @@ const void* outputAt(Peer& peer, const PeerBuffers& b, size_t off, size_t len, v
 void writeOutput(Communicator& c, Peer& peer, const PeerBuffers& b, size_t off, const void* src, size_t len) {
   if (len == 0) return;
   checkPeerRange(peer, b.out, b.outOff, off, len);
+  peer.bytesPut += len;
   track(c, peer, src, peer.ep->write(src, b.out, b.outOff + off, len, false, 0));
 }
 
@@ -211,6 +189,7 @@ void sendEager(Communicator& c, Peer& to, const Call& call, const void* data, si
   PhaseScope phase(c.timeline(), Timeline::kTransfer);
   const size_t off = c.layout().eager(c.rank(), call.seq);
   const size_t body = off + sizeof(HashedDescriptor);  // {hash, payload}
+  to.bytesPut += bytes;
   track(c, to, &call.hd, to.ep->write(&call.hd, to.ctrl, off, sizeof(HashedDescriptor), false, 0));
   track(c, to, &call.hd.hash, to.ep->write(&call.hd.hash, to.ctrl, body, sizeof(uint64_t), false, 0));
   track(c, to, data,
@@ -252,6 +231,7 @@ uint64_t sendSlot(Communicator& c, Peer& to, const void* data, size_t bytes) {
   const uint64_t ticket = to.ep->write(data, to.ctrl, c.layout().slot(c.rank(), to.msgsSent), data ? bytes : 0, true,
                                        slotTag(c.channel(), c.callTag(), to.msgsSent));
   track(c, to, data, ticket);
+  to.bytesPut += bytes;
   ++to.msgsSent;
   return ticket;
 }

@@ -16,6 +16,7 @@
 #include <cstdint>
 
 #include "comm/communicator.h"
+#include "common/error.h"
 
 namespace rdmacoll {
 namespace prim {
@@ -67,7 +68,30 @@ void headersFromAll(Communicator& c, const Call& call, const BufferRef* in, cons
 // come; and every rank I send a header to sends me one, so a rank never starts call n+2
 // (overwriting its header of call n, slots are per parity) before each of them started
 // call n+1.
-void headersFromNeighbours(Communicator& c, const Call& call, const int* peers, int n);
+inline void headersFromNeighbours(Communicator& c, const Call& call, const int* peers, int n) {
+  const int p = c.size(), r = c.rank();
+  const int pred = (r + p - 1) % p, succ = (r + 1) % p;
+  // Distinct peers, successor first and predecessor second (p <= 2: they coincide).
+  constexpr int kMax = 16;
+  int list[kMax];
+  int m = 0;
+  auto add = [&](int q) {
+    if (q < 0 || q == r) return;
+    for (int i = 0; i < m; ++i) {
+      if (list[i] == q) return;
+    }
+    if (m == kMax) throw Error("internal: too many header peers");
+    list[m++] = q;
+  };
+  add(succ);
+  add(pred);
+  for (int i = 0; i < n; ++i) add(peers[i]);
+  for (int i = 0; i < m; ++i) sendHeader(c, c.peer(list[i]), call, nullptr, nullptr);
+  recvHeader(c, c.peer(pred), call);
+  for (int i = 0; i < m; ++i) {
+    if (list[i] != pred) recvHeader(c, c.peer(list[i]), call);
+  }
+}
 
 // A peer's buffers from its header, ready to read: mapped where the transport maps
 // (then loads come straight from the peer's memory), else read() copies.

@@ -70,7 +70,7 @@ void steps(Communicator& c, const Call* call, const SlotRing& r, const char* in,
         const Segment seg = segmentOf(r, mod(i + o - s, g), k);
         if (seg.n == 0) continue;
         char* dst = out + seg.begin * E;
-        std::memcpy(dst, prim::recvSlot(c, prev), seg.n * E);
+        copyBytes(dst, prim::recvSlot(c, prev), seg.n * E);
         prim::releaseSlot(c, prev);
         if (s < g - 2) prim::sendSlot(c, next, dst, seg.n * E);
       }

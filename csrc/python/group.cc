@@ -258,6 +258,16 @@ class PyGroup {
     }
     return out;
   }
+  // Payload bytes put into and read out of each peer since connect (comm/communicator.h,
+  // Peer::bytesPut, bytesGot): [(put, got)] by rank, zeros for this rank.
+  std::vector<std::pair<uint64_t, uint64_t>> traffic() {
+    Communicator& c = g().comm();
+    std::vector<std::pair<uint64_t, uint64_t>> out(c.size(), {0, 0});
+    for (int r = 0; r < c.size(); ++r) {
+      if (r != c.rank()) out[r] = {c.peer(r).bytesPut, c.peer(r).bytesGot};
+    }
+    return out;
+  }
   int rank() const { return g().comm().rank(); }
   std::vector<int> worldRanks() const {
     std::vector<int> out;
@@ -386,6 +396,7 @@ void bindGroup(py::module_& m) {
                              "Where the network transport listens: 'eth0 10.0.0.2:41321' (IPv6: "
                              "'eth0 [fd00::2]:41321'); '' when no network transport is open.")
       .def("peer_transports", &P::peerTransports)
+      .def("traffic", &P::traffic)
       .def("restart_timeline", &P::restartTimeline, py::arg("path"),
            "Close this rank's timeline file and open path's (\"\": stop): Horovod's start_timeline")
       .def_property_readonly("rank", &P::rank)

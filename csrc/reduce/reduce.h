@@ -16,6 +16,7 @@
 //   benchmarks/reduce_kernels and the note in reduce.cc).
 #pragma once
 #include <cstddef>
+#include <cstring>
 
 #include "common/types.h"
 
@@ -30,5 +31,13 @@ inline void reduce2(DataType dtype, ReduceOp op, void* out, const void* a, const
   const void* in[2] = {a, b};
   reduceN(dtype, op, out, in, 2, count, scale);
 }
+
+// A plain copy of n bytes: the algorithms copy through it, not std::memcpy, so that a
+// traced run (csrc/trace/, built with RDMACOLL_TRACE) records the bytes instead.
+#ifdef RDMACOLL_TRACE
+void copyBytes(void* dst, const void* src, size_t n);
+#else
+inline void copyBytes(void* dst, const void* src, size_t n) { std::memcpy(dst, src, n); }
+#endif
 
 }  // namespace rdmacoll
