@@ -14,6 +14,7 @@ void bindSettings(pybind11::module_& m);  // settings.cc: SETTINGS, algorithms()
 void bindGroup(pybind11::module_& m);     // group.cc: Communicator, Handle
 void bindTuning(pybind11::module_& m);    // tuning.cc: the cost model's functions
 void bindDevice(pybind11::module_& m);    // device.cc: DeviceCollectives, cuda_runtime()
+void bindSchedule(pybind11::module_& m);  // schedule.cc: every rank's steps of a call (csrc/trace/)
 
 // log_sink.cc: the core's messages to a Python callable emit(level, line) (level 0 error
 // .. 3 debug); None: the core writes them to stderr.

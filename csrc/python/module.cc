@@ -85,6 +85,7 @@ PYBIND11_MODULE(_core, m) {
   bindGroup(m);
   bindTuning(m);
   bindDevice(m);
+  bindSchedule(m);
   m.def("fork_tracked_fds", &forkguard::trackedCount,
         "Descriptors the core holds now: the ones a forked child closes (common/fork_guard.h). "
         "Introspection for tests: the registry is process state of this module's core.");
