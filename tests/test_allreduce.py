@@ -12,15 +12,16 @@ from rdmacoll import _core, _settings
 from mpi_util import matrix_results, rank_records, run_mpi
 from reference import ONE_PER_WIDTH
 
-# Small thresholds: 4 KiB segments and slots, 2 slots per peer and a 256-byte eager limit,
-# so that the 100003-element inputs run through tens of segments per chunk and wait on
-# slot credits all the time, and the eager limit falls between the small sizes.
+# Small thresholds: 4 KiB segments and slots, 4 slots per peer (the fewest with which the
+# tree skews its iterations by depth) and a 256-byte eager limit, so that the 100003-element
+# inputs run through tens of segments per chunk and wait on slot credits all the time, and
+# the eager limit falls between the small sizes. (One and two slots: the test below.)
 THRESHOLDS = {
     "default": {},
     "small": {
         "RDMACOLL_SEGMENT_BYTES": 4096,
         "RDMACOLL_SLOT_BYTES": 4096,
-        "RDMACOLL_SLOTS": 2,
+        "RDMACOLL_SLOTS": 4,
         "RDMACOLL_EAGER_BYTES": 256,
     },
 }
@@ -126,17 +127,20 @@ def test_allreduce_matrix(launches, nranks, algo, thresholds):
     print(f"{nranks} ranks, {algo}, {thresholds} thresholds: {cases.pop()} cases per rank, algorithms {sorted(used)}")
 
 
+@pytest.mark.parametrize("slots", [1, 2])
 @pytest.mark.parametrize("algo", ["ring_slots", "recursive_doubling", "halving_doubling", "tree"])
-def test_single_slot_per_peer_does_not_deadlock(algo):
+def test_one_or_two_slots_per_peer_do_not_deadlock(algo, slots):
     """With one receive slot per peer, a rank must give its predecessor's slot back before
-    it waits for its successor's credit (ring_slots once held it and hung at 3 ranks)."""
+    it waits for its successor's credit (ring_slots once held it and hung at 3 ranks); with
+    one or two, the tree runs segment by segment (its skewed form needs four) and the ring
+    reduces into the successor's mapped slot only from two."""
     env = {
         "RDMACOLL_ALGO": algo,
-        "RDMACOLL_SLOTS": 1,
+        "RDMACOLL_SLOTS": slots,
         "RDMACOLL_SLOT_BYTES": 4096,
         "RDMACOLL_SEGMENT_BYTES": 4096,
         "RDMACOLL_EAGER_BYTES": 256,
     }
     res = run_mpi(3, "allreduce_matrix.py", ["--sizes", "0,1,7,1023,5000"], env=env, timeout=120)
     done = rank_records(res, 3, "done")
-    res.check(all(d["failures"] == 0 for d in done.values()), "wrong results with one slot per peer")
+    res.check(all(d["failures"] == 0 for d in done.values()), f"wrong results with {slots} slots per peer")
