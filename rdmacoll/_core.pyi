@@ -37,10 +37,43 @@ def network_offer(settings: dict[str, Any] = ...) -> str: ...
 
 # The cost model's functions (tuning.cc)
 def cost_model_for(model: dict[str, float], ranks_per_cpu: float) -> dict[str, float]: ...
-def costs(model: dict[str, float], collective: str, nbytes: int, p: int) -> dict[str, float]: ...
+def costs(
+    model: dict[str, float],
+    collective: str,
+    nbytes: int,
+    p: int,
+    hosts: int = 1,
+    local: Optional[dict[str, float]] = None,
+    segment_bytes: int = 0,
+) -> dict[str, float]: ...
 def select(
-    model: dict[str, float], collective: str, nbytes: int, p: int, usable: list[str], rules: str = ""
+    model: dict[str, float],
+    collective: str,
+    nbytes: int,
+    p: int,
+    usable: list[str],
+    rules: str = "",
+    hosts: int = 1,
+    local: Optional[dict[str, float]] = None,
 ) -> Optional[str]: ...
+
+# The schedules as data (schedule.cc, csrc/trace/): every rank's steps of one allreduce,
+# rows (op, flow, peer, value), codes indexing SCHEDULE_OPS and SCHEDULE_FLOWS.
+SCHEDULE_OPS: list[str]
+SCHEDULE_FLOWS: list[str]
+SCHEDULE_HEADER_BYTES: int
+
+def schedule(
+    algorithm: str,
+    ranks: int,
+    count: int,
+    dtype: int,
+    hosts: list[int] = ...,
+    readable: bool = False,
+    mappable: bool = False,
+    in_place: bool = False,
+    settings: dict[str, Any] = ...,
+) -> list[np.ndarray]: ...
 def reduce_local(dtype: int, op: int, out: np.ndarray, inputs: list[np.ndarray], scale: float) -> None: ...
 
 class Handle:
@@ -117,6 +150,7 @@ class Communicator:
         """Where the network transport listens: 'eth0 10.0.0.2:41321', 'eth0 [fd00::2]:41321'; '' without one."""
         ...
     def peer_transports(self) -> list[str]: ...
+    def traffic(self) -> list[tuple[int, int]]: ...  # payload bytes (put into, read out of) each peer since connect
     def restart_timeline(self, path: str) -> None: ...  # close this rank's timeline, open path ("": stop)
     @property
     def rank(self) -> int: ...

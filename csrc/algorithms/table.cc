@@ -1,5 +1,8 @@
 #include "algorithms/table.h"
 
+#include <algorithm>
+#include <cmath>
+
 #include "algorithms/allreduce.h"
 #include "algorithms/collectives.h"
 #include "algorithms/schedule.h"
@@ -18,7 +21,9 @@ bool small(const Situation& s) { return s.bytes <= s.eagerBytes; }
 bool severalRegularHosts(const Situation& s) { return s.hosts > 1 && s.ranksPerHost > 0; }
 
 // ---- costs: n = bytes, p = ranks, m = the flat model (table.h: alpha per dependent step,
-// beta per byte a rank moves, gamma per byte of reduction input it reads)
+// beta per byte a rank moves, gamma per byte of reduction input it reads). Every algorithm
+// but eager opens with a round of call headers (prim::headersFromNeighbours): one step
+// more than its data needs (the simulator counts it, docs/scale.md).
 double eagerCost(const Costs& k, const Situation& s) {
   const CostModel& m = k.flat;
   const double n = double(s.bytes), p = s.ranks;
@@ -37,37 +42,49 @@ double directCost(const Costs& k, const Situation& s) {
 double ringCost(const Costs& k, const Situation& s) {
   const CostModel& m = k.flat;
   const double n = double(s.bytes), p = s.ranks;
-  return 2 * (p - 1) * m.alpha + m.beta * 2.0 * (p - 1) / p * n + m.gamma * 2.0 * (p - 1) / p * n;
+  return (2 * (p - 1) + 1) * m.alpha + m.beta * 2.0 * (p - 1) / p * n + m.gamma * 2.0 * (p - 1) / p * n;
 }
 // p not a power of two: a folded pair adds a step before and after and n bytes each way.
 double foldSteps(int p) { return schedule::foldRem(p) ? 1.0 : 0.0; }
 double recursiveDoublingCost(const Costs& k, const Situation& s) {
   const CostModel& m = k.flat;
   const double n = double(s.bytes), lg = schedule::log2Floor(s.ranks), f = foldSteps(s.ranks);
-  return (lg + 2 * f) * m.alpha + m.beta * (lg + f) * n + m.gamma * 2.0 * (lg + f) * n;
+  return (lg + 2 * f + 1) * m.alpha + m.beta * (lg + f) * n + m.gamma * 2.0 * (lg + f) * n;
 }
 double halvingDoublingCost(const Costs& k, const Situation& s) {
   const CostModel& m = k.flat;
   const double n = double(s.bytes), P = schedule::pow2Floor(s.ranks), lg = schedule::log2Floor(s.ranks),
                f = foldSteps(s.ranks);
-  return (2 * lg + 2 * f) * m.alpha + m.beta * (2.0 * (P - 1) / P + f) * n + m.gamma * (2.0 * (P - 1) / P + 2 * f) * n;
+  return (2 * lg + 2 * f + 1) * m.alpha + m.beta * (2.0 * (P - 1) / P + f) * n +
+         m.gamma * (2.0 * (P - 1) / P + 2 * f) * n;
 }
+// The skewed pipeline of allreduce_tree.cc: halves of n/2 in segments of s bytes. Filling
+// it, a segment climbs depth ~ ceil(log2 p) levels and comes down as many, each a step in
+// which a parent takes two children's s (or sends s to each) and reduces three inputs of s;
+// after that every further segment costs the busiest rank's step, where four segments of
+// both trees cross its link and it reduces three. Simulated at 4-256 ranks on uniform links
+// this is within 30% (docs/scale.md: the in-order tree's uneven depth); the form before
+// (2 depth steps + 2 n bytes) was 2-7x short of it for pipelines of a few segments.
 double treeCost(const Costs& k, const Situation& s) {
-  // Depth ~ ceil(log2 p) each way; an interior rank sends n/2 up and n down in its tree
-  // and n/2 up in the other, and reduces three inputs of n/2.
   const CostModel& m = k.flat;
   double depth = 0;
   while ((1 << static_cast<int>(depth)) < s.ranks) ++depth;
-  return 2 * depth * m.alpha + m.beta * 2.0 * double(s.bytes) + m.gamma * 1.5 * double(s.bytes);
+  const double half = double(s.bytes) / 2, seg = std::min(half, double(std::max<size_t>(s.segmentBytes, 1)));
+  const double nseg = seg > 0 ? std::ceil(half / seg) : 0;
+  const double fill = 2 * depth * (m.alpha + m.beta * 2 * seg + m.gamma * 1.5 * seg);
+  const double steady = std::max(nseg - 1, 0.0) * (m.alpha + m.beta * 4 * seg + m.gamma * 3 * seg);
+  return m.alpha + fill + steady;
 }
 // l ranks on each of h hosts: rings within hosts under the local constants (a
-// reduce-scatter and an allgather of n), a ring allreduce of n/l across hosts under the
-// network's.
+// reduce-scatter and an allgather of n), then l rings across hosts at once, each an
+// allreduce of n/l under the network's: the l rings share each host's link, so it carries
+// the whole n (the form before gave each ring the link to itself, l times short of the
+// simulated time at 8 ranks per host, docs/scale.md). One header round first.
 double hierarchicalCost(const Costs& k, const Situation& s) {
   const double N = double(s.bytes), l = s.ranksPerHost, h = s.hosts;
   const CostModel &a = k.local, &b = k.net;
-  return 2 * (l - 1) * a.alpha + a.beta * 2.0 * (l - 1) / l * N + a.gamma * (l - 1) / l * N + 2 * (h - 1) * b.alpha +
-         b.beta * 2.0 * (h - 1) / h * N / l + b.gamma * (h - 1) / h * N / l;
+  return b.alpha + 2 * (l - 1) * a.alpha + a.beta * 2.0 * (l - 1) / l * N + a.gamma * (l - 1) / l * N +
+         2 * (h - 1) * b.alpha + b.beta * 2.0 * (h - 1) / h * N + b.gamma * (h - 1) / h * N / l;
 }
 // The other collectives: "direct" forms pay a header round, then each rank copies (or
 // reduces) its bytes straight out of peer memory, one pass. Slot forms: p-1 steps (the
@@ -220,6 +237,7 @@ Situation Situation::of(const Communicator& c, Collective collective, size_t byt
   s.peersReadable = c.peersReadable();
   s.peersMappable = c.peersMappable();
   s.eagerBytes = c.protocol().eagerBytes;
+  s.segmentBytes = std::min(c.protocol().segmentBytes, c.protocol().slotBytes);
   return s;
 }
 

@@ -34,6 +34,9 @@ struct Situation {
   bool peersReadable = false;  // every peer's memory can be read in place (map or cross-memory read)
   bool peersMappable = false;  // ... and mapped (loads and stores straight into it)
   size_t eagerBytes = 0;       // RDMACOLL_EAGER_BYTES
+  // A pipeline's unit, min(RDMACOLL_SEGMENT_BYTES, RDMACOLL_SLOT_BYTES): how many segments
+  // a pipelined algorithm runs, each a dependent step (the tree's cost).
+  size_t segmentBytes = 256 << 10;
 
   static Situation of(const Communicator& c, Collective collective, size_t bytes);
 };

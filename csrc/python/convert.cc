@@ -67,14 +67,18 @@ CostModel fullCostModel(const py::dict& d) {
                    std::isnan(given.gamma) ? kDefaultLocal.gamma : given.gamma};
 }
 
-algorithms::Situation oneHostSituation(Collective coll, size_t bytes, int p) {
+algorithms::Situation situationOf(Collective coll, size_t bytes, int p, int hosts, size_t segmentBytes) {
+  if (hosts < 1 || hosts > p) throw Error("hosts must be in 1..p");
   algorithms::Situation s;
   s.collective = coll;
   s.bytes = bytes;
   s.ranks = p;
-  s.hosts = 1;
-  s.ranksPerHost = p;
-  s.peersReadable = s.peersMappable = true;
+  s.hosts = hosts;
+  s.ranksPerHost = p % hosts == 0 ? p / hosts : 0;
+  s.peersReadable = s.peersMappable = hosts == 1;
+  const settings::Values defaults;
+  s.segmentBytes =
+      segmentBytes ? segmentBytes : std::min(defaults.bytes("segment_bytes"), defaults.bytes("slot_bytes"));
   s.eagerBytes = SIZE_MAX;
   return s;
 }

@@ -24,9 +24,12 @@ std::map<std::string, rdmacoll::CostModel> costModelsFromDict(const pybind11::di
 pybind11::dict costModelToDict(const rdmacoll::CostModel& m);
 
 // A model from {"alpha", "beta", "gamma"}, missing constants the local defaults'; a
-// situation of p ranks on one host, every algorithm usable by its shape.
+// situation of p ranks on `hosts` hosts (as many on each where they divide), every
+// algorithm usable by its shape (peers readable in place on one host only), pipelines in
+// segments of segmentBytes (0: the settings' defaults).
 rdmacoll::CostModel fullCostModel(const pybind11::dict& d);
-rdmacoll::algorithms::Situation oneHostSituation(rdmacoll::Collective coll, size_t bytes, int p);
+rdmacoll::algorithms::Situation situationOf(rdmacoll::Collective coll, size_t bytes, int p, int hosts = 1,
+                                            size_t segmentBytes = 0);
 
 // For a pybind11 exception translator: p rethrown, an ArgumentError raised as valueError
 // (RdmacollValueError), an OutOfMemory as memoryError (RdmacollMemoryError), any other

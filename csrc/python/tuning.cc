@@ -18,6 +18,17 @@
 namespace py = pybind11;
 using namespace rdmacoll;
 
+namespace {
+// The constants costsFor (tuning/policy.cc) would hand the algorithms: `model` over all
+// ranks on one host; on several, `model` is the network's and `local` (the model where
+// None) the links within a host.
+algorithms::Costs costsOf(const py::dict& model, int hosts, const py::object& local) {
+  const CostModel cm = fullCostModel(model);
+  const CostModel lm = local.is_none() ? cm : fullCostModel(local.cast<py::dict>());
+  return hosts > 1 ? algorithms::Costs{cm, lm, cm} : algorithms::Costs{cm, cm, cm};
+}
+}  // namespace
+
 void bindTuning(py::module_& m) {
   m.def(
       "reduce_local",
@@ -46,30 +57,34 @@ void bindTuning(py::module_& m) {
       "The constants a communicator uses where ranks_per_cpu ranks share each CPU.");
   m.def(
       "costs",
-      [](const py::dict& model, const std::string& collective, size_t bytes, int p) {
-        const CostModel cm = fullCostModel(model);
-        const algorithms::Costs k{cm, cm, cm};
+      [](const py::dict& model, const std::string& collective, size_t bytes, int p, int hosts, const py::object& local,
+         size_t segmentBytes) {
+        const algorithms::Costs k = costsOf(model, hosts, local);
         const Collective coll = collectiveNamed(collective);
-        const algorithms::Situation s = oneHostSituation(coll, bytes, p);
+        const algorithms::Situation s = situationOf(coll, bytes, p, hosts, segmentBytes);
         py::dict out;
         for (const algorithms::Algorithm& a : algorithms::table()) {
           if (a.collective == coll && a.cost) out[a.name] = a.cost(k, s);
         }
         return out;
       },
-      "Predicted seconds of every algorithm of a collective for (bytes, p) under the model.");
+      py::arg("model"), py::arg("collective"), py::arg("bytes"), py::arg("p"), py::arg("hosts") = 1,
+      py::arg("local") = py::none(), py::arg("segment_bytes") = 0,
+      "Predicted seconds of every algorithm of a collective for (bytes, p) under the model (with hosts > 1: "
+      "the network's, and `local` within hosts, as tuning/policy.cc's costsFor; segment_bytes: a pipeline's "
+      "unit, 0 for the settings' defaults).");
   m.def(
       "select",
       [](const py::dict& model, const std::string& collective, size_t bytes, int p,
-         const std::vector<std::string>& usable, const std::string& rules) {
+         const std::vector<std::string>& usable, const std::string& rules, int hosts, const py::object& local) {
         const std::set<std::string> ok(usable.begin(), usable.end());
-        const CostModel cm = fullCostModel(model);
         const auto* a =
-            tuning::choose(tuning::parseAlgoRules(rules, &tuning::knownAlgorithm), algorithms::Costs{cm, cm, cm},
-                           oneHostSituation(collectiveNamed(collective), bytes, p),
+            tuning::choose(tuning::parseAlgoRules(rules, &tuning::knownAlgorithm), costsOf(model, hosts, local),
+                           situationOf(collectiveNamed(collective), bytes, p, hosts),
                            [&](const algorithms::Algorithm& x) { return ok.count(x.name) > 0; });
         return a ? py::object(py::str(a->name)) : py::object(py::none());
       },
       py::arg("model"), py::arg("collective"), py::arg("bytes"), py::arg("p"), py::arg("usable"), py::arg("rules") = "",
-      "What selection picks among the algorithms named usable (rules: RDMACOLL_ALGO).");
+      py::arg("hosts") = 1, py::arg("local") = py::none(),
+      "What selection picks among the algorithms named usable (rules: RDMACOLL_ALGO; hosts, local: as costs).");
 }

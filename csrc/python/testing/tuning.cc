@@ -39,7 +39,7 @@ void bindTestingTuning(py::module_& m) {
       "hierarchical_cost",
       [](const py::dict& local, const py::dict& net, size_t bytes, int perHost, int hosts) {
         const CostModel l = fullCostModel(local), n = fullCostModel(net);
-        algorithms::Situation s = oneHostSituation(Collective::kAllreduce, bytes, perHost * hosts);
+        algorithms::Situation s = situationOf(Collective::kAllreduce, bytes, perHost * hosts);
         s.hosts = hosts;
         s.ranksPerHost = perHost;
         return algorithms::find(Collective::kAllreduce, "hierarchical")->cost(algorithms::Costs{n, l, n}, s);
