@@ -45,6 +45,8 @@ def costs(
     hosts: int = 1,
     local: Optional[dict[str, float]] = None,
     segment_bytes: int = 0,
+    oversubscription: float = 1.0,
+    leaf_ranks: int = 0,
 ) -> dict[str, float]: ...
 def select(
     model: dict[str, float],
@@ -55,6 +57,8 @@ def select(
     rules: str = "",
     hosts: int = 1,
     local: Optional[dict[str, float]] = None,
+    oversubscription: float = 1.0,
+    leaf_ranks: int = 0,
 ) -> Optional[str]: ...
 
 # The schedules as data (schedule.cc, csrc/trace/): every rank's steps of one allreduce,

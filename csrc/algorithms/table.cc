@@ -46,17 +46,30 @@ double ringCost(const Costs& k, const Situation& s) {
 }
 // p not a power of two: a folded pair adds a step before and after and n bytes each way.
 double foldSteps(int p) { return schedule::foldRem(p) ? 1.0 : 0.0; }
+// The share of a link an exchange between ranks `distance` apart gets, as a multiple of
+// its bytes: across an oversubscribed core (Costs::oversubscription), 1/oversubscription
+// of it. Only between hosts: within one, peers never leave it.
+double core(const Costs& k, const Situation& s, int distance) {
+  const bool crosses = s.hosts > 1 && k.oversubscription > 1 && (k.leafRanks <= 0 || distance >= k.leafRanks);
+  return crosses ? k.oversubscription : 1.0;
+}
+// Step s exchanges the whole vector with the rank 2^s away.
 double recursiveDoublingCost(const Costs& k, const Situation& s) {
   const CostModel& m = k.flat;
   const double n = double(s.bytes), lg = schedule::log2Floor(s.ranks), f = foldSteps(s.ranks);
-  return (lg + 2 * f + 1) * m.alpha + m.beta * (lg + f) * n + m.gamma * 2.0 * (lg + f) * n;
+  double moved = f * n;
+  for (int d = 1; d < (1 << static_cast<int>(lg)); d <<= 1) moved += n * core(k, s, d);
+  return (lg + 2 * f + 1) * m.alpha + m.beta * moved + m.gamma * 2.0 * (lg + f) * n;
 }
+// Reduce-scatter step s exchanges n / 2^(s+1) with the rank P / 2^(s+1) away, allgather
+// the same back: 2 (P-1)/P n in all where no exchange crosses an oversubscribed core.
 double halvingDoublingCost(const Costs& k, const Situation& s) {
   const CostModel& m = k.flat;
   const double n = double(s.bytes), P = schedule::pow2Floor(s.ranks), lg = schedule::log2Floor(s.ranks),
                f = foldSteps(s.ranks);
-  return (2 * lg + 2 * f + 1) * m.alpha + m.beta * (2.0 * (P - 1) / P + f) * n +
-         m.gamma * (2.0 * (P - 1) / P + 2 * f) * n;
+  double moved = f * n;
+  for (int d = static_cast<int>(P) / 2; d >= 1; d /= 2) moved += 2.0 * n * d / P * core(k, s, d);
+  return (2 * lg + 2 * f + 1) * m.alpha + m.beta * moved + m.gamma * (2.0 * (P - 1) / P + 2 * f) * n;
 }
 // The skewed pipeline of allreduce_tree.cc: halves of n/2 in segments of s bytes. Filling
 // it, a segment climbs depth ~ ceil(log2 p) levels and comes down as many, each a step in

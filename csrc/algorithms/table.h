@@ -47,6 +47,10 @@ struct Situation {
 // host and between hosts (hierarchical).
 struct Costs {
   CostModel flat, local, net;
+  // The network's core: an exchange between ranks leafRanks or more apart (any, for 0)
+  // crosses it and gets 1/oversubscription of a link (RDMACOLL_NETWORK_OVERSUBSCRIPTION).
+  double oversubscription = 1;
+  int leafRanks = 0;
 };
 
 struct Algorithm {

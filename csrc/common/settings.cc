@@ -42,6 +42,14 @@ const std::vector<Setting> kTable = {
      "the largest free blocks give their pages back"},
     {"slots", "RDMACOLL_SLOTS", nullptr, Kind::kCount, Scope::kJob, "4", 1, 64, 1, nullptr, Check::kNone,
      "receive slots per peer (messages in flight to one peer)"},
+    {"network_oversubscription", "RDMACOLL_NETWORK_OVERSUBSCRIPTION", nullptr, Kind::kCount, Scope::kJob, "1", 1, 1024,
+     1, nullptr, Check::kNone,
+     "the network core's oversubscription (4 for a 4:1 fat tree): selection charges exchanges between ranks "
+     "`network_leaf_ranks` or more apart this many times the bytes (docs/scale.md)"},
+    {"network_leaf_ranks", "RDMACOLL_NETWORK_LEAF_RANKS", nullptr, Kind::kCount, Scope::kJob, "0", 0, 1 << 30, 1,
+     nullptr, Check::kNone,
+     "ranks under one leaf switch (consecutive ranks): closer exchanges stay off the core (0: every exchange "
+     "between hosts crosses it)"},
     {"transport", "RDMACOLL_TRANSPORT", nullptr, Kind::kText, Scope::kJob, "auto", 0, kNone, 1, nullptr,
      Check::kTransport,
      "which backend reaches which peers: `auto` (shared memory within a host, the network between "

@@ -22,10 +22,14 @@ namespace {
 // The constants costsFor (tuning/policy.cc) would hand the algorithms: `model` over all
 // ranks on one host; on several, `model` is the network's and `local` (the model where
 // None) the links within a host.
-algorithms::Costs costsOf(const py::dict& model, int hosts, const py::object& local) {
+algorithms::Costs costsOf(const py::dict& model, int hosts, const py::object& local, double oversubscription,
+                          int leafRanks) {
   const CostModel cm = fullCostModel(model);
   const CostModel lm = local.is_none() ? cm : fullCostModel(local.cast<py::dict>());
-  return hosts > 1 ? algorithms::Costs{cm, lm, cm} : algorithms::Costs{cm, cm, cm};
+  algorithms::Costs k = hosts > 1 ? algorithms::Costs{cm, lm, cm} : algorithms::Costs{cm, cm, cm};
+  k.oversubscription = oversubscription;
+  k.leafRanks = leafRanks;
+  return k;
 }
 }  // namespace
 
@@ -58,8 +62,8 @@ void bindTuning(py::module_& m) {
   m.def(
       "costs",
       [](const py::dict& model, const std::string& collective, size_t bytes, int p, int hosts, const py::object& local,
-         size_t segmentBytes) {
-        const algorithms::Costs k = costsOf(model, hosts, local);
+         size_t segmentBytes, double oversubscription, int leafRanks) {
+        const algorithms::Costs k = costsOf(model, hosts, local, oversubscription, leafRanks);
         const Collective coll = collectiveNamed(collective);
         const algorithms::Situation s = situationOf(coll, bytes, p, hosts, segmentBytes);
         py::dict out;
@@ -69,22 +73,25 @@ void bindTuning(py::module_& m) {
         return out;
       },
       py::arg("model"), py::arg("collective"), py::arg("bytes"), py::arg("p"), py::arg("hosts") = 1,
-      py::arg("local") = py::none(), py::arg("segment_bytes") = 0,
+      py::arg("local") = py::none(), py::arg("segment_bytes") = 0, py::arg("oversubscription") = 1.0,
+      py::arg("leaf_ranks") = 0,
       "Predicted seconds of every algorithm of a collective for (bytes, p) under the model (with hosts > 1: "
       "the network's, and `local` within hosts, as tuning/policy.cc's costsFor; segment_bytes: a pipeline's "
-      "unit, 0 for the settings' defaults).");
+      "unit, 0 for the settings' defaults; oversubscription, leaf_ranks: the network core's, as "
+      "RDMACOLL_NETWORK_OVERSUBSCRIPTION and RDMACOLL_NETWORK_LEAF_RANKS).");
   m.def(
       "select",
       [](const py::dict& model, const std::string& collective, size_t bytes, int p,
-         const std::vector<std::string>& usable, const std::string& rules, int hosts, const py::object& local) {
+         const std::vector<std::string>& usable, const std::string& rules, int hosts, const py::object& local,
+         double oversubscription, int leafRanks) {
         const std::set<std::string> ok(usable.begin(), usable.end());
-        const auto* a =
-            tuning::choose(tuning::parseAlgoRules(rules, &tuning::knownAlgorithm), costsOf(model, hosts, local),
-                           situationOf(collectiveNamed(collective), bytes, p, hosts),
-                           [&](const algorithms::Algorithm& x) { return ok.count(x.name) > 0; });
+        const auto* a = tuning::choose(tuning::parseAlgoRules(rules, &tuning::knownAlgorithm),
+                                       costsOf(model, hosts, local, oversubscription, leafRanks),
+                                       situationOf(collectiveNamed(collective), bytes, p, hosts),
+                                       [&](const algorithms::Algorithm& x) { return ok.count(x.name) > 0; });
         return a ? py::object(py::str(a->name)) : py::object(py::none());
       },
       py::arg("model"), py::arg("collective"), py::arg("bytes"), py::arg("p"), py::arg("usable"), py::arg("rules") = "",
-      py::arg("hosts") = 1, py::arg("local") = py::none(),
-      "What selection picks among the algorithms named usable (rules: RDMACOLL_ALGO; hosts, local: as costs).");
+      py::arg("hosts") = 1, py::arg("local") = py::none(), py::arg("oversubscription") = 1.0, py::arg("leaf_ranks") = 0,
+      "What selection picks among the algorithms named usable (rules: RDMACOLL_ALGO; the others: as costs).");
 }

@@ -28,6 +28,8 @@ Policy Policy::from(const settings::Values& v, std::map<std::string, CostModel> 
   p.rules = parseAlgoRules(v.text("algo"), &knownAlgorithm);
   for (const auto& kv : measured) checkCostModel(kv.second, "cost_model['" + kv.first + "']");
   p.measured = std::move(measured);
+  p.oversubscription = double(v.count("network_oversubscription"));
+  p.leafRanks = static_cast<int>(v.count("network_leaf_ranks"));
   return p;
 }
 
@@ -48,6 +50,8 @@ algorithms::Costs costsFor(const Policy& policy, const Communicator& c) {
   // An algorithm over all ranks is bound by the slowest links it crosses: shared
   // memory's only where every peer can be read in place (one host).
   k.flat = c.peersReadable() ? k.local : k.net;
+  k.oversubscription = policy.oversubscription;
+  k.leafRanks = policy.leafRanks;
   return k;
 }
 

@@ -20,6 +20,10 @@ struct Policy {
   // links without an entry, and constants an entry lacks (NaN), keep kDefaultLocal /
   // kDefaultNetwork's.
   std::map<std::string, CostModel> measured;
+  // The network's core (RDMACOLL_NETWORK_OVERSUBSCRIPTION, RDMACOLL_NETWORK_LEAF_RANKS):
+  // algorithms::Costs carries them to the cost functions.
+  double oversubscription = 1;
+  int leafRanks = 0;
 
   // Throws Error quoting the bad part of RDMACOLL_ALGO, or naming a bad constant.
   static Policy from(const settings::Values& v, std::map<std::string, CostModel> measured);
