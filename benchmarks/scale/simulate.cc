@@ -1,0 +1,314 @@
+// rdmacoll-sim: rdmacoll's allreduce schedules replayed on SimGrid (3.32, its C++ API).
+//
+// Every rank's steps come from rdmacoll_trace::stepsOf (csrc/trace/): the algorithm table's
+// own code, run over a Communicator that records instead of moving data. Each rank is an
+// actor on a host of its own; its steps run in order:
+//   put     a detached message of the step's bytes into the mailbox of the (me, peer) pair,
+//           whose permanent receiver is the peer: the transfer starts at once (one-sided),
+//           and a pair's messages are taken in the order they were posted (a queue pair);
+//   await   take messages of the (peer, me) pair until `value` of the flow have arrived;
+//   get     a blocking transfer from the peer's host to mine (a read of its memory);
+//   reduce  compute for value * gamma seconds; copy: value * copy seconds.
+// Bytes travel under SimGrid's CM02 network model with cross-traffic off: a message takes
+// the route's latency plus its bytes over the bandwidth max-min fair sharing leaves it, no
+// TCP correction factors (RDMA moves bytes without slow start or window; docs/scale.md says
+// how the links' latency and bandwidth are calibrated).
+//
+// Platforms (--platform): star (every rank a host on one switch: uniform links), fattree
+// and fattree4 (two levels, leaves of 16 hosts, 16 or 4 spines: 1:1 and 4:1), dragonfly
+// (groups of 4 chassis x 4 routers x 4 hosts, one link between every pair of groups), hosts8
+// (hosts of --ranks-per-host ranks, 8 by default, joined by fast links inside, on a 1:1 fat
+// tree; ranks r..r+7 share one) and star8 (such hosts on one switch: uniform links between
+// hosts). Output: one JSON line.
+#include <simgrid/s4u.hpp>
+
+#include <algorithm>
+#include <array>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "trace/schedule.h"
+
+namespace sg4 = simgrid::s4u;
+using rdmacoll_trace::Op;
+using rdmacoll_trace::Step;
+
+namespace {
+
+struct Options {
+  std::string platform = "star", algorithm = "ring_slots";
+  int ranks = 16, perHost = 8;
+  double bytes = 1 << 20;
+  double bandwidth = 25e9, latency = 1e-6;              // per link: bytes/s, s (200 Gb/s; 2 us between hosts)
+  double localBandwidth = 40e9, localLatency = 0.5e-6;  // hosts8: inside a host
+  double gamma = 1.2e-11, copy = 0;                     // s per byte of reduction input, of copy
+  uint64_t segmentBytes = 1 << 20, slotBytes = 256 << 10, eagerBytes = 32 << 10;
+  int slots = 4;
+};
+
+struct Rank {
+  sg4::Host* host = nullptr;
+  std::vector<Step> steps;
+  std::unordered_map<int, sg4::Mailbox*> out, in;
+  std::unordered_map<int, std::array<uint64_t, rdmacoll_trace::kFlows>> arrived;
+  bool done = false;
+  double finished = 0;  // when its last step ended: the call returned there
+};
+
+std::vector<Rank> g_ranks;
+Options g_opt;
+uint64_t g_messages = 0;
+
+sg4::Mailbox* pair(int from, int to) { return sg4::Mailbox::by_name(std::to_string(from) + ">" + std::to_string(to)); }
+
+void play(int r) {
+  Rank& me = g_ranks[r];
+  for (const Step& s : me.steps) {
+    switch (s.op) {
+      case Op::kPut:
+        me.out[s.peer]->put_init(reinterpret_cast<void*>(static_cast<intptr_t>(s.flow)), s.value)->detach();
+        break;
+      case Op::kAwait: {
+        auto& got = me.arrived[s.peer];
+        sg4::Mailbox* box = me.in[s.peer];
+        while (got[static_cast<int>(s.flow)] < s.value) {
+          void* flow = box->get<void>();
+          ++got[reinterpret_cast<intptr_t>(flow)];
+        }
+        break;
+      }
+      case Op::kGet:
+        sg4::Comm::sendto(g_ranks[s.peer].host, me.host, s.value);
+        break;
+      case Op::kReduce:
+        if (g_opt.gamma > 0) sg4::this_actor::execute(double(s.value) * g_opt.gamma * me.host->get_speed());
+        break;
+      case Op::kCopy:
+        if (g_opt.copy > 0) sg4::this_actor::execute(double(s.value) * g_opt.copy * me.host->get_speed());
+        break;
+    }
+  }
+  std::vector<Step>().swap(me.steps);
+  me.done = true;
+  me.finished = sg4::Engine::get_clock();
+}
+
+// ---- platforms: every rank's host, in rank order
+constexpr double kSpeed = 1e9;  // flops/s; compute steps are given in seconds * speed
+
+std::vector<sg4::Host*> g_hosts;
+
+std::pair<simgrid::kernel::routing::NetPoint*, simgrid::kernel::routing::NetPoint*> oneHost(
+    sg4::NetZone* zone, const std::vector<unsigned long>&, unsigned long id) {
+  sg4::Host* h = zone->create_host("h" + std::to_string(id), kSpeed);
+  g_hosts.push_back(h);
+  return {h->get_netpoint(), nullptr};
+}
+
+std::pair<simgrid::kernel::routing::NetPoint*, simgrid::kernel::routing::NetPoint*> hostOf8(
+    sg4::NetZone* zone, const std::vector<unsigned long>&, unsigned long id) {
+  const std::string name = "node" + std::to_string(id);
+  auto* inside = sg4::create_star_zone(name);
+  inside->set_parent(zone);
+  for (int i = 0; i < g_opt.perHost; ++i) {
+    sg4::Host* h = inside->create_host(name + "-" + std::to_string(i), kSpeed);
+    auto* l = inside->create_split_duplex_link(h->get_name() + "-l", g_opt.localBandwidth);
+    l->set_latency(g_opt.localLatency)->seal();
+    inside->add_route(h->get_netpoint(), nullptr, nullptr, nullptr, {{l, sg4::LinkInRoute::Direction::UP}}, true);
+    g_hosts.push_back(h);
+  }
+  auto* gateway = inside->create_router(name + "-nic");
+  auto* nic = inside->create_split_duplex_link(name + "-nic-l", g_opt.localBandwidth * 1e3);
+  nic->set_latency(0)->seal();
+  inside->add_route(gateway, nullptr, nullptr, nullptr, {{nic, sg4::LinkInRoute::Direction::UP}}, true);
+  inside->seal();
+  return {inside->get_netpoint(), gateway};
+}
+
+void buildPlatform() {
+  const Options& o = g_opt;
+  const int p = o.ranks;
+  const auto duplex = sg4::Link::SharingPolicy::SPLITDUPLEX;
+  if (o.platform == "star") {
+    auto* zone = sg4::create_star_zone("star");
+    for (int r = 0; r < p; ++r) {
+      sg4::Host* h = zone->create_host("h" + std::to_string(r), kSpeed);
+      auto* l = zone->create_split_duplex_link("l" + std::to_string(r), o.bandwidth);
+      l->set_latency(o.latency)->seal();
+      zone->add_route(h->get_netpoint(), nullptr, nullptr, nullptr, {{l, sg4::LinkInRoute::Direction::UP}}, true);
+      g_hosts.push_back(h);
+    }
+    zone->seal();
+  } else if (o.platform == "star8") {
+    if (p % o.perHost != 0) throw std::invalid_argument("star8 takes a multiple of --ranks-per-host ranks");
+    auto* zone = sg4::create_star_zone("star");
+    for (int n = 0; n < p / o.perHost; ++n) {
+      auto [node, gateway] = hostOf8(zone, {}, n);
+      auto* l = zone->create_split_duplex_link("l" + std::to_string(n), o.bandwidth);
+      l->set_latency(o.latency)->seal();
+      zone->add_route(node, nullptr, gateway, nullptr, {{l, sg4::LinkInRoute::Direction::UP}}, true);
+    }
+    zone->seal();
+  } else if (o.platform == "fattree" || o.platform == "fattree4" || o.platform == "hosts8") {
+    const bool multi = o.platform == "hosts8";
+    const int nodes = multi ? p / o.perHost : p;
+    if (nodes * (multi ? o.perHost : 1) != p || nodes % 16 != 0 || nodes < 32) {
+      throw std::invalid_argument("fat trees take 32 or more leaves, a multiple of 16 (hosts8: of 8 ranks each)");
+    }
+    const unsigned spines = o.platform == "fattree4" ? 4 : 16;
+    sg4::FatTreeParams params(2, {16, unsigned(nodes / 16)}, {1, spines}, {1, 1});
+    auto* zone = sg4::create_fatTree_zone("fattree", nullptr, params, sg4::ClusterCallbacks(multi ? hostOf8 : oneHost),
+                                          o.bandwidth, o.latency, duplex);
+    zone->seal();
+  } else if (o.platform == "dragonfly") {
+    if (p % 64 != 0 || p < 128) throw std::invalid_argument("dragonfly takes a multiple of 64 ranks, 128 or more");
+    sg4::DragonflyParams params({unsigned(p / 64), 1}, {4, 1}, {4, 1}, 4);
+    auto* zone = sg4::create_dragonfly_zone("dragonfly", nullptr, params, sg4::ClusterCallbacks(oneHost), o.bandwidth,
+                                            o.latency, duplex);
+    zone->seal();
+  } else {
+    throw std::invalid_argument("platforms: star, star8, fattree, fattree4, dragonfly, hosts8");
+  }
+  if (static_cast<int>(g_hosts.size()) != p) throw std::logic_error("platform built the wrong number of hosts");
+}
+
+double number(const char* flag, const char* text) {
+  char* end = nullptr;
+  const double v = std::strtod(text, &end);
+  if (end == text || *end) {
+    std::fprintf(stderr, "rdmacoll-sim: %s wants a number, not '%s'\n", flag, text);
+    std::exit(2);
+  }
+  return v;
+}
+
+void parse(int argc, char** argv) {
+  Options& o = g_opt;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a.rfind("--cfg=", 0) == 0) continue;  // SimGrid's own options
+    if (i + 1 >= argc) {
+      std::fprintf(stderr, "rdmacoll-sim: %s wants a value\n", a.c_str());
+      std::exit(2);
+    }
+    const char* v = argv[++i];
+    if (a == "--platform")
+      o.platform = v;
+    else if (a == "--algorithm")
+      o.algorithm = v;
+    else if (a == "--ranks")
+      o.ranks = int(number(a.c_str(), v));
+    else if (a == "--ranks-per-host")
+      o.perHost = int(number(a.c_str(), v));
+    else if (a == "--bytes")
+      o.bytes = number(a.c_str(), v);
+    else if (a == "--bandwidth")
+      o.bandwidth = number(a.c_str(), v);
+    else if (a == "--latency")
+      o.latency = number(a.c_str(), v);
+    else if (a == "--local-bandwidth")
+      o.localBandwidth = number(a.c_str(), v);
+    else if (a == "--local-latency")
+      o.localLatency = number(a.c_str(), v);
+    else if (a == "--gamma")
+      o.gamma = number(a.c_str(), v);
+    else if (a == "--copy")
+      o.copy = number(a.c_str(), v);
+    else if (a == "--segment-bytes")
+      o.segmentBytes = uint64_t(number(a.c_str(), v));
+    else if (a == "--slot-bytes")
+      o.slotBytes = uint64_t(number(a.c_str(), v));
+    else if (a == "--slots")
+      o.slots = int(number(a.c_str(), v));
+    else if (a == "--eager-bytes")
+      o.eagerBytes = uint64_t(number(a.c_str(), v));
+    else {
+      std::fprintf(stderr, "rdmacoll-sim: unknown option %s\n", a.c_str());
+      std::exit(2);
+    }
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  sg4::Engine e(&argc, argv);
+  parse(argc, argv);
+  e.set_config("network/model:CM02");
+  e.set_config("network/crosstraffic:0");
+  e.set_config("network/TCP-gamma:0");
+  try {
+    buildPlatform();
+  } catch (const std::exception& ex) {
+    std::fprintf(stderr, "rdmacoll-sim: %s\n", ex.what());
+    return 2;
+  }
+  const Options& o = g_opt;
+  rdmacoll_trace::Request req;
+  req.algorithm = o.algorithm;
+  req.ranks = o.ranks;
+  req.dtype = 2;  // float32 (common/types.h)
+  req.count = uint64_t(o.bytes / 4);
+  for (int r = 0; r < o.ranks; ++r)
+    req.hostOf.push_back(o.platform == "hosts8" || o.platform == "star8" ? r / o.perHost : r);
+  req.segmentBytes = o.segmentBytes;
+  req.slotBytes = o.slotBytes;
+  req.slots = o.slots;
+  req.eagerBytes = o.eagerBytes;
+  g_ranks.resize(o.ranks);
+  std::vector<sg4::ActorPtr> actors;
+  uint64_t steps = 0, mostPut = 0, mostIn = 0;
+  std::vector<uint64_t> into(o.ranks, 0);
+  for (int r = 0; r < o.ranks; ++r) {
+    try {
+      g_ranks[r].steps = rdmacoll_trace::stepsOf(req, r);
+    } catch (const std::exception& ex) {
+      std::fprintf(stderr, "rdmacoll-sim: %s\n", ex.what());
+      return 2;
+    }
+    g_ranks[r].host = g_hosts[r];
+    steps += g_ranks[r].steps.size();
+    uint64_t put = 0;
+    for (const Step& s : g_ranks[r].steps) {
+      if (s.op == Op::kPut) put += s.value, into[s.peer] += s.value;
+      if (s.op == Op::kGet) into[r] += s.value;
+    }
+    mostPut = std::max(mostPut, put);
+  }
+  for (uint64_t b : into) mostIn = std::max(mostIn, b);
+  for (int r = 0; r < o.ranks; ++r) actors.push_back(sg4::Actor::create("r" + std::to_string(r), g_hosts[r], play, r));
+  // Every pair that puts gets its mailbox, with the receiver as its permanent receiver.
+  for (int r = 0; r < o.ranks; ++r) {
+    for (const Step& s : g_ranks[r].steps) {
+      if (s.op != Op::kPut || g_ranks[r].out.count(s.peer)) continue;
+      sg4::Mailbox* box = pair(r, s.peer);
+      box->set_receiver(actors[s.peer]);
+      g_ranks[r].out[s.peer] = box;
+      g_ranks[s.peer].in[r] = box;
+      ++g_messages;
+    }
+  }
+  e.run();
+  double last = 0;  // the last rank's return (puts still in flight after it, credits, do not count)
+  for (int r = 0; r < o.ranks; ++r) {
+    last = std::max(last, g_ranks[r].finished);
+    if (!g_ranks[r].done) {
+      std::fprintf(stderr, "rdmacoll-sim: rank %d never finished: the schedule deadlocks\n", r);
+      return 3;
+    }
+  }
+  for (int r = 0; r < o.ranks; ++r) {
+    for (auto& kv : g_ranks[r].out) kv.second->set_receiver(nullptr);
+  }
+  std::printf(
+      "{\"platform\": \"%s\", \"algorithm\": \"%s\", \"ranks\": %d, \"bytes\": %.0f, \"seconds\": %.9g, "
+      "\"steps\": %llu, \"pairs\": %llu, \"most_put\": %llu, \"most_received\": %llu}\n",
+      o.platform.c_str(), o.algorithm.c_str(), o.ranks, o.bytes, last, (unsigned long long)steps,
+      (unsigned long long)g_messages, (unsigned long long)mostPut, (unsigned long long)mostIn);
+  return 0;
+}

@@ -1,0 +1,454 @@
+"""rdmacoll's allreduce at scale: its own schedules replayed on SimGrid (docs/scale.md).
+
+The schedules are the algorithm table's code run by csrc/trace/ (rdmacoll._core.schedule
+exports the same steps); benchmarks/scale/simulate.cc replays them as one-sided puts on a
+platform (SimGrid 3.32's C++ API: Debian's libsimgrid-dev). This script builds that
+simulator, checks it against the selector's closed-form costs, sweeps platforms, ranks and
+sizes, and writes the tables and plots of docs/scale.md.
+
+    python benchmarks/scale/sweep.py agree [--ranks 64]        # simulated vs closed form
+    python benchmarks/scale/sweep.py sweep --out docs/scale/sweep.json [--budget-s 60]
+    python benchmarks/scale/sweep.py report docs/scale/sweep.json   # markdown + plots
+    python benchmarks/scale/sweep.py validate docs/scale/veth_measured.json
+
+Link parameters (defaults: 200 Gb/s, 1 us per link, so 2 us between two hosts on one
+switch; the network's gamma 1.2e-11 s/B) are flags. The closed forms get the constants
+the platform's links imply: alpha = the latency of a route, beta = 1 / the bandwidth of
+its slowest link.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+KIB, MIB = 1 << 10, 1 << 20
+# The algorithms that run between hosts (direct and ring read peers in place: one host).
+NETWORK_ALGOS = ["ring_slots", "recursive_doubling", "halving_doubling", "tree", "eager", "hierarchical"]
+SIZES = [8, 64 * KIB, MIB, 16 * MIB, 256 * MIB]
+PLATFORMS = ["fattree", "fattree4", "dragonfly", "hosts8"]
+RANKS = [16, 32, 64, 128, 256, 512, 1024, 2048, 4096]
+EAGER_BYTES = 32 * KIB  # RDMACOLL_EAGER_BYTES' default: eager runs up to it
+
+
+class SimulatorUnavailable(RuntimeError):
+    """cmake, a C++ compiler or SimGrid (libsimgrid-dev, pkg-config) is missing."""
+
+
+def build(build_dir: Path) -> Path:
+    """Builds rdmacoll-sim (CMake: RDMACOLL_SIMULATOR=ON, no Python modules) into build_dir;
+    returns the binary. Raises SimulatorUnavailable naming what is missing."""
+    for tool in ("cmake", "pkg-config"):
+        if shutil.which(tool) is None:
+            raise SimulatorUnavailable(f"{tool} not found")
+    if subprocess.run(["pkg-config", "--exists", "simgrid"]).returncode != 0:
+        raise SimulatorUnavailable("SimGrid not found by pkg-config (Debian: apt install libsimgrid-dev)")
+    build_dir = Path(build_dir)
+    steps = [
+        ["cmake", "-S", str(ROOT), "-B", str(build_dir), "-DRDMACOLL_PYTHON=OFF", "-DRDMACOLL_SIMULATOR=ON"],
+        ["cmake", "--build", str(build_dir), "--target", "rdmacoll-sim", "-j", str(os.cpu_count() or 2)],
+    ]
+    for cmd in steps:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+        if r.returncode != 0:
+            raise SimulatorUnavailable(f"{' '.join(cmd)} failed:\n{(r.stdout + r.stderr)[-3000:]}")
+    return build_dir / "rdmacoll-sim"
+
+
+class Links:
+    """A platform's link parameters and the cost-model constants they imply."""
+
+    def __init__(self, bandwidth=25e9, latency=1e-6, local_bandwidth=40e9, local_latency=0.5e-6, gamma=1.2e-11):
+        self.bandwidth, self.latency = bandwidth, latency
+        self.local_bandwidth, self.local_latency, self.gamma = local_bandwidth, local_latency, gamma
+
+    def flags(self) -> list[str]:
+        return [
+            *("--bandwidth", repr(self.bandwidth), "--latency", repr(self.latency)),
+            *("--local-bandwidth", repr(self.local_bandwidth), "--local-latency", repr(self.local_latency)),
+            *("--gamma", repr(self.gamma)),
+        ]
+
+    def star_model(self) -> dict:
+        """Between two hosts on one switch: two links."""
+        return {"alpha": 2 * self.latency, "beta": 1 / self.bandwidth, "gamma": self.gamma}
+
+    def star8_models(self) -> tuple[dict, dict]:
+        """Hosts of several ranks on one switch: (network, within a host)."""
+        net = {"alpha": 2 * (self.latency + self.local_latency), "beta": 1 / min(self.bandwidth, self.local_bandwidth)}
+        local = {"alpha": 2 * self.local_latency, "beta": 1 / self.local_bandwidth, "gamma": self.gamma}
+        return {**net, "gamma": self.gamma}, local
+
+
+class Simulator:
+    def __init__(self, binary: Path, links: Links | None = None):
+        self.binary = Path(binary)
+        self.links = links or Links()
+
+    def run(self, platform, algorithm, ranks, nbytes, timeout=3600, **settings) -> dict:
+        """One simulated allreduce: {"seconds", "steps", ...}; settings: segment_bytes,
+        slot_bytes, slots, eager_bytes, ranks_per_host (as the simulator's flags)."""
+        cmd = [str(self.binary), "--platform", platform, "--algorithm", algorithm, "--ranks", str(ranks)]
+        cmd += ["--bytes", str(nbytes), *self.links.flags()]
+        for k, v in settings.items():
+            cmd += ["--" + k.replace("_", "-"), str(v)]
+        t0 = time.monotonic()
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        if r.returncode != 0:
+            err = [ln for ln in r.stderr.splitlines() if "xbt_cfg/INFO" not in ln]
+            raise RuntimeError(f"{' '.join(cmd)}: exit {r.returncode}: {' '.join(err)[-2000:]}")
+        out = json.loads(r.stdout.strip().splitlines()[-1])
+        out["wall_s"] = time.monotonic() - t0
+        return out
+
+
+def closed_forms(nbytes, ranks, model, hosts=1, local=None, segment_bytes=0) -> dict:
+    """The selector's predicted seconds of every allreduce algorithm (rdmacoll._core.costs)."""
+    from rdmacoll import _core
+
+    return _core.costs(
+        model, "allreduce", int(nbytes), int(ranks), hosts=hosts, local=local, segment_bytes=segment_bytes
+    )
+
+
+def selector_choice(nbytes, ranks, model, hosts, local, usable, core=(1, 0)) -> str:
+    """What the selector picks; core: (RDMACOLL_NETWORK_OVERSUBSCRIPTION, _LEAF_RANKS)."""
+    from rdmacoll import _core
+
+    return _core.select(
+        model,
+        "allreduce",
+        int(nbytes),
+        int(ranks),
+        usable,
+        hosts=hosts,
+        local=local,
+        oversubscription=core[0],
+        leaf_ranks=core[1],
+    )
+
+
+# The core settings a user of each platform would give (RDMACOLL_NETWORK_OVERSUBSCRIPTION,
+# RDMACOLL_NETWORK_LEAF_RANKS): a 4:1 fat tree's spines; the dragonfly's one link between
+# two groups of 64, which an exchange between them shares 64 ways.
+CORE = {"fattree": (1, 16), "fattree4": (4, 16), "dragonfly": (64, 64), "hosts8": (1, 128), "star": (1, 0)}
+
+
+# ---- agreement on uniform links
+def agreement(sim: Simulator, ranks=64, sizes=(8, 64 * KIB, MIB, 16 * MIB), per_host=8) -> list[dict]:
+    """Every network algorithm simulated on uniform links (star; hierarchical on star8,
+    hosts of per_host ranks) against its closed form. One segment per message (segment and
+    slot as large as the largest message, slots enough never to wait for a credit), which is
+    what the closed forms assume. Rows {algorithm, bytes, simulated, closed_form, ratio}."""
+    rows = []
+    for nbytes in sizes:
+        big = max(4096, 1 << int(nbytes - 1).bit_length())
+        common = dict(segment_bytes=big, slot_bytes=big, slots=64, eager_bytes=max(EAGER_BYTES, nbytes))
+        for algo in NETWORK_ALGOS:
+            if algo == "eager" and nbytes > 64 * KIB:
+                continue
+            if algo == "hierarchical":
+                net, local = sim.links.star8_models()
+                res = sim.run("star8", algo, ranks, nbytes, ranks_per_host=per_host, **common)
+                want = closed_forms(nbytes, ranks, net, hosts=ranks // per_host, local=local, segment_bytes=big)[algo]
+            else:
+                res = sim.run("star", algo, ranks, nbytes, **common)
+                want = closed_forms(nbytes, ranks, sim.links.star_model(), segment_bytes=big)[algo]
+            rows.append(
+                {
+                    "algorithm": algo,
+                    "bytes": nbytes,
+                    "simulated": res["seconds"],
+                    "closed_form": want,
+                    "ratio": res["seconds"] / want,
+                }
+            )
+    return rows
+
+
+# ---- the sweep
+def platform_models(links: Links, platform: str, ranks: int, per_host=8):
+    """(network model, hosts, local model) the selector would see on a platform: its routes'
+    latency and bandwidth between hosts (a fat tree crosses 4 links between leaves, a
+    dragonfly up to 6: its typical route), ranks per host from the platform."""
+    hops = {"fattree": 4, "fattree4": 4, "dragonfly": 6, "hosts8": 4, "star": 2, "star8": 2}[platform]
+    net = {"alpha": hops * links.latency, "beta": 1 / links.bandwidth, "gamma": links.gamma}
+    if platform in ("hosts8", "star8"):
+        net["alpha"] += 2 * links.local_latency
+        local = {"alpha": 2 * links.local_latency, "beta": 1 / links.local_bandwidth, "gamma": links.gamma}
+        return net, ranks // per_host, local
+    return net, ranks, None
+
+
+def usable(platform, nbytes, hosts) -> list[str]:
+    out = ["ring_slots", "recursive_doubling", "halving_doubling", "tree"]
+    if nbytes <= EAGER_BYTES:
+        out.append("eager")
+    if platform in ("hosts8", "star8") and hosts > 1:
+        out.append("hierarchical")
+    return out
+
+
+def sweep(sim: Simulator, platforms=PLATFORMS, ranks=RANKS, sizes=SIZES, budget_s=60.0, jobs=2, log=print, done=()):
+    """Every (platform, algorithm, size) at growing ranks, until a point takes longer than
+    budget_s to simulate (the larger ones are then left out and say so). Points of one
+    rank count run concurrently (jobs). done: records of an interrupted sweep (its log's
+    lines), kept and not simulated again."""
+    records, stopped = list(done), {}
+    finished = {(r["platform"], r["algorithm"], r["bytes"], r["ranks"]) for r in records}
+    for r in records:
+        if "error" in r or r.get("wall_s", 0) > budget_s:
+            stopped[(r["platform"], r["algorithm"], r["bytes"])] = r["ranks"]
+    for p in ranks:
+        todo = []
+        for platform in platforms:
+            if platform == "dragonfly" and (p < 128 or p % 64):
+                continue
+            if platform in ("fattree", "fattree4") and (p < 32 or p % 16):
+                continue
+            if platform == "hosts8" and (p < 256 or p % 128):
+                continue
+            net, hosts, local = platform_models(sim.links, platform, p)
+            for nbytes in sizes:
+                for algo in usable(platform, nbytes, hosts):
+                    key = (platform, algo, nbytes)
+                    if key in stopped or (*key, p) in finished:
+                        continue
+                    todo.append((platform, algo, nbytes, p))
+
+        def one(t):
+            platform, algo, nbytes, p = t
+            try:
+                return t, sim.run(platform, algo, p, nbytes, timeout=10 * budget_s), None
+            except subprocess.TimeoutExpired:
+                return t, None, f"over {10 * budget_s:.0f} s of simulation"
+            except Exception as e:  # noqa: BLE001 - recorded with the point
+                return t, None, str(e)
+
+        with ThreadPoolExecutor(jobs) as pool:
+            for (platform, algo, nbytes, p), res, err in pool.map(one, todo):
+                rec = {"platform": platform, "algorithm": algo, "bytes": nbytes, "ranks": p}
+                if res is None:
+                    rec["error"] = err
+                    stopped[(platform, algo, nbytes)] = p
+                else:
+                    rec.update(seconds=res["seconds"], steps=res["steps"], wall_s=res["wall_s"])
+                    if res["wall_s"] > budget_s:
+                        stopped[(platform, algo, nbytes)] = p
+                records.append(rec)
+                log(json.dumps(rec))
+    net_cache = {}
+    for rec in records:
+        key = (rec["platform"], rec["ranks"], rec["bytes"])
+        if key not in net_cache:
+            net, hosts, local = platform_models(sim.links, *key[:2])
+            ok = usable(key[0], key[2], hosts)
+            net_cache[key] = (
+                selector_choice(key[2], key[1], net, hosts, local, ok),
+                selector_choice(key[2], key[1], net, hosts, local, ok, CORE[key[0]]),
+            )
+        rec["selected"], rec["selected_core"] = net_cache[key]
+    return {"records": records, "stopped": [list(k) + [v] for k, v in stopped.items()]}
+
+
+# ---- validation against rdmacoll on shaped links
+def validate(sim_binary: Path, measured: dict, log=print) -> list[dict]:
+    """Every record of benchmarks/scale/measure_veth.py's JSON (hosts in network namespaces
+    on one bridge, each link shaped to the same rate) simulated on the same star: one link
+    per host at the bandwidth and latency fitted from the two-host transfers (its
+    calibration), hosts of ranks_per_host ranks joined by shared memory inside. Rows
+    {hosts, ranks_per_host, algorithm, bytes, measured, simulated, ratio}."""
+    fit = measured["link_fit"]["one_way"]["model"]
+    bandwidth = 1 / fit["beta_s_per_byte"]  # the rate transfers of 1 MiB and more reach
+    alpha = fit["alpha_s"]  # a small message's time between two hosts: two links
+    links = Links(bandwidth=bandwidth, latency=alpha / 2, local_bandwidth=5e9, local_latency=1e-6, gamma=6e-12)
+    sim = Simulator(sim_binary, links)
+    rows = []
+    for rec in measured["records"]:
+        h, per = rec["hosts"], rec["ranks_per_host"]
+        settings = {k: v for k, v in rec.get("settings", {}).items() if k in ("segment_bytes", "slot_bytes", "slots")}
+        if per > 1:
+            res = sim.run("star8", rec["algorithm"], h * per, rec["bytes"], ranks_per_host=per, **settings)
+        else:
+            res = sim.run("star", rec["algorithm"], h, rec["bytes"], **settings)
+        row = {
+            "hosts": h,
+            "ranks_per_host": per,
+            "algorithm": rec["algorithm"],
+            "bytes": rec["bytes"],
+            "measured": rec["seconds_median"],
+            "simulated": res["seconds"],
+        }
+        row["ratio"] = row["simulated"] / row["measured"]
+        rows.append(row)
+        log(json.dumps(row))
+    return rows
+
+
+def busbw(rec) -> float:
+    """Bus bandwidth (nccl-tests): 2 (p-1)/p n / t, bytes per second."""
+    p = rec["ranks"]
+    return 2 * (p - 1) / p * rec["bytes"] / rec["seconds"]
+
+
+def selector_misses(recs, field="selected") -> dict:
+    """Points (platform, ranks, bytes) where the selected algorithm was simulated: how many
+    had the selector (field: its choice with the shipped settings, or "selected_core" with
+    the platform's core settings) within 5% of the best, and the others."""
+    points = {}
+    for r in recs:
+        points.setdefault((r["platform"], r["ranks"], r["bytes"]), []).append(r)
+    beyond, within, n = [], 0, 0
+    for key, rows in sorted(points.items()):
+        sel = rows[0][field]
+        chosen = [r for r in rows if r["algorithm"] == sel]
+        if not chosen:
+            continue
+        n += 1
+        best = min(rows, key=lambda r: r["seconds"])
+        ratio = chosen[0]["seconds"] / best["seconds"]
+        if ratio <= 1.05:
+            within += 1
+        else:
+            beyond.append((*key, sel, best["algorithm"], ratio))
+    return {"points": n, "within": within, "beyond": beyond}
+
+
+def report(data: dict, out_dir: Path) -> str:
+    """Markdown tables (busbw in GB/s per platform and size; the selector against the
+    best simulated algorithm) and, where matplotlib is installed, plots in out_dir."""
+    recs = [r for r in data["records"] if "seconds" in r]
+    lines = []
+    size_name = {8: "8 B", 64 * KIB: "64 KiB", MIB: "1 MiB", 16 * MIB: "16 MiB", 256 * MIB: "256 MiB"}
+    for platform in sorted({r["platform"] for r in recs}):
+        for nbytes in sorted({r["bytes"] for r in recs}):
+            sub = [r for r in recs if r["platform"] == platform and r["bytes"] == nbytes]
+            if not sub:
+                continue
+            algos = [a for a in NETWORK_ALGOS if any(r["algorithm"] == a for r in sub)]
+            ranks = sorted({r["ranks"] for r in sub})
+            lines.append(
+                f"\n**{platform}, {size_name.get(nbytes, nbytes)}**: busbw GB/s (* selected with the shipped "
+                f"settings, + with the core's, RDMACOLL_NETWORK_OVERSUBSCRIPTION={CORE[platform][0]} "
+                f"RDMACOLL_NETWORK_LEAF_RANKS={CORE[platform][1]})\n"
+            )
+            lines.append("| ranks | " + " | ".join(algos) + " | * / best | + / best |")
+            lines.append("|---" * (len(algos) + 3) + "|")
+            for p in ranks:
+                row = {r["algorithm"]: r for r in sub if r["ranks"] == p}
+                best = min(row.values(), key=lambda r: r["seconds"])
+                first = next(iter(row.values()))
+                sel, sel_core = first["selected"], first["selected_core"]
+                cells = []
+                for a in algos:
+                    if a not in row:
+                        cells.append("")
+                        continue
+                    mark = ("*" if a == sel else "") + ("+" if a == sel_core else "")
+                    cells.append(f"{busbw(row[a]) / 1e9:.3g}{mark}")
+                ratios = [f"{row[x]['seconds'] / best['seconds']:.2f}" if x in row else "-" for x in (sel, sel_core)]
+                lines.append(f"| {p} | " + " | ".join(cells) + f" | {ratios[0]} | {ratios[1]} |")
+    misses = selector_misses(recs)
+    lines.append(
+        f"\nThe selector within 5% of the best simulated algorithm at {misses['within']} of {misses['points']} points;"
+    )
+    lines.append("beyond it (platform, ranks, size: selected / best, best):\n")
+    for m in misses["beyond"]:
+        lines.append(f"- {m[0]}, {m[1]}, {size_name.get(m[2], m[2])}: {m[3]} {m[5]:.2f}x {m[4]}")
+    text = "\n".join(lines) + "\n"
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return text
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for platform in sorted({r["platform"] for r in recs}):
+        sizes = sorted({r["bytes"] for r in recs if r["platform"] == platform})
+        fig, axes = plt.subplots(1, len(sizes), figsize=(4 * len(sizes), 3.4), squeeze=False)
+        for ax, nbytes in zip(axes[0], sizes):
+            for a in NETWORK_ALGOS:
+                pts = sorted(
+                    (r["ranks"], busbw(r) / 1e9)
+                    for r in recs
+                    if r["platform"] == platform and r["bytes"] == nbytes and r["algorithm"] == a
+                )
+                if pts:
+                    ax.plot(*zip(*pts), marker="o", label=a)
+            ax.set_xscale("log", base=2)
+            ax.set_yscale("log")
+            ax.set_title(f"{platform}, {size_name.get(nbytes, nbytes)}")
+            ax.set_xlabel("ranks")
+        axes[0][0].set_ylabel("busbw GB/s")
+        axes[0][-1].legend(fontsize=7)
+        fig.tight_layout()
+        fig.savefig(out_dir / f"busbw_{platform}.png", dpi=90)
+        plt.close(fig)
+    return text
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("command", choices=["build", "agree", "sweep", "report", "validate"])
+    ap.add_argument("path", nargs="?", help="report: the sweep's JSON; validate: measure_veth.py's")
+    ap.add_argument("--build-dir", default=str(ROOT / "build" / "sim"))
+    ap.add_argument("--ranks", type=int, default=64)
+    ap.add_argument("--out", default=str(ROOT / "docs" / "scale" / "sweep.json"))
+    ap.add_argument("--budget-s", type=float, default=60.0, help="stop growing a series past this simulation time")
+    ap.add_argument("--max-ranks", type=int, default=4096)
+    ap.add_argument("--jobs", type=int, default=2, help="simulations at once")
+    ap.add_argument("--resume", help="the log (stdout) of an interrupted sweep: its points are kept")
+    ap.add_argument("--bandwidth", type=float, default=25e9, help="bytes/s per link (25e9: 200 Gb/s)")
+    ap.add_argument("--latency", type=float, default=1e-6, help="seconds per link")
+    a = ap.parse_args(argv)
+    if a.command == "report":
+        data = json.loads(Path(a.path).read_text())
+        print(report(data, Path(a.path).parent))
+        return
+    sim = Simulator(build(Path(a.build_dir)), Links(bandwidth=a.bandwidth, latency=a.latency))
+    if a.command == "build":
+        print(sim.binary)
+    elif a.command == "validate":
+        rows = validate(sim.binary, json.loads(Path(a.path).read_text()), log=lambda _: None)
+        print(
+            f"{'hosts x ranks':>13} {'algorithm':20} {'bytes':>10} {'measured s':>11} {'simulated s':>12} {'sim/meas':>8}"
+        )
+        for r in rows:
+            hr = f"{r['hosts']} x {r['ranks_per_host']}"
+            print(
+                f"{hr:>13} {r['algorithm']:20} {r['bytes']:>10} {r['measured']:11.4g} {r['simulated']:12.4g} "
+                f"{r['ratio']:8.3f}"
+            )
+    elif a.command == "agree":
+        rows = agreement(sim, ranks=a.ranks)
+        print(f"{'algorithm':20} {'bytes':>10} {'simulated s':>12} {'closed form s':>14} {'ratio':>7}")
+        for r in rows:
+            print(
+                f"{r['algorithm']:20} {r['bytes']:>10} {r['simulated']:12.4g} {r['closed_form']:14.4g} {r['ratio']:7.3f}"
+            )
+    else:
+        t0 = time.monotonic()
+        done = []
+        if a.resume:
+            done = [json.loads(ln) for ln in Path(a.resume).read_text().splitlines() if ln.startswith("{")]
+        ranks = [p for p in RANKS if p <= a.max_ranks]  # (--max-ranks 0 with --resume: only the report)
+        data = sweep(sim, ranks=ranks, budget_s=a.budget_s, jobs=a.jobs, done=done)
+        data["links"] = vars(sim.links)
+        data["wall_s"] = time.monotonic() - t0
+        data["command"] = " ".join([Path(sys.argv[0]).name, *sys.argv[1:]])
+        Path(a.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(a.out).write_text(json.dumps(data, indent=1))
+        print(report(data, Path(a.out).parent))
+
+
+if __name__ == "__main__":
+    main()
