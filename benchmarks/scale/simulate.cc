@@ -3,9 +3,10 @@
 // Every rank's steps come from rdmacoll_trace::stepsOf (csrc/trace/): the algorithm table's
 // own code, run over a Communicator that records instead of moving data. Each rank is an
 // actor on a host of its own; its steps run in order:
-//   put     a detached message of the step's bytes into the mailbox of the (me, peer) pair,
-//           whose permanent receiver is the peer: the transfer starts at once (one-sided),
-//           and a pair's messages are taken in the order they were posted (a queue pair);
+//   put     handed to the (me, peer) pair's sender, an actor on my host that sends the
+//           pair's messages one after another (a queue pair, a byte stream) into a mailbox
+//           whose permanent receiver is the peer: the bytes flow before the peer asks for
+//           them (one-sided), and the rank goes on at once;
 //   await   take messages of the (peer, me) pair until `value` of the flow have arrived;
 //   get     a blocking transfer from the peer's host to mine (a read of its memory);
 //   reduce  compute for value * gamma seconds; copy: value * copy seconds.
@@ -27,6 +28,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
+#include <memory>
+#include <mutex>
 #include <map>
 #include <string>
 #include <unordered_map>
@@ -51,10 +55,13 @@ struct Options {
   int slots = 4;
 };
 
+struct PairSender;
+
 struct Rank {
   sg4::Host* host = nullptr;
   std::vector<Step> steps;
-  std::unordered_map<int, sg4::Mailbox*> out, in;
+  std::unordered_map<int, PairSender*> out;
+  std::unordered_map<int, sg4::Mailbox*> in;
   std::unordered_map<int, std::array<uint64_t, rdmacoll_trace::kFlows>> arrived;
   bool done = false;
   double finished = 0;  // when its last step ended: the call returned there
@@ -66,16 +73,47 @@ uint64_t g_messages = 0;
 
 sg4::Mailbox* pair(int from, int to) { return sg4::Mailbox::by_name(std::to_string(from) + ">" + std::to_string(to)); }
 
+// One per (sender, receiver) pair, on the sender's host: starts the pair's puts one after
+// another, each once the previous one had time to leave at the link's rate (bytes /
+// `rate`), as a queue pair or a byte stream sends them back to back: their latencies
+// overlap, their bytes do not share the link with each other. The rank queues them and
+// goes on (no simulated time passes in the hand-over).
+struct PairSender {
+  std::deque<std::pair<uint64_t, rdmacoll_trace::Flow>> queue;  // (bytes, flow)
+  sg4::MutexPtr mutex = sg4::Mutex::create();
+  sg4::ConditionVariablePtr ready = sg4::ConditionVariable::create();
+  sg4::Mailbox* wire = nullptr;
+  double rate = 0;  // bytes/s of the pair's slowest link
+
+  void post(uint64_t bytes, rdmacoll_trace::Flow flow) {
+    queue.emplace_back(bytes, flow);
+    ready->notify_one();
+  }
+  void run() {
+    for (;;) {
+      std::unique_lock<sg4::Mutex> lock(*mutex);
+      while (queue.empty()) ready->wait(lock);
+      const auto [bytes, flow] = queue.front();
+      queue.pop_front();
+      lock.unlock();
+      wire->put_init(reinterpret_cast<void*>(static_cast<intptr_t>(flow)), bytes)->detach();
+      if (bytes > 0) sg4::this_actor::sleep_for(double(bytes) / rate);
+    }
+  }
+};
+std::vector<std::unique_ptr<PairSender>> g_senders;
+
 void play(int r) {
   Rank& me = g_ranks[r];
   for (const Step& s : me.steps) {
     switch (s.op) {
       case Op::kPut:
-        me.out[s.peer]->put_init(reinterpret_cast<void*>(static_cast<intptr_t>(s.flow)), s.value)->detach();
+        me.out[s.peer]->post(s.value, s.flow);
         break;
       case Op::kAwait: {
         auto& got = me.arrived[s.peer];
-        sg4::Mailbox* box = me.in[s.peer];
+        sg4::Mailbox*& box = me.in[s.peer];
+        if (box == nullptr) box = pair(s.peer, r);  // a peer that never puts: waits forever (a deadlock)
         while (got[static_cast<int>(s.flow)] < s.value) {
           void* flow = box->get<void>();
           ++got[reinterpret_cast<intptr_t>(flow)];
@@ -282,14 +320,26 @@ int main(int argc, char** argv) {
   }
   for (uint64_t b : into) mostIn = std::max(mostIn, b);
   for (int r = 0; r < o.ranks; ++r) actors.push_back(sg4::Actor::create("r" + std::to_string(r), g_hosts[r], play, r));
-  // Every pair that puts gets its mailbox, with the receiver as its permanent receiver.
+  // Every pair that puts gets a sender (a daemon: it ends with the ranks) fed through a
+  // queue on the sender's host, and a wire mailbox whose permanent receiver is the
+  // receiving rank, so that the bytes flow before it asks for them (one-sided).
   for (int r = 0; r < o.ranks; ++r) {
     for (const Step& s : g_ranks[r].steps) {
       if (s.op != Op::kPut || g_ranks[r].out.count(s.peer)) continue;
-      sg4::Mailbox* box = pair(r, s.peer);
-      box->set_receiver(actors[s.peer]);
-      g_ranks[r].out[s.peer] = box;
-      g_ranks[s.peer].in[r] = box;
+      sg4::Mailbox* wire = pair(r, s.peer);
+      wire->set_receiver(actors[s.peer]);
+      g_senders.push_back(std::make_unique<PairSender>());
+      PairSender* sender = g_senders.back().get();
+      sender->wire = wire;
+      const bool hosts = o.platform == "hosts8" || o.platform == "star8";  // ranks in hosts: local links
+      sender->rate = !hosts                                ? o.bandwidth
+                     : req.hostOf[r] == req.hostOf[s.peer] ? o.localBandwidth
+                                                           : std::min(o.bandwidth, o.localBandwidth);
+      sg4::Actor::create("s" + std::to_string(r) + ">" + std::to_string(s.peer), g_hosts[r], [sender] {
+        sender->run();
+      })->daemonize();
+      g_ranks[r].out[s.peer] = sender;
+      g_ranks[s.peer].in[r] = wire;
       ++g_messages;
     }
   }
@@ -303,7 +353,7 @@ int main(int argc, char** argv) {
     }
   }
   for (int r = 0; r < o.ranks; ++r) {
-    for (auto& kv : g_ranks[r].out) kv.second->set_receiver(nullptr);
+    for (auto& kv : g_ranks[r].in) kv.second->set_receiver(nullptr);
   }
   std::printf(
       "{\"platform\": \"%s\", \"algorithm\": \"%s\", \"ranks\": %d, \"bytes\": %.0f, \"seconds\": %.9g, "

@@ -244,7 +244,7 @@ def sweep(sim: Simulator, platforms=PLATFORMS, ranks=RANKS, sizes=SIZES, budget_
                     if res["wall_s"] > budget_s:
                         stopped[(platform, algo, nbytes)] = p
                 records.append(rec)
-                log(json.dumps(rec))
+                log(json.dumps(rec), flush=True)
     net_cache = {}
     for rec in records:
         key = (rec["platform"], rec["ranks"], rec["bytes"])

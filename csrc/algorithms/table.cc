@@ -75,9 +75,9 @@ double halvingDoublingCost(const Costs& k, const Situation& s) {
 // it, a segment climbs depth ~ ceil(log2 p) levels and comes down as many, each a step in
 // which a parent takes two children's s (or sends s to each) and reduces three inputs of s;
 // after that every further segment costs the busiest rank's step, where four segments of
-// both trees cross its link and it reduces three. Simulated at 4-256 ranks on uniform links
-// this is within 30% (docs/scale.md: the in-order tree's uneven depth); the form before
-// (2 depth steps + 2 n bytes) was 2-7x short of it for pipelines of a few segments.
+// both trees cross its link and it reduces three. Against the simulated pipeline at 4-256
+// ranks on uniform links, 17% under to 31% over (docs/scale.md: the in-order tree's uneven
+// depth); the form before (2 depth steps + 2 n bytes) was 2-7x short of it.
 double treeCost(const Costs& k, const Situation& s) {
   const CostModel& m = k.flat;
   double depth = 0;

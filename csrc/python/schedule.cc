@@ -5,7 +5,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
-#include <stdexcept>
+#include <exception>
 
 #include "comm/protocol.h"
 #include "common/error.h"
@@ -21,6 +21,7 @@ void bindSchedule(py::module_& m) {
       [](const std::string& algorithm, int ranks, uint64_t count, int dtype, std::vector<int> hosts, bool readable,
          bool mappable, bool inPlace, const py::dict& settings) {
         if (dtype < 0 || dtype >= kNumDataTypes) throw Error("bad dtype");
+        if (ranks < 1) throw Error("ranks must be at least 1");
         const Protocol protocol = Protocol::from(valuesFromDict(settings));
         rdmacoll_trace::Request req;
         req.algorithm = algorithm;
@@ -40,7 +41,7 @@ void bindSchedule(py::module_& m) {
           std::vector<rdmacoll_trace::Step> steps;
           try {
             steps = rdmacoll_trace::stepsOf(req, r);
-          } catch (const std::invalid_argument& e) {
+          } catch (const std::exception& e) {  // the traced core's errors are rdmacoll_trace's types
             throw Error(e.what());
           }
           py::array_t<int64_t> a({static_cast<py::ssize_t>(steps.size()), static_cast<py::ssize_t>(4)});
