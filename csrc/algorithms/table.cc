@@ -46,29 +46,36 @@ double ringCost(const Costs& k, const Situation& s) {
 }
 // p not a power of two: a folded pair adds a step before and after and n bytes each way.
 double foldSteps(int p) { return schedule::foldRem(p) ? 1.0 : 0.0; }
-// The share of a link an exchange between ranks `distance` apart gets, as a multiple of
-// its bytes: across an oversubscribed core (Costs::oversubscription), 1/oversubscription
-// of it. Only between hosts: within one, peers never leave it.
-double core(const Costs& k, const Situation& s, int distance) {
-  const bool crosses = s.hosts > 1 && k.oversubscription > 1 && (k.leafRanks <= 0 || distance >= k.leafRanks);
-  return crosses ? k.oversubscription : 1.0;
+// How many times its bytes an exchange between ranks `distance` apart costs on the links
+// it shares (between hosts only: within one, peers never leave it). The l ranks of a host
+// exchange with ranks as far away at once: when that is off the host (distance >= l), they
+// share its link, each getting 1/l of it (the simulator's 8-rank hosts: halving-doubling
+// 6x slower than the ring where this was not counted); across an oversubscribed core
+// (Costs::oversubscription, ranks leafRanks or more apart), what reaches the core is
+// shared that many times again.
+double shared(const Costs& k, const Situation& s, int distance) {
+  if (s.hosts <= 1) return 1.0;
+  const int l = s.ranksPerHost;
+  const double host = l > 1 && distance >= l ? double(l) : 1.0;
+  const bool core = k.oversubscription > 1 && (k.leafRanks <= 0 || distance >= k.leafRanks);
+  return host * (core ? k.oversubscription : 1.0);
 }
 // Step s exchanges the whole vector with the rank 2^s away.
 double recursiveDoublingCost(const Costs& k, const Situation& s) {
   const CostModel& m = k.flat;
   const double n = double(s.bytes), lg = schedule::log2Floor(s.ranks), f = foldSteps(s.ranks);
   double moved = f * n;
-  for (int d = 1; d < (1 << static_cast<int>(lg)); d <<= 1) moved += n * core(k, s, d);
+  for (int d = 1; d < (1 << static_cast<int>(lg)); d <<= 1) moved += n * shared(k, s, d);
   return (lg + 2 * f + 1) * m.alpha + m.beta * moved + m.gamma * 2.0 * (lg + f) * n;
 }
 // Reduce-scatter step s exchanges n / 2^(s+1) with the rank P / 2^(s+1) away, allgather
-// the same back: 2 (P-1)/P n in all where no exchange crosses an oversubscribed core.
+// the same back: 2 (P-1)/P n in all where no exchange shares a link (shared above).
 double halvingDoublingCost(const Costs& k, const Situation& s) {
   const CostModel& m = k.flat;
   const double n = double(s.bytes), P = schedule::pow2Floor(s.ranks), lg = schedule::log2Floor(s.ranks),
                f = foldSteps(s.ranks);
   double moved = f * n;
-  for (int d = static_cast<int>(P) / 2; d >= 1; d /= 2) moved += 2.0 * n * d / P * core(k, s, d);
+  for (int d = static_cast<int>(P) / 2; d >= 1; d /= 2) moved += 2.0 * n * d / P * shared(k, s, d);
   return (2 * lg + 2 * f + 1) * m.alpha + m.beta * moved + m.gamma * (2.0 * (P - 1) / P + 2 * f) * n;
 }
 // The skewed pipeline of allreduce_tree.cc: halves of n/2 in segments of s bytes. Filling
