@@ -300,7 +300,7 @@ def busbw(rec) -> float:
 
 
 def selector_misses(recs, field="selected") -> dict:
-    """Points (platform, ranks, bytes) where the selected algorithm was simulated: how many
+    """Points (platform, ranks, bytes) where every usable algorithm was simulated: how many
     had the selector (field: its choice with the shipped settings, or "selected_core" with
     the platform's core settings) within 5% of the best, and the others."""
     points = {}
@@ -310,8 +310,10 @@ def selector_misses(recs, field="selected") -> dict:
     for key, rows in sorted(points.items()):
         sel = rows[0][field]
         chosen = [r for r in rows if r["algorithm"] == sel]
-        if not chosen:
-            continue
+        platform, p, nbytes = key
+        hosts = p // 8 if platform in ("hosts8", "star8") else p
+        if not chosen or {r["algorithm"] for r in rows} != set(usable(platform, nbytes, hosts)):
+            continue  # not every usable algorithm simulated: no best to compare with
         n += 1
         best = min(rows, key=lambda r: r["seconds"])
         ratio = chosen[0]["seconds"] / best["seconds"]
