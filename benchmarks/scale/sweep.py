@@ -293,6 +293,63 @@ def validate(sim_binary: Path, measured: dict, log=print) -> list[dict]:
     return rows
 
 
+# ---- an end-to-end step: gradients reduced in buckets as backward produces them
+# (gradient bytes, compute seconds per step on one accelerator): a ResNet-50-like model
+# (25.6 M float32 parameters) and a BERT-large-like one (335 M), at compute times of the
+# order a current GPU takes for a per-GPU batch of 64 images / 16 sequences of 512 tokens.
+# Horovod's published runs' models beside them (ResNet-101, 44.5 M parameters, and VGG-16,
+# 138 M) at P100-class compute for a batch of 64 (about 150 and 115 images/s): assumed, to
+# set our model against its 90% and 68% at 512 GPUs over 25 Gb/s.
+MODELS = {
+    "resnet50-like": (25.6e6 * 4, 0.120),
+    "bert-large-like": (335e6 * 4, 0.400),
+    "resnet101-p100": (44.5e6 * 4, 64 / 150),
+    "vgg16-p100": (138e6 * 4, 64 / 115),
+}
+BUCKET = 16 * MIB  # RDMACOLL_FUSION_THRESHOLD=16M: the sweep's 16 MiB points price a bucket
+
+
+def step_time(grad_bytes, compute_s, bucket_s, backward_share=2 / 3) -> float:
+    """One step as the DistributedOptimizer overlaps it: backward (backward_share of the
+    compute, after the forward) produces the gradients evenly, every full bucket is reduced
+    as soon as it is ready and after the one before it; the step ends with compute and the
+    last bucket."""
+    k = max(1, int(-(-grad_bytes // BUCKET)))
+    forward = compute_s * (1 - backward_share)
+    end = 0.0
+    for i in range(k):
+        ready = forward + compute_s * backward_share * (i + 1) / k
+        end = max(ready, end) + bucket_s
+    return max(compute_s, end)
+
+
+def step_model(data: dict) -> list[dict]:
+    """Scaling efficiency (compute / step) of each model per platform and rank count, the
+    buckets reduced by the best simulated algorithm at 16 MiB and by the selector's choice
+    (the platform's core settings)."""
+    recs = [r for r in data["records"] if "seconds" in r and r["bytes"] == BUCKET]
+    out = []
+    for platform in sorted({r["platform"] for r in recs}):
+        for p in sorted({r["ranks"] for r in recs if r["platform"] == platform}):
+            rows = {r["algorithm"]: r for r in recs if r["platform"] == platform and r["ranks"] == p}
+            hosts = p // 8 if platform in ("hosts8", "star8") else p
+            if set(rows) != set(usable(platform, BUCKET, hosts)):
+                continue  # not every algorithm simulated here: no best
+            best = min(rows.values(), key=lambda r: r["seconds"])
+            sel = rows.get(next(iter(rows.values()))["selected_core"])
+            for model, (grad, compute) in MODELS.items():
+                row = {"platform": platform, "ranks": p, "model": model, "best": best["algorithm"]}
+                row["efficiency_best"] = compute / step_time(grad, compute, best["seconds"])
+                # 25 Gb/s links (Horovod's published runs): a 16 MiB bucket is bandwidth-bound,
+                # so its time scales with the links' (8x here)
+                row["efficiency_best_25g"] = compute / step_time(grad, compute, 8 * best["seconds"])
+                if sel is not None:
+                    row["selected"] = sel["algorithm"]
+                    row["efficiency_selected"] = compute / step_time(grad, compute, sel["seconds"])
+                out.append(row)
+    return out
+
+
 def busbw(rec) -> float:
     """Bus bandwidth (nccl-tests): 2 (p-1)/p n / t, bytes per second."""
     p = rec["ranks"]
@@ -401,7 +458,7 @@ def report(data: dict, out_dir: Path) -> str:
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("command", choices=["build", "agree", "sweep", "report", "validate"])
+    ap.add_argument("command", choices=["build", "agree", "sweep", "report", "validate", "steps"])
     ap.add_argument("path", nargs="?", help="report: the sweep's JSON; validate: measure_veth.py's")
     ap.add_argument("--build-dir", default=str(ROOT / "build" / "sim"))
     ap.add_argument("--ranks", type=int, default=64)
@@ -416,6 +473,17 @@ def main(argv=None):
     if a.command == "report":
         data = json.loads(Path(a.path).read_text())
         print(report(data, Path(a.path).parent))
+        return
+    if a.command == "steps":
+        rows = step_model(json.loads(Path(a.path).read_text()))
+        print("| platform | ranks | model | best at 16 MiB | efficiency | at 25 Gb/s | selected | efficiency |")
+        print("|---|---|---|---|---|---|---|---|")
+        for r in rows:
+            sel = f"{r['selected']} | {r['efficiency_selected']:.0%}" if "selected" in r else "- | -"
+            print(
+                f"| {r['platform']} | {r['ranks']} | {r['model']} | {r['best']} | {r['efficiency_best']:.0%} | "
+                f"{r['efficiency_best_25g']:.0%} | {sel} |"
+            )
         return
     sim = Simulator(build(Path(a.build_dir)), Links(bandwidth=a.bandwidth, latency=a.latency))
     if a.command == "build":
