@@ -146,6 +146,11 @@ def test_simulator_replays_a_schedule_and_reports_a_deadlock_free_finish(simulat
     for platform, ranks in (("fattree", 32), ("fattree4", 32), ("dragonfly", 128), ("hosts8", 256), ("star8", 16)):
         res = sim.run(platform, "ring_slots", ranks, 1 << 20)
         assert res["seconds"] > 0 and res["steps"] > 0, (platform, res)
+    # in-network aggregation (a what-if, not one of rdmacoll's): a rank's link carries n each
+    # way, a ring's 2 (p-1)/p n, so at 16 MiB over 16 ranks it takes half the ring's time or less
+    innet = sim.run("star", "innet", 16, 16 << 20, gamma=0)["seconds"]
+    ring = sim.run("star", "ring_slots", 16, 16 << 20, gamma=0)["seconds"]
+    assert innet == pytest.approx((16 << 20) / 25e9, rel=0.05) and innet < 0.6 * ring
     res = sim.run("star", "ring_slots", 4, 4096, gamma=0)
     hop = 2e-6 + 1024 / 25e9
     headers = 2e-6 + 2 * _core.SCHEDULE_HEADER_BYTES / 25e9  # to both neighbours, one link

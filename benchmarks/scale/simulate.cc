@@ -20,7 +20,8 @@
 // (groups of 4 chassis x 4 routers x 4 hosts, one link between every pair of groups), hosts8
 // (hosts of --ranks-per-host ranks, 8 by default, joined by fast links inside, on a 1:1 fat
 // tree; ranks r..r+7 share one) and star8 (such hosts on one switch: uniform links between
-// hosts). Output: one JSON line.
+// hosts). `--algorithm innet` (star only) is a what-if, not one of rdmacoll's: the switch sums
+// (inNetworkSteps below). Output: one JSON line.
 #include <simgrid/s4u.hpp>
 
 #include <algorithm>
@@ -136,6 +137,33 @@ void play(int r) {
   me.finished = sg4::Engine::get_clock();
 }
 
+// ---- in-network aggregation, a what-if (not one of rdmacoll's algorithms): the switch sums
+// what passes through it (SwitchML, SHARP). Every rank streams its n bytes in slot-sized
+// segments to the switch, at most `slots` ahead of the results it got back; the switch,
+// once it has segment k from every rank, sends the sum back to each (summing at line
+// rate). A rank's link carries n each way, where a ring's carries 2 (p-1)/p n.
+const std::string kInNetwork = "innet";
+
+std::vector<std::vector<Step>> inNetworkSteps(int p, uint64_t bytes, uint64_t segment, int window) {
+  using rdmacoll_trace::Flow;
+  const int sw = p;  // the switch's index
+  const uint64_t nseg = bytes ? (bytes + segment - 1) / segment : 0;
+  auto len = [&](uint64_t k) { return std::min(segment, bytes - k * segment); };
+  std::vector<std::vector<Step>> steps(p + 1);
+  for (int r = 0; r < p; ++r) {
+    for (uint64_t k = 0; k < nseg; ++k) {
+      steps[r].push_back({Op::kPut, Flow::kSlot, sw, len(k)});
+      if (k + 1 >= uint64_t(window)) steps[r].push_back({Op::kAwait, Flow::kSlot, sw, k + 2 - window});
+    }
+    if (nseg) steps[r].push_back({Op::kAwait, Flow::kSlot, sw, nseg});
+  }
+  for (uint64_t k = 0; k < nseg; ++k) {
+    for (int r = 0; r < p; ++r) steps[sw].push_back({Op::kAwait, Flow::kSlot, r, k + 1});
+    for (int r = 0; r < p; ++r) steps[sw].push_back({Op::kPut, Flow::kSlot, r, len(k)});
+  }
+  return steps;
+}
+
 // ---- platforms: every rank's host, in rank order
 constexpr double kSpeed = 1e9;  // flops/s; compute steps are given in seconds * speed
 
@@ -181,6 +209,13 @@ void buildPlatform() {
       zone->add_route(h->get_netpoint(), nullptr, nullptr, nullptr, {{l, sg4::LinkInRoute::Direction::UP}}, true);
       g_hosts.push_back(h);
     }
+    if (o.algorithm == kInNetwork) {  // the switch that sums: its port to every host at once
+      sg4::Host* h = zone->create_host("switch", kSpeed);
+      auto* l = zone->create_split_duplex_link("switch-l", o.bandwidth * p);
+      l->set_latency(0)->seal();
+      zone->add_route(h->get_netpoint(), nullptr, nullptr, nullptr, {{l, sg4::LinkInRoute::Direction::UP}}, true);
+      g_hosts.push_back(h);
+    }
     zone->seal();
   } else if (o.platform == "star8") {
     if (p % o.perHost != 0) throw std::invalid_argument("star8 takes a multiple of --ranks-per-host ranks");
@@ -212,7 +247,10 @@ void buildPlatform() {
   } else {
     throw std::invalid_argument("platforms: star, star8, fattree, fattree4, dragonfly, hosts8");
   }
-  if (static_cast<int>(g_hosts.size()) != p) throw std::logic_error("platform built the wrong number of hosts");
+  if (o.algorithm == kInNetwork && o.platform != "star") throw std::invalid_argument("innet runs on star only");
+  if (static_cast<int>(g_hosts.size()) != p + (o.algorithm == kInNetwork)) {
+    throw std::logic_error("platform built the wrong number of hosts");
+  }
 }
 
 double number(const char* flag, const char* text) {
@@ -298,13 +336,17 @@ int main(int argc, char** argv) {
   req.slotBytes = o.slotBytes;
   req.slots = o.slots;
   req.eagerBytes = o.eagerBytes;
-  g_ranks.resize(o.ranks);
+  const bool innet = o.algorithm == kInNetwork;
+  const int actorsCount = o.ranks + (innet ? 1 : 0);  // the switch is one more actor
+  g_ranks.resize(actorsCount);
   std::vector<sg4::ActorPtr> actors;
   uint64_t steps = 0, mostPut = 0, mostIn = 0;
-  std::vector<uint64_t> into(o.ranks, 0);
-  for (int r = 0; r < o.ranks; ++r) {
+  std::vector<uint64_t> into(actorsCount, 0);
+  std::vector<std::vector<Step>> synthesized;
+  if (innet) synthesized = inNetworkSteps(o.ranks, uint64_t(o.bytes), o.slotBytes, o.slots);
+  for (int r = 0; r < actorsCount; ++r) {
     try {
-      g_ranks[r].steps = rdmacoll_trace::stepsOf(req, r);
+      g_ranks[r].steps = innet ? std::move(synthesized[r]) : rdmacoll_trace::stepsOf(req, r);
     } catch (const std::exception& ex) {
       std::fprintf(stderr, "rdmacoll-sim: %s\n", ex.what());
       return 2;
@@ -318,12 +360,13 @@ int main(int argc, char** argv) {
     }
     mostPut = std::max(mostPut, put);
   }
-  for (uint64_t b : into) mostIn = std::max(mostIn, b);
-  for (int r = 0; r < o.ranks; ++r) actors.push_back(sg4::Actor::create("r" + std::to_string(r), g_hosts[r], play, r));
+  for (int r = 0; r < o.ranks; ++r) mostIn = std::max(mostIn, into[r]);
+  for (int r = 0; r < actorsCount; ++r)
+    actors.push_back(sg4::Actor::create("r" + std::to_string(r), g_hosts[r], play, r));
   // Every pair that puts gets a sender (a daemon: it ends with the ranks) fed through a
   // queue on the sender's host, and a wire mailbox whose permanent receiver is the
   // receiving rank, so that the bytes flow before it asks for them (one-sided).
-  for (int r = 0; r < o.ranks; ++r) {
+  for (int r = 0; r < actorsCount; ++r) {
     for (const Step& s : g_ranks[r].steps) {
       if (s.op != Op::kPut || g_ranks[r].out.count(s.peer)) continue;
       sg4::Mailbox* wire = pair(r, s.peer);
@@ -332,7 +375,7 @@ int main(int argc, char** argv) {
       PairSender* sender = g_senders.back().get();
       sender->wire = wire;
       const bool hosts = o.platform == "hosts8" || o.platform == "star8";  // ranks in hosts: local links
-      sender->rate = !hosts                                ? o.bandwidth
+      sender->rate = !hosts || innet                       ? o.bandwidth
                      : req.hostOf[r] == req.hostOf[s.peer] ? o.localBandwidth
                                                            : std::min(o.bandwidth, o.localBandwidth);
       sg4::Actor::create("s" + std::to_string(r) + ">" + std::to_string(s.peer), g_hosts[r], [sender] {
@@ -345,14 +388,14 @@ int main(int argc, char** argv) {
   }
   e.run();
   double last = 0;  // the last rank's return (puts still in flight after it, credits, do not count)
-  for (int r = 0; r < o.ranks; ++r) {
-    last = std::max(last, g_ranks[r].finished);
+  for (int r = 0; r < actorsCount; ++r) {
+    if (r < o.ranks) last = std::max(last, g_ranks[r].finished);
     if (!g_ranks[r].done) {
       std::fprintf(stderr, "rdmacoll-sim: rank %d never finished: the schedule deadlocks\n", r);
       return 3;
     }
   }
-  for (int r = 0; r < o.ranks; ++r) {
+  for (int r = 0; r < actorsCount; ++r) {
     for (auto& kv : g_ranks[r].in) kv.second->set_receiver(nullptr);
   }
   std::printf(
