@@ -64,7 +64,7 @@ def build(build_dir: Path) -> Path:
 
 
 class Links:
-    """A platform's link parameters and the cost-model constants they imply."""
+    """A platform's link parameters (platform_models gives the cost-model constants they imply)."""
 
     def __init__(self, bandwidth=25e9, latency=1e-6, local_bandwidth=40e9, local_latency=0.5e-6, gamma=1.2e-11):
         self.bandwidth, self.latency = bandwidth, latency
@@ -76,16 +76,6 @@ class Links:
             *("--local-bandwidth", repr(self.local_bandwidth), "--local-latency", repr(self.local_latency)),
             *("--gamma", repr(self.gamma)),
         ]
-
-    def star_model(self) -> dict:
-        """Between two hosts on one switch: two links."""
-        return {"alpha": 2 * self.latency, "beta": 1 / self.bandwidth, "gamma": self.gamma}
-
-    def star8_models(self) -> tuple[dict, dict]:
-        """Hosts of several ranks on one switch: (network, within a host)."""
-        net = {"alpha": 2 * (self.latency + self.local_latency), "beta": 1 / min(self.bandwidth, self.local_bandwidth)}
-        local = {"alpha": 2 * self.local_latency, "beta": 1 / self.local_bandwidth, "gamma": self.gamma}
-        return {**net, "gamma": self.gamma}, local
 
 
 class Simulator:
@@ -156,12 +146,13 @@ def agreement(sim: Simulator, ranks=64, sizes=(8, 64 * KIB, MIB, 16 * MIB), per_
             if algo == "eager" and nbytes > 64 * KIB:
                 continue
             if algo == "hierarchical":
-                net, local = sim.links.star8_models()
-                res = sim.run("star8", algo, ranks, nbytes, ranks_per_host=per_host, **common)
-                want = closed_forms(nbytes, ranks, net, hosts=ranks // per_host, local=local, segment_bytes=big)[algo]
+                platform = "star8"
+                res = sim.run(platform, algo, ranks, nbytes, ranks_per_host=per_host, **common)
             else:
-                res = sim.run("star", algo, ranks, nbytes, **common)
-                want = closed_forms(nbytes, ranks, sim.links.star_model(), segment_bytes=big)[algo]
+                platform = "star"
+                res = sim.run(platform, algo, ranks, nbytes, **common)
+            net, hosts, local = platform_models(sim.links, platform, ranks, per_host)
+            want = closed_forms(nbytes, ranks, net, hosts=hosts, local=local, segment_bytes=big)[algo]
             rows.append(
                 {
                     "algorithm": algo,
@@ -181,8 +172,9 @@ def platform_models(links: Links, platform: str, ranks: int, per_host=8):
     dragonfly up to 6: its typical route), ranks per host from the platform."""
     hops = {"fattree": 4, "fattree4": 4, "dragonfly": 6, "hosts8": 4, "star": 2, "star8": 2}[platform]
     net = {"alpha": hops * links.latency, "beta": 1 / links.bandwidth, "gamma": links.gamma}
-    if platform in ("hosts8", "star8"):
+    if platform in ("hosts8", "star8"):  # a route between hosts also crosses both hosts' inner links
         net["alpha"] += 2 * links.local_latency
+        net["beta"] = 1 / min(links.bandwidth, links.local_bandwidth)
         local = {"alpha": 2 * links.local_latency, "beta": 1 / links.local_bandwidth, "gamma": links.gamma}
         return net, ranks // per_host, local
     return net, ranks, None

@@ -68,62 +68,58 @@ void allreduceTree(Communicator& c, Call& call) {
     if (depth[t] > D) throw Error("internal: a tree deeper than its bound");
   }
   auto up = [&](int t, size_t k) {
-    {
-      const ring::Range seg = ring::segment(call.count, 2, segElems, t, k);
-      if (seg.n == 0) return;
-      const schedule::TreeLinks& l = tree[t];
-      const size_t len = seg.n * E;
-      // Inputs in rank order: children's slots and my input.
-      const void* in[3];
-      int ranks[3], nin = 0;
-      for (int q : {l.child[0], l.child[1]}) {
-        if (q < 0) continue;
-        ranks[nin] = q;
-        in[nin++] = prim::recvSlot(c, c.peer(q));
+    const ring::Range seg = ring::segment(call.count, 2, segElems, t, k);
+    if (seg.n == 0) return;
+    const schedule::TreeLinks& l = tree[t];
+    const size_t len = seg.n * E;
+    // Inputs in rank order: children's slots and my input.
+    const void* in[3];
+    int ranks[3], nin = 0;
+    for (int q : {l.child[0], l.child[1]}) {
+      if (q < 0) continue;
+      ranks[nin] = q;
+      in[nin++] = prim::recvSlot(c, c.peer(q));
+    }
+    ranks[nin] = r;
+    in[nin++] = at(call.in, E, seg.begin);
+    for (int i = 1; i < nin; ++i) {  // insertion sort of <= 3 inputs by rank
+      for (int j = i; j > 0 && ranks[j] < ranks[j - 1]; --j) {
+        std::swap(ranks[j], ranks[j - 1]);
+        std::swap(in[j], in[j - 1]);
       }
-      ranks[nin] = r;
-      in[nin++] = at(call.in, E, seg.begin);
-      for (int i = 1; i < nin; ++i) {  // insertion sort of <= 3 inputs by rank
-        for (int j = i; j > 0 && ranks[j] < ranks[j - 1]; --j) {
-          std::swap(ranks[j], ranks[j - 1]);
-          std::swap(in[j], in[j - 1]);
-        }
-      }
-      if (l.parent < 0) {
-        reduceN(call.dtype, call.op, at(call.out, E, seg.begin), in, nin, seg.n, call.scale);
-      } else if (nin == 1) {
-        prim::sendSlot(c, c.peer(l.parent), in[0], len);
+    }
+    if (l.parent < 0) {
+      reduceN(call.dtype, call.op, at(call.out, E, seg.begin), in, nin, seg.n, call.scale);
+    } else if (nin == 1) {
+      prim::sendSlot(c, c.peer(l.parent), in[0], len);
+    } else {
+      Peer& parent = c.peer(l.parent);
+      if (void* dst = prim::mappedSlot(c, parent)) {
+        reduceN(call.dtype, call.op, dst, in, nin, seg.n);
+        prim::sendSlot(c, parent, nullptr, len);
       } else {
-        Peer& parent = c.peer(l.parent);
-        if (void* dst = prim::mappedSlot(c, parent)) {
-          reduceN(call.dtype, call.op, dst, in, nin, seg.n);
-          prim::sendSlot(c, parent, nullptr, len);
-        } else {
-          void* stage = prim::sendStaging(c);
-          reduceN(call.dtype, call.op, stage, in, nin, seg.n);
-          prim::sendSlot(c, parent, stage, len);
-        }
+        void* stage = prim::sendStaging(c);
+        reduceN(call.dtype, call.op, stage, in, nin, seg.n);
+        prim::sendSlot(c, parent, stage, len);
       }
-      for (int q : {l.child[0], l.child[1]}) {
-        if (q >= 0) prim::releaseSlot(c, c.peer(q));
-      }
+    }
+    for (int q : {l.child[0], l.child[1]}) {
+      if (q >= 0) prim::releaseSlot(c, c.peer(q));
     }
   };
   auto down = [&](int t, size_t k) {
-    {
-      const ring::Range seg = ring::segment(call.count, 2, segElems, t, k);
-      if (seg.n == 0) return;
-      const schedule::TreeLinks& l = tree[t];
-      const size_t len = seg.n * E;
-      char* result = at(call.out, E, seg.begin);
-      if (l.parent >= 0) {
-        Peer& parent = c.peer(l.parent);
-        copyBytes(result, prim::recvSlot(c, parent), len);
-        prim::releaseSlot(c, parent);
-      }
-      for (int q : {l.child[0], l.child[1]}) {
-        if (q >= 0) prim::sendSlot(c, c.peer(q), result, len);
-      }
+    const ring::Range seg = ring::segment(call.count, 2, segElems, t, k);
+    if (seg.n == 0) return;
+    const schedule::TreeLinks& l = tree[t];
+    const size_t len = seg.n * E;
+    char* result = at(call.out, E, seg.begin);
+    if (l.parent >= 0) {
+      Peer& parent = c.peer(l.parent);
+      copyBytes(result, prim::recvSlot(c, parent), len);
+      prim::releaseSlot(c, parent);
+    }
+    for (int q : {l.child[0], l.child[1]}) {
+      if (q >= 0) prim::sendSlot(c, c.peer(q), result, len);
     }
   };
   if (!skew) {

@@ -89,7 +89,7 @@ double treeCost(const Costs& k, const Situation& s) {
   const CostModel& m = k.flat;
   double depth = 0;
   while ((1 << static_cast<int>(depth)) < s.ranks) ++depth;
-  const double half = double(s.bytes) / 2, seg = std::min(half, double(std::max<size_t>(s.segmentBytes, 1)));
+  const double half = double(s.bytes) / 2, seg = s.segmentBytes ? std::min(half, double(s.segmentBytes)) : half;
   const double nseg = seg > 0 ? std::ceil(half / seg) : 0;
   const double fill = 2 * depth * (m.alpha + m.beta * 2 * seg + m.gamma * 1.5 * seg);
   const double steady = std::max(nseg - 1, 0.0) * (m.alpha + m.beta * 4 * seg + m.gamma * 3 * seg);

@@ -35,8 +35,8 @@ struct Situation {
   bool peersMappable = false;  // ... and mapped (loads and stores straight into it)
   size_t eagerBytes = 0;       // RDMACOLL_EAGER_BYTES
   // A pipeline's unit, min(RDMACOLL_SEGMENT_BYTES, RDMACOLL_SLOT_BYTES): how many segments
-  // a pipelined algorithm runs, each a dependent step (the tree's cost).
-  size_t segmentBytes = 256 << 10;
+  // a pipelined algorithm runs, each a dependent step (the tree's cost). 0: one segment.
+  size_t segmentBytes = 0;
 
   static Situation of(const Communicator& c, Collective collective, size_t bytes);
 };

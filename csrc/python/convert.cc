@@ -76,7 +76,7 @@ algorithms::Situation situationOf(Collective coll, size_t bytes, int p, int host
   s.hosts = hosts;
   s.ranksPerHost = p % hosts == 0 ? p / hosts : 0;
   s.peersReadable = s.peersMappable = hosts == 1;
-  const settings::Values defaults;
+  static const settings::Values defaults;  // parsed once
   s.segmentBytes =
       segmentBytes ? segmentBytes : std::min(defaults.bytes("segment_bytes"), defaults.bytes("slot_bytes"));
   s.eagerBytes = SIZE_MAX;
