@@ -85,6 +85,7 @@ struct PairSender {
   sg4::ConditionVariablePtr ready = sg4::ConditionVariable::create();
   sg4::Mailbox* wire = nullptr;
   double rate = 0;  // bytes/s of the pair's slowest link
+  std::deque<sg4::CommPtr> inflight;
 
   void post(uint64_t bytes, rdmacoll_trace::Flow flow) {
     queue.emplace_back(bytes, flow);
@@ -97,7 +98,8 @@ struct PairSender {
       const auto [bytes, flow] = queue.front();
       queue.pop_front();
       lock.unlock();
-      wire->put_init(reinterpret_cast<void*>(static_cast<intptr_t>(flow)), bytes)->detach();
+      inflight.push_back(wire->put_async(reinterpret_cast<void*>(static_cast<intptr_t>(flow)), bytes));
+      while (!inflight.empty() && inflight.front()->test()) inflight.pop_front();
       if (bytes > 0) sg4::this_actor::sleep_for(double(bytes) / rate);
     }
   }
