@@ -118,7 +118,19 @@ def pytest_runtest_logreport(report):
     _SPENT["guest" if report.nodeid.startswith(GUEST_TESTS) else "host"] += report.duration
 
 
+_LINES: list = []  # what tests gave the run's summary (summary_line)
+
+
+@pytest.fixture
+def summary_line():
+    """summary_line(text): a line for the run's summary, for a measurement CI's log keeps
+    (a passing test's own output is not shown)."""
+    return _LINES.append
+
+
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    for line in _LINES:
+        terminalreporter.write_line(line)
     jobs = {job: took for module in _guest_module for job, took in module.spent().items()}
     beside = ", ".join(f"{job} {took:.0f} s" for job, took in jobs.items())
     terminalreporter.write_line(
