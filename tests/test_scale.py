@@ -186,3 +186,39 @@ def test_an_oversubscribed_core_steers_selection_off_exchanges_across_it():
     # one host: no core
     one = _core.costs(net, "allreduce", 16 << 20, 8, oversubscription=4)
     assert one == _core.costs(net, "allreduce", 16 << 20, 8)
+
+
+def test_ring_and_tree_costs_see_which_neighbours_share_a_host():
+    """On hosts of l consecutive ranks the ring's 2 (p-1) steps pay the network's latency
+    only on the hops between hosts (1 in l) and the host's on the others, and the tree's
+    steady step carries as many segments over a host's link as the tree has edges leaving
+    the host: counted here from the traced schedule's put pairs, not from the tree's own
+    arithmetic. Hosts of one rank and one host keep the flat forms."""
+    net = {"alpha": 5e-6, "beta": 4e-11, "gamma": 1.2e-11}
+    local = {"alpha": 1e-6, "beta": 2.5e-11, "gamma": 1.2e-11}
+    p, per_host, n, seg = 64, 8, 16 << 20, 256 << 10
+    hosts = p // per_host
+    got = _core.costs(net, "allreduce", n, p, hosts=hosts, local=local, segment_bytes=seg)
+    flat = _core.costs(net, "allreduce", n, p, hosts=p, segment_bytes=seg)  # one rank per host
+    alpha = ((per_host - 1) * local["alpha"] + net["alpha"]) / per_host
+    ring = (2 * (p - 1) + 1) * alpha + 2 * (p - 1) / p * n * (net["beta"] + net["gamma"])
+    assert got["ring_slots"] == pytest.approx(ring, rel=1e-12)
+    assert flat["ring_slots"] == pytest.approx(
+        (2 * (p - 1) + 1) * net["alpha"] + 2 * (p - 1) / p * n * (net["beta"] + net["gamma"]), rel=1e-12
+    )
+    # the tree's pairs that cross a host's link, from the schedule the algorithm runs
+    steps = _core.schedule("tree", p, n // 4, _core.DTYPES["float32"], hosts=[r // per_host for r in range(p)])
+    put, slot = _core.SCHEDULE_OPS.index("put"), _core.SCHEDULE_FLOWS.index("slot")  # not the header round's
+    leaving = [set() for _ in range(hosts)]
+    for r, rows in enumerate(steps):
+        for op, flow, peer, _value in rows.tolist():
+            if op == put and flow == slot and r // per_host != peer // per_host:
+                leaving[r // per_host].add(frozenset((r, peer)))
+                leaving[peer // per_host].add(frozenset((r, peer)))
+    edges = max(len(s) for s in leaving)
+    assert edges > 4  # more than one rank's own link carries
+    steady_segments = (n // 2) // seg - 1
+    extra = got["tree"] - flat["tree"]  # the same but for the host link's segments per step
+    assert extra == pytest.approx(steady_segments * net["beta"] * seg * (edges - 4), rel=1e-9)
+    one_host = _core.costs(net, "allreduce", n, p, segment_bytes=seg)
+    assert one_host["ring_slots"] == pytest.approx(flat["ring_slots"], rel=1e-12)

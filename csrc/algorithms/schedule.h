@@ -22,7 +22,9 @@
 //            so the leaves of one tree are the interior ranks of the other (except rank
 //            0 for odd p, the root of tree 0, which is interior in tree 1).
 #pragma once
+#include <algorithm>
 #include <cstddef>
+#include <vector>
 
 #include "algorithms/partition.h"
 
@@ -132,6 +134,22 @@ inline TreeLinks dtree(int p, int r, int t) {
 inline int treeRoot(int p, int t) {
   if (t == 0) return 0;
   return p % 2 == 0 ? p - 1 : 1 % p;
+}
+// The most edges of the double binary tree over groupOf.size() ranks (both trees) that
+// join a rank of one group to a rank outside it (groupOf[r]: r's group, numbered from 0):
+// how many of the pipelined tree's segments cross one group's links each way at once.
+// Hosts of l consecutive ranks, l a power of two: 6 (4 is one rank's own).
+inline int treeEdgesLeaving(const std::vector<int>& groupOf) {
+  const int p = static_cast<int>(groupOf.size());
+  if (p == 0) return 0;
+  std::vector<int> leaving(*std::max_element(groupOf.begin(), groupOf.end()) + 1, 0);
+  for (int t = 0; t < 2; ++t) {
+    for (int r = 0; r < p; ++r) {
+      const int up = dtree(p, r, t).parent;
+      if (up >= 0 && groupOf[r] != groupOf[up]) ++leaving[groupOf[r]], ++leaving[groupOf[up]];
+    }
+  }
+  return *std::max_element(leaving.begin(), leaving.end());
 }
 
 }  // namespace schedule

@@ -39,10 +39,20 @@ double directCost(const Costs& k, const Situation& s) {
   const double n = double(s.bytes), p = s.ranks;
   return 2 * m.alpha + m.beta * (p - 1) / p * n + m.gamma * n;
 }
+// Its steps are pipelined around the ring: a rank's step k waits for its predecessor's step
+// k-1, so the 2 (p-1) steps' latencies are those of the hops in ring order, each hop as
+// often: between hosts x of the p hops pay the network's alpha and the rest the host's
+// (hosts of 8 consecutive ranks: 1 in 8). Every hop carries the same bytes, so a host's
+// link carries them once per ring hop leaving it (once, for consecutive ranks).
 double ringCost(const Costs& k, const Situation& s) {
   const CostModel& m = k.flat;
   const double n = double(s.bytes), p = s.ranks;
-  return (2 * (p - 1) + 1) * m.alpha + m.beta * 2.0 * (p - 1) / p * n + m.gamma * 2.0 * (p - 1) / p * n;
+  double alpha = m.alpha, load = 1;
+  if (s.hosts > 1 && s.ringHostHops > 0) {
+    alpha = ((p - s.ringHostHops) * k.local.alpha + s.ringHostHops * k.net.alpha) / p;
+    load = std::max(1, s.ringHostLoad);
+  }
+  return (2 * (p - 1) + 1) * alpha + m.beta * load * 2.0 * (p - 1) / p * n + m.gamma * 2.0 * (p - 1) / p * n;
 }
 // p not a power of two: a folded pair adds a step before and after and n bytes each way.
 double foldSteps(int p) { return schedule::foldRem(p) ? 1.0 : 0.0; }
@@ -85,14 +95,26 @@ double halvingDoublingCost(const Costs& k, const Situation& s) {
 // both trees cross its link and it reduces three. Against the simulated pipeline at 4-256
 // ranks on uniform links, 17% under to 31% over (docs/scale.md: the in-order tree's uneven
 // depth); the form before (2 depth steps + 2 n bytes) was 2-7x short of it.
+// Four segments per step is a rank's own link. Where a host's l ranks share its link, the
+// tree edges leaving the host cross it (6 for hosts of 8 consecutive ranks: the simulated
+// tree was 1.5-1.7x the form that charged 4 there); across an oversubscribed core, the
+// edges leaving a leaf's ranks share its uplinks, leafRanks / l links / oversubscription
+// of them (any edge, and so every host's, for leafRanks 0).
 double treeCost(const Costs& k, const Situation& s) {
   const CostModel& m = k.flat;
   double depth = 0;
   while ((1 << static_cast<int>(depth)) < s.ranks) ++depth;
   const double half = double(s.bytes) / 2, seg = s.segmentBytes ? std::min(half, double(s.segmentBytes)) : half;
   const double nseg = seg > 0 ? std::ceil(half / seg) : 0;
+  const bool shareHosts = s.hosts > 1 && s.ranksPerHost > 1;
+  double load = shareHosts ? std::max(4.0, double(s.treeHostEdges)) : 4.0;
+  if (s.hosts > 1 && k.oversubscription > 1) {
+    const double l = std::max(s.ranksPerHost, 1);
+    const double uplinks = k.leafRanks > 0 ? k.leafRanks / l / k.oversubscription : 1 / k.oversubscription;
+    load = std::max(load, (k.leafRanks > 0 ? s.treeLeafEdges : load) / uplinks);
+  }
   const double fill = 2 * depth * (m.alpha + m.beta * 2 * seg + m.gamma * 1.5 * seg);
-  const double steady = std::max(nseg - 1, 0.0) * (m.alpha + m.beta * 4 * seg + m.gamma * 3 * seg);
+  const double steady = std::max(nseg - 1, 0.0) * (m.alpha + m.beta * load * seg + m.gamma * 3 * seg);
   return m.alpha + fill + steady;
 }
 // l ranks on each of h hosts: rings within hosts under the local constants (a
@@ -259,6 +281,23 @@ Situation Situation::of(const Communicator& c, Collective collective, size_t byt
   s.eagerBytes = c.protocol().eagerBytes;
   s.segmentBytes = std::min(c.protocol().segmentBytes, c.protocol().slotBytes);
   return s;
+}
+
+void Situation::countCrossings(const std::vector<int>& hostOf, int leafRanks) {
+  ringHostHops = ringHostLoad = treeHostEdges = treeLeafEdges = 0;
+  if (hosts > 1 && static_cast<int>(hostOf.size()) == ranks) {
+    std::vector<int> leaving(*std::max_element(hostOf.begin(), hostOf.end()) + 1, 0);
+    for (int r = 0; r < ranks; ++r) {
+      if (hostOf[r] != hostOf[(r + 1) % ranks]) ++ringHostHops, ++leaving[hostOf[r]];
+    }
+    ringHostLoad = *std::max_element(leaving.begin(), leaving.end());
+    treeHostEdges = schedule::treeEdgesLeaving(hostOf);
+  }
+  if (leafRanks > 0 && leafRanks < ranks) {
+    std::vector<int> leafOf(ranks);
+    for (int r = 0; r < ranks; ++r) leafOf[r] = r / leafRanks;
+    treeLeafEdges = schedule::treeEdgesLeaving(leafOf);
+  }
 }
 
 }  // namespace algorithms

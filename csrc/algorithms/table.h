@@ -37,8 +37,17 @@ struct Situation {
   // A pipeline's unit, min(RDMACOLL_SEGMENT_BYTES, RDMACOLL_SLOT_BYTES): how many segments
   // a pipelined algorithm runs, each a dependent step (the tree's cost). 0: one segment.
   size_t segmentBytes = 0;
+  // Where the ring's and the tree's neighbours are (0 where not counted: one host, no leaf
+  // size). ringHostHops: ring hops r -> r+1 between two hosts, of p; ringHostLoad: the most
+  // of them leaving one host. treeHostEdges: the tree's edges leaving the busiest host
+  // (schedule::treeEdgesLeaving); treeLeafEdges: leaving the busiest block of leafRanks
+  // consecutive ranks (Costs::leafRanks). The selector's base situation counts them once
+  // (countCrossings: O(p)), not every call.
+  int ringHostHops = 0, ringHostLoad = 0, treeHostEdges = 0, treeLeafEdges = 0;
 
   static Situation of(const Communicator& c, Collective collective, size_t bytes);
+  // hostOf: every rank's host (empty: one host).
+  void countCrossings(const std::vector<int>& hostOf, int leafRanks);
 };
 
 // The cost model's constants for a communicator's links, scaled for its ranks per CPU:

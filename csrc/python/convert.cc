@@ -67,7 +67,7 @@ CostModel fullCostModel(const py::dict& d) {
                    std::isnan(given.gamma) ? kDefaultLocal.gamma : given.gamma};
 }
 
-algorithms::Situation situationOf(Collective coll, size_t bytes, int p, int hosts, size_t segmentBytes) {
+algorithms::Situation situationOf(Collective coll, size_t bytes, int p, int hosts, size_t segmentBytes, int leafRanks) {
   if (hosts < 1 || hosts > p) throw Error("hosts must be in 1..p");
   algorithms::Situation s;
   s.collective = coll;
@@ -80,6 +80,11 @@ algorithms::Situation situationOf(Collective coll, size_t bytes, int p, int host
   s.segmentBytes =
       segmentBytes ? segmentBytes : std::min(defaults.bytes("segment_bytes"), defaults.bytes("slot_bytes"));
   s.eagerBytes = SIZE_MAX;
+  std::vector<int> hostOf;  // hosts of consecutive ranks, as the bootstrap numbers a regular job's
+  if (s.ranksPerHost > 0) {
+    for (int r = 0; r < p; ++r) hostOf.push_back(r / s.ranksPerHost);
+  }
+  s.countCrossings(hostOf, leafRanks);
   return s;
 }
 

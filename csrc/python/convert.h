@@ -29,7 +29,7 @@ pybind11::dict costModelToDict(const rdmacoll::CostModel& m);
 // segments of segmentBytes (0: the settings' defaults).
 rdmacoll::CostModel fullCostModel(const pybind11::dict& d);
 rdmacoll::algorithms::Situation situationOf(rdmacoll::Collective coll, size_t bytes, int p, int hosts = 1,
-                                            size_t segmentBytes = 0);
+                                            size_t segmentBytes = 0, int leafRanks = 0);
 
 // For a pybind11 exception translator: p rethrown, an ArgumentError raised as valueError
 // (RdmacollValueError), an OutOfMemory as memoryError (RdmacollMemoryError), any other

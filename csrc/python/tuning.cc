@@ -65,7 +65,7 @@ void bindTuning(py::module_& m) {
          size_t segmentBytes, double oversubscription, int leafRanks) {
         const algorithms::Costs k = costsOf(model, hosts, local, oversubscription, leafRanks);
         const Collective coll = collectiveNamed(collective);
-        const algorithms::Situation s = situationOf(coll, bytes, p, hosts, segmentBytes);
+        const algorithms::Situation s = situationOf(coll, bytes, p, hosts, segmentBytes, leafRanks);
         py::dict out;
         for (const algorithms::Algorithm& a : algorithms::table()) {
           if (a.collective == coll && a.cost) out[a.name] = a.cost(k, s);
@@ -87,7 +87,7 @@ void bindTuning(py::module_& m) {
         const std::set<std::string> ok(usable.begin(), usable.end());
         const auto* a = tuning::choose(tuning::parseAlgoRules(rules, &tuning::knownAlgorithm),
                                        costsOf(model, hosts, local, oversubscription, leafRanks),
-                                       situationOf(collectiveNamed(collective), bytes, p, hosts),
+                                       situationOf(collectiveNamed(collective), bytes, p, hosts, 0, leafRanks),
                                        [&](const algorithms::Algorithm& x) { return ok.count(x.name) > 0; });
         return a ? py::object(py::str(a->name)) : py::object(py::none());
       },

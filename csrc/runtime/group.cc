@@ -204,6 +204,7 @@ void Group::connect(const std::vector<transport::Bytes>& addresses, const transp
   engine_->runInline([&] { comm_->connect(addresses, secret); });
   costs_ = tuning::costsFor(policy_, *comm_);
   base_ = algorithms::Situation::of(*comm_, Collective::kAllreduce, 0);
+  base_.countCrossings(comm_->job().hostOf, costs_.leafRanks);
 }
 
 std::unique_ptr<Group> Group::split(const std::vector<int>& members) {
