@@ -49,6 +49,12 @@ EDITS = [
         "Keras 3: an optimizer's variables are a property, not a method",
     ),
     (
+        "tensorflow2_synthetic_benchmark_elastic.py",
+        "opt.lr.assign(",
+        "opt.learning_rate.assign(",
+        "Keras 3: the optimizer's rate is learning_rate (Keras 2's alias lr is gone)",
+    ),
+    (
         "tensorflow2_keras_synthetic_benchmark.py",
         ",\n              experimental_run_tf_function=False)",
         ")",
