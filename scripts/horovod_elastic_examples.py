@@ -34,7 +34,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from horovod_examples import STANDINS, prepare  # noqa: E402
+from horovod_examples import base_env, copies  # noqa: E402
 
 sys.path.pop(0)
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
@@ -145,13 +145,7 @@ def main() -> int:
     args = ap.parse_args()
     hosts = local_names()[:3]
     bindir = Path(sys.executable).parent
-    base = dict(
-        os.environ,
-        OMP_NUM_THREADS="1",
-        TF_CPP_MIN_LOG_LEVEL="2",
-        PYTHONUNBUFFERED="1",
-        PYTHONPATH=os.pathsep.join(filter(None, [str(STANDINS), os.environ.get("PYTHONPATH")])),
-    )
+    base = base_env() | {"PYTHONUNBUFFERED": "1"}
     common = ["-np", "3", "--min-np", "2", "-H", ",".join(f"{h}:1" for h in hosts)]
     print(f"3 workers on {', '.join(hosts)}; the one on {hosts[2]} is SIGKILLed at the trigger line")
     print("| example | launcher | kill at (s) | result after it | job (s) | edits besides the import |")
@@ -162,11 +156,8 @@ def main() -> int:
             if args.only and args.only not in script:
                 continue
             src = args.examples / script
-            sides = [("rdmacoll", True)] + ([("horovod", False)] if args.horovod_python and fw == "torch" else [])
-            for who, ours in sides:
-                where = Path(tmp) / who
-                where.mkdir(exist_ok=True)
-                why = prepare(src, where / src.name, ours)
+            for who, ours, copy, why in copies(src, Path(tmp), fw, args.horovod_python):
+                where = copy.parent
                 python = sys.executable if ours else args.horovod_python
                 run = [str(bindir / "rdmacoll-run")] if ours else [str(Path(python).parent / "horovodrun"), "--gloo"]
                 cmd = [*run, *common, python, str(where / src.name), *flags]

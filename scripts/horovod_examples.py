@@ -94,6 +94,27 @@ def prepare(src: Path, dst: Path, rdmacoll: bool) -> list[str]:
     return why
 
 
+def copies(src: Path, tmp: Path, fw: str, horovod_python):
+    """(who, ours, copy, why) for each side that runs src: rdmacoll, and Horovod where its
+    Python is given (torch examples only); the copy in tmp/who, edited for rdmacoll
+    (prepare), and the edits' reasons."""
+    sides = [("rdmacoll", True)] + ([("horovod", False)] if horovod_python and fw == "torch" else [])
+    for who, ours in sides:
+        where = tmp / who
+        where.mkdir(exist_ok=True)
+        yield who, ours, where / src.name, prepare(src, where / src.name, ours)
+
+
+def base_env() -> dict:
+    """The environment both sides run in: one thread per rank, the torchvision stand-in."""
+    return dict(
+        os.environ,
+        OMP_NUM_THREADS="1",
+        TF_CPP_MIN_LOG_LEVEL="2",
+        PYTHONPATH=os.pathsep.join(filter(None, [str(STANDINS), os.environ.get("PYTHONPATH")])),
+    )
+
+
 def run(cmd: list[str], cwd: Path, env: dict) -> tuple[int, str]:
     try:
         p = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=900)
@@ -108,22 +129,13 @@ def main() -> int:
     ap.add_argument("--horovod-python", help="a Python with real Horovod (torch) installed")
     args = ap.parse_args()
     bindir = Path(sys.executable).parent
-    base = dict(
-        os.environ,
-        OMP_NUM_THREADS="1",
-        TF_CPP_MIN_LOG_LEVEL="2",
-        PYTHONPATH=os.pathsep.join(filter(None, [str(STANDINS), os.environ.get("PYTHONPATH")])),
-    )
-    base |= {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+    base = base_env() | {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for script, flags, fw in RUNS:
             src = args.examples / script
-            sides = [("rdmacoll", True)] + ([("horovod", False)] if args.horovod_python and fw == "torch" else [])
-            for who, ours in sides:
-                where = Path(tmp) / who
-                where.mkdir(exist_ok=True)
-                why = prepare(src, where / src.name, ours)
+            for who, ours, copy, why in copies(src, Path(tmp), fw, args.horovod_python):
+                where = copy.parent
                 if ours:
                     cmd = [str(bindir / "mpiexec"), "-n", "2", sys.executable, src.name, *flags]
                 else:
