@@ -137,8 +137,9 @@ inline int treeRoot(int p, int t) {
 }
 // The most edges of the double binary tree over groupOf.size() ranks (both trees) that
 // join a rank of one group to a rank outside it (groupOf[r]: r's group, numbered from 0):
-// how many of the pipelined tree's segments cross one group's links each way at once.
-// Hosts of l consecutive ranks, l a power of two: 6 (4 is one rank's own).
+// how many of the pipelined tree's segments cross one group's links each way at once (an
+// edge in both trees counts twice). One rank's own: 4. Hosts of 8 consecutive ranks: 6 at
+// 32-1,024 ranks, 4 at 16 (two hosts); hosts of 3: 10.
 inline int treeEdgesLeaving(const std::vector<int>& groupOf) {
   const int p = static_cast<int>(groupOf.size());
   if (p == 0) return 0;

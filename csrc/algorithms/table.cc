@@ -52,7 +52,8 @@ double ringCost(const Costs& k, const Situation& s) {
     alpha = ((p - s.ringHostHops) * k.local.alpha + s.ringHostHops * k.net.alpha) / p;
     load = std::max(1, s.ringHostLoad);
   }
-  return (2 * (p - 1) + 1) * alpha + m.beta * load * 2.0 * (p - 1) / p * n + m.gamma * 2.0 * (p - 1) / p * n;
+  // (the header round first: every rank waits for both neighbours, one step at the network's)
+  return m.alpha + 2 * (p - 1) * alpha + m.beta * load * 2.0 * (p - 1) / p * n + m.gamma * 2.0 * (p - 1) / p * n;
 }
 // p not a power of two: a folded pair adds a step before and after and n bytes each way.
 double foldSteps(int p) { return schedule::foldRem(p) ? 1.0 : 0.0; }
@@ -98,20 +99,19 @@ double halvingDoublingCost(const Costs& k, const Situation& s) {
 // Four segments per step is a rank's own link. Where a host's l ranks share its link, the
 // tree edges leaving the host cross it (6 for hosts of 8 consecutive ranks: the simulated
 // tree was 1.5-1.7x the form that charged 4 there); across an oversubscribed core, the
-// edges leaving a leaf's ranks share its uplinks, leafRanks / l links / oversubscription
-// of them (any edge, and so every host's, for leafRanks 0).
+// edges leaving a leaf's ranks share its uplinks: its hosts' links (leafRanks / l, l the
+// ranks per host on average, at least one host) / oversubscription (any edge, and so every
+// host's, for leafRanks 0).
 double treeCost(const Costs& k, const Situation& s) {
   const CostModel& m = k.flat;
   double depth = 0;
   while ((1 << static_cast<int>(depth)) < s.ranks) ++depth;
   const double half = double(s.bytes) / 2, seg = s.segmentBytes ? std::min(half, double(s.segmentBytes)) : half;
   const double nseg = seg > 0 ? std::ceil(half / seg) : 0;
-  const bool shareHosts = s.hosts > 1 && s.ranksPerHost > 1;
-  double load = shareHosts ? std::max(4.0, double(s.treeHostEdges)) : 4.0;
+  double load = s.hosts > 1 ? std::max(4.0, double(s.treeHostEdges)) : 4.0;
   if (s.hosts > 1 && k.oversubscription > 1) {
-    const double l = std::max(s.ranksPerHost, 1);
-    const double uplinks = k.leafRanks > 0 ? k.leafRanks / l / k.oversubscription : 1 / k.oversubscription;
-    load = std::max(load, (k.leafRanks > 0 ? s.treeLeafEdges : load) / uplinks);
+    const double hostsPerLeaf = k.leafRanks > 0 ? std::max(1.0, k.leafRanks * double(s.hosts) / s.ranks) : 1.0;
+    load = std::max(load, (k.leafRanks > 0 ? s.treeLeafEdges : load) * k.oversubscription / hostsPerLeaf);
   }
   const double fill = 2 * depth * (m.alpha + m.beta * 2 * seg + m.gamma * 1.5 * seg);
   const double steady = std::max(nseg - 1, 0.0) * (m.alpha + m.beta * load * seg + m.gamma * 3 * seg);
