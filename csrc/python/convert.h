@@ -24,9 +24,11 @@ std::map<std::string, rdmacoll::CostModel> costModelsFromDict(const pybind11::di
 pybind11::dict costModelToDict(const rdmacoll::CostModel& m);
 
 // A model from {"alpha", "beta", "gamma"}, missing constants the local defaults'; a
-// situation of p ranks on `hosts` hosts (as many on each where they divide), every
-// algorithm usable by its shape (peers readable in place on one host only), pipelines in
-// segments of segmentBytes (0: the settings' defaults).
+// situation of p ranks on `hosts` hosts (p / hosts consecutive ranks on each where that
+// divides, as a regular job's are numbered; else irregular, uncounted), every algorithm
+// usable by its shape (peers readable in place on one host only), pipelines in segments of
+// segmentBytes (0: the settings' defaults), the ring's and tree's crossings counted with
+// leaves of leafRanks (RDMACOLL_NETWORK_LEAF_RANKS; Situation::countCrossings).
 rdmacoll::CostModel fullCostModel(const pybind11::dict& d);
 rdmacoll::algorithms::Situation situationOf(rdmacoll::Collective coll, size_t bytes, int p, int hosts = 1,
                                             size_t segmentBytes = 0, int leafRanks = 0);

@@ -76,7 +76,8 @@ void bindTuning(py::module_& m) {
       py::arg("local") = py::none(), py::arg("segment_bytes") = 0, py::arg("oversubscription") = 1.0,
       py::arg("leaf_ranks") = 0,
       "Predicted seconds of every algorithm of a collective for (bytes, p) under the model (with hosts > 1: "
-      "the network's, and `local` within hosts, as tuning/policy.cc's costsFor; segment_bytes: a pipeline's "
+      "the network's, and `local` within hosts, as tuning/policy.cc's costsFor; hosts of p / hosts consecutive "
+      "ranks where p divides, as a regular job's are numbered; segment_bytes: a pipeline's "
       "unit, 0 for the settings' defaults; oversubscription, leaf_ranks: the network core's, as "
       "RDMACOLL_NETWORK_OVERSUBSCRIPTION and RDMACOLL_NETWORK_LEAF_RANKS).");
   m.def(
