@@ -70,12 +70,16 @@ if _dir not in _path.split(os.pathsep):
     os.environ["PYTHONPATH"] = _dir + (os.pathsep + _path if _path else "")
 
 
-# The Soft-RoCE guest's jobs (tests/test_rdma_guest.py) run beside the host's tests: they
-# start when pytest has collected, and their tests, moved to the end, wait for them and
-# check. CI's budget: the summary says where the time went (.ci/run prints the stages).
+# Work that runs beside the host's tests, on the CPU they leave idle: the Soft-RoCE guest's
+# jobs (tests/test_rdma_guest.py) and the release wheel's build (tests/test_wheel.py). A
+# module with such work has start_beside(test_names), called when pytest has collected,
+# and stop(), at the run's end; its tests wait for the work and check. The guest's tests
+# move to the end. CI's budget: the summary says where the time went (.ci/run prints the
+# stages).
 GUEST_TESTS = "tests/test_rdma_guest.py::"
 _SPENT = {"host": 0.0, "guest": 0.0}
 _guest_module: list = []
+_beside: list = []  # modules whose work started beside
 
 
 def pytest_collection_modifyitems(session, config, items):
@@ -83,14 +87,21 @@ def pytest_collection_modifyitems(session, config, items):
 
 
 def pytest_collection_finish(session):
-    guest = [item for item in session.items if item.nodeid.startswith(GUEST_TESTS)]
-    if guest and not session.config.option.collectonly:
-        _guest_module.append(guest[0].module)
-        guest[0].module.start_beside([item.originalname for item in guest])
+    if session.config.option.collectonly:
+        return
+    names: dict = {}
+    for item in session.items:
+        if hasattr(item.module, "start_beside"):
+            names.setdefault(item.module, []).append(item.originalname)
+    for module, tests in names.items():
+        _beside.append(module)
+        if module.__name__.endswith("test_rdma_guest"):
+            _guest_module.append(module)  # (its QEMU's CPU is kept apart in the summary)
+        module.start_beside(tests)
 
 
 def pytest_sessionfinish(session, exitstatus):
-    for module in _guest_module:
+    for module in _beside:
         module.stop()
 
 

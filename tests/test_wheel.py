@@ -8,17 +8,22 @@ The wheel must hold no test hooks, bundle no library and weigh at most 5 MiB. An
 release script refuses a tree that is not a commit (that part runs everywhere, in a second).
 
 It runs in CI: from a cold Zig cache the build takes about 75 s and 115 CPU-seconds of the
-2-core CI machine (Zig's libc++ for glibc 2.17, then the core's sources with that compiler),
-the check in the fresh environment about 10 s; a fresh-clone CI run took 560 s with it (a
-fresh Zig cache). The release script installs its pinned tools (ziglang, auditwheel) from
+2-core CI machine alone (Zig's libc++ for glibc 2.17, then the core's sources with that
+compiler), the check in the fresh environment about 10 s. So the build starts when pytest
+has collected (start_beside, called by tests/conftest.py), under SCHED_IDLE, on the CPU
+the other tests leave idle, as the Soft-RoCE guest's jobs do; the test waits for it at its
+turn. The release script installs its pinned tools (ziglang, auditwheel) from
 PyPI, as the test install itself does. The run's summary gives the wheel, its size and the
 times. docs/install.md."""
 
 import importlib.util
 import os
 import re
+import shutil
+import signal
 import subprocess
 import sys
+import tempfile
 import time
 import zipfile
 from pathlib import Path
@@ -44,6 +49,40 @@ WHY_NOT = (
     if importlib.util.find_spec("torch") is None
     else None
 )
+
+
+BUILD_TEST = "test_wheel_installs_and_runs_without_a_compiler"
+_build: dict = {}  # the release build started beside the other tests: proc, folder, start
+
+
+def start_beside(test_names):
+    """tests/conftest.py, when pytest has collected: the release build for this Python
+    starts now under SCHED_IDLE, on the CPU the other tests leave idle (it is most of the
+    check's cost, about 115 CPU-seconds); the test waits for it at its turn."""
+    if WHY_NOT is not None or BUILD_TEST not in test_names or _build:
+        return
+    where = Path(tempfile.mkdtemp(prefix="rdmacoll-wheel-"))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHONPATH", "RDMACOLL_"))}
+    script = REPO / "scripts" / "build_wheels.sh"
+    cmd = ["bash", str(script), "--allow-dirty", "--work", str(where / "work"), "--out", str(where / "dist")]
+    with open(where / "build.log", "w") as log:
+        proc = subprocess.Popen(
+            [*cmd, sys.executable], cwd=where, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+    # before bash starts anything: what it starts inherits the policy
+    os.sched_setscheduler(proc.pid, os.SCHED_IDLE, os.sched_param(0))
+    _build.update(proc=proc, where=where, t0=time.monotonic())
+
+
+def stop():
+    """tests/conftest.py, at the run's end: a build still running (an interrupted run) is
+    killed with what it started, and its folder removed."""
+    proc = _build.get("proc")
+    if proc is not None and proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    if "where" in _build:
+        shutil.rmtree(_build["where"], ignore_errors=True)
 
 
 def _run(cmd, timeout, env, cwd, deadline) -> subprocess.CompletedProcess:
@@ -122,13 +161,17 @@ def test_release_build_refuses_what_is_not_a_commit(tmp_path, tree):
 @pytest.mark.timeout(BUDGET_S + 60)
 def test_wheel_installs_and_runs_without_a_compiler(tmp_path, summary_line):
     deadline = time.monotonic() + BUDGET_S
-    dist = tmp_path / "dist"
-    script = [str(REPO / "scripts" / "build_wheels.sh"), "--allow-dirty", "--work", str(tmp_path / "work")]
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHONPATH", "RDMACOLL_"))}
-    build = _run(["bash", *script, "--out", str(dist), sys.executable], BUDGET_S - 300, env, tmp_path, deadline)
-    t_build = time.monotonic() - (deadline - BUDGET_S)
-    log = build.stdout
-    assert build.returncode == 0, f"scripts/build_wheels.sh: exit {build.returncode}\n{log[-6000:]}"
+    start_beside([BUILD_TEST])  # (already started at collection, beside the other tests)
+    proc, dist = _build["proc"], _build["where"] / "dist"
+    try:
+        proc.wait(timeout=BUDGET_S - 300)
+    except subprocess.TimeoutExpired:
+        stop()
+        pytest.fail(f"scripts/build_wheels.sh ran past {BUDGET_S - 300} s of this test; killed it")
+    waited = BUDGET_S - (deadline - time.monotonic())
+    log = (_build["where"] / "build.log").read_text()
+    took = re.findall(r"\((?:sdist|\S+: built): (\d+) s from the start\)", log)
+    assert proc.returncode == 0, f"scripts/build_wheels.sh: exit {proc.returncode}\n{log[-6000:]}"
     wheels = sorted(dist.glob("rdmacoll-*.whl"))
     assert len(wheels) == 1, f"{wheels}\n{log[-3000:]}"
     wheel = wheels[0]
@@ -218,7 +261,7 @@ def test_wheel_installs_and_runs_without_a_compiler(tmp_path, summary_line):
     assert doctor.returncode == 0, doctor.stdout
     assert "transports compiled in: shm, tcp, ibverbs" in doctor.stdout, doctor.stdout
     summary_line(
-        f"{wheel.name} ({wheel.stat().st_size} bytes) built in {t_build:.0f} s; installed in a fresh environment "
-        "without a compiler "
+        f"{wheel.name} ({wheel.stat().st_size} bytes) built beside the other tests in {took[-1] if took else '?'} s "
+        f"(this test waited {waited:.0f} s for it); installed in a fresh environment without a compiler "
         f"in {t_install:.0f} s, the benchmark's last line {t_bench:.0f} s after the install began"
     )
