@@ -91,8 +91,9 @@ def pytest_collection_finish(session):
         return
     names: dict = {}
     for item in session.items:
-        if hasattr(item.module, "start_beside"):
-            names.setdefault(item.module, []).append(item.originalname)
+        module = getattr(item, "module", None)
+        if hasattr(module, "start_beside"):
+            names.setdefault(module, []).append(item.originalname)
     for module, tests in names.items():
         _beside.append(module)
         if module.__name__.endswith("test_rdma_guest"):
