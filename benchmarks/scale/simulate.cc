@@ -30,10 +30,12 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <map>
 #include <string>
+#include <type_traits>
 #include <unordered_map>
 #include <vector>
 
@@ -267,6 +269,28 @@ double number(const char* flag, const char* text) {
 
 void parse(int argc, char** argv) {
   Options& o = g_opt;
+  // The numeric flags, one table: name and where its value goes.
+  struct Flag {
+    const char* name;
+    std::function<void(double)> set;
+  };
+  const auto real = [](double& x) { return [&x](double v) { x = v; }; };
+  const auto whole = [](auto& x) { return [&x](double v) { x = static_cast<std::decay_t<decltype(x)>>(v); }; };
+  const Flag flags[] = {
+      {"--ranks", whole(o.ranks)},
+      {"--ranks-per-host", whole(o.perHost)},
+      {"--bytes", real(o.bytes)},
+      {"--bandwidth", real(o.bandwidth)},
+      {"--latency", real(o.latency)},
+      {"--local-bandwidth", real(o.localBandwidth)},
+      {"--local-latency", real(o.localLatency)},
+      {"--gamma", real(o.gamma)},
+      {"--copy", real(o.copy)},
+      {"--segment-bytes", whole(o.segmentBytes)},
+      {"--slot-bytes", whole(o.slotBytes)},
+      {"--slots", whole(o.slots)},
+      {"--eager-bytes", whole(o.eagerBytes)},
+  };
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a.rfind("--cfg=", 0) == 0) continue;  // SimGrid's own options
@@ -275,39 +299,17 @@ void parse(int argc, char** argv) {
       std::exit(2);
     }
     const char* v = argv[++i];
-    if (a == "--platform")
+    if (a == "--platform") {
       o.platform = v;
-    else if (a == "--algorithm")
+    } else if (a == "--algorithm") {
       o.algorithm = v;
-    else if (a == "--ranks")
-      o.ranks = int(number(a.c_str(), v));
-    else if (a == "--ranks-per-host")
-      o.perHost = int(number(a.c_str(), v));
-    else if (a == "--bytes")
-      o.bytes = number(a.c_str(), v);
-    else if (a == "--bandwidth")
-      o.bandwidth = number(a.c_str(), v);
-    else if (a == "--latency")
-      o.latency = number(a.c_str(), v);
-    else if (a == "--local-bandwidth")
-      o.localBandwidth = number(a.c_str(), v);
-    else if (a == "--local-latency")
-      o.localLatency = number(a.c_str(), v);
-    else if (a == "--gamma")
-      o.gamma = number(a.c_str(), v);
-    else if (a == "--copy")
-      o.copy = number(a.c_str(), v);
-    else if (a == "--segment-bytes")
-      o.segmentBytes = uint64_t(number(a.c_str(), v));
-    else if (a == "--slot-bytes")
-      o.slotBytes = uint64_t(number(a.c_str(), v));
-    else if (a == "--slots")
-      o.slots = int(number(a.c_str(), v));
-    else if (a == "--eager-bytes")
-      o.eagerBytes = uint64_t(number(a.c_str(), v));
-    else {
-      std::fprintf(stderr, "rdmacoll-sim: unknown option %s\n", a.c_str());
-      std::exit(2);
+    } else {
+      const auto f = std::find_if(std::begin(flags), std::end(flags), [&](const Flag& x) { return a == x.name; });
+      if (f == std::end(flags)) {
+        std::fprintf(stderr, "rdmacoll-sim: unknown option %s\n", a.c_str());
+        std::exit(2);
+      }
+      f->set(number(a.c_str(), v));
     }
   }
 }
