@@ -255,9 +255,11 @@ class Guest:
         env: dict | None = None,
         cwd: str | None = None,
         echo: bool = True,
+        cpus: int | None = None,
     ) -> list[tuple[int, str]]:
         """One guest per command, all at once; with two, they are hosts rchost0 and rchost1 on
-        a network of their own (module docstring). [(exit status, output)] per guest."""
+        a network of their own (module docstring). [(exit status, output)] per guest.
+        cpus: each guest's vCPUs (default: this Guest's)."""
         why = self.available()
         if why:
             raise GuestError(why)
@@ -290,7 +292,7 @@ class Guest:
                     "qemu-system-x86_64",
                     *self._accel(),
                     "-smp",
-                    str(self.cpus),
+                    str(cpus or self.cpus),
                     "-m",
                     self.memory,
                     "-kernel",
