@@ -322,6 +322,10 @@ int main(int argc, char** argv) {
   e.set_config("network/model:CM02");
   e.set_config("network/crosstraffic:0");
   e.set_config("network/TCP-gamma:0");
+  // No guard page under each actor's stack: with one, every stack is two mappings, and the
+  // 4,096-rank recursive doubling and halving-doubling passed the kernel's 65,530 mappings
+  // per process (vm.max_map_count) and aborted. The actors' own code is this file's.
+  e.set_config("contexts/guard-size:0");
   try {
     buildPlatform();
   } catch (const std::exception& ex) {
