@@ -225,3 +225,43 @@ def test_ring_and_tree_costs_see_which_neighbours_share_a_host():
     assert one_host["ring_slots"] == pytest.approx(
         (2 * 63 + 1) * net["alpha"] + 2 * 63 / 64 * n * (net["beta"] + net["gamma"]), rel=1e-12
     )
+
+
+def test_a_larger_ring_is_never_faster_so_a_smaller_one_bounds_it(simulator):
+    """sweep.py's ring_bound: where the ring was not simulated (the largest rings are the
+    slowest points to simulate), a smaller ring's time on the same platform and size bounds
+    it below; that holds in the simulator (32, 48 and 64 ranks on the fat trees), and the
+    selector check counts such a point only where the bound is above the best of the others
+    and the selector did not choose the ring."""
+    sweep, sim = simulator
+    for platform in ("fattree", "fattree4"):
+        for nbytes in (64 * 1024, 1 << 20):
+            times = [sim.run(platform, "ring_slots", p, nbytes)["seconds"] for p in (32, 48, 64)]
+            assert times == sorted(times), (platform, nbytes, times)
+
+    def rec(algo, p, seconds, selected="tree"):
+        return {
+            "platform": "fattree",
+            "algorithm": algo,
+            "bytes": 1 << 20,
+            "ranks": p,
+            "seconds": seconds,
+            "selected": selected,
+        }
+
+    others = [rec("recursive_doubling", 64, 3.0), rec("halving_doubling", 64, 2.0), rec("tree", 64, 2.05)]
+    assert sweep.ring_bound([rec("ring_slots", 32, 5.0), *others], "fattree", 64, 1 << 20) == 5.0
+    known = sweep.selector_misses([rec("ring_slots", 32, 5.0), *others])
+    assert (known["points"], known["within"], known["bounded"]) == (1, 1, 1)
+    # a smaller ring faster than the best: the ring might be the best here, no verdict
+    assert sweep.selector_misses([rec("ring_slots", 32, 1.0), *others])["points"] == 0
+    # no smaller ring at all: no verdict
+    assert sweep.selector_misses(others)["points"] == 0
+    # the selector chose the ring, whose time here is not known: no verdict
+    chose_ring = [{**r, "selected": "ring_slots"} for r in others]
+    assert sweep.selector_misses([rec("ring_slots", 32, 5.0, "ring_slots"), *chose_ring])["points"] == 0
+    # the bound decides a miss too: the selector's tree 1.5x the best
+    slow = [rec("recursive_doubling", 64, 3.0), rec("halving_doubling", 64, 2.0), rec("tree", 64, 3.0)]
+    assert sweep.selector_misses([rec("ring_slots", 32, 5.0), *slow])["beyond"] == [
+        ("fattree", 64, 1 << 20, "tree", "halving_doubling", 1.5)
+    ]
