@@ -125,6 +125,7 @@ GOOD = dict(
     psn=0xABCDEF,
     gid=bytes([0] * 10 + [0xFF, 0xFF, 10, 0, 0, 2]),
     qpn=[0x11, 0, 0x33],
+    lanes=1,
 )
 
 
@@ -134,6 +135,19 @@ def test_address_round_trip():
     assert got == GOOD
     ib = dict(GOOD, link_layer=1, lid=7, gid=bytes(16))
     assert _testing.ibverbs_unpack_address(_testing.ibverbs_pack_address(ib), peer=1, self=2, size=3)["lid"] == 7
+
+
+def test_address_with_two_queue_pairs_per_peer():
+    # RDMACOLL_IB_QPS_PER_CONNECTION=2: qpn[r * 2 + lane], both of this rank's checked
+    two = dict(GOOD, lanes=2, qpn=[0x11, 0x12, 0, 0, 0x33, 0x34])
+    assert _testing.ibverbs_unpack_address(_testing.ibverbs_pack_address(two), peer=1, self=0, size=3, lanes=2) == two
+    with pytest.raises(Error, match="queue pair number 0 for rank 2"):
+        bad = dict(two, qpn=[0x11, 0x12, 0, 0, 0x33, 0])
+        _testing.ibverbs_unpack_address(_testing.ibverbs_pack_address(bad), peer=1, self=2, size=3, lanes=2)
+    # ranks that disagree: a clear error naming the setting, either way round
+    for theirs, ours in ((two, 1), (GOOD, 2)):
+        with pytest.raises(Error, match="set the same RDMACOLL_IB_QPS_PER_CONNECTION on every rank"):
+            _testing.ibverbs_unpack_address(_testing.ibverbs_pack_address(theirs), peer=1, self=0, size=3, lanes=ours)
 
 
 @pytest.mark.parametrize(

@@ -73,10 +73,17 @@ SUBSET = [] if FULL else ["--dtypes", ",".join(ONE_PER_WIDTH)]
 # reads its part. The full matrix launches each on its own.
 
 
+# two queue pairs per peer (endpoint.cc): every write of 64 KiB or more split across them,
+# the immediate on both
+LANES = {"RDMACOLL_IB_QPS_PER_CONNECTION": 2}
+
+
 def _collectives_part(max_wr):
+    """max_wr: None, a work request cap ("4K"), or "lanes" (two queue pairs per peer)."""
     env = IB | {"RDMACOLL_SEGMENT_BYTES": 4096, "RDMACOLL_SLOT_BYTES": 4096, "RDMACOLL_SLOTS": 2}
     if max_wr:
-        env |= {"RDMACOLL_SEGMENT_BYTES": 65536, "RDMACOLL_SLOT_BYTES": 65536, "RDMACOLL_IB_MAX_MESSAGE": max_wr}
+        env |= {"RDMACOLL_SEGMENT_BYTES": 65536, "RDMACOLL_SLOT_BYTES": 65536}
+        env |= LANES if max_wr == "lanes" else {"RDMACOLL_IB_MAX_MESSAGE": max_wr}
     return {"script": "collectives.py", "args": ["check", *SUBSET], "env": env}
 
 
@@ -122,10 +129,15 @@ JOIN = {
         "RC_TEST_SIZES": "0,1,7,1000,100003",
     },
 }
+# the conformance with two queue pairs per peer: its payloads from registered memory are
+# split across them, each lane's part with the immediate
+CONFORMANCE_LANES = {**CONFORMANCE, "args": [*CONFORMANCE["args"], "--setting", "ib_qps_per_connection=2"]}
 CHAINS = {
     2: {
         "collectives-None": _collectives_part(None),
         "collectives-4K": _collectives_part("4K"),
+        "collectives-lanes": _collectives_part("lanes"),
+        "conformance-lanes": CONFORMANCE_LANES,
         "selection": _selection_part(),
         "conformance": CONFORMANCE,
         "fork": FORK,
@@ -166,13 +178,15 @@ def test_default_selection_and_big_message(nranks):
 
 
 @pytest.mark.parametrize(
-    "nranks, max_wr", [(2, None), (3, None), (4, None), (2, "4K")] if FULL else [(2, None), (2, "4K")]
+    "nranks, max_wr",
+    [(2, None), (3, None), (4, None), (2, "4K"), (2, "lanes")] if FULL else [(2, None), (2, "4K"), (2, "lanes")],
 )
 def test_collectives_match_numpy(nranks, max_wr):
     """allgather, broadcast, reducescatter, alltoall, barrier, grouped_allreduce over verbs,
-    with small slots so that parts span several messages and senders wait for credits; and
-    with work requests capped at 4 KiB (RDMACOLL_IB_MAX_MESSAGE), so that every longer
-    write goes as several requests, the immediate with the last."""
+    with small slots so that parts span several messages and senders wait for credits; with
+    work requests capped at 4 KiB (RDMACOLL_IB_MAX_MESSAGE), so that every longer write goes
+    as several requests, the immediate with the last; and over two queue pairs per peer
+    (RDMACOLL_IB_QPS_PER_CONNECTION=2), 64 KiB slots split across them."""
     res = None if FULL else _chained(2, f"collectives-{max_wr}")
     if res is None:
         res = run_part(nranks, _collectives_part(max_wr), timeout=400)
@@ -232,6 +246,18 @@ def test_conformance():
     want = ("capabilities", "deferred_completion", "many_outstanding")
     res.check(all((0, n) in got for n in want), f"checks missing: {sorted(got)}")
     print("deferred completion:", got[(0, "deferred_completion")]["detail"])
+
+
+def test_conformance_over_two_queue_pairs_per_peer():
+    """The conformance with RDMACOLL_IB_QPS_PER_CONNECTION=2: writes from registered memory
+    of 64 KiB and more split across both queue pairs, the immediate on each, and still
+    after the whole payload; put64 after split writes; every endpoint names its two queue
+    pairs."""
+    res = _chained(2, "conformance-lanes") or run_part(2, CONFORMANCE_LANES, timeout=120)
+    got = {(r["rank"], r["name"]): r for r in _transport_checks([], res=res)}
+    want = ("capabilities", "deferred_completion", "many_outstanding")
+    res.check(all((0, n) in got for n in want), f"checks missing: {sorted(got)}")
+    res.check(any(n.startswith("immediate_after_payload") for _, n in got), f"no payload checks: {sorted(got)}")
 
 
 if FULL:  # (defined only there: the guest's suite must not skip; module docstring)

@@ -94,6 +94,10 @@ const std::vector<Setting> kTable = {
      "the first of any device)"},
     {"ib_gid_index", "RDMACOLL_IB_GID_INDEX", nullptr, Kind::kCount, Scope::kRank, "-1", -1, 65535, 1, nullptr,
      Check::kNone, "RoCE: the GID index (-1: the IPv4-mapped RoCE v2 GID)"},
+    {"ib_qps_per_connection", "RDMACOLL_IB_QPS_PER_CONNECTION", nullptr, Kind::kCount, Scope::kJob, "1", 1, 16, 1,
+     nullptr, Check::kNone,
+     "RDMA queue pairs per peer, as NCCL_IB_QPS_PER_CONNECTION: a write of 64 KiB or more from "
+     "registered memory is split across them"},
     {"ib_max_message", "RDMACOLL_IB_MAX_MESSAGE", nullptr, Kind::kBytes, Scope::kRank, "0", 0, kNone, 1, nullptr,
      Check::kNone,
      "largest RDMA work request; longer writes and reads are split (0: the port's max_msg_sz, at "

@@ -16,6 +16,7 @@ struct Options {
   std::string ibHca;           // RDMACOLL_IB_HCA (common/name_list.h's grammar with ports; "": any)
   int ibGidIndex = -1;         // RDMACOLL_IB_GID_INDEX (-1: choose)
   uint64_t ibMaxMessage = 0;   // RDMACOLL_IB_MAX_MESSAGE (0: the port's limit)
+  int ibQpsPerConnection = 1;  // RDMACOLL_IB_QPS_PER_CONNECTION: queue pairs (lanes) per peer
   std::string ibverbsLibrary;  // RDMACOLL_IBVERBS_LIBRARY ("": the default library)
 
   static Options from(const settings::Values& v) {
@@ -25,6 +26,7 @@ struct Options {
     o.ibHca = v.text("ib_hca");
     o.ibGidIndex = static_cast<int>(v.count("ib_gid_index"));
     o.ibMaxMessage = v.bytes("ib_max_message");
+    o.ibQpsPerConnection = static_cast<int>(v.count("ib_qps_per_connection"));
     o.ibverbsLibrary = v.text("ibverbs_library");
     return o;
   }

@@ -13,6 +13,7 @@ target memory). Records: one "result" per check and rank: {name, ok, detail}, th
 
 import argparse
 import os
+import re
 import struct
 import sys
 import time
@@ -36,6 +37,7 @@ DECLARED = {"shm": _testing.CAN_READ | _testing.CAN_MAP, "tcp": 0, "ibverbs": _t
 class Ctx:
     def __init__(self, transport, settings=None):
         self.transport = transport
+        self.settings = settings or {}
         self.rank = WORLD.Get_rank()
         self.peer = 1 - self.rank
         self.probe = _testing.TransportProbe(transport, self.rank, 2, settings or {})
@@ -117,9 +119,14 @@ def wait_ack(word, value):
 def capabilities(ctx):
     caps = ctx.probe.capabilities(ctx.peer)
     want = DECLARED[ctx.transport]
-    return caps == want and ctx.probe.alive(
+    # the endpoint names its queue pairs (ibverbs: "qpn 17,18 -> 19,20" with two per peer)
+    described = ctx.probe.describe(ctx.peer)
+    lanes = int(ctx.settings.get("ib_qps_per_connection", 1))
+    qpns = re.search(r"qpn ([\d,]+) -> ([\d,]+)", described)
+    named = ctx.transport != "ibverbs" or (qpns is not None and all(len(g.split(",")) == lanes for g in qpns.groups()))
+    return caps == want and named and ctx.probe.alive(
         ctx.peer
-    ), f"capabilities {caps:#x} (declared {want:#x}), alive {ctx.probe.alive(ctx.peer)}"
+    ), f"capabilities {caps:#x} (declared {want:#x}), alive {ctx.probe.alive(ctx.peer)}, {described}"
 
 
 @check

@@ -34,11 +34,12 @@ py::bytes packAddress(const py::dict& d) {
   if (gid.size() != sizeof(a.gid)) throw rdmacoll::Error("gid must be 16 bytes");
   std::memcpy(a.gid, gid.data(), sizeof(a.gid));
   a.qpn = d["qpn"].cast<std::vector<uint32_t>>();
+  if (d.contains("lanes")) a.lanes = d["lanes"].cast<uint16_t>();
   return toBytes(wire::packAddress(a));
 }
 
-py::dict unpackAddress(const std::string& bytes, int peer, int self, int size) {
-  wire::Address a = wire::unpackAddress(Bytes(bytes.begin(), bytes.end()), peer, self, size);
+py::dict unpackAddress(const std::string& bytes, int peer, int self, int size, int lanes) {
+  wire::Address a = wire::unpackAddress(Bytes(bytes.begin(), bytes.end()), peer, self, size, lanes);
   py::dict d;
   d["rank"] = a.rank;
   d["size"] = a.size;
@@ -50,6 +51,7 @@ py::dict unpackAddress(const std::string& bytes, int peer, int self, int size) {
   d["psn"] = a.psn;
   d["gid"] = py::bytes(reinterpret_cast<const char*>(a.gid), sizeof(a.gid));
   d["qpn"] = a.qpn;
+  d["lanes"] = a.lanes;
   return d;
 }
 
@@ -88,7 +90,8 @@ py::dict unpackRegion(const std::string& bytes, int peer) {
 
 void bindTestingIbverbs(py::module_& m) {
   m.def("ibverbs_pack_address", &packAddress);
-  m.def("ibverbs_unpack_address", &unpackAddress, py::arg("bytes"), py::arg("peer"), py::arg("self"), py::arg("size"));
+  m.def("ibverbs_unpack_address", &unpackAddress, py::arg("bytes"), py::arg("peer"), py::arg("self"), py::arg("size"),
+        py::arg("lanes") = 1);
   m.def("ibverbs_pack_region", &packRegion, py::arg("owner"), py::arg("allocated"), py::arg("addr"), py::arg("len"),
         py::arg("rkey"));
   m.def("ibverbs_unpack_region", &unpackRegion, py::arg("bytes"), py::arg("peer"));

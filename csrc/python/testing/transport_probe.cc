@@ -89,6 +89,7 @@ class TransportProbe {
   }
   bool alive(int peer) { return ep(peer).alive(); }
   uint32_t capabilities(int peer) { return ep(peer).capabilities(); }
+  std::string describe(int peer) { return ep(peer).describe(); }
 
  private:
   Endpoint& ep(int peer) {
@@ -130,7 +131,8 @@ void bindTestingTransport(py::module_& m) {
       .def("read", &TransportProbe::read)
       .def("map_read", &TransportProbe::mapRead)
       .def("alive", &TransportProbe::alive)
-      .def("capabilities", &TransportProbe::capabilities);
+      .def("capabilities", &TransportProbe::capabilities)
+      .def("describe", &TransportProbe::describe);
   m.attr("CAN_READ") = static_cast<int>(kCanRead);
   m.attr("CAN_MAP") = static_cast<int>(kCanMap);
 }

@@ -28,16 +28,6 @@ size_t pageRound(size_t n) {
   const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
   return (std::max<size_t>(n, 1) + page - 1) / page * page;
 }
-
-ibv_send_wr rdmaWr(ibv_wr_opcode op, ibv_sge* sge, uint64_t raddr, uint32_t rkey) {
-  ibv_send_wr wr{};
-  wr.opcode = op;
-  wr.sg_list = sge;
-  wr.num_sge = sge ? 1 : 0;
-  wr.wr.rdma.remote_addr = raddr;
-  wr.wr.rdma.rkey = rkey;
-  return wr;
-}
 }  // namespace
 
 // ---------------------------------------------------------------- memory
@@ -112,9 +102,13 @@ IbvDevice::IbvDevice(int rank, int size, const Options& options)
     std::random_device rd;
     local_.psn = rd() & 0xffffff;
 
-    qps_.resize(static_cast<size_t>(size));
+    lanes_ = std::max(1, options.ibQpsPerConnection);
+    qps_.resize(static_cast<size_t>(size) * static_cast<size_t>(lanes_));
     for (int r = 0; r < size; ++r) {
-      if (r != rank) qps_[r] = std::make_unique<QueuePair>(*verbs_, port_.ctx, pd_, channel_, lim, r);
+      for (int l = 0; l < lanes_ && r != rank; ++l) {
+        qps_[static_cast<size_t>(r * lanes_ + l)] =
+            std::make_unique<QueuePair>(*verbs_, port_.ctx, pd_, channel_, lim, r);
+      }
     }
   } catch (...) {
     release();
@@ -224,9 +218,10 @@ Bytes IbvDevice::address() const {
   a.lid = local_.lid;
   a.psn = local_.psn;
   std::memcpy(a.gid, port_.gid.raw, sizeof(a.gid));
-  a.qpn.assign(static_cast<size_t>(size_), 0);
-  for (int r = 0; r < size_; ++r) {
-    if (qps_[r]) a.qpn[r] = qps_[r]->qpn();
+  a.lanes = static_cast<uint16_t>(lanes_);
+  a.qpn.assign(qps_.size(), 0);
+  for (size_t i = 0; i < qps_.size(); ++i) {
+    if (qps_[i]) a.qpn[i] = qps_[i]->qpn();
   }
   return wire::packAddress(a);
 }
@@ -235,7 +230,7 @@ std::unique_ptr<Endpoint> IbvDevice::connect(int peer, const Bytes& peerAddress)
   if (peer < 0 || peer >= size_ || peer == rank_)
     throw Error("ibverbs: cannot connect to rank " + std::to_string(peer));
   if (connected_[peer]) throw Error("ibverbs: rank " + std::to_string(peer) + " is already connected");
-  wire::Address a = wire::unpackAddress(peerAddress, peer, rank_, size_);
+  wire::Address a = wire::unpackAddress(peerAddress, peer, rank_, size_, lanes_);
   if (a.linkLayer != local_.linkLayer) {
     auto ll = [](uint8_t l) { return l == wire::kEthernet ? "Ethernet (RoCE)" : "InfiniBand"; };
     throw Error("ibverbs: rank " + std::to_string(peer) + "'s port is " + ll(a.linkLayer) + ", this rank's (" +
@@ -243,9 +238,17 @@ std::unique_ptr<Endpoint> IbvDevice::connect(int peer, const Bytes& peerAddress)
                 ": they cannot reach each other; choose ports with "
                 "RDMACOLL_IB_HCA");
   }
-  qps_[peer]->connect(local_, a, rank_);
+  std::vector<QueuePair*> lanes;
+  std::vector<uint32_t> remote;
+  for (int l = 0; l < lanes_; ++l) {
+    QueuePair* q = qps_[static_cast<size_t>(peer * lanes_ + l)].get();
+    const uint32_t qpn = a.qpn[static_cast<size_t>(rank_ * lanes_ + l)];
+    q->connect(local_, a, qpn);
+    lanes.push_back(q);
+    remote.push_back(qpn);
+  }
   connected_[peer] = true;
-  return std::make_unique<IbvEndpoint>(this, qps_[peer].get(), peer, a.qpn[rank_]);
+  return std::make_unique<IbvEndpoint>(this, std::move(lanes), peer, std::move(remote));
 }
 
 uint64_t IbvDevice::prepareSleep() {
@@ -326,113 +329,6 @@ void IbvDevice::bounceRead(QueuePair* qp, uint64_t raddr, uint32_t rkey, char* d
     done += n;
   }
 }
-
-// ---------------------------------------------------------------- endpoint
-
-IbvEndpoint::IbvEndpoint(IbvDevice* dev, QueuePair* qp, int peer, uint32_t remoteQpn)
-    : dev_(dev), qp_(qp), peer_(peer), remoteQpn_(remoteQpn) {}
-
-std::string IbvEndpoint::describe() const {
-  return "ibverbs " + dev_->portName() + " (rank " + std::to_string(peer_) + ", qpn " + std::to_string(qp_->qpn()) +
-         " -> " + std::to_string(remoteQpn_) + ")";
-}
-
-void IbvEndpoint::unpack(const PackedMemory& packed, RemoteMemory* out) { wire::unpackRegion(packed, peer_, out); }
-
-uint64_t IbvEndpoint::write(const void* src, const RemoteMemory& dst, size_t dstOff, size_t len, bool hasImm,
-                            uint32_t imm) {
-  wire::checkRemote(dst, peer_, dstOff, len, "write");
-  const uint64_t raddr = dst.key[0] + dstOff;
-  const uint32_t rkey = static_cast<uint32_t>(dst.key[1]);
-  const ibv_wr_opcode lastOp = hasImm ? IBV_WR_RDMA_WRITE_WITH_IMM : IBV_WR_RDMA_WRITE;
-  if (len == 0) {
-    if (!hasImm) return 0;
-    ibv_send_wr wr = rdmaWr(IBV_WR_RDMA_WRITE_WITH_IMM, nullptr, raddr, rkey);  // the immediate alone
-    wr.imm_data = htonl(imm);
-    qp_->post(&wr, false);
-    return 0;
-  }
-  if (len <= qp_->maxInline()) {
-    // The provider copies inline data at post time: src is free on return, no lkey needed.
-    ibv_sge sge{reinterpret_cast<uint64_t>(src), static_cast<uint32_t>(len), 0};
-    ibv_send_wr wr = rdmaWr(lastOp, &sge, raddr, rkey);
-    wr.send_flags = IBV_SEND_INLINE;
-    if (hasImm) wr.imm_data = htonl(imm);
-    qp_->post(&wr, false);
-    return 0;
-  }
-  uint32_t lkey;
-  if (!dev_->findLkey(src, len, &lkey)) {
-    dev_->bounceWrite(qp_, static_cast<const char*>(src), raddr, rkey, len, hasImm, imm);
-    return 0;  // staged: src is free
-  }
-  // Zero-copy from registered memory, in messages the port accepts; only the last one
-  // carries the immediate, and RC executes them in order. Deferred: the HCA reads src
-  // until the last message's completion, which is the ticket (waitWritten).
-  const char* s = static_cast<const char*>(src);
-  uint64_t last = 0;
-  for (size_t done = 0; done < len;) {
-    const size_t n = std::min(len - done, dev_->maxMessage());
-    const bool isLast = done + n == len;
-    ibv_sge sge{reinterpret_cast<uint64_t>(s + done), static_cast<uint32_t>(n), lkey};
-    ibv_send_wr wr = rdmaWr(isLast ? lastOp : IBV_WR_RDMA_WRITE, &sge, raddr + done, rkey);
-    if (isLast && hasImm) wr.imm_data = htonl(imm);
-    last = qp_->post(&wr, isLast);
-    done += n;
-  }
-  return last;
-}
-
-void IbvEndpoint::waitWritten(uint64_t ticket) {
-  if (ticket) qp_->waitSent(ticket);
-}
-
-void IbvEndpoint::put64(const RemoteMemory& dst, size_t dstOff, uint64_t value) {
-  wire::checkRemote(dst, peer_, dstOff, 8, "put64", 8);
-  ibv_send_wr wr{};
-  const uint64_t raddr = dst.key[0] + dstOff;
-  const uint32_t rkey = static_cast<uint32_t>(dst.key[1]);
-  if (qp_->maxInline() >= sizeof(value)) {
-    ibv_sge sge{reinterpret_cast<uint64_t>(&value), sizeof(value), 0};
-    wr = rdmaWr(IBV_WR_RDMA_WRITE, &sge, raddr, rkey);
-    wr.send_flags = IBV_SEND_INLINE;
-    qp_->post(&wr, false);
-    return;
-  }
-  std::lock_guard<std::mutex> g(scratchMu_);
-  if (!scratch_) scratch_ = dev_->allocate(sizeof(value));
-  std::memcpy(scratch_->data(), &value, sizeof(value));
-  ibv_sge sge{reinterpret_cast<uint64_t>(scratch_->data()), sizeof(value),
-              static_cast<IbvMemory*>(scratch_.get())->lkey()};
-  wr = rdmaWr(IBV_WR_RDMA_WRITE, &sge, raddr, rkey);
-  qp_->waitSent(qp_->post(&wr, true));
-}
-
-bool IbvEndpoint::pollImmediate(uint32_t* imm) { return qp_->pollImmediate(imm); }
-
-void IbvEndpoint::read(const RemoteMemory& src, size_t srcOff, void* dst, size_t len) {
-  wire::checkRemote(src, peer_, srcOff, len, "read");
-  if (len == 0) return;
-  const uint64_t raddr = src.key[0] + srcOff;
-  const uint32_t rkey = static_cast<uint32_t>(src.key[1]);
-  uint32_t lkey;
-  if (!dev_->findLkey(dst, len, &lkey)) {
-    dev_->bounceRead(qp_, raddr, rkey, static_cast<char*>(dst), len);
-    return;
-  }
-  char* d = static_cast<char*>(dst);
-  uint64_t last = 0;
-  for (size_t done = 0; done < len;) {
-    const size_t n = std::min(len - done, dev_->maxMessage());
-    ibv_sge sge{reinterpret_cast<uint64_t>(d + done), static_cast<uint32_t>(n), lkey};
-    ibv_send_wr wr = rdmaWr(IBV_WR_RDMA_READ, &sge, raddr + done, rkey);
-    last = qp_->post(&wr, done + n == len);
-    done += n;
-  }
-  qp_->waitSent(last);
-}
-
-bool IbvEndpoint::alive() { return qp_->alive(); }
 
 }  // namespace ibverbs
 }  // namespace transport

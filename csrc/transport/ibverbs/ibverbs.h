@@ -1,12 +1,14 @@
-// RDMA transport over libibverbs (InfiniBand, RoCE v1/v2): one RC queue pair per peer.
+// RDMA transport over libibverbs (InfiniBand, RoCE v1/v2): RC queue pairs to each peer, one
+// by default, RDMACOLL_IB_QPS_PER_CONNECTION ("lanes") if set (endpoint.cc: how writes use them).
 //
 //   allocate        page-aligned anonymous memory, pre-faulted, ibv_reg_mr'd (local write,
 //                   remote write, remote read); registerMemory registers the user's bytes
 //   pack/unpack     {owner, address, length, rkey} (wire.h), validated on unpack
 //   write           IBV_WR_RDMA_WRITE_WITH_IMM (plain RDMA WRITE without an immediate):
 //                   payloads up to the QP's max_inline_data go inline (IBV_SEND_INLINE) and
-//                   return at once; larger ones from registered memory go zero-copy and wait
-//                   for their completion (the contract: src may be reused on return); from
+//                   return at once; larger ones from registered memory go zero-copy, their
+//                   ticket the last request's completion (waitWritten: deferred completion,
+//                   transport.h), split across the lanes from 64 KiB (endpoint.cc); from
 //                   unregistered memory they are copied through two registered bounce
 //                   halves, chunk by chunk
 //   put64           an 8-byte inline RDMA WRITE (aligned: never torn in practice on PCIe
@@ -23,6 +25,7 @@
 #pragma once
 #include <infiniband/verbs.h>
 
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -58,7 +61,8 @@ class IbvMemory : public Memory {
 
 class IbvEndpoint : public Endpoint {
  public:
-  IbvEndpoint(IbvDevice* dev, QueuePair* qp, int peer, uint32_t remoteQpn);
+  // lanes: this rank's queue pairs to the peer (lane 0 first); remoteQpns: the peer's, the same order.
+  IbvEndpoint(IbvDevice* dev, std::vector<QueuePair*> lanes, int peer, std::vector<uint32_t> remoteQpns);
   uint32_t capabilities() const override { return kCanRead; }
   void unpack(const PackedMemory& packed, RemoteMemory* out) override;
   uint64_t write(const void* src, const RemoteMemory& dst, size_t dstOff, size_t len, bool hasImm,
@@ -71,10 +75,26 @@ class IbvEndpoint : public Endpoint {
   std::string describe() const override;
 
  private:
+  // A split write's parts on lanes 1.. (their last requests' sequence numbers), by ticket.
+  struct Split {
+    uint64_t ticket;
+    std::vector<uint64_t> seqs;  // [lane - 1]
+  };
+  // The immediate alone on lanes 1.. (a write with one whose data went on lane 0 alone).
+  void immediateOnOtherLanes(uint64_t raddr, uint32_t rkey, uint32_t imm);
+  // Until the parts in flight on lanes 1.. of split writes up to `ticket` have completed.
+  void waitSplits(uint64_t ticket);
+
   IbvDevice* dev_;
-  QueuePair* qp_;
+  std::vector<QueuePair*> lanes_;
+  QueuePair* qp_;  // lanes_[0]
   int peer_;
-  uint32_t remoteQpn_;
+  std::vector<uint32_t> remoteQpns_;
+  std::mutex splitsMu_;
+  std::deque<Split> splits_;
+  std::mutex immMu_;
+  std::vector<uint32_t> imms_;  // [lane]: its next immediate, once polled
+  std::vector<bool> haveImm_;
   std::mutex scratchMu_;  // put64 without inline support (rare providers)
   std::unique_ptr<Memory> scratch_;
 };
@@ -132,7 +152,8 @@ class IbvDevice : public Device {
   ibv_comp_channel* channel_ = nullptr;
   size_t maxMessage_ = 1u << 30;
   bool copyOnFork_ = false;                      // the kernel copies pinned pages for a forked child
-  std::vector<std::unique_ptr<QueuePair>> qps_;  // [peer]; null for this rank
+  int lanes_ = 1;                                // queue pairs per peer (RDMACOLL_IB_QPS_PER_CONNECTION)
+  std::vector<std::unique_ptr<QueuePair>> qps_;  // [peer * lanes_ + lane]; null for this rank
   std::vector<bool> connected_;
   uint64_t events_ = 0;
   mutable std::mutex regionsMu_;

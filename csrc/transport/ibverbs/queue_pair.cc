@@ -62,7 +62,7 @@ QueuePair::~QueuePair() {
   if (cq_) v_.destroy_cq(cq_);
 }
 
-void QueuePair::connect(const LocalPort& local, const wire::Address& remote, int self) {
+void QueuePair::connect(const LocalPort& local, const wire::Address& remote, uint32_t remoteQpn) {
   std::lock_guard<std::mutex> g(mu_);
   const std::string who = " (queue pair to rank " + std::to_string(peer_) + ")";
   ibv_qp_attr a{};
@@ -77,7 +77,7 @@ void QueuePair::connect(const LocalPort& local, const wire::Address& remote, int
   std::memset(&a, 0, sizeof(a));
   a.qp_state = IBV_QPS_RTR;
   a.path_mtu = static_cast<ibv_mtu>(std::min<int>(local.mtu, remote.mtu));
-  a.dest_qp_num = remote.qpn[static_cast<size_t>(self)];
+  a.dest_qp_num = remoteQpn;
   a.rq_psn = remote.psn;
   a.max_dest_rd_atomic = lim_.maxRdAtomic;
   a.min_rnr_timer = kMinRnrTimer;

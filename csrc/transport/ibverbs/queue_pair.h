@@ -53,8 +53,9 @@ class QueuePair {
 
   uint32_t qpn() const { return qp_->qp_num; }
   uint32_t maxInline() const { return maxInline_; }
-  // INIT -> RTR -> RTS towards the peer's address, after pre-posting the receives.
-  void connect(const LocalPort& local, const wire::Address& remote, int self);
+  // INIT -> RTR -> RTS towards the peer's queue pair remoteQpn at its address, after
+  // pre-posting the receives.
+  void connect(const LocalPort& local, const wire::Address& remote, uint32_t remoteQpn);
 
   // Post one work request (opcode, sg list, remote address set by the caller; wr_id and
   // the signaled flag are set here). Returns its sequence number for waitSent.
@@ -97,6 +98,17 @@ class QueuePair {
   bool dead_ = false;
   std::string reason_;
 };
+
+// An RDMA WRITE / WRITE_WITH_IMM / READ work request at the peer's raddr (sge null: no data).
+inline ibv_send_wr rdmaWr(ibv_wr_opcode op, ibv_sge* sge, uint64_t raddr, uint32_t rkey) {
+  ibv_send_wr wr{};
+  wr.opcode = op;
+  wr.sg_list = sge;
+  wr.num_sge = sge ? 1 : 0;
+  wr.wr.rdma.remote_addr = raddr;
+  wr.wr.rdma.rkey = rkey;
+  return wr;
+}
 
 }  // namespace ibverbs
 }  // namespace transport

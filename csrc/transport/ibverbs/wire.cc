@@ -53,7 +53,7 @@ Bytes packAddress(const Address& a) {
   return out;
 }
 
-Address unpackAddress(const Bytes& bytes, int peer, int self, int expectSize) {
+Address unpackAddress(const Bytes& bytes, int peer, int self, int expectSize, int expectLanes) {
   AddressHeader h;
   if (bytes.size() < sizeof(h)) {
     throw Error(fromRank(peer) + "a " + std::to_string(bytes.size()) + "-byte address, shorter than its header");
@@ -72,7 +72,13 @@ Address unpackAddress(const Bytes& bytes, int peer, int self, int expectSize) {
     throw Error(fromRank(peer) + "an address for rank " + std::to_string(h.f.rank) + " of " + std::to_string(h.f.size) +
                 ", expected rank " + std::to_string(peer) + " of " + std::to_string(expectSize));
   }
-  const size_t want = sizeof(h) + static_cast<size_t>(expectSize) * sizeof(uint32_t);
+  if (h.f.lanes != expectLanes) {
+    throw Error(fromRank(peer) + "an address with " + std::to_string(h.f.lanes) +
+                " queue pairs per peer, this rank has " + std::to_string(expectLanes) +
+                ": set the same RDMACOLL_IB_QPS_PER_CONNECTION on every rank");
+  }
+  const size_t lanes = static_cast<size_t>(expectLanes);
+  const size_t want = sizeof(h) + static_cast<size_t>(expectSize) * lanes * sizeof(uint32_t);
   if (bytes.size() != want) {
     throw Error(fromRank(peer) + "a " + std::to_string(bytes.size()) + "-byte address, expected " +
                 std::to_string(want));
@@ -87,11 +93,13 @@ Address unpackAddress(const Bytes& bytes, int peer, int self, int expectSize) {
   if (self < 0 || self >= expectSize) throw Error("ibverbs: own rank " + std::to_string(self) + " out of range");
   Address a;
   static_cast<AddressFields&>(a) = f;
-  a.qpn.resize(static_cast<size_t>(expectSize));
+  a.qpn.resize(static_cast<size_t>(expectSize) * lanes);
   std::memcpy(a.qpn.data(), bytes.data() + sizeof(h), a.qpn.size() * sizeof(uint32_t));
-  const uint32_t q = a.qpn[static_cast<size_t>(self)];
-  if (q == 0 || q > kMaxQpn) {
-    throw Error(fromRank(peer) + "queue pair number " + std::to_string(q) + " for rank " + std::to_string(self));
+  for (size_t l = 0; l < lanes; ++l) {
+    const uint32_t q = a.qpn[static_cast<size_t>(self) * lanes + l];
+    if (q == 0 || q > kMaxQpn) {
+      throw Error(fromRank(peer) + "queue pair number " + std::to_string(q) + " for rank " + std::to_string(self));
+    }
   }
   if (a.linkLayer == kInfiniBand && (a.lid == 0 || a.lid >= 0xc000)) {
     throw Error(fromRank(peer) + "InfiniBand LID " + std::to_string(a.lid) +

@@ -18,8 +18,9 @@ namespace wire {
 // Link layers, numbered like IBV_LINK_LAYER_*.
 enum LinkLayer : uint8_t { kInfiniBand = 1, kEthernet = 2 };
 
-// One device's address: how to reach its port, and the queue pair it created for each
-// peer (qpn[r] is the QP this device dedicates to rank r; qpn[own rank] is 0).
+// One device's address: how to reach its port, and the queue pairs it created for each
+// peer: `lanes` of them per peer (RDMACOLL_IB_QPS_PER_CONNECTION), qpn[r * lanes + l] the
+// QP of lane l this device dedicates to rank r (0 for its own rank).
 struct AddressFields {  // travels as it is laid out here, after a magic and a version
   int32_t rank = 0;
   int32_t size = 0;
@@ -28,7 +29,7 @@ struct AddressFields {  // travels as it is laid out here, after a magic and a v
   uint8_t mtu = 0;       // enum ibv_mtu: 1 (256 B) .. 5 (4096 B)
   uint8_t gidIndex = 0;  // the sender's own GID index (informational)
   uint16_t lid = 0;      // InfiniBand: the port's LID
-  uint16_t reserved = 0;
+  uint16_t lanes = 1;    // queue pairs per peer
   uint32_t psn = 0;      // first packet sequence number of every QP of this device (24 bits)
   uint8_t gid[16] = {};  // RoCE: the GID peers address (InfiniBand: for the record)
 };
@@ -38,9 +39,10 @@ struct Address : AddressFields {
 
 Bytes packAddress(const Address& a);
 // Parse and validate a peer's address: exact length, magic and version, rank == peer,
-// size == expectSize, valid MTU / PSN / link layer, a non-zero QPN for `self`, a LID
-// (InfiniBand) or a non-zero GID (Ethernet). Throws Error naming the peer and the fault.
-Address unpackAddress(const Bytes& bytes, int peer, int self, int expectSize);
+// size == expectSize, lanes == expectLanes, valid MTU / PSN / link layer, non-zero QPNs for
+// `self`, a LID (InfiniBand) or a non-zero GID (Ethernet). Throws Error naming the peer and
+// the fault.
+Address unpackAddress(const Bytes& bytes, int peer, int self, int expectSize, int expectLanes = 1);
 
 // A registered region as peers see it.
 struct Region {
