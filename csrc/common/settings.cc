@@ -97,7 +97,7 @@ const std::vector<Setting> kTable = {
     {"ib_qps_per_connection", "RDMACOLL_IB_QPS_PER_CONNECTION", nullptr, Kind::kCount, Scope::kJob, "1", 1, 16, 1,
      nullptr, Check::kNone,
      "RDMA queue pairs per peer, as NCCL_IB_QPS_PER_CONNECTION: a write of 64 KiB or more from "
-     "registered memory is split across them"},
+     "registered memory with an immediate is split across them"},
     {"ib_max_message", "RDMACOLL_IB_MAX_MESSAGE", nullptr, Kind::kBytes, Scope::kRank, "0", 0, kNone, 1, nullptr,
      Check::kNone,
      "largest RDMA work request; longer writes and reads are split (0: the port's max_msg_sz, at "

@@ -229,6 +229,34 @@ DEFERS = {"shm": False, "tcp": False, "ibverbs": True}
 
 
 @check
+def split_lengths(ctx, lengths=(1 << 16, (2 << 16) + 1, (3 << 16) + 1, (4 << 16) + 1)):
+    """Writes of 64 KiB and more from the writer's own (allocated) memory, each with its
+    immediate, lengths one past a multiple of 64 KiB (over several ibverbs queue pairs per
+    peer they are split, the last bytes on the last lane): after each immediate every byte
+    is there."""
+    top = max(lengths)
+    view, remote = target(ctx, "allocated", top)
+    ack, ack_remote = ack_channel(ctx)
+    rng = np.random.default_rng(13)  # the same patterns on both sides, in the same order
+    src = ctx.probe.view(ctx.probe.allocate(top)) if ctx.writer else None
+    bad = []
+    for i, n in enumerate(lengths):
+        pattern = rng.integers(1, 256, n, dtype=np.uint8)
+        if ctx.writer:
+            src[:n] = pattern
+            ctx.probe.wait_written(ctx.peer, ctx.probe.write(ctx.peer, src[:n], remote, 0, 500 + i))
+            wait_ack(ack, i + 1)
+        else:
+            imm = ctx.next_imm(f"a {n}-byte write")
+            wrong = int(np.count_nonzero(view[:n] != pattern))
+            if imm != 500 + i or wrong:
+                bad.append(f"{n} bytes: immediate {imm}, {wrong} bytes not there")
+            view[:] = 0  # (pattern bytes are never 0: a byte left out shows in the next round)
+            ctx.probe.put64(ctx.peer, ack_remote, 0, i + 1)
+    return not bad, "; ".join(bad) or f"lengths {list(lengths)}"
+
+
+@check
 def deferred_completion(ctx, count=48, size=(64 << 10) + 8):
     """Deferred completion: `count` writes from the writer's own (allocated) memory and as
     many from plain NumPy memory, none waited for, each with its immediate. Tickets grow;
@@ -504,6 +532,7 @@ def body():
             put64_visible(ctx, kind)
             read_and_map(ctx, kind)
         zero_length_writes(ctx)
+        split_lengths(ctx)
         deferred_completion(ctx)
         many_outstanding(ctx)
         malformed_region(ctx)

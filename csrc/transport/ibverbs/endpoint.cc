@@ -2,19 +2,21 @@
 // (RDMACOLL_IB_QPS_PER_CONNECTION, as NCCL_IB_QPS_PER_CONNECTION; one by default). Lane 0
 // carries everything but the parts of a split write, so with one lane nothing below applies.
 //
-//   split      a zero-copy write from registered memory of kSplitBytes or more is cut into
-//              one part per lane (64-byte multiples, the last part the rest), all posted at
-//              once; its ticket is lane 0's part's, and waitWritten waits for the other
-//              lanes' parts too (kept by ticket, in order). Smaller writes, inline ones and
-//              those through the bounce halves go on lane 0 whole.
+//   split      a zero-copy write from registered memory of kSplitBytes or more that carries
+//              an immediate (the slot pipelines', eager's) is cut into one part per lane
+//              (64-byte multiples, ceil(len / lanes) rounded up; the last lanes may get
+//              the rest or nothing), all posted at once; its ticket is lane 0's part's, and
+//              waitWritten waits for the other lanes' parts too (kept by ticket, in order).
+//              Other writes go on lane 0 whole: smaller ones, inline ones, those through
+//              the bounce halves, and those without an immediate, whose signal is a later
+//              put64 (a progress counter) that lane 0 orders behind them.
 //   immediate  RC delivers one queue pair's writes in order, not one lane's against
 //              another's. So with lanes > 1 a write with an immediate carries it on every
 //              lane (a zero-length write on a lane without a part of it): each lane's
 //              immediate lands after that lane's bytes, and pollImmediate hands one out
 //              once every lane has delivered its next, which must be the same.
-//   put64      a counter the peer polls, the flag after data it guards: it first waits for
-//              split parts still in flight on lanes 1.. (a round trip, only after a split
-//              write), then goes on lane 0 behind lane 0's parts.
+//   put64      lane 0, posted (never waits): the bytes a counter guards went on lane 0
+//              whole; a split write is announced by its own immediates, not by a counter.
 //   read       lane 0.
 // Bytes per write do not change; a split write costs lanes - 1 more work requests and
 // completions, an immediate lanes - 1 more receive completions at the peer.
@@ -96,18 +98,20 @@ uint64_t IbvEndpoint::write(const void* src, const RemoteMemory& dst, size_t dst
   const size_t lanes = lanes_.size();
   uint32_t lkey = 0;
   const bool registered = len > qp_->maxInline() && dev_->findLkey(src, len, &lkey);
-  if (registered && lanes > 1 && len >= kSplitBytes) {
-    // One part per lane, all in flight at once; each lane's last request carries the immediate.
-    const size_t part = (len / lanes + kPartAlign - 1) / kPartAlign * kPartAlign;
+  if (registered && hasImm && lanes > 1 && len >= kSplitBytes) {
+    // One part per lane, all in flight at once; each lane's last request carries the
+    // immediate. Posted and kept under the lock: splits_ stays in ticket order.
+    const size_t part = ((len + lanes - 1) / lanes + kPartAlign - 1) / kPartAlign * kPartAlign;
     const char* s = static_cast<const char*>(src);
+    std::lock_guard<std::mutex> g(splitsMu_);
     Split split{0, std::vector<uint64_t>(lanes - 1)};
     for (size_t l = lanes; l-- > 0;) {  // lane 0 last: its part's completion is the ticket
       const size_t off = l * part;
       const size_t n = off < len ? std::min(part, len - off) : 0;
       uint64_t seq = 0;
       if (n > 0) {
-        seq = postZeroCopy(lanes_[l], dev_->maxMessage(), s + off, lkey, raddr + off, rkey, n, hasImm, imm);
-      } else if (hasImm) {
+        seq = postZeroCopy(lanes_[l], dev_->maxMessage(), s + off, lkey, raddr + off, rkey, n, true, imm);
+      } else {
         postImmediate(lanes_[l], raddr, rkey, imm);
       }
       if (l > 0)
@@ -115,7 +119,6 @@ uint64_t IbvEndpoint::write(const void* src, const RemoteMemory& dst, size_t dst
       else
         split.ticket = seq;
     }
-    std::lock_guard<std::mutex> g(splitsMu_);
     splits_.push_back(std::move(split));
     return splits_.back().ticket;
   }
@@ -149,6 +152,7 @@ void IbvEndpoint::waitSplits(uint64_t ticket) {
   uint64_t covered = 0;                          // the last split waited for (tickets grow)
   {
     std::lock_guard<std::mutex> g(splitsMu_);
+    if (splits_.empty() || splits_.front().ticket > ticket) return;
     for (const Split& s : splits_) {
       if (s.ticket > ticket) break;
       for (size_t l = 1; l < lanes_.size(); ++l) wait[l] = std::max(wait[l], s.seqs[l - 1]);
@@ -170,8 +174,6 @@ void IbvEndpoint::waitWritten(uint64_t ticket) {
 
 void IbvEndpoint::put64(const RemoteMemory& dst, size_t dstOff, uint64_t value) {
   wire::checkRemote(dst, peer_, dstOff, 8, "put64", 8);
-  // The flag after the data it guards: every split part on the other lanes has landed first.
-  if (lanes_.size() > 1) waitSplits(UINT64_MAX);
   ibv_send_wr wr{};
   const uint64_t raddr = dst.key[0] + dstOff;
   const uint32_t rkey = static_cast<uint32_t>(dst.key[1]);

@@ -14,7 +14,7 @@
 //   put64           an 8-byte inline RDMA WRITE (aligned: never torn in practice on PCIe
 //                   HCAs); counters only grow, the peer polls its own memory
 //   read            IBV_WR_RDMA_READ (kCanRead)
-//   pollImmediate   drains the endpoint's completion queue (queue_pair.h)
+//   pollImmediate   drains the endpoint's completion queues, one per lane (queue_pair.h)
 //   fork()          kernels since 5.12 copy registered pages for the child; older ones get
 //                   ibv_fork_init (children must not touch registered pages there)
 //   sleeping        completion channel: prepareSleep arms every CQ, sleep polls the

@@ -11,8 +11,8 @@ namespace wire {
 
 namespace {
 
-constexpr uint32_t kAddressMagic = 0x31494352;  // "RCI1" read little-endian
-constexpr uint16_t kAddressVersion = 1;
+constexpr uint32_t kAddressMagic = 0x31494352;       // "RCI1" read little-endian
+constexpr uint16_t kAddressVersion = 2;              // 2: the lanes field (RDMACOLL_IB_QPS_PER_CONNECTION)
 constexpr uint32_t kRegionMagic = 0x31524952;        // "RIR1"
 constexpr uint64_t kKeyTag = 0x6962766572627321ull;  // marks RemoteMemory filled by unpackRegion
 enum : uint32_t { kKindAllocated = 1, kKindUser = 2 };
@@ -72,6 +72,7 @@ Address unpackAddress(const Bytes& bytes, int peer, int self, int expectSize, in
     throw Error(fromRank(peer) + "an address for rank " + std::to_string(h.f.rank) + " of " + std::to_string(h.f.size) +
                 ", expected rank " + std::to_string(peer) + " of " + std::to_string(expectSize));
   }
+  if (expectLanes < 1) throw Error("ibverbs: " + std::to_string(expectLanes) + " queue pairs per peer");
   if (h.f.lanes != expectLanes) {
     throw Error(fromRank(peer) + "an address with " + std::to_string(h.f.lanes) +
                 " queue pairs per peer, this rank has " + std::to_string(expectLanes) +
