@@ -12,7 +12,6 @@ import importlib.util
 import os
 import sys
 import sysconfig
-from pathlib import Path
 
 import pytest
 
@@ -159,7 +158,9 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         for nodeid, cpu in _CPU.items():
             files[nodeid.split("::")[0]] = files.get(nodeid.split("::")[0], 0.0) + cpu
         top = sorted(files.items(), key=lambda kv: -kv[1])[:12]
-        terminalreporter.write_line("CPU by file: " + ", ".join(f"{Path(f).stem} {cpu:.0f} s" for f, cpu in top))
+        terminalreporter.write_line(
+            "CPU by file: " + ", ".join(f"{f.removesuffix('.py')} {cpu:.0f} s" for f, cpu in top)
+        )
         terminalreporter.write_sep("=", "25 tests using the most CPU (with their processes)")
         for nodeid, cpu in sorted(_CPU.items(), key=lambda kv: -kv[1])[:25]:
             terminalreporter.write_line(f"{cpu:7.2f}s  {nodeid}")
