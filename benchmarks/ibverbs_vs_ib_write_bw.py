@@ -85,10 +85,10 @@ def ib_write_bw(
 class WriteLoop:
     """Rank 0 writes into rank 1 through the transport, nothing else in the way."""
 
-    def __init__(self, max_size: int):
+    def __init__(self, max_size: int, settings: dict):
         self.rank = WORLD.Get_rank()
         self.peer = 1 - self.rank
-        self.probe = _testing.TransportProbe("ibverbs", self.rank, 2, {})
+        self.probe = _testing.TransportProbe("ibverbs", self.rank, 2, settings)
         addresses = WORLD.allgather(self.probe.address())
         self.probe.connect(self.peer, addresses[self.peer])
         self.idx = self.probe.allocate(max_size)
@@ -145,6 +145,9 @@ def main() -> None:
         help="also ib_write_bw -b (both directions at once, as an allreduce's two ranks send)",
     )
     ap.add_argument("--gid-index", type=int, default=1, help="ib_write_bw -x (1: RoCE v2, IPv4 on rxe)")
+    ap.add_argument(
+        "--qps", type=int, default=1, help="rdmacoll's queue pairs per peer (RDMACOLL_IB_QPS_PER_CONNECTION)"
+    )
     a = ap.parse_args()
     if WORLD.Get_size() != 2:
         raise SystemExit("run with 2 ranks: mpiexec -n 2 python benchmarks/ibverbs_vs_ib_write_bw.py")
@@ -152,8 +155,9 @@ def main() -> None:
         raise SystemExit("ib_write_bw not found (Debian: apt install perftest)")
     sizes = [rc._core.parse_size(s) for s in a.sizes.split(",")]
     total = rc._core.parse_size(a.bytes_per_run)
-    rc.init({"transport": "ibverbs"})
-    loop = WriteLoop(max(sizes))
+    lanes = {"ib_qps_per_connection": a.qps}
+    rc.init({"transport": "ibverbs", **lanes})
+    loop = WriteLoop(max(sizes), lanes)
     rows: dict[int, dict[str, list[float]]] = {s: {"ib": [], "ibb": [], "loop": [], "ar": []} for s in sizes}
     for rnd in range(a.rounds):
         for size in sizes:
