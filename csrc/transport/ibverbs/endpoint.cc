@@ -104,7 +104,7 @@ uint64_t IbvEndpoint::write(const void* src, const RemoteMemory& dst, size_t dst
     const size_t part = ((len + lanes - 1) / lanes + kPartAlign - 1) / kPartAlign * kPartAlign;
     const char* s = static_cast<const char*>(src);
     std::lock_guard<std::mutex> g(splitsMu_);
-    Split split{0, std::vector<uint64_t>(lanes - 1)};
+    Split split{0, {}};
     for (size_t l = lanes; l-- > 0;) {  // lane 0 last: its part's completion is the ticket
       const size_t off = l * part;
       const size_t n = off < len ? std::min(part, len - off) : 0;
@@ -114,13 +114,11 @@ uint64_t IbvEndpoint::write(const void* src, const RemoteMemory& dst, size_t dst
       } else {
         postImmediate(lanes_[l], raddr, rkey, imm);
       }
-      if (l > 0)
-        split.seqs[l - 1] = seq;
-      else
-        split.ticket = seq;
+      split.seqs[l] = seq;
     }
-    splits_.push_back(std::move(split));
-    return splits_.back().ticket;
+    split.ticket = split.seqs[0];
+    splits_.push_back(split);
+    return split.ticket;
   }
   const ibv_wr_opcode lastOp = hasImm ? IBV_WR_RDMA_WRITE_WITH_IMM : IBV_WR_RDMA_WRITE;
   uint64_t ticket = 0;
@@ -148,14 +146,14 @@ void IbvEndpoint::waitSplits(uint64_t ticket) {
   // Waited for before they are forgotten: another thread's waitWritten must not find a
   // split gone whose parts are still being read (a lane completes in order, so its last
   // part's completion covers the earlier ones).
-  std::vector<uint64_t> wait(lanes_.size(), 0);  // [lane]: the last part to wait for
-  uint64_t covered = 0;                          // the last split waited for (tickets grow)
+  std::array<uint64_t, kMaxLanes> wait{};  // [lane]: the last part to wait for
+  uint64_t covered = 0;                    // the last split waited for (tickets grow)
   {
     std::lock_guard<std::mutex> g(splitsMu_);
     if (splits_.empty() || splits_.front().ticket > ticket) return;
     for (const Split& s : splits_) {
       if (s.ticket > ticket) break;
-      for (size_t l = 1; l < lanes_.size(); ++l) wait[l] = std::max(wait[l], s.seqs[l - 1]);
+      for (size_t l = 1; l < lanes_.size(); ++l) wait[l] = std::max(wait[l], s.seqs[l]);
       covered = s.ticket;
     }
   }

@@ -102,7 +102,7 @@ IbvDevice::IbvDevice(int rank, int size, const Options& options)
     std::random_device rd;
     local_.psn = rd() & 0xffffff;
 
-    lanes_ = std::max(1, options.ibQpsPerConnection);
+    lanes_ = std::clamp(options.ibQpsPerConnection, 1, kMaxLanes);
     qps_.resize(static_cast<size_t>(size) * static_cast<size_t>(lanes_));
     for (int r = 0; r < size; ++r) {
       for (int l = 0; l < lanes_ && r != rank; ++l) {

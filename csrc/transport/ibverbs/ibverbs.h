@@ -25,6 +25,7 @@
 #pragma once
 #include <infiniband/verbs.h>
 
+#include <array>
 #include <deque>
 #include <memory>
 #include <mutex>
@@ -41,6 +42,9 @@ namespace transport {
 namespace ibverbs {
 
 class IbvDevice;
+
+// Queue pairs per peer at most (RDMACOLL_IB_QPS_PER_CONNECTION's own limit).
+constexpr int kMaxLanes = 16;
 
 class IbvMemory : public Memory {
  public:
@@ -75,10 +79,11 @@ class IbvEndpoint : public Endpoint {
   std::string describe() const override;
 
  private:
-  // A split write's parts on lanes 1.. (their last requests' sequence numbers), by ticket.
+  // A split write's parts (their last requests' sequence numbers), by ticket: fixed size,
+  // nothing allocated per write.
   struct Split {
     uint64_t ticket;
-    std::vector<uint64_t> seqs;  // [lane - 1]
+    std::array<uint64_t, kMaxLanes> seqs;  // [lane]; lane 0's is the ticket
   };
   // The immediate alone on lanes 1.. (a write with one whose data went on lane 0 alone).
   void immediateOnOtherLanes(uint64_t raddr, uint32_t rkey, uint32_t imm);
