@@ -13,7 +13,9 @@ emulation; KVM only where /dev/kvm can boot a stock kernel, which kvm_pvm cannot
 is the host's / shared read-only over 9p under a tmpfs overlay, so the host's Python,
 virtualenvs and built extension run unchanged; a second, writable 9p share carries the
 command, its exit status and its output back. The command runs in the current directory,
-as root, with `ulimit -l unlimited`, after `rxe0` on eth0 is ACTIVE (10.0.2.15/24).
+as root, with `ulimit -l unlimited`, after `rxe0` on eth0 is ACTIVE (10.0.2.15/24);
+`--rails 2` (GUEST_RAILS=2 in Guest.run's env) adds `rxe1` on a veth end (10.0.3.1/24), a
+second device for multi-rail runs.
 
 --hosts 2 boots two guests at once, joined by a point-to-point QEMU network (UDP between
 the two QEMU processes, nothing else on it): guest i is host `rchost<i>`, eth0 10.9.0.<i+1>/24
@@ -114,6 +116,14 @@ wait_active() {  # device
   echo "rdma_guest: $1 never became ACTIVE" >&2; return 1
 }
 rdma link add rxe0 type rxe netdev eth0 && wait_active rxe0
+# GUEST_RAILS=2: a second device, rxe1, for multi-rail runs (RDMACOLL_IB_HCA=rxe): on one
+# end of a veth pair, which gives it a link that is up and an address of its own; ranks in
+# this guest reach each other's rxe1 through rxe's loopback, as they do on rxe0
+if [ "${GUEST_RAILS:-1}" -gt 1 ]; then
+  ip link add rail1 type veth peer name rail1peer && ip addr add 10.0.3.1/24 dev rail1 &&
+    ip link set rail1peer up && ip link set rail1 up &&
+    rdma link add rxe1 type rxe netdev rail1 && wait_active rxe1
+fi
 ulimit -l unlimited
 cd "$GUEST_CWD" 2>/dev/null || cd /
 (timeout -k 10 "$GUEST_TIMEOUT" /bin/sh /rdmacoll-out/cmd.sh; echo $? > /rdmacoll-out/rc) 2>&1 |
@@ -420,6 +430,7 @@ def main(argv=None) -> int:
     r.add_argument("--cpus", type=int, default=2)
     r.add_argument("--memory", default="2G")
     r.add_argument("--delay", help="netem delay on each guest's link, e.g. 250us (an RTT of twice it)")
+    r.add_argument("--rails", type=int, choices=(1, 2), default=1, help="RDMA devices per guest: 2 adds rxe1")
     r.add_argument("command", nargs=argparse.REMAINDER)
     args = ap.parse_args(argv)
     if args.what == "setup":
@@ -430,8 +441,10 @@ def main(argv=None) -> int:
     if not cmd:
         ap.error("run: no command")
     line = " ".join(shlex.quote(c) for c in cmd) if len(cmd) > 1 else cmd[0]
-    env = {"GUEST_DELAY": args.delay} if args.delay else None
-    results = Guest(args.cache, args.cpus, args.memory).run_hosts([line] * args.hosts, timeout=args.timeout, env=env)
+    env = ({"GUEST_DELAY": args.delay} if args.delay else {}) | ({"GUEST_RAILS": "2"} if args.rails > 1 else {})
+    results = Guest(args.cache, args.cpus, args.memory).run_hosts(
+        [line] * args.hosts, timeout=args.timeout, env=env or None
+    )
     return max(rc for rc, _ in results)
 
 

@@ -7,6 +7,7 @@ init test runs allreduce over it instead (nothing of that has run here: no RDMA)
 import errno
 import os
 import random
+import re
 import shutil
 import struct
 import subprocess
@@ -32,16 +33,23 @@ def test_transports_exported():
         assert COMPILED, "the verbs headers are installed but this build has no ibverbs transport"
 
 
-# RDMACOLL_IB_HCA (NCCL_IB_HCA's grammar): (value, usable on the Soft-RoCE guest's one
-# device rxe0 with its one port, what the report says); bad values are refused anywhere
+# RDMACOLL_IB_HCA (NCCL_IB_HCA's grammar): (value, usable on the Soft-RoCE guest's device
+# rxe0 with its one port, what the report says); bad values are refused anywhere
 HCA = [
-    ("", True, "rails: ACTIVE ports here: rxe0:1"),
-    ("=rxe0:1", True, "rails: ACTIVE ports RDMACOLL_IB_HCA==rxe0:1 allows: rxe0:1"),
-    ("rxe", True, "would use rxe0:1"),
-    ("^=rxe0:2", True, "would use rxe0:1"),
+    ("", True, "ACTIVE ports here: rxe0:1"),
+    ("=rxe0:1", True, "ACTIVE ports RDMACOLL_IB_HCA==rxe0:1 allows: rxe0:1"),
+    ("rxe0", True, "would use rxe0:1"),
+    ("^=rxe0:2,rxe1", True, "would use rxe0:1"),
     ("=rxe", False, "RDMACOLL_IB_HCA==rxe (named rxe) allows no port here"),
     ("^rxe", False, "allows no port here"),
     ("rxe0:2", False, "allows no port here"),
+]
+# where the guest has a second device, rxe1 (scripts/rdma_guest.py --rails 2): the rails
+TWO_RAILS_HCA = [
+    ("rxe", "would use 2 rails: rxe0:1, GID"),
+    ("", "would use 2 rails: rxe0:1, GID"),
+    ("^rxe0", "would use rxe1:1, GID"),
+    ("=rxe1:1,rxe0:1", "would use 2 rails: rxe0:1"),  # the system's order, not the list's
 ]
 BAD_HCA = [("rxe0,=rxe1", "applies to the whole list"), ("rxe0:x", "bad port 'x'"), ("^", "names no device")]
 
@@ -65,6 +73,10 @@ def test_probe_transport():
         for spec, want_usable, why in HCA:
             ok, got = _core.probe_transport("ibverbs", {"ib_hca": spec})
             assert ok == want_usable and any(why in line for line in got), (spec, got)
+    if usable and any(line.startswith("rxe1:1 ACTIVE") for line in lines):
+        for spec, why in TWO_RAILS_HCA:
+            ok, got = _core.probe_transport("ibverbs", {"ib_hca": spec})
+            assert ok and any(why in line for line in got), (spec, got)
 
 
 @needs_ibverbs
@@ -114,40 +126,54 @@ def test_init_without_the_library():
 
 # --------------------------------------------------------------------------- address blob
 
-GOOD = dict(
-    rank=1,
-    size=3,
-    link_layer=2,
-    port=1,
-    mtu=5,
-    gid_index=3,
-    lid=0,
-    psn=0xABCDEF,
-    gid=bytes([0] * 10 + [0xFF, 0xFF, 10, 0, 0, 2]),
-    qpn=[0x11, 0, 0x33],
-    lanes=1,
-)
+RAIL = dict(port=1, mtu=5, gid_index=3, lid=0, gid=bytes([0] * 10 + [0xFF, 0xFF, 10, 0, 0, 2]))
+GOOD = dict(rank=1, size=3, link_layer=2, psn=0xABCDEF, rail=[RAIL], qpn=[0x11, 0, 0x33], lanes=1)
+
+
+def _address(**change):
+    """GOOD with `change`; keys of a rail's address change rail 0."""
+    rail = dict(RAIL, **{k: v for k, v in change.items() if k in RAIL})
+    return dict(GOOD, rail=[rail], **{k: v for k, v in change.items() if k not in RAIL})
 
 
 def test_address_round_trip():
     blob = _testing.ibverbs_pack_address(GOOD)
     got = _testing.ibverbs_unpack_address(blob, peer=1, self=0, size=3)
     assert got == GOOD
-    ib = dict(GOOD, link_layer=1, lid=7, gid=bytes(16))
-    assert _testing.ibverbs_unpack_address(_testing.ibverbs_pack_address(ib), peer=1, self=2, size=3)["lid"] == 7
+    ib = _address(link_layer=1, lid=7, gid=bytes(16))
+    assert (
+        _testing.ibverbs_unpack_address(_testing.ibverbs_pack_address(ib), peer=1, self=2, size=3)["rail"][0]["lid"]
+        == 7
+    )
 
 
 def test_address_with_two_queue_pairs_per_peer():
     # RDMACOLL_IB_QPS_PER_CONNECTION=2: qpn[r * 2 + lane], both of this rank's checked
     two = dict(GOOD, lanes=2, qpn=[0x11, 0x12, 0, 0, 0x33, 0x34])
-    assert _testing.ibverbs_unpack_address(_testing.ibverbs_pack_address(two), peer=1, self=0, size=3, lanes=2) == two
+    assert _testing.ibverbs_unpack_address(_testing.ibverbs_pack_address(two), peer=1, self=0, size=3) == two
     with pytest.raises(Error, match="queue pair number 0 for rank 2"):
         bad = dict(two, qpn=[0x11, 0x12, 0, 0, 0x33, 0])
-        _testing.ibverbs_unpack_address(_testing.ibverbs_pack_address(bad), peer=1, self=2, size=3, lanes=2)
-    # ranks that disagree: a clear error naming the setting, either way round
-    for theirs, ours in ((two, 1), (GOOD, 2)):
-        with pytest.raises(Error, match="set the same RDMACOLL_IB_QPS_PER_CONNECTION on every rank"):
-            _testing.ibverbs_unpack_address(_testing.ibverbs_pack_address(theirs), peer=1, self=0, size=3, lanes=ours)
+        _testing.ibverbs_unpack_address(_testing.ibverbs_pack_address(bad), peer=1, self=2, size=3)
+    # a peer with another number of lanes (other rails) is fine: a connection uses those both have
+    with pytest.raises(Error, match="17 queue pairs per peer"):
+        many = dict(GOOD, lanes=17, qpn=[1] * 51)
+        _testing.ibverbs_unpack_address(_testing.ibverbs_pack_address(many), peer=1, self=0, size=3)
+
+
+def test_address_with_two_rails():
+    # two ports (RDMACOLL_IB_HCA): each rail's port, MTU, LID and GID; lanes >= rails
+    second = dict(RAIL, port=2, mtu=3, gid=bytes([0] * 10 + [0xFF, 0xFF, 10, 0, 1, 2]))
+    two = dict(GOOD, rail=[RAIL, second], lanes=2, qpn=[0x11, 0x12, 0, 0, 0x33, 0x34])
+    assert _testing.ibverbs_unpack_address(_testing.ibverbs_pack_address(two), peer=1, self=0, size=3) == two
+    for change, words in [
+        (dict(lanes=1, qpn=[0x11, 0, 0x33]), "1 queue pairs per peer on 2 rails"),
+        (dict(rail=[RAIL, dict(second, mtu=0)]), "invalid MTU code 0 (rail 1)"),
+        (dict(rail=[RAIL, dict(second, gid=bytes(16))]), "all-zero GID for a RoCE port (rail 1)"),
+        (dict(rail=[RAIL, second, second], lanes=3, qpn=[1, 2, 3, 0, 0, 0, 4, 5, 6]), "3 rails (1 to 2)"),
+        (dict(rail=[], qpn=[0x11, 0, 0x33], lanes=1), "0 rails"),
+    ]:
+        with pytest.raises(Error, match=re.escape(words)):
+            _testing.ibverbs_unpack_address(_testing.ibverbs_pack_address(dict(two, **change)), peer=1, self=0, size=3)
 
 
 @pytest.mark.parametrize(
@@ -171,7 +197,7 @@ def test_address_with_two_queue_pairs_per_peer():
     ],
 )
 def test_address_rejected(change, where, words):
-    blob = bytearray(_testing.ibverbs_pack_address(dict(GOOD, **change)))
+    blob = bytearray(_testing.ibverbs_pack_address(_address(**change)))
     if where == "truncate":
         blob = blob[:20]
     elif where == "extend":
@@ -190,7 +216,7 @@ def test_address_fuzz():
     parsed = 0
     for i in range(3000):
         if i % 2:
-            blob = bytes(rng.getrandbits(8) for _ in range(rng.choice([0, 3, 40, 52, len(good)])))
+            blob = bytes(rng.getrandbits(8) for _ in range(rng.choice([0, 3, 24, 48, 60, len(good)])))
         else:
             b = bytearray(good)
             for _ in range(rng.randint(1, 4)):
@@ -201,7 +227,7 @@ def test_address_fuzz():
         except Error:
             continue
         parsed += 1
-        assert a["rank"] == 1 and a["size"] == 3 and 1 <= a["mtu"] <= 5 and 0 < a["qpn"][0] < 1 << 24
+        assert a["rank"] == 1 and a["size"] == 3 and 1 <= a["rail"][0]["mtu"] <= 5 and 0 < a["qpn"][0] < 1 << 24
     assert parsed < 3000
 
 
@@ -209,12 +235,16 @@ def test_address_fuzz():
 
 
 def test_region_round_trip():
-    packed = _testing.ibverbs_pack_region(owner=2, allocated=True, addr=0x7F0000001000, len=1 << 20, rkey=0x1234)
+    packed = _testing.ibverbs_pack_region(owner=2, allocated=True, addr=0x7F0000001000, len=1 << 20, rkey=[0x1234])
     assert len(packed) == _core.PACKED_MEMORY_BYTES
     r = _testing.ibverbs_unpack_region(packed, peer=2)
-    assert r["len"] == 1 << 20 and r["allocated"] and r["key"][0] == 0x7F0000001000 and r["key"][1] == 0x1234
+    assert r["len"] == 1 << 20 and r["allocated"] and r["key"][0] == 0x7F0000001000
+    assert [_testing.ibverbs_rkey_of(r, rail) for rail in (0, 1)] == [0x1234, 0x1234]  # one rail: its key for both
+    two = _testing.ibverbs_pack_region(owner=2, allocated=True, addr=0x1000, len=4096, rkey=[0x1234, 0x5678])
+    r = _testing.ibverbs_unpack_region(two, peer=2)
+    assert [_testing.ibverbs_rkey_of(r, rail) for rail in (0, 1)] == [0x1234, 0x5678]
     assert not _testing.ibverbs_unpack_region(
-        _testing.ibverbs_pack_region(owner=2, allocated=False, addr=8, len=0, rkey=0), peer=2
+        _testing.ibverbs_pack_region(owner=2, allocated=False, addr=8, len=0, rkey=[0]), peer=2
     )["allocated"]
 
 
@@ -222,20 +252,22 @@ def test_region_round_trip():
     "mutate,words",
     [
         (lambda b: b.__setitem__(slice(0, 4), b"XXXX"), "not an ibverbs region"),
-        (lambda b: b.__setitem__(slice(28, 32), struct.pack("<I", 9)), "unknown kind"),
+        (lambda b: b.__setitem__(2, 9), "unknown kind"),
+        (lambda b: b.__setitem__(3, 3), "impossible number of rails"),
+        (lambda b: b.__setitem__(3, 0), "impossible number of rails"),
         (lambda b: b.__setitem__(slice(16, 24), struct.pack("<Q", 1 << 50)), "impossible length"),
         (lambda b: b.__setitem__(slice(8, 16), struct.pack("<Q", (1 << 64) - 16)), "wraps"),
     ],
 )
 def test_region_rejected(mutate, words):
-    b = bytearray(_testing.ibverbs_pack_region(owner=1, allocated=True, addr=0x1000, len=4096, rkey=5))
+    b = bytearray(_testing.ibverbs_pack_region(owner=1, allocated=True, addr=0x1000, len=4096, rkey=[5]))
     mutate(b)
     with pytest.raises(Error, match=words):
         _testing.ibverbs_unpack_region(bytes(b), peer=1)
 
 
 def test_region_of_another_rank_rejected():
-    packed = _testing.ibverbs_pack_region(owner=1, allocated=True, addr=0x1000, len=4096, rkey=5)
+    packed = _testing.ibverbs_pack_region(owner=1, allocated=True, addr=0x1000, len=4096, rkey=[5])
     with pytest.raises(Error, match="another rank"):
         _testing.ibverbs_unpack_region(packed, peer=2)
 
@@ -253,7 +285,7 @@ def test_region_fuzz():
 
 def _remote(addr=0x10000, length=4096, peer=1):
     return _testing.ibverbs_unpack_region(
-        _testing.ibverbs_pack_region(owner=peer, allocated=True, addr=addr, len=length, rkey=7), peer=peer
+        _testing.ibverbs_pack_region(owner=peer, allocated=True, addr=addr, len=length, rkey=[7]), peer=peer
     )
 
 

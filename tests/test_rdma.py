@@ -73,13 +73,18 @@ SUBSET = [] if FULL else ["--dtypes", ",".join(ONE_PER_WIDTH)]
 # reads its part. The full matrix launches each on its own.
 
 
-# two queue pairs per peer (endpoint.cc): every write of 64 KiB or more split across them,
-# the immediate on both
-LANES = {"RDMACOLL_IB_QPS_PER_CONNECTION": 2}
+# several queue pairs per peer (endpoint.cc): every write of 64 KiB or more split across
+# them, the immediate on each; three over two rails where the host has a second device (the
+# guest's rxe1, scripts/rdma_guest.py --rails 2: lanes 0 and 2 on rxe0, lane 1 on rxe1,
+# each with its own keys), else over the one
+TWO_RAILS = os.path.exists("/sys/class/infiniband/rxe1")
+# the guest made with --rails 2 (tests/test_rdma_guest.py) must have it: fail, not run on one
+RAILS_MISSING = os.environ.get("GUEST_RAILS") == "2" and not TWO_RAILS
+LANES = {"RDMACOLL_IB_QPS_PER_CONNECTION": 3} | ({"RDMACOLL_IB_HCA": "rxe"} if TWO_RAILS else {})
 
 
 def _collectives_part(max_wr):
-    """max_wr: None, a work request cap ("4K"), or "lanes" (two queue pairs per peer)."""
+    """max_wr: None, a work request cap ("4K"), or "lanes" (three queue pairs per peer, LANES)."""
     env = IB | {"RDMACOLL_SEGMENT_BYTES": 4096, "RDMACOLL_SLOT_BYTES": 4096, "RDMACOLL_SLOTS": 2}
     if max_wr:
         env |= {"RDMACOLL_SEGMENT_BYTES": 65536, "RDMACOLL_SLOT_BYTES": 65536}
@@ -113,7 +118,10 @@ CORRUPTED = {"script": "transport.py", "args": ["corrupted-region", "--transport
 # 42 s of the guest suite's 400)
 CONFORMANCE = {
     "script": "transport.py",
-    "args": ["conformance", "--transport", "ibverbs"] + ([] if FULL else ["--payload-rounds", 4, "--payload-mib", 2]),
+    "args": ["conformance", "--transport", "ibverbs"]
+    + ([] if FULL else ["--payload-rounds", 4, "--payload-mib", 2])
+    # (the probe's device reads its settings from here, not from the environment)
+    + (["--setting", f"ib_hca={os.environ['RDMACOLL_IB_HCA']}"] if os.environ.get("RDMACOLL_IB_HCA") else []),
 }
 # (UCX_TLS: MPI's own transport pins nothing; a launch of its own: it drops CAP_IPC_LOCK for
 # good, and after other parts its ranks reported nothing in the guest)
@@ -129,10 +137,14 @@ JOIN = {
         "RC_TEST_SIZES": "0,1,7,1000,100003",
     },
 }
-# the conformance with two queue pairs per peer: its writes of 64 KiB and more from
-# registered memory with an immediate (deferred_completion's, split_lengths') are split
-# across them, each lane's part with the immediate
-CONFORMANCE_LANES = {**CONFORMANCE, "args": [*CONFORMANCE["args"], "--setting", "ib_qps_per_connection=2"]}
+# the conformance with three queue pairs per peer (over two rails: LANES): its writes of
+# 64 KiB and more from registered memory with an immediate (deferred_completion's,
+# split_lengths') are split across them, each lane's part with the immediate
+CONFORMANCE_LANES = {
+    **CONFORMANCE,
+    "args": [*CONFORMANCE["args"], "--setting", "ib_qps_per_connection=3"]
+    + (["--setting", "ib_hca=rxe"] if TWO_RAILS else []),
+}
 CHAINS = {
     2: {
         "collectives-None": _collectives_part(None),
@@ -186,8 +198,8 @@ def test_collectives_match_numpy(nranks, max_wr):
     """allgather, broadcast, reducescatter, alltoall, barrier, grouped_allreduce over verbs,
     with small slots so that parts span several messages and senders wait for credits; with
     work requests capped at 4 KiB (RDMACOLL_IB_MAX_MESSAGE), so that every longer write goes
-    as several requests, the immediate with the last; and over two queue pairs per peer
-    (RDMACOLL_IB_QPS_PER_CONNECTION=2), 64 KiB slots split across them."""
+    as several requests, the immediate with the last; and over three queue pairs per peer
+    (RDMACOLL_IB_QPS_PER_CONNECTION=3) on two rails (LANES), 64 KiB slots split across them."""
     res = None if FULL else _chained(2, f"collectives-{max_wr}")
     if res is None:
         res = run_part(nranks, _collectives_part(max_wr), timeout=400)
@@ -249,17 +261,22 @@ def test_conformance():
     print("deferred completion:", got[(0, "deferred_completion")]["detail"])
 
 
-def test_conformance_over_two_queue_pairs_per_peer():
-    """The conformance with RDMACOLL_IB_QPS_PER_CONNECTION=2: writes of 64 KiB and more from
-    registered memory with an immediate split across both queue pairs (split_lengths: one
-    past a multiple of 64 KiB, the last bytes on the last lane; deferred_completion: 48 in
-    flight), the immediate on each and still after every byte; every endpoint names its two
-    queue pairs."""
+def test_conformance_over_several_queue_pairs_and_rails():
+    """The conformance with RDMACOLL_IB_QPS_PER_CONNECTION=3 over two rails (rxe0 and rxe1,
+    where the guest has both): writes of 64 KiB and more from registered memory with an
+    immediate split across the three queue pairs, each part with its rail's keys
+    (split_lengths: one past a multiple of 64 KiB, the last bytes on the last lane;
+    deferred_completion: 48 in flight), the immediate on each and still after every byte;
+    every endpoint names its rails and its three queue pairs."""
+    assert not RAILS_MISSING, "GUEST_RAILS=2 but the guest has no rxe1 (scripts/rdma_guest.py's RUN)"
     res = _chained(2, "conformance-lanes") or run_part(2, CONFORMANCE_LANES, timeout=120)
     got = {(r["rank"], r["name"]): r for r in _transport_checks([], res=res)}
     want = ("capabilities", "deferred_completion", "many_outstanding")
     res.check(all((0, n) in got for n in want), f"checks missing: {sorted(got)}")
     res.check((1, "split_lengths") in got, f"no split_lengths check: {sorted(got)}")
+    described = got[(0, "capabilities")]["detail"]
+    res.check(not TWO_RAILS or "rxe0:1+rxe1:1 (" in described, f"not over both rails: {described}")
+    print("endpoint:", described)
 
 
 if FULL:  # (defined only there: the guest's suite must not skip; module docstring)
@@ -335,7 +352,7 @@ def test_doctor_shows_the_device():
     print(text)
     dev = os.environ.get("RDMACOLL_IB_HCA", "").lstrip("^=").split(",")[0].split(":")[0] or "rxe0"
     assert re.search(r"ibverbs: usable", text), "doctor does not say ibverbs is usable"
-    for want in (dev, "ACTIVE", "Ethernet", "MTU", "GID", "rails: ACTIVE ports"):
+    for want in (dev, "ACTIVE", "Ethernet", "MTU", "GID", "ACTIVE ports", "would use"):
         assert want in text, f"doctor does not show {want!r}"
     assert re.search(r"GID.*::ffff:\d+\.\d+\.\d+\.\d+|GID.*RoCE v2", text), "no RoCE v2 GID shown"
 

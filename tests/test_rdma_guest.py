@@ -80,7 +80,11 @@ def _suite_job():
         cmd,
         timeout=2400 if MATRIX == "full" else 1200,
         cwd=str(TESTS),
-        env={"RDMACOLL_RDMA_MATRIX": MATRIX, "TESTS_TIME_SCALE": str(GUEST_TIME_SCALE)} | NO_BLAS_POOL,
+        # a second device, rxe1, for the multi-rail parts (test_rdma.py's LANES); everything
+        # else on rxe0 alone, as a one-port host runs
+        env={"RDMACOLL_RDMA_MATRIX": MATRIX, "TESTS_TIME_SCALE": str(GUEST_TIME_SCALE)}
+        | {"GUEST_RAILS": "2", "RDMACOLL_IB_HCA": "rxe0"}
+        | NO_BLAS_POOL,
         echo=False,
     )
 

@@ -119,9 +119,11 @@ def wait_ack(word, value):
 def capabilities(ctx):
     caps = ctx.probe.capabilities(ctx.peer)
     want = DECLARED[ctx.transport]
-    # the endpoint names its queue pairs (ibverbs: "qpn 17,18 -> 19,20" with two per peer)
+    # the endpoint names its ports and queue pairs (ibverbs: "rxe0:1 (rank 1, qpn 17,18 -> 19,20)"
+    # with two per peer; "rxe0:1+rxe1:1 (...)" over two rails, at least one queue pair each)
     described = ctx.probe.describe(ctx.peer)
-    lanes = int(ctx.settings.get("ib_qps_per_connection", 1))
+    rails = described.split(" (")[0].count("+") + 1
+    lanes = max(int(ctx.settings.get("ib_qps_per_connection", 1)), rails)
     qpns = re.search(r"qpn ([\d,]+) -> ([\d,]+)", described)
     named = ctx.transport != "ibverbs" or (qpns is not None and all(len(g.split(",")) == lanes for g in qpns.groups()))
     return caps == want and named and ctx.probe.alive(

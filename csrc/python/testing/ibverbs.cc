@@ -4,8 +4,10 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "common/error.h"
 #include "python/testing/hooks.h"
@@ -20,44 +22,61 @@ namespace {
 
 py::bytes toBytes(const Bytes& b) { return py::bytes(reinterpret_cast<const char*>(b.data()), b.size()); }
 
+// Addresses as dicts: {rank, size, link_layer, psn, lanes, qpn, rail: [{port, mtu,
+// gid_index, lid, gid}, ...]}.
 py::bytes packAddress(const py::dict& d) {
   wire::Address a;
   a.rank = d["rank"].cast<int32_t>();
   a.size = d["size"].cast<int32_t>();
   a.linkLayer = d["link_layer"].cast<uint8_t>();
-  a.port = d["port"].cast<uint8_t>();
-  a.mtu = d["mtu"].cast<uint8_t>();
-  a.gidIndex = d["gid_index"].cast<uint8_t>();
-  a.lid = d["lid"].cast<uint16_t>();
   a.psn = d["psn"].cast<uint32_t>();
-  std::string gid = d["gid"].cast<std::string>();
-  if (gid.size() != sizeof(a.gid)) throw rdmacoll::Error("gid must be 16 bytes");
-  std::memcpy(a.gid, gid.data(), sizeof(a.gid));
+  for (const py::handle& h : d["rail"].cast<py::list>()) {
+    const py::dict r = h.cast<py::dict>();
+    wire::RailAddress ra;
+    ra.port = r["port"].cast<uint8_t>();
+    ra.mtu = r["mtu"].cast<uint8_t>();
+    ra.gidIndex = r["gid_index"].cast<uint8_t>();
+    ra.lid = r["lid"].cast<uint16_t>();
+    std::string gid = r["gid"].cast<std::string>();
+    if (gid.size() != sizeof(ra.gid)) throw rdmacoll::Error("gid must be 16 bytes");
+    std::memcpy(ra.gid, gid.data(), sizeof(ra.gid));
+    a.rail.push_back(ra);
+  }
   a.qpn = d["qpn"].cast<std::vector<uint32_t>>();
   if (d.contains("lanes")) a.lanes = d["lanes"].cast<uint16_t>();
   return toBytes(wire::packAddress(a));
 }
 
-py::dict unpackAddress(const std::string& bytes, int peer, int self, int size, int lanes) {
-  wire::Address a = wire::unpackAddress(Bytes(bytes.begin(), bytes.end()), peer, self, size, lanes);
+py::dict unpackAddress(const std::string& bytes, int peer, int self, int size) {
+  wire::Address a = wire::unpackAddress(Bytes(bytes.begin(), bytes.end()), peer, self, size);
   py::dict d;
   d["rank"] = a.rank;
   d["size"] = a.size;
   d["link_layer"] = a.linkLayer;
-  d["port"] = a.port;
-  d["mtu"] = a.mtu;
-  d["gid_index"] = a.gidIndex;
-  d["lid"] = a.lid;
   d["psn"] = a.psn;
-  d["gid"] = py::bytes(reinterpret_cast<const char*>(a.gid), sizeof(a.gid));
+  py::list rails;
+  for (const wire::RailAddress& ra : a.rail) {
+    py::dict r;
+    r["port"] = ra.port;
+    r["mtu"] = ra.mtu;
+    r["gid_index"] = ra.gidIndex;
+    r["lid"] = ra.lid;
+    r["gid"] = py::bytes(reinterpret_cast<const char*>(ra.gid), sizeof(ra.gid));
+    rails.append(r);
+  }
+  d["rail"] = rails;
   d["qpn"] = a.qpn;
   d["lanes"] = a.lanes;
   return d;
 }
 
-py::bytes packRegion(int owner, bool allocated, uint64_t addr, uint64_t len, uint32_t rkey) {
+// rkey: one per rail of the owner.
+py::bytes packRegion(int owner, bool allocated, uint64_t addr, uint64_t len, const std::vector<uint32_t>& rkey) {
+  if (rkey.empty() || rkey.size() > static_cast<size_t>(wire::kMaxRails)) throw rdmacoll::Error("1 or 2 rkeys");
+  wire::Region r{owner, allocated, addr, len, static_cast<uint8_t>(rkey.size()), {}};
+  std::copy(rkey.begin(), rkey.end(), r.rkey);
   PackedMemory p;
-  wire::packRegion(wire::Region{owner, allocated, addr, len, rkey}, &p);
+  wire::packRegion(r, &p);
   return py::bytes(reinterpret_cast<const char*>(p.bytes), sizeof(p.bytes));
 }
 
@@ -90,11 +109,11 @@ py::dict unpackRegion(const std::string& bytes, int peer) {
 
 void bindTestingIbverbs(py::module_& m) {
   m.def("ibverbs_pack_address", &packAddress);
-  m.def("ibverbs_unpack_address", &unpackAddress, py::arg("bytes"), py::arg("peer"), py::arg("self"), py::arg("size"),
-        py::arg("lanes") = 1);
+  m.def("ibverbs_unpack_address", &unpackAddress, py::arg("bytes"), py::arg("peer"), py::arg("self"), py::arg("size"));
   m.def("ibverbs_pack_region", &packRegion, py::arg("owner"), py::arg("allocated"), py::arg("addr"), py::arg("len"),
         py::arg("rkey"));
   m.def("ibverbs_unpack_region", &unpackRegion, py::arg("bytes"), py::arg("peer"));
+  m.def("ibverbs_rkey_of", [](const py::dict& remote, int rail) { return wire::rkeyOf(remoteFrom(remote), rail); });
   m.def(
       "ibverbs_check_remote",
       [](const py::dict& remote, int peer, size_t off, size_t len, const std::string& what, size_t align) {

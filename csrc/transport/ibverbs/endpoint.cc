@@ -18,6 +18,10 @@
 //   put64      lane 0, posted (never waits): the bytes a counter guards went on lane 0
 //              whole; a split write is announced by its own immediates, not by a counter.
 //   read       lane 0.
+//   rails      lane l runs on this rank's rail l % rails and reaches the peer's rail
+//              l % its rails: a part's source key is this rank's key of its lane's rail,
+//              its target key the peer's of that lane's rail (wire::rkeyOf). Lane 0 is
+//              rail 0 at both ends, so everything but split parts uses rail 0.
 // Bytes per write do not change; a split write costs lanes - 1 more work requests and
 // completions, an immediate lanes - 1 more receive completions at the peer.
 #include <arpa/inet.h>
@@ -39,12 +43,14 @@ constexpr size_t kSplitBytes = 64 << 10;
 constexpr size_t kPartAlign = 64;
 }  // namespace
 
-IbvEndpoint::IbvEndpoint(IbvDevice* dev, std::vector<QueuePair*> lanes, int peer, std::vector<uint32_t> remoteQpns)
+IbvEndpoint::IbvEndpoint(IbvDevice* dev, std::vector<QueuePair*> lanes, int peer, std::vector<uint32_t> remoteQpns,
+                         int peerRails)
     : dev_(dev),
       lanes_(std::move(lanes)),
       qp_(lanes_.at(0)),
       peer_(peer),
       remoteQpns_(std::move(remoteQpns)),
+      peerRails_(std::max(1, peerRails)),
       imms_(lanes_.size()),
       haveImm_(lanes_.size()) {}
 
@@ -58,6 +64,8 @@ std::string IbvEndpoint::describe() const {
 }
 
 void IbvEndpoint::unpack(const PackedMemory& packed, RemoteMemory* out) { wire::unpackRegion(packed, peer_, out); }
+
+int IbvEndpoint::rail(size_t lane) const { return dev_->railOf(lane); }
 
 namespace {
 // [src, src+len) zero-copy on one queue pair, in messages the port accepts; the last one
@@ -86,18 +94,19 @@ void postImmediate(QueuePair* qp, uint64_t raddr, uint32_t rkey, uint32_t imm) {
 }
 }  // namespace
 
-void IbvEndpoint::immediateOnOtherLanes(uint64_t raddr, uint32_t rkey, uint32_t imm) {
-  for (size_t l = 1; l < lanes_.size(); ++l) postImmediate(lanes_[l], raddr, rkey, imm);
+void IbvEndpoint::immediateOnOtherLanes(uint64_t raddr, const RemoteMemory& dst, uint32_t imm) {
+  for (size_t l = 1; l < lanes_.size(); ++l) postImmediate(lanes_[l], raddr, wire::rkeyOf(dst, peerRail(l)), imm);
 }
 
 uint64_t IbvEndpoint::write(const void* src, const RemoteMemory& dst, size_t dstOff, size_t len, bool hasImm,
                             uint32_t imm) {
   wire::checkRemote(dst, peer_, dstOff, len, "write");
   const uint64_t raddr = dst.key[0] + dstOff;
-  const uint32_t rkey = static_cast<uint32_t>(dst.key[1]);
+  const uint32_t rkey = wire::rkeyOf(dst, 0);
   const size_t lanes = lanes_.size();
-  uint32_t lkey = 0;
-  const bool registered = len > qp_->maxInline() && dev_->findLkey(src, len, &lkey);
+  std::array<uint32_t, kMaxRails> lkeys{};
+  const bool registered = len > qp_->maxInline() && dev_->findLkeys(src, len, &lkeys);
+  const uint32_t lkey = lkeys[0];
   if (registered && hasImm && lanes > 1 && len >= kSplitBytes) {
     // One part per lane, all in flight at once; each lane's last request carries the
     // immediate. Posted and kept under the lock: splits_ stays in ticket order.
@@ -109,10 +118,12 @@ uint64_t IbvEndpoint::write(const void* src, const RemoteMemory& dst, size_t dst
       const size_t off = l * part;
       const size_t n = off < len ? std::min(part, len - off) : 0;
       uint64_t seq = 0;
+      const uint32_t laneRkey = wire::rkeyOf(dst, peerRail(l));
       if (n > 0) {
-        seq = postZeroCopy(lanes_[l], dev_->maxMessage(), s + off, lkey, raddr + off, rkey, n, true, imm);
+        seq = postZeroCopy(lanes_[l], dev_->maxMessage(), s + off, lkeys[static_cast<size_t>(rail(l))], raddr + off,
+                           laneRkey, n, true, imm);
       } else {
-        postImmediate(lanes_[l], raddr, rkey, imm);
+        postImmediate(lanes_[l], raddr, laneRkey, imm);
       }
       split.seqs[l] = seq;
     }
@@ -120,6 +131,11 @@ uint64_t IbvEndpoint::write(const void* src, const RemoteMemory& dst, size_t dst
     splits_.push_back(split);
     return split.ticket;
   }
+  // With several lanes, a write with an immediate and its immediates on the other lanes are
+  // posted under the lock split writes take, so that every lane sees the immediates of
+  // concurrent writers in one order (pollImmediate requires them equal).
+  std::unique_lock<std::mutex> order(splitsMu_, std::defer_lock);
+  if (hasImm && lanes > 1) order.lock();
   const ibv_wr_opcode lastOp = hasImm ? IBV_WR_RDMA_WRITE_WITH_IMM : IBV_WR_RDMA_WRITE;
   uint64_t ticket = 0;
   if (len == 0) {
@@ -138,7 +154,7 @@ uint64_t IbvEndpoint::write(const void* src, const RemoteMemory& dst, size_t dst
     // message's completion, which is the ticket (waitWritten).
     ticket = postZeroCopy(qp_, dev_->maxMessage(), static_cast<const char*>(src), lkey, raddr, rkey, len, hasImm, imm);
   }
-  if (hasImm && lanes > 1) immediateOnOtherLanes(raddr, rkey, imm);
+  if (hasImm && lanes > 1) immediateOnOtherLanes(raddr, dst, imm);
   return ticket;
 }
 
@@ -174,7 +190,7 @@ void IbvEndpoint::put64(const RemoteMemory& dst, size_t dstOff, uint64_t value) 
   wire::checkRemote(dst, peer_, dstOff, 8, "put64", 8);
   ibv_send_wr wr{};
   const uint64_t raddr = dst.key[0] + dstOff;
-  const uint32_t rkey = static_cast<uint32_t>(dst.key[1]);
+  const uint32_t rkey = wire::rkeyOf(dst, 0);
   if (qp_->maxInline() >= sizeof(value)) {
     ibv_sge sge{reinterpret_cast<uint64_t>(&value), sizeof(value), 0};
     wr = rdmaWr(IBV_WR_RDMA_WRITE, &sge, raddr, rkey);
@@ -202,7 +218,7 @@ bool IbvEndpoint::pollImmediate(uint32_t* imm) {
     if (imms_[l] != imms_[0]) {
       throw Error("ibverbs: rank " + std::to_string(peer_) + "'s queue pairs delivered different immediates (" +
                   std::to_string(imms_[0]) + " on lane 0, " + std::to_string(imms_[l]) + " on lane " +
-                  std::to_string(l) + "): does every rank set the same RDMACOLL_IB_QPS_PER_CONNECTION?");
+                  std::to_string(l) + "): the ranks run different rdmacoll versions?");
     }
   }
   std::fill(haveImm_.begin(), haveImm_.end(), false);
@@ -214,9 +230,9 @@ void IbvEndpoint::read(const RemoteMemory& src, size_t srcOff, void* dst, size_t
   wire::checkRemote(src, peer_, srcOff, len, "read");
   if (len == 0) return;
   const uint64_t raddr = src.key[0] + srcOff;
-  const uint32_t rkey = static_cast<uint32_t>(src.key[1]);
-  uint32_t lkey;
-  if (!dev_->findLkey(dst, len, &lkey)) {
+  const uint32_t rkey = wire::rkeyOf(src, 0);
+  std::array<uint32_t, kMaxRails> lkeys{};
+  if (!dev_->findLkeys(dst, len, &lkeys)) {
     dev_->bounceRead(qp_, raddr, rkey, static_cast<char*>(dst), len);
     return;
   }
@@ -224,7 +240,7 @@ void IbvEndpoint::read(const RemoteMemory& src, size_t srcOff, void* dst, size_t
   uint64_t last = 0;
   for (size_t done = 0; done < len;) {
     const size_t n = std::min(len - done, dev_->maxMessage());
-    ibv_sge sge{reinterpret_cast<uint64_t>(d + done), static_cast<uint32_t>(n), lkey};
+    ibv_sge sge{reinterpret_cast<uint64_t>(d + done), static_cast<uint32_t>(n), lkeys[0]};
     ibv_send_wr wr = rdmaWr(IBV_WR_RDMA_READ, &sge, raddr + done, rkey);
     last = qp_->post(&wr, done + n == len);
     done += n;

@@ -32,20 +32,26 @@ size_t pageRound(size_t n) {
 
 // ---------------------------------------------------------------- memory
 
-IbvMemory::IbvMemory(IbvDevice* dev, void* ptr, size_t len, ibv_mr* mr, size_t mapped, bool allocated)
-    : Memory(ptr, len), dev_(dev), mr_(mr), mapped_(mapped), allocated_(allocated) {}
+IbvMemory::IbvMemory(IbvDevice* dev, void* ptr, size_t len, const Mrs& mrs, size_t mapped, bool allocated)
+    : Memory(ptr, len), dev_(dev), mrs_(mrs), mapped_(mapped), allocated_(allocated) {}
 
 IbvMemory::~IbvMemory() {
   if (dev_) {
     dev_->forget(this);
-    if (mr_) dev_->verbs().dereg_mr(mr_);
+    deregister();
   }
   if (mapped_) munmap(ptr_, mapped_);
 }
 
+void IbvMemory::deregister() {
+  for (ibv_mr*& mr : mrs_) {
+    if (mr) dev_->verbs().dereg_mr(mr);
+    mr = nullptr;
+  }
+}
+
 void IbvMemory::detach() {
-  if (mr_) dev_->verbs().dereg_mr(mr_);
-  mr_ = nullptr;
+  deregister();
   dev_ = nullptr;
 }
 
@@ -56,7 +62,8 @@ void IbvMemory::pack(PackedMemory* out) const {
   r.allocated = allocated_;
   r.addr = reinterpret_cast<uint64_t>(ptr_);
   r.len = len_;
-  r.rkey = mr_ ? mr_->rkey : 0;
+  r.rails = static_cast<uint8_t>(dev_->rails());
+  for (int i = 0; i < dev_->rails(); ++i) r.rkey[i] = mrs_[i] ? mrs_[i]->rkey : 0;
   wire::packRegion(r, out);
 }
 
@@ -69,45 +76,53 @@ IbvDevice::IbvDevice(int rank, int size, const Options& options)
   // older ones need ibv_fork_init (pages become MADV_DONTFORK: a child must not touch them).
   copyOnFork_ = verbs_->is_fork_initialized && verbs_->is_fork_initialized() == IBV_FORK_UNNEEDED;
   if (!copyOnFork_ && verbs_->fork_init) verbs_->fork_init();
-  port_ = choosePort(*verbs_, options);
-  portName_ = port_.device + ":" + std::to_string(port_.port);
+  for (PortChoice& c : choosePorts(*verbs_, options)) rails_.push_back(Rail{c, {}, nullptr, nullptr});
   try {
-    ibv_device_attr da;
-    if (verbs_->query_device(port_.ctx, &da) != 0) throw Error(sysError("ibverbs: ibv_query_device", errno));
-    pd_ = verbs_->alloc_pd(port_.ctx);
-    if (!pd_) throw Error(sysError("ibverbs: ibv_alloc_pd on " + portName_, errno));
-    channel_ = verbs_->create_comp_channel(port_.ctx);
-    if (!channel_) throw Error(sysError("ibverbs: ibv_create_comp_channel on " + portName_, errno));
-    int fl = fcntl(channel_->fd, F_GETFL);
-    fcntl(channel_->fd, F_SETFL, fl | O_NONBLOCK);
-
     QpLimits lim;
-    lim.sendDepth = std::min(lim.sendDepth, da.max_qp_wr);
-    lim.recvDepth = std::min(lim.recvDepth, da.max_qp_wr);
-    if (lim.sendDepth + lim.recvDepth > da.max_cqe) {
-      lim.sendDepth = lim.recvDepth = da.max_cqe / 2;
+    std::random_device rd;
+    const uint32_t psn = rd() & 0xffffff;
+    for (Rail& rl : rails_) {
+      const std::string name = rl.port.device + ":" + std::to_string(rl.port.port);
+      portName_ += (portName_.empty() ? "" : "+") + name;
+      ibv_device_attr da;
+      if (verbs_->query_device(rl.port.ctx, &da) != 0) throw Error(sysError("ibverbs: ibv_query_device", errno));
+      rl.pd = verbs_->alloc_pd(rl.port.ctx);
+      if (!rl.pd) throw Error(sysError("ibverbs: ibv_alloc_pd on " + name, errno));
+      rl.channel = verbs_->create_comp_channel(rl.port.ctx);
+      if (!rl.channel) throw Error(sysError("ibverbs: ibv_create_comp_channel on " + name, errno));
+      int fl = fcntl(rl.channel->fd, F_GETFL);
+      fcntl(rl.channel->fd, F_SETFL, fl | O_NONBLOCK);
+
+      // Every rail's limits apply to every queue pair (lanes differ only in their rail).
+      lim.sendDepth = std::min(lim.sendDepth, da.max_qp_wr);
+      lim.recvDepth = std::min(lim.recvDepth, da.max_qp_wr);
+      if (lim.sendDepth + lim.recvDepth > da.max_cqe) {
+        lim.recvDepth = std::min(lim.recvDepth, da.max_cqe / 2);
+        lim.sendDepth = std::min(lim.sendDepth, da.max_cqe - lim.recvDepth);
+      }
+      if (lim.sendDepth < 8 || lim.recvDepth < 8) {
+        throw Error(unusable(name + " allows only " + std::to_string(da.max_qp_wr) + " work requests per queue"));
+      }
+      lim.maxRdAtomic = static_cast<uint8_t>(
+          std::max(1, std::min({static_cast<int>(lim.maxRdAtomic), da.max_qp_rd_atom, da.max_qp_init_rd_atom})));
+      maxMessage_ = std::min<size_t>(maxMessage_, rl.port.attr.max_msg_sz ? rl.port.attr.max_msg_sz : (1u << 30));
+
+      rl.local.port = rl.port.port;
+      rl.local.linkLayer = rl.port.attr.link_layer == IBV_LINK_LAYER_ETHERNET ? wire::kEthernet : wire::kInfiniBand;
+      rl.local.mtu = static_cast<uint8_t>(rl.port.attr.active_mtu);
+      rl.local.lid = rl.port.attr.lid;
+      rl.local.gidIndex = rl.port.gidIndex;
+      rl.local.psn = psn;
     }
-    if (lim.sendDepth < 8 || lim.recvDepth < 8) {
-      throw Error(unusable(portName_ + " allows only " + std::to_string(da.max_qp_wr) + " work requests per queue"));
-    }
-    lim.maxRdAtomic = static_cast<uint8_t>(std::max(1, std::min({16, da.max_qp_rd_atom, da.max_qp_init_rd_atom})));
-    maxMessage_ = std::min<size_t>(port_.attr.max_msg_sz ? port_.attr.max_msg_sz : (1u << 30), size_t(1) << 30);
     if (options.ibMaxMessage) maxMessage_ = std::min<size_t>(maxMessage_, std::max<uint64_t>(options.ibMaxMessage, 64));
 
-    local_.port = port_.port;
-    local_.linkLayer = port_.attr.link_layer == IBV_LINK_LAYER_ETHERNET ? wire::kEthernet : wire::kInfiniBand;
-    local_.mtu = static_cast<uint8_t>(port_.attr.active_mtu);
-    local_.lid = port_.attr.lid;
-    local_.gidIndex = port_.gidIndex;
-    std::random_device rd;
-    local_.psn = rd() & 0xffffff;
-
-    lanes_ = std::clamp(options.ibQpsPerConnection, 1, kMaxLanes);
+    lanes_ = std::clamp(std::max(options.ibQpsPerConnection, rails()), 1, kMaxLanes);
     qps_.resize(static_cast<size_t>(size) * static_cast<size_t>(lanes_));
     for (int r = 0; r < size; ++r) {
       for (int l = 0; l < lanes_ && r != rank; ++l) {
+        Rail& rl = rails_[static_cast<size_t>(railOf(static_cast<size_t>(l)))];
         qps_[static_cast<size_t>(r * lanes_ + l)] =
-            std::make_unique<QueuePair>(*verbs_, port_.ctx, pd_, channel_, lim, r);
+            std::make_unique<QueuePair>(*verbs_, rl.port.ctx, rl.pd, rl.channel, lim, r);
       }
     }
   } catch (...) {
@@ -126,9 +141,32 @@ void IbvDevice::release() {
     for (const Region& r : regions_) const_cast<IbvMemory*>(r.owner)->detach();
     regions_.clear();
   }
-  if (channel_) verbs_->destroy_comp_channel(channel_), channel_ = nullptr;
-  if (pd_) verbs_->dealloc_pd(pd_), pd_ = nullptr;
-  if (port_.ctx) verbs_->close_device(port_.ctx), port_.ctx = nullptr;
+  for (Rail& rl : rails_) {
+    if (rl.channel) verbs_->destroy_comp_channel(rl.channel), rl.channel = nullptr;
+    if (rl.pd) verbs_->dealloc_pd(rl.pd), rl.pd = nullptr;
+    if (rl.port.ctx) verbs_->close_device(rl.port.ctx), rl.port.ctx = nullptr;
+  }
+}
+
+std::unique_ptr<Memory> IbvDevice::registerOnRails(void* p, size_t len, size_t mapped, bool allocated) {
+  const size_t regLen = mapped ? mapped : len;
+  Mrs mrs{};
+  for (size_t i = 0; i < rails_.size(); ++i) {
+    mrs[i] = verbs_->reg_mr(rails_[i].pd, p, regLen, kAccess);
+    if (!mrs[i]) {
+      const int err = errno;
+      for (size_t j = 0; j < i; ++j) verbs_->dereg_mr(mrs[j]);
+      if (mapped) munmap(p, mapped);
+      throw Error("ibverbs: " + registrationFailed(err, p, regLen, memlockLimit()));
+    }
+  }
+  keepInheritable(p, regLen);
+  auto m = std::make_unique<IbvMemory>(this, p, len, mrs, mapped, allocated);
+  Region r{reinterpret_cast<uintptr_t>(p), reinterpret_cast<uintptr_t>(p) + regLen, {}, m.get()};
+  for (size_t i = 0; i < rails_.size(); ++i) r.lkeys[i] = mrs[i]->lkey;
+  std::lock_guard<std::mutex> g(regionsMu_);
+  regions_.push_back(r);
+  return m;
 }
 
 std::unique_ptr<Memory> IbvDevice::allocate(size_t len) {
@@ -139,28 +177,12 @@ std::unique_ptr<Memory> IbvDevice::allocate(size_t len) {
   // Pre-fault (registration pins the pages anyway; this makes them ours first).
   volatile char* c = static_cast<volatile char*>(p);
   for (size_t off = 0; off < mapped; off += static_cast<size_t>(sysconf(_SC_PAGESIZE))) c[off] = 0;
-  ibv_mr* mr = verbs_->reg_mr(pd_, p, mapped, kAccess);
-  if (!mr) {
-    const int err = errno;
-    munmap(p, mapped);
-    throw Error("ibverbs: " + registrationFailed(err, p, mapped, memlockLimit()));
-  }
-  keepInheritable(p, mapped);
-  auto m = std::make_unique<IbvMemory>(this, p, len, mr, mapped, /*allocated=*/true);
-  std::lock_guard<std::mutex> g(regionsMu_);
-  regions_.push_back({reinterpret_cast<uintptr_t>(p), reinterpret_cast<uintptr_t>(p) + mapped, mr->lkey, m.get()});
-  return m;
+  return registerOnRails(p, len, mapped, /*allocated=*/true);
 }
 
 std::unique_ptr<Memory> IbvDevice::registerMemory(void* ptr, size_t len) {
-  if (len == 0) return std::make_unique<IbvMemory>(this, ptr, 0, nullptr, 0, false);
-  ibv_mr* mr = verbs_->reg_mr(pd_, ptr, len, kAccess);
-  if (!mr) throw Error("ibverbs: " + registrationFailed(errno, ptr, len, memlockLimit()));
-  keepInheritable(ptr, len);
-  auto m = std::make_unique<IbvMemory>(this, ptr, len, mr, 0, /*allocated=*/false);
-  std::lock_guard<std::mutex> g(regionsMu_);
-  regions_.push_back({reinterpret_cast<uintptr_t>(ptr), reinterpret_cast<uintptr_t>(ptr) + len, mr->lkey, m.get()});
-  return m;
+  if (len == 0) return std::make_unique<IbvMemory>(this, ptr, 0, Mrs{}, 0, false);
+  return registerOnRails(ptr, len, 0, /*allocated=*/false);
 }
 
 // Where the kernel copies pinned pages at fork, MADV_DONTFORK protects nothing and breaks
@@ -180,13 +202,14 @@ void IbvDevice::keepInheritable(void* p, size_t len) {
 // with EIO; others (rxe) keep working while the removal waits for every process to close
 // the device, so nothing else would ever tell the job.
 std::string IbvDevice::failure() {
-  if (!port_.ctx || port_.ctx->device->dev_path[0] == 0 || access(port_.ctx->device->dev_path, F_OK) == 0) return {};
-  return "ibverbs: the RDMA device " + portName_ +
-         " is being removed from this host (rdma link delete, driver "
-         "unload or hot-unplug: " +
-         port_.ctx->device->dev_path +
-         " is gone); the removal completes when this "
-         "process closes it (rdmacoll.shutdown() or exit)";
+  for (const Rail& rl : rails_) {
+    const ibv_context* ctx = rl.port.ctx;
+    if (!ctx || ctx->device->dev_path[0] == 0 || access(ctx->device->dev_path, F_OK) == 0) continue;
+    return "ibverbs: the RDMA device " + rl.port.device + ":" + std::to_string(rl.port.port) +
+           " is being removed from this host (rdma link delete, driver unload or hot-unplug: " + ctx->device->dev_path +
+           " is gone); the removal completes when this process closes it (rdmacoll.shutdown() or exit)";
+  }
+  return {};
 }
 
 void IbvDevice::forget(const IbvMemory* m) {
@@ -195,12 +218,12 @@ void IbvDevice::forget(const IbvMemory* m) {
                  regions_.end());
 }
 
-bool IbvDevice::findLkey(const void* p, size_t len, uint32_t* lkey) const {
+bool IbvDevice::findLkeys(const void* p, size_t len, std::array<uint32_t, kMaxRails>* lkeys) const {
   const uintptr_t b = reinterpret_cast<uintptr_t>(p);
   std::lock_guard<std::mutex> g(regionsMu_);
   for (const Region& r : regions_) {
     if (b >= r.begin && b <= r.end && len <= r.end - b) {
-      *lkey = r.lkey;
+      *lkeys = r.lkeys;
       return true;
     }
   }
@@ -211,13 +234,17 @@ Bytes IbvDevice::address() const {
   wire::Address a;
   a.rank = rank_;
   a.size = size_;
-  a.linkLayer = local_.linkLayer;
-  a.port = local_.port;
-  a.mtu = local_.mtu;
-  a.gidIndex = static_cast<uint8_t>(local_.gidIndex);
-  a.lid = local_.lid;
-  a.psn = local_.psn;
-  std::memcpy(a.gid, port_.gid.raw, sizeof(a.gid));
+  a.linkLayer = rails_[0].local.linkLayer;
+  a.psn = rails_[0].local.psn;
+  for (const Rail& rl : rails_) {
+    wire::RailAddress ra;
+    ra.port = rl.local.port;
+    ra.mtu = rl.local.mtu;
+    ra.gidIndex = static_cast<uint8_t>(rl.local.gidIndex);
+    ra.lid = rl.local.lid;
+    std::memcpy(ra.gid, rl.port.gid.raw, sizeof(ra.gid));
+    a.rail.push_back(ra);
+  }
   a.lanes = static_cast<uint16_t>(lanes_);
   a.qpn.assign(qps_.size(), 0);
   for (size_t i = 0; i < qps_.size(); ++i) {
@@ -230,25 +257,27 @@ std::unique_ptr<Endpoint> IbvDevice::connect(int peer, const Bytes& peerAddress)
   if (peer < 0 || peer >= size_ || peer == rank_)
     throw Error("ibverbs: cannot connect to rank " + std::to_string(peer));
   if (connected_[peer]) throw Error("ibverbs: rank " + std::to_string(peer) + " is already connected");
-  wire::Address a = wire::unpackAddress(peerAddress, peer, rank_, size_, lanes_);
-  if (a.linkLayer != local_.linkLayer) {
+  wire::Address a = wire::unpackAddress(peerAddress, peer, rank_, size_);
+  const wire::LinkLayer mine = rails_[0].local.linkLayer;
+  if (a.linkLayer != mine) {
     auto ll = [](uint8_t l) { return l == wire::kEthernet ? "Ethernet (RoCE)" : "InfiniBand"; };
     throw Error("ibverbs: rank " + std::to_string(peer) + "'s port is " + ll(a.linkLayer) + ", this rank's (" +
-                portName_ + ") is " + ll(local_.linkLayer) +
-                ": they cannot reach each other; choose ports with "
-                "RDMACOLL_IB_HCA");
+                portName_ + ") is " + ll(mine) + ": they cannot reach each other; choose ports with RDMACOLL_IB_HCA");
   }
-  std::vector<QueuePair*> lanes;
+  // The lanes both ends have (they differ where the ranks' hosts have different rails).
+  const int lanes = std::min<int>(lanes_, a.lanes);
+  std::vector<QueuePair*> qps;
   std::vector<uint32_t> remote;
-  for (int l = 0; l < lanes_; ++l) {
+  for (int l = 0; l < lanes; ++l) {
     QueuePair* q = qps_[static_cast<size_t>(peer * lanes_ + l)].get();
-    const uint32_t qpn = a.qpn[static_cast<size_t>(rank_ * lanes_ + l)];
-    q->connect(local_, a, qpn);
-    lanes.push_back(q);
+    const uint32_t qpn = a.qpn[static_cast<size_t>(rank_) * a.lanes + static_cast<size_t>(l)];
+    q->connect(rails_[static_cast<size_t>(railOf(static_cast<size_t>(l)))].local, a.rail[l % a.rail.size()], a.psn,
+               qpn);
+    qps.push_back(q);
     remote.push_back(qpn);
   }
   connected_[peer] = true;
-  return std::make_unique<IbvEndpoint>(this, std::move(lanes), peer, std::move(remote));
+  return std::make_unique<IbvEndpoint>(this, std::move(qps), peer, std::move(remote), static_cast<int>(a.rail.size()));
 }
 
 uint64_t IbvDevice::prepareSleep() {
@@ -261,9 +290,11 @@ uint64_t IbvDevice::prepareSleep() {
 void IbvDevice::consumeEvents() {
   ibv_cq* cq;
   void* ctx;
-  while (verbs_->get_cq_event(channel_, &cq, &ctx) == 0) {
-    verbs_->ack_cq_events(cq, 1);
-    ++events_;
+  for (Rail& rl : rails_) {
+    while (verbs_->get_cq_event(rl.channel, &cq, &ctx) == 0) {
+      verbs_->ack_cq_events(cq, 1);
+      ++events_;
+    }
   }
 }
 
@@ -275,8 +306,9 @@ void IbvDevice::sleep(uint64_t seen, int timeoutMs) {
   }
   consumeEvents();
   if (any || events_ != seen) return;
-  struct pollfd p{channel_->fd, POLLIN, 0};
-  poll(&p, 1, timeoutMs);
+  struct pollfd p[kMaxRails];
+  for (size_t i = 0; i < rails_.size(); ++i) p[i] = {rails_[i].channel->fd, POLLIN, 0};
+  poll(p, rails_.size(), timeoutMs);
   consumeEvents();
 }
 

@@ -1,9 +1,14 @@
 // RDMA transport over libibverbs (InfiniBand, RoCE v1/v2): RC queue pairs to each peer, one
-// by default, RDMACOLL_IB_QPS_PER_CONNECTION ("lanes") if set (endpoint.cc: how writes use them).
+// by default, RDMACOLL_IB_QPS_PER_CONNECTION ("lanes") if set (endpoint.cc: how writes use
+// them), over the process's rails: the ACTIVE ports RDMACOLL_IB_HCA allows (port.h), up to
+// kMaxRails, each with its own context, protection domain, completion channel and keys.
+// Lane l runs on rail l % rails (there are at least as many lanes as rails), to the peer's
+// rail l % its rails; a connection uses the lanes both ends have.
 //
-//   allocate        page-aligned anonymous memory, pre-faulted, ibv_reg_mr'd (local write,
-//                   remote write, remote read); registerMemory registers the user's bytes
-//   pack/unpack     {owner, address, length, rkey} (wire.h), validated on unpack
+//   allocate        page-aligned anonymous memory, pre-faulted, ibv_reg_mr'd on every rail
+//                   (local write, remote write, remote read); registerMemory registers the
+//                   user's bytes
+//   pack/unpack     {owner, address, length, an rkey per rail} (wire.h), validated on unpack
 //   write           IBV_WR_RDMA_WRITE_WITH_IMM (plain RDMA WRITE without an immediate):
 //                   payloads up to the QP's max_inline_data go inline (IBV_SEND_INLINE) and
 //                   return at once; larger ones from registered memory go zero-copy, their
@@ -43,30 +48,35 @@ namespace ibverbs {
 
 class IbvDevice;
 
-// Queue pairs per peer at most (RDMACOLL_IB_QPS_PER_CONNECTION's own limit).
-constexpr int kMaxLanes = 16;
+using wire::kMaxLanes;
+using wire::kMaxRails;
+
+// One memory region per rail.
+using Mrs = std::array<ibv_mr*, kMaxRails>;
 
 class IbvMemory : public Memory {
  public:
   // mapped: bytes this object mmap'ed (0 for registered user memory).
-  IbvMemory(IbvDevice* dev, void* ptr, size_t len, ibv_mr* mr, size_t mapped, bool allocated);
+  IbvMemory(IbvDevice* dev, void* ptr, size_t len, const Mrs& mrs, size_t mapped, bool allocated);
   ~IbvMemory() override;
   void pack(PackedMemory* out) const override;
-  uint32_t lkey() const { return mr_ ? mr_->lkey : 0; }
+  uint32_t lkey(int rail = 0) const { return mrs_[rail] ? mrs_[rail]->lkey : 0; }
   // The device is closing: deregister now; the bytes stay mapped until this object goes.
   void detach();
 
  private:
+  void deregister();
   IbvDevice* dev_;
-  ibv_mr* mr_;
+  Mrs mrs_;
   size_t mapped_;
   bool allocated_;
 };
 
 class IbvEndpoint : public Endpoint {
  public:
-  // lanes: this rank's queue pairs to the peer (lane 0 first); remoteQpns: the peer's, the same order.
-  IbvEndpoint(IbvDevice* dev, std::vector<QueuePair*> lanes, int peer, std::vector<uint32_t> remoteQpns);
+  // lanes: this rank's queue pairs to the peer (lane 0 first); remoteQpns: the peer's, the
+  // same order; peerRails: how many the peer has (lane l reaches its rail l % peerRails).
+  IbvEndpoint(IbvDevice* dev, std::vector<QueuePair*> lanes, int peer, std::vector<uint32_t> remoteQpns, int peerRails);
   uint32_t capabilities() const override { return kCanRead; }
   void unpack(const PackedMemory& packed, RemoteMemory* out) override;
   uint64_t write(const void* src, const RemoteMemory& dst, size_t dstOff, size_t len, bool hasImm,
@@ -86,7 +96,10 @@ class IbvEndpoint : public Endpoint {
     std::array<uint64_t, kMaxLanes> seqs;  // [lane]; lane 0's is the ticket
   };
   // The immediate alone on lanes 1.. (a write with one whose data went on lane 0 alone).
-  void immediateOnOtherLanes(uint64_t raddr, uint32_t rkey, uint32_t imm);
+  void immediateOnOtherLanes(uint64_t raddr, const RemoteMemory& dst, uint32_t imm);
+  // The rails lane l runs on, here and at the peer.
+  int rail(size_t lane) const;
+  int peerRail(size_t lane) const { return static_cast<int>(lane % static_cast<size_t>(peerRails_)); }
   // Until the parts in flight on lanes 1.. of split writes up to `ticket` have completed.
   void waitSplits(uint64_t ticket);
 
@@ -95,6 +108,7 @@ class IbvEndpoint : public Endpoint {
   QueuePair* qp_;  // lanes_[0]
   int peer_;
   std::vector<uint32_t> remoteQpns_;
+  int peerRails_;
   std::mutex splitsMu_;
   std::deque<Split> splits_;
   std::mutex immMu_;
@@ -121,11 +135,14 @@ class IbvDevice : public Device {
   // For memory and endpoints.
   const Verbs& verbs() const { return *verbs_; }
   int rank() const { return rank_; }
+  int rails() const { return static_cast<int>(rails_.size()); }
+  int railOf(size_t lane) const { return static_cast<int>(lane % rails_.size()); }
   size_t maxMessage() const { return maxMessage_; }
+  // "rxe0:1" (one rail), "rxe0:1+rxe1:1" (two)
   const std::string& portName() const { return portName_; }
   void forget(const IbvMemory* m);
-  // The lkey of a registered region holding [p, p+len); false when there is none.
-  bool findLkey(const void* p, size_t len, uint32_t* lkey) const;
+  // The lkeys (per rail) of a registered region holding [p, p+len); false when there is none.
+  bool findLkeys(const void* p, size_t len, std::array<uint32_t, kMaxRails>* lkeys) const;
   // Move [src, src+len) to the peer through the bounce halves (unregistered src), or
   // fetch into dst (read). The last chunk of a write carries the immediate.
   void bounceWrite(QueuePair* qp, const char* src, uint64_t raddr, uint32_t rkey, size_t len, bool hasImm,
@@ -135,8 +152,16 @@ class IbvDevice : public Device {
  private:
   struct Region {
     uintptr_t begin, end;
-    uint32_t lkey;
+    std::array<uint32_t, kMaxRails> lkeys;
     const IbvMemory* owner;
+  };
+  // One port in use: its own context (PortChoice::ctx), protection domain and completion
+  // channel (every queue pair on it reports there).
+  struct Rail {
+    PortChoice port;
+    LocalPort local;
+    ibv_pd* pd = nullptr;
+    ibv_comp_channel* channel = nullptr;
   };
   struct BounceHalf {
     char* ptr = nullptr;
@@ -144,20 +169,19 @@ class IbvDevice : public Device {
     uint64_t seq = 0;
   };
   void release();
+  // Register [p, p+len) on every rail (deregistering what it did on failure) and record it.
+  std::unique_ptr<Memory> registerOnRails(void* p, size_t len, size_t mapped, bool allocated);
   void keepInheritable(void* p, size_t len);
   void consumeEvents();
   BounceHalf& nextHalf();
 
   int rank_, size_;
   std::unique_ptr<Verbs> verbs_;
-  PortChoice port_;
+  std::vector<Rail> rails_;
   std::string portName_;
-  LocalPort local_;
-  ibv_pd* pd_ = nullptr;
-  ibv_comp_channel* channel_ = nullptr;
   size_t maxMessage_ = 1u << 30;
-  bool copyOnFork_ = false;                      // the kernel copies pinned pages for a forked child
-  int lanes_ = 1;                                // queue pairs per peer (RDMACOLL_IB_QPS_PER_CONNECTION)
+  bool copyOnFork_ = false;  // the kernel copies pinned pages for a forked child
+  int lanes_ = 1;            // queue pairs per peer: RDMACOLL_IB_QPS_PER_CONNECTION, at least one per rail
   std::vector<std::unique_ptr<QueuePair>> qps_;  // [peer * lanes_ + lane]; null for this rank
   std::vector<bool> connected_;
   uint64_t events_ = 0;
@@ -165,7 +189,7 @@ class IbvDevice : public Device {
   std::vector<Region> regions_;
   std::mutex bounceMu_;  // abortAll may write from another thread
   std::unique_ptr<Memory> bounce_;
-  uint32_t bounceLkey_ = 0;
+  uint32_t bounceLkey_ = 0;  // rail 0's (the halves serve lane 0)
   BounceHalf halves_[2];
   int nextHalf_ = 0;
 };

@@ -161,17 +161,20 @@ TransportReport probe(const Options& options) {
     for (int d = 0; dl.list && d < dl.n; ++d) describeDevice(*v, dl.list[d], want, &r.lines, &rails);
     std::string list;
     for (const std::string& s : rails) list += (list.empty() ? "" : ", ") + s;
-    r.lines.push_back("rails: ACTIVE ports " +
+    r.lines.push_back("ACTIVE ports " +
                       (want.set ? std::string(kHcaSetting) + "=" + options.ibHca + " allows" : std::string("here")) +
-                      ": " + (list.empty() ? "none" : list) +
-                      (rails.size() > 1 ? " (one is used: several rails per process are not built)" : ""));
+                      ": " + (list.empty() ? "none" : list));
   }
   try {
-    PortChoice c = choosePort(*v, options);
-    v->close_device(c.ctx);
+    std::vector<PortChoice> rails = choosePorts(*v, options);
+    std::string use;
+    for (PortChoice& c : rails) {
+      v->close_device(c.ctx);
+      use += (use.empty() ? "" : "; ") + c.device + ":" + std::to_string(c.port) + ", GID[" +
+             std::to_string(c.gidIndex) + "] " + gidText(c.gid) + " (" + c.gidType + ")";
+    }
     r.usable = true;
-    r.lines.push_back("would use " + c.device + ":" + std::to_string(c.port) + ", GID[" + std::to_string(c.gidIndex) +
-                      "] " + gidText(c.gid) + " (" + c.gidType + ")");
+    r.lines.push_back("would use " + (rails.size() > 1 ? std::to_string(rails.size()) + " rails: " : "") + use);
   } catch (const Error& e) {
     r.lines.push_back(e.what());
   }
@@ -186,7 +189,7 @@ std::string gidTypeOf(const ibv_device* dev, uint8_t port, int index) {
   return s;
 }
 
-PortChoice choosePort(const Verbs& v, const Options& options) {
+std::vector<PortChoice> choosePorts(const Verbs& v, const Options& options) {
   const NameList want = hcaList(options);  // a bad setting first, devices or not
   DeviceList dl{v};
   errno = 0;
@@ -197,9 +200,18 @@ PortChoice choosePort(const Verbs& v, const Options& options) {
         unusable("no RDMA devices (the kernel supports RDMA but no NIC driver registered a device; "
                  "load the NIC's RDMA driver, or rdma_rxe / siw for software RDMA over Ethernet)"));
   }
+  struct Chosen {  // closes what it holds unless handed out
+    const Verbs& v;
+    std::vector<PortChoice> rails;
+    ~Chosen() {
+      for (PortChoice& c : rails) {
+        if (c.ctx) v.close_device(c.ctx);
+      }
+    }
+  } chosen{v, {}};
   std::string seen;  // "mlx5_0:1 DOWN, ..." for the error text
   bool anyAllowed = false;
-  for (int d = 0; d < dl.n; ++d) {
+  for (int d = 0; d < dl.n && chosen.rails.size() < static_cast<size_t>(wire::kMaxRails); ++d) {
     const std::string name = v.get_device_name(dl.list[d]);
     if (!want.allowsSomePortOf(name)) {
       seen += (seen.empty() ? "" : ", ") + name + " (not allowed)";
@@ -216,13 +228,17 @@ PortChoice choosePort(const Verbs& v, const Options& options) {
       v.close_device(ctx);
       continue;
     }
-    for (int p = 1; p <= da.phys_port_cnt; ++p) {
+    for (int p = 1; p <= da.phys_port_cnt && chosen.rails.size() < static_cast<size_t>(wire::kMaxRails); ++p) {
       if (!want.allows(name, p)) continue;
       ibv_port_attr pa;
       if (v.queryPort(ctx, static_cast<uint8_t>(p), &pa) != 0) continue;
       anyAllowed = true;
       seen += (seen.empty() ? "" : ", ") + name + ":" + std::to_string(p) + " " + stateName(pa.state);
       if (pa.state != IBV_PORT_ACTIVE) continue;
+      if (!chosen.rails.empty() && pa.link_layer != chosen.rails[0].attr.link_layer) {
+        seen += " (not a rail: another link layer than " + chosen.rails[0].device + "'s)";
+        continue;
+      }
       PortChoice c;
       c.ctx = ctx;
       c.device = name;
@@ -233,6 +249,10 @@ PortChoice choosePort(const Verbs& v, const Options& options) {
           c.gidIndex = options.ibGidIndex;
           if (c.gidIndex < 0 || c.gidIndex >= pa.gid_tbl_len || v.query_gid(ctx, c.port, c.gidIndex, &c.gid) != 0 ||
               zeroGid(c.gid)) {
+            if (!chosen.rails.empty()) {  // not a rail then; an error only for the first port
+              seen += " (not a rail: no GID " + std::to_string(options.ibGidIndex) + ")";
+              continue;
+            }
             v.close_device(ctx);
             throw Error("RDMACOLL_IB_GID_INDEX=" + std::to_string(options.ibGidIndex) + ": no such GID on " + name +
                         ":" + std::to_string(p) + " (`rdmacoll doctor` lists them)");
@@ -254,9 +274,18 @@ PortChoice choosePort(const Verbs& v, const Options& options) {
           continue;
         }
       }
-      return c;
+      chosen.rails.push_back(c);
+      ctx = nullptr;  // the rail owns it now; another port of this device gets a context of
+                      // its own (each rail has its own protection domain and keys)
+      if (p < da.phys_port_cnt) ctx = v.open_device(dl.list[d]);
+      if (!ctx) break;
     }
-    v.close_device(ctx);
+    if (ctx) v.close_device(ctx);
+  }
+  if (!chosen.rails.empty()) {
+    std::vector<PortChoice> out;
+    out.swap(chosen.rails);
+    return out;
   }
   if (want.set && !anyAllowed) {
     throw Error(unusable(std::string(kHcaSetting) + "=" + options.ibHca + " (" + want.describe() +

@@ -62,7 +62,8 @@ QueuePair::~QueuePair() {
   if (cq_) v_.destroy_cq(cq_);
 }
 
-void QueuePair::connect(const LocalPort& local, const wire::Address& remote, uint32_t remoteQpn) {
+void QueuePair::connect(const LocalPort& local, const wire::RailAddress& remote, uint32_t remotePsn,
+                        uint32_t remoteQpn) {
   std::lock_guard<std::mutex> g(mu_);
   const std::string who = " (queue pair to rank " + std::to_string(peer_) + ")";
   ibv_qp_attr a{};
@@ -78,7 +79,7 @@ void QueuePair::connect(const LocalPort& local, const wire::Address& remote, uin
   a.qp_state = IBV_QPS_RTR;
   a.path_mtu = static_cast<ibv_mtu>(std::min<int>(local.mtu, remote.mtu));
   a.dest_qp_num = remoteQpn;
-  a.rq_psn = remote.psn;
+  a.rq_psn = remotePsn;
   a.max_dest_rd_atomic = lim_.maxRdAtomic;
   a.min_rnr_timer = kMinRnrTimer;
   a.ah_attr.port_num = local.port;

@@ -12,29 +12,31 @@ namespace wire {
 namespace {
 
 constexpr uint32_t kAddressMagic = 0x31494352;       // "RCI1" read little-endian
-constexpr uint16_t kAddressVersion = 2;              // 2: the lanes field (RDMACOLL_IB_QPS_PER_CONNECTION)
-constexpr uint32_t kRegionMagic = 0x31524952;        // "RIR1"
+constexpr uint16_t kAddressVersion = 3;              // 2: lanes (RDMACOLL_IB_QPS_PER_CONNECTION); 3: rails
+constexpr uint16_t kRegionMagic = 0x3252;            // "R2" (2: a key per rail)
 constexpr uint64_t kKeyTag = 0x6962766572627321ull;  // marks RemoteMemory filled by unpackRegion
-enum : uint32_t { kKindAllocated = 1, kKindUser = 2 };
+enum : uint8_t { kKindAllocated = 1, kKindUser = 2 };
 
-// Fixed-layout header; the QPN array follows it.
+// Fixed-layout header; the rails' addresses follow it, then the QPN array.
 struct AddressHeader {
   uint32_t magic;
   uint16_t version;
   uint16_t reserved;
   AddressFields f;
 };
-static_assert(sizeof(AddressHeader) == 44, "address header layout");
+static_assert(sizeof(AddressHeader) == 24, "address header layout");
+static_assert(sizeof(RailAddress) == 24, "rail address layout");
 
 struct PackedRegion {
-  uint32_t magic;
+  uint16_t magic;
+  uint8_t kind;
+  uint8_t rails;
   int32_t owner;
   uint64_t addr;
   uint64_t len;
-  uint32_t rkey;
-  uint32_t kind;
+  uint32_t rkey[kMaxRails];
 };
-static_assert(sizeof(PackedRegion) <= PackedMemory::kBytes, "packed region too large");
+static_assert(sizeof(PackedRegion) <= PackedMemory::kBytes / 2, "packed region larger than hybrid's half");
 
 constexpr uint32_t kMaxQpn = (1u << 24) - 1;
 
@@ -47,13 +49,16 @@ Bytes packAddress(const Address& a) {
   h.magic = kAddressMagic;
   h.version = kAddressVersion;
   h.f = a;
-  Bytes out(sizeof(h) + a.qpn.size() * sizeof(uint32_t));
+  h.f.rails = static_cast<uint8_t>(a.rail.size());
+  const size_t railBytes = a.rail.size() * sizeof(RailAddress);
+  Bytes out(sizeof(h) + railBytes + a.qpn.size() * sizeof(uint32_t));
   std::memcpy(out.data(), &h, sizeof(h));
-  if (!a.qpn.empty()) std::memcpy(out.data() + sizeof(h), a.qpn.data(), a.qpn.size() * sizeof(uint32_t));
+  if (railBytes) std::memcpy(out.data() + sizeof(h), a.rail.data(), railBytes);
+  if (!a.qpn.empty()) std::memcpy(out.data() + sizeof(h) + railBytes, a.qpn.data(), a.qpn.size() * sizeof(uint32_t));
   return out;
 }
 
-Address unpackAddress(const Bytes& bytes, int peer, int self, int expectSize, int expectLanes) {
+Address unpackAddress(const Bytes& bytes, int peer, int self, int expectSize) {
   AddressHeader h;
   if (bytes.size() < sizeof(h)) {
     throw Error(fromRank(peer) + "a " + std::to_string(bytes.size()) + "-byte address, shorter than its header");
@@ -72,50 +77,61 @@ Address unpackAddress(const Bytes& bytes, int peer, int self, int expectSize, in
     throw Error(fromRank(peer) + "an address for rank " + std::to_string(h.f.rank) + " of " + std::to_string(h.f.size) +
                 ", expected rank " + std::to_string(peer) + " of " + std::to_string(expectSize));
   }
-  if (expectLanes < 1) throw Error("ibverbs: " + std::to_string(expectLanes) + " queue pairs per peer");
-  if (h.f.lanes != expectLanes) {
-    throw Error(fromRank(peer) + "an address with " + std::to_string(h.f.lanes) +
-                " queue pairs per peer, this rank has " + std::to_string(expectLanes) +
-                ": set the same RDMACOLL_IB_QPS_PER_CONNECTION on every rank");
+  const AddressFields& f = h.f;
+  if (f.rails < 1 || f.rails > kMaxRails) {
+    throw Error(fromRank(peer) + "an address with " + std::to_string(f.rails) + " rails (1 to " +
+                std::to_string(kMaxRails) + ")");
   }
-  const size_t lanes = static_cast<size_t>(expectLanes);
-  const size_t want = sizeof(h) + static_cast<size_t>(expectSize) * lanes * sizeof(uint32_t);
+  if (f.lanes < f.rails || f.lanes > kMaxLanes) {
+    throw Error(fromRank(peer) + "an address with " + std::to_string(f.lanes) + " queue pairs per peer on " +
+                std::to_string(f.rails) + " rails (" + std::to_string(f.rails) + " to " + std::to_string(kMaxLanes) +
+                ")");
+  }
+  const size_t lanes = f.lanes, rails = f.rails;
+  const size_t want =
+      sizeof(h) + rails * sizeof(RailAddress) + static_cast<size_t>(expectSize) * lanes * sizeof(uint32_t);
   if (bytes.size() != want) {
     throw Error(fromRank(peer) + "a " + std::to_string(bytes.size()) + "-byte address, expected " +
                 std::to_string(want));
   }
-  const AddressFields& f = h.f;
   if (f.linkLayer != kInfiniBand && f.linkLayer != kEthernet) {
     throw Error(fromRank(peer) + "unknown link layer " + std::to_string(f.linkLayer));
   }
-  if (f.mtu < 1 || f.mtu > 5) throw Error(fromRank(peer) + "invalid MTU code " + std::to_string(f.mtu));
   if (f.psn > kMaxQpn) throw Error(fromRank(peer) + "a packet sequence number wider than 24 bits");
-  if (f.port == 0) throw Error(fromRank(peer) + "port number 0");
   if (self < 0 || self >= expectSize) throw Error("ibverbs: own rank " + std::to_string(self) + " out of range");
   Address a;
   static_cast<AddressFields&>(a) = f;
+  a.rail.resize(rails);
+  std::memcpy(a.rail.data(), bytes.data() + sizeof(h), rails * sizeof(RailAddress));
   a.qpn.resize(static_cast<size_t>(expectSize) * lanes);
-  std::memcpy(a.qpn.data(), bytes.data() + sizeof(h), a.qpn.size() * sizeof(uint32_t));
+  std::memcpy(a.qpn.data(), bytes.data() + sizeof(h) + rails * sizeof(RailAddress), a.qpn.size() * sizeof(uint32_t));
   for (size_t l = 0; l < lanes; ++l) {
     const uint32_t q = a.qpn[static_cast<size_t>(self) * lanes + l];
     if (q == 0 || q > kMaxQpn) {
       throw Error(fromRank(peer) + "queue pair number " + std::to_string(q) + " for rank " + std::to_string(self));
     }
   }
-  if (a.linkLayer == kInfiniBand && (a.lid == 0 || a.lid >= 0xc000)) {
-    throw Error(fromRank(peer) + "InfiniBand LID " + std::to_string(a.lid) +
-                " (0 or multicast: is a subnet manager running on that fabric?)");
-  }
-  if (a.linkLayer == kEthernet) {
-    bool zero = true;
-    for (uint8_t b : a.gid) zero = zero && b == 0;
-    if (zero) throw Error(fromRank(peer) + "an all-zero GID for a RoCE port");
+  for (size_t r = 0; r < rails; ++r) {
+    const RailAddress& ra = a.rail[r];
+    const std::string where = rails > 1 ? " (rail " + std::to_string(r) + ")" : "";
+    if (ra.mtu < 1 || ra.mtu > 5) throw Error(fromRank(peer) + "invalid MTU code " + std::to_string(ra.mtu) + where);
+    if (ra.port == 0) throw Error(fromRank(peer) + "port number 0" + where);
+    if (a.linkLayer == kInfiniBand && (ra.lid == 0 || ra.lid >= 0xc000)) {
+      throw Error(fromRank(peer) + "InfiniBand LID " + std::to_string(ra.lid) + where +
+                  " (0 or multicast: is a subnet manager running on that fabric?)");
+    }
+    if (a.linkLayer == kEthernet) {
+      bool zero = true;
+      for (uint8_t b : ra.gid) zero = zero && b == 0;
+      if (zero) throw Error(fromRank(peer) + "an all-zero GID for a RoCE port" + where);
+    }
   }
   return a;
 }
 
 void packRegion(const Region& r, PackedMemory* out) {
-  PackedRegion p{kRegionMagic, r.owner, r.addr, r.len, r.rkey, r.allocated ? kKindAllocated : kKindUser};
+  PackedRegion p{kRegionMagic, r.allocated ? kKindAllocated : kKindUser, r.rails, r.owner, r.addr, r.len, {}};
+  for (int i = 0; i < kMaxRails; ++i) p.rkey[i] = r.rkey[i];
   std::memset(out->bytes, 0, sizeof(out->bytes));
   std::memcpy(out->bytes, &p, sizeof(p));
 }
@@ -128,6 +144,8 @@ void unpackRegion(const PackedMemory& packed, int peer, RemoteMemory* out) {
     fault = "is not an ibverbs region";
   } else if (p.kind != kKindAllocated && p.kind != kKindUser) {
     fault = "has an unknown kind";
+  } else if (p.rails < 1 || p.rails > kMaxRails) {
+    fault = "has an impossible number of rails";
   } else if (p.owner != peer) {
     fault = "belongs to another rank";
   } else if (p.len > kMaxRegionBytes) {
@@ -141,7 +159,7 @@ void unpackRegion(const PackedMemory& packed, int peer, RemoteMemory* out) {
   out->len = static_cast<size_t>(p.len);
   out->allocated = p.kind == kKindAllocated;
   out->key[0] = p.addr;
-  out->key[1] = p.rkey;
+  out->key[1] = p.rkey[0] | static_cast<uint64_t>(p.rkey[p.rails - 1]) << 32;
   out->key[2] = static_cast<uint64_t>(static_cast<uint32_t>(peer));
   out->key[3] = kKeyTag;
   out->mapped = nullptr;
