@@ -210,7 +210,7 @@ BAD_SETTINGS = {
     "algo": ({"RDMACOLL_ALGO": "bogus"}, "'bogus'"),
     "transport": ({"RDMACOLL_TRANSPORT": "bogus"}, "'bogus'"),
     "segment bytes": ({"RDMACOLL_SEGMENT_BYTES": "100"}, "RDMACOLL_SEGMENT_BYTES"),
-    "slots": ({"RDMACOLL_SLOTS": "0"}, "RDMACOLL_SLOTS"),
+    "slots": ({"RDMACOLL_SLOTS": "65"}, "RDMACOLL_SLOTS"),
     "negative timeout": ({"RDMACOLL_TIMEOUT": "-1"}, "RDMACOLL_TIMEOUT"),
     "unparsable timeout": ({"RDMACOLL_TIMEOUT": "abc"}, "RDMACOLL_TIMEOUT"),
     "unparsable size": ({"RDMACOLL_SLOT_BYTES": "lots"}, "RDMACOLL_SLOT_BYTES"),

@@ -1,6 +1,8 @@
 """Algorithm selection: RDMACOLL_ALGO rules, the alpha-beta-gamma cost model, the tuning
 file (rank 0's constants reach every rank) and what a malformed setting says."""
 
+import math
+
 import pytest
 
 from rdmacoll import _core, _settings
@@ -219,6 +221,36 @@ def test_default_cost_models_are_exported():
         model = _core.DEFAULT_COST_MODELS[links]
         assert set(model) == {"alpha", "beta", "gamma"}
         assert all(v > 0 for v in model.values())
+
+
+def test_slots_follow_the_bandwidth_delay_product():
+    """RDMACOLL_SLOTS=0 (the default): enough slots per peer for the network's round trip
+    (2 alpha) at its bandwidth (1/beta), plus the one being reduced from, computed here
+    independently; at least 4, at most 64, and above 4 no more than 1 GiB of slots."""
+    slot = 256 * K
+
+    def want(alpha, beta, ranks):
+        need = math.ceil(2 * alpha / beta / slot) + 1
+        return max(4, min(need, 64, (1 << 30) // (slot * ranks)))
+
+    for alpha, beta, ranks in [
+        (3e-6, 1 / 50e9, 2),  # a 400 Gb/s NIC, 3 us: 300 KB in flight, the minimum holds it
+        (50e-6, 1 / 25e9, 2),  # 200 Gb/s across a long link: 2.5 MB, 11 slots
+        (50e-6, 1 / 25e9, 64),  # ... 64 peers: 1 GiB / (256 KiB x 64) = 64, so still 11
+        (50e-6, 1 / 25e9, 4096),  # ... 4,096 peers: back to the minimum
+        (1e-3, 1 / 1e9, 2),  # 2 MB round trips at 1 GB/s: capped at 64
+    ]:
+        got = _testing.protocol_slots({}, {"ibverbs": {"alpha": alpha, "beta": beta}}, ranks)
+        assert got == want(alpha, beta, ranks), (alpha, beta, ranks, got)
+    assert [want(50e-6, 1 / 25e9, r) for r in (2, 4096)] == [11, 4]  # the reference itself
+    # the shipped network constants (loopback tcp) keep the slots measured so far
+    assert _testing.protocol_slots({}, {}, 2) == 4
+    # the transport RDMACOLL_TRANSPORT names wins; a constant its entry lacks is the default's
+    long_ib = {"ibverbs": {"alpha": 50e-6, "beta": 1 / 25e9}}
+    assert _testing.protocol_slots({"transport": "tcp"}, long_ib | {"tcp": {"alpha": 30e-6}}, 2) == 4
+    assert _testing.protocol_slots({"transport": "tcp"}, long_ib, 2) == 11  # no tcp entry: ibverbs'
+    # a value set is used as it is
+    assert _testing.protocol_slots({"slots": "2"}, long_ib, 2) == 2
 
 
 # --------------------------------------------------------------------------- under mpiexec

@@ -50,7 +50,7 @@ def test_bad_size_names_the_setting_and_the_forms(bad):
 @pytest.mark.parametrize(
     "var, value, words",
     [
-        ("RDMACOLL_SLOTS", "0", "between 1 and 64"),
+        ("RDMACOLL_SLOTS", "65", "between 0 and 64"),
         ("RDMACOLL_SLOTS", "two", "not a whole number"),
         ("RDMACOLL_SEGMENT_BYTES", "100", "at least 4096"),
         ("RDMACOLL_SEGMENT_BYTES", "4100", "multiple of 64"),

@@ -7,19 +7,39 @@
 // JobLayout: what bootstrap learned about the ranks, identical on every rank.
 #pragma once
 #include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "common/cost_model.h"
 #include "common/settings.h"
 
 namespace rdmacoll {
 
+// RDMACOLL_SLOTS=0 (the default): the slots per peer follow the network's bandwidth-delay
+// product. A sender keeps up to `slots` messages in flight to a peer, and a slot's credit
+// comes back a round trip (2 alpha) after its message left, so a link of 1/beta bytes
+// per second stays busy with ceil(2 alpha / beta / slotBytes) slots, plus the one the
+// receiver is reducing from. At least kMinAutoSlots (what the pipelines were measured
+// with, within a host and across), at most the setting's own 64, and above the minimum
+// no more than keep the slot memory for `size` peers within kAutoSlotMemory.
+constexpr int kMinAutoSlots = 4;
+constexpr int kMaxAutoSlots = 64;
+constexpr double kAutoSlotMemory = double(1u << 30);
+inline int slotsForNetwork(const CostModel& net, size_t slotBytes, int size) {
+  const double bdp = net.beta > 0 ? 2 * net.alpha / net.beta : INFINITY;
+  const double budget = std::floor(kAutoSlotMemory / (double(std::max<size_t>(slotBytes, 1)) * std::max(size, 1)));
+  const double want = std::min({std::ceil(bdp / double(std::max<size_t>(slotBytes, 1))) + 1, double(kMaxAutoSlots),
+                                std::max(budget, double(kMinAutoSlots))});
+  return std::max(kMinAutoSlots, static_cast<int>(want));
+}
+
 struct Protocol {
   size_t segmentBytes;    // RDMACOLL_SEGMENT_BYTES: pipelining unit of rings and trees
   size_t slotBytes;       // RDMACOLL_SLOT_BYTES: one receive slot
-  int slots;              // RDMACOLL_SLOTS: receive slots per peer
+  int slots;              // RDMACOLL_SLOTS: receive slots per peer (0 there: slotsForNetwork's)
   size_t eagerBytes;      // RDMACOLL_EAGER_BYTES: largest message of `eager`
   double timeoutSeconds;  // RDMACOLL_TIMEOUT: longest a wait may make no progress
   // Stall inspector (comm/stall.cc): after this long in one wait, the lowest rank that
@@ -32,11 +52,13 @@ struct Protocol {
   // RDMACOLL_POOL_FREE_BYTES: free pool memory kept faulted in for reuse (comm/pool.h).
   size_t poolFreeBytes;
 
-  static Protocol from(const settings::Values& v) {
+  // network: the constants of the links between hosts (slotsForNetwork), size: the ranks.
+  static Protocol from(const settings::Values& v, const CostModel& network = kDefaultNetwork, int size = 1) {
     Protocol p;
     p.segmentBytes = v.bytes("segment_bytes");
     p.slotBytes = v.bytes("slot_bytes");
-    p.slots = static_cast<int>(v.count("slots"));
+    const int slots = static_cast<int>(v.count("slots"));
+    p.slots = slots > 0 ? slots : slotsForNetwork(network, p.slotBytes, size);
     p.eagerBytes = v.bytes("eager_bytes");
     p.timeoutSeconds = v.seconds("timeout");
     p.stallWarningSeconds = v.seconds("stall_warning");

@@ -40,8 +40,9 @@ const std::vector<Setting> kTable = {
      Check::kNone,
      "free memory of the pool (`rc.empty`, out-of-place results) kept faulted in for reuse; past it, "
      "the largest free blocks give their pages back"},
-    {"slots", "RDMACOLL_SLOTS", nullptr, Kind::kCount, Scope::kJob, "4", 1, 64, 1, nullptr, Check::kNone,
-     "receive slots per peer (messages in flight to one peer)"},
+    {"slots", "RDMACOLL_SLOTS", nullptr, Kind::kCount, Scope::kJob, "0", 0, 64, 1, nullptr, Check::kNone,
+     "receive slots per peer (messages in flight to one peer); 0: enough for the network's "
+     "bandwidth-delay product, at least 4"},
     {"network_oversubscription", "RDMACOLL_NETWORK_OVERSUBSCRIPTION", nullptr, Kind::kCount, Scope::kJob, "1", 1, 1024,
      1, nullptr, Check::kNone,
      "the network core's oversubscription (4 for a 4:1 fat tree): selection charges exchanges between ranks "
@@ -90,14 +91,14 @@ const std::vector<Setting> kTable = {
      "else is; IPv6 where it has no IPv4"},
     {"ib_hca", "RDMACOLL_IB_HCA", nullptr, Kind::kText, Scope::kRank, "", 0, kNone, 1, nullptr, Check::kNone,
      "which RDMA devices and ports to use, as NCCL_IB_HCA: prefixes (mlx5), exact names (=mlx5_0), "
-     "ports (mlx5_0:1,mlx5_1:1), excluded (^mlx5_1); the first ACTIVE port allowed is used (unset: "
-     "the first of any device)"},
+     "ports (mlx5_0:1,mlx5_1:1), excluded (^mlx5_1); the ACTIVE ports allowed are the rails, up to 2 of "
+     "the first one's link layer (unset: those of any device)"},
     {"ib_gid_index", "RDMACOLL_IB_GID_INDEX", nullptr, Kind::kCount, Scope::kRank, "-1", -1, 65535, 1, nullptr,
      Check::kNone, "RoCE: the GID index (-1: the IPv4-mapped RoCE v2 GID)"},
     {"ib_qps_per_connection", "RDMACOLL_IB_QPS_PER_CONNECTION", nullptr, Kind::kCount, Scope::kJob, "1", 1, 16, 1,
      nullptr, Check::kNone,
      "RDMA queue pairs per peer, as NCCL_IB_QPS_PER_CONNECTION: a write of 64 KiB or more from "
-     "registered memory with an immediate is split across them"},
+     "registered memory with an immediate is split across them; at least one per rail"},
     {"ib_max_message", "RDMACOLL_IB_MAX_MESSAGE", nullptr, Kind::kBytes, Scope::kRank, "0", 0, kNone, 1, nullptr,
      Check::kNone,
      "largest RDMA work request; longer writes and reads are split (0: the port's max_msg_sz, at "

@@ -33,15 +33,26 @@ Policy Policy::from(const settings::Values& v, std::map<std::string, CostModel> 
   return p;
 }
 
+namespace {
+// A measured entry's constants, the fallback's where it lacks them (NaN).
+CostModel filled(const CostModel& t, const CostModel& m) {
+  return CostModel{std::isnan(t.alpha) ? m.alpha : t.alpha, std::isnan(t.beta) ? m.beta : t.beta,
+                   std::isnan(t.gamma) ? m.gamma : t.gamma};
+}
+}  // namespace
+
+CostModel Policy::network(const std::string& transport) const {
+  for (const std::string& name : {transport, std::string("ibverbs"), std::string("tcp")}) {
+    auto it = measured.find(name);
+    if (name != "shm" && it != measured.end()) return filled(it->second, kDefaultNetwork);
+  }
+  return kDefaultNetwork;
+}
+
 algorithms::Costs costsFor(const Policy& policy, const Communicator& c) {
   auto model = [&](const std::string& backend, const CostModel& fallback) {
-    CostModel m = fallback;
     auto it = policy.measured.find(backend);
-    if (it != policy.measured.end()) {
-      const CostModel& t = it->second;
-      m = CostModel{std::isnan(t.alpha) ? m.alpha : t.alpha, std::isnan(t.beta) ? m.beta : t.beta,
-                    std::isnan(t.gamma) ? m.gamma : t.gamma};
-    }
+    const CostModel m = it != policy.measured.end() ? filled(it->second, fallback) : fallback;
     return m.forRanksPerCpu(c.ranksPerCpu());
   };
   algorithms::Costs k;

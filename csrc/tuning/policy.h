@@ -25,6 +25,11 @@ struct Policy {
   double oversubscription = 1;
   int leafRanks = 0;
 
+  // The network's constants before a transport is chosen (for the slot depth,
+  // comm/protocol.h): the measured ones of the transport RDMACOLL_TRANSPORT names, else of
+  // ibverbs, else of tcp, constants they lack and no entry at all kDefaultNetwork's.
+  CostModel network(const std::string& transport) const;
+
   // Throws Error quoting the bad part of RDMACOLL_ALGO, or naming a bad constant.
   static Policy from(const settings::Values& v, std::map<std::string, CostModel> measured);
 };

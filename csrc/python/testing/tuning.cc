@@ -6,15 +6,26 @@
 #include <set>
 
 #include "algorithms/table.h"
+#include "comm/protocol.h"
 #include "common/error.h"
 #include "python/convert.h"
 #include "python/testing/hooks.h"
+#include "tuning/policy.h"
 #include "tuning/select.h"
 
 namespace py = pybind11;
 using namespace rdmacoll;
 
 void bindTestingTuning(py::module_& m) {
+  m.def(
+      "protocol_slots",
+      [](const py::dict& settings, const py::dict& measured, int ranks) {
+        const settings::Values v = valuesFromDict(settings);
+        const tuning::Policy policy = tuning::Policy::from(v, costModelsFromDict(measured));
+        return Protocol::from(v, policy.network(v.text("transport")), ranks).slots;
+      },
+      "The receive slots per peer init() would use for these settings, tuning entries "
+      "({backend: {alpha, beta, gamma}}) and ranks (runtime/setup.cc).");
   m.def(
       "parse_algo_rules",
       [](const std::string& text) {
