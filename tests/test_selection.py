@@ -245,10 +245,13 @@ def test_slots_follow_the_bandwidth_delay_product():
     assert [want(50e-6, 1 / 25e9, r) for r in (2, 4096)] == [11, 4]  # the reference itself
     # the shipped network constants (loopback tcp) keep the slots measured so far
     assert _testing.protocol_slots({}, {}, 2) == 4
-    # the transport RDMACOLL_TRANSPORT names wins; a constant its entry lacks is the default's
+    # the network RDMACOLL_TRANSPORT may use: auto, ibverbs' entry before tcp's; tcp, tcp's
+    # (a constant an entry lacks is the default's); shm, none
     long_ib = {"ibverbs": {"alpha": 50e-6, "beta": 1 / 25e9}}
-    assert _testing.protocol_slots({"transport": "tcp"}, long_ib | {"tcp": {"alpha": 30e-6}}, 2) == 4
-    assert _testing.protocol_slots({"transport": "tcp"}, long_ib, 2) == 11  # no tcp entry: ibverbs'
+    assert _testing.protocol_slots({}, long_ib | {"tcp": {"alpha": 30e-6}}, 2) == 11
+    assert _testing.protocol_slots({"transport": "tcp"}, long_ib | {"tcp": {"alpha": 400e-6}}, 2) == 9
+    assert _testing.protocol_slots({"transport": "tcp"}, long_ib, 2) == 4
+    assert _testing.protocol_slots({"transport": "shm"}, long_ib, 2) == 4
     # a value set is used as it is
     assert _testing.protocol_slots({"slots": "2"}, long_ib, 2) == 2
 

@@ -1,5 +1,6 @@
 // Which backend reaches which peer: the one place that decides it (RDMACOLL_TRANSPORT).
 #include <algorithm>
+#include <iterator>
 #include <set>
 #include <sstream>
 
@@ -50,6 +51,12 @@ void checkTransportSetting(const std::string& value) {
   if (value == "auto") return;
   throw Error("RDMACOLL_TRANSPORT='" + value + "' is not a transport: " + names +
               " (auto: shared memory within a host, the network between hosts)");
+}
+
+std::vector<std::string> networkCandidates(const std::string& transportSetting) {
+  if (transportSetting == "auto") return std::vector<std::string>(std::begin(kNetworks), std::end(kNetworks));
+  if (transportSetting == kLocal) return {};
+  return {transportSetting};
 }
 
 std::string networkOffer(const Options& options) {

@@ -235,6 +235,10 @@ std::unique_ptr<Device> createJobDevice(const Options& options, int rank, const 
                                         const std::vector<std::string>& offers);
 // Throws Error quoting `value` unless it is "auto" or a backend's name (RDMACOLL_TRANSPORT).
 void checkTransportSetting(const std::string& value);
+// The network backends a job with this RDMACOLL_TRANSPORT may run between hosts, best
+// first, before any is chosen: every network backend for "auto", none for the local one
+// (the slot depth reads their cost models, runtime/setup.cc).
+std::vector<std::string> networkCandidates(const std::string& transportSetting);
 
 }  // namespace transport
 }  // namespace rdmacoll

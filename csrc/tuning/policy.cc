@@ -41,10 +41,10 @@ CostModel filled(const CostModel& t, const CostModel& m) {
 }
 }  // namespace
 
-CostModel Policy::network(const std::string& transport) const {
-  for (const std::string& name : {transport, std::string("ibverbs"), std::string("tcp")}) {
+CostModel Policy::network(const std::vector<std::string>& candidates) const {
+  for (const std::string& name : candidates) {
     auto it = measured.find(name);
-    if (name != "shm" && it != measured.end()) return filled(it->second, kDefaultNetwork);
+    if (it != measured.end()) return filled(it->second, kDefaultNetwork);
   }
   return kDefaultNetwork;
 }

@@ -4,6 +4,7 @@
 #pragma once
 #include <map>
 #include <string>
+#include <vector>
 
 #include "algorithms/table.h"
 #include "common/cost_model.h"
@@ -26,9 +27,10 @@ struct Policy {
   int leafRanks = 0;
 
   // The network's constants before a transport is chosen (for the slot depth,
-  // comm/protocol.h): the measured ones of the transport RDMACOLL_TRANSPORT names, else of
-  // ibverbs, else of tcp, constants they lack and no entry at all kDefaultNetwork's.
-  CostModel network(const std::string& transport) const;
+  // comm/protocol.h): the measured ones of the first of `candidates` (backends, best
+  // first: transport::networkCandidates) that has an entry; constants it lacks, and no
+  // entry at all, kDefaultNetwork's.
+  CostModel network(const std::vector<std::string>& candidates) const;
 
   // Throws Error quoting the bad part of RDMACOLL_ALGO, or naming a bad constant.
   static Policy from(const settings::Values& v, std::map<std::string, CostModel> measured);

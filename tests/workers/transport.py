@@ -122,8 +122,9 @@ def capabilities(ctx):
     # the endpoint names its ports and queue pairs (ibverbs: "rxe0:1 (rank 1, qpn 17,18 -> 19,20)"
     # with two per peer; "rxe0:1+rxe1:1 (...)" over two rails, at least one queue pair each)
     described = ctx.probe.describe(ctx.peer)
+    # ... and a connection uses the lanes both ends have (ranks may have different rails)
     rails = described.split(" (")[0].count("+") + 1
-    lanes = max(int(ctx.settings.get("ib_qps_per_connection", 1)), rails)
+    lanes = min(WORLD.allgather(max(int(ctx.settings.get("ib_qps_per_connection", 1)), rails)))
     qpns = re.search(r"qpn ([\d,]+) -> ([\d,]+)", described)
     named = ctx.transport != "ibverbs" or (qpns is not None and all(len(g.split(",")) == lanes for g in qpns.groups()))
     return caps == want and named and ctx.probe.alive(
@@ -518,14 +519,22 @@ def body():
     ap = argparse.ArgumentParser()
     ap.add_argument("suite", choices=["conformance", "writer-exits", "reader-exits", "corrupted-region"])
     ap.add_argument("--transport", default="shm")
-    ap.add_argument("--setting", action="append", default=[], help="NAME=VALUE for the device")
+    ap.add_argument(
+        "--setting", action="append", default=[], help="NAME=VALUE for the device; NAME@R=VALUE: on rank R only"
+    )
     ap.add_argument("--payload-rounds", type=int, default=16, help="immediate_after_payload's rounds")
     ap.add_argument("--payload-mib", type=int, default=8, help="immediate_after_payload's pattern size")
     a = ap.parse_args()
     set_rank(WORLD.Get_rank())
     ignore_launcher_notifications()
     assert WORLD.Get_size() == 2, "run with 2 ranks"
-    ctx = Ctx(a.transport, dict(kv.split("=", 1) for kv in a.setting))
+    settings = {}
+    for kv in a.setting:  # in order: a later one wins
+        name, value = kv.split("=", 1)
+        name, _, only = name.partition("@")
+        if not only or int(only) == WORLD.Get_rank():
+            settings[name] = value
+    ctx = Ctx(a.transport, settings)
     if a.suite == "conformance":
         capabilities(ctx)
         for kind in ("allocated", "registered"):
