@@ -145,12 +145,19 @@ CONFORMANCE_LANES = {
     "args": [*CONFORMANCE["args"], "--setting", "ib_qps_per_connection=3"]
     + (["--setting", "ib_hca=rxe"] if TWO_RAILS else []),
 }
+# ranks with different rails (rank 0 on rxe0 and rxe1, rank 1 on rxe0): a connection uses
+# the lanes both have, one here (rank 0's second queue pair to rank 1 stays unconnected)
+CONFORMANCE_MIXED = {
+    **CONFORMANCE,
+    "args": [*CONFORMANCE["args"], "--setting", "ib_hca@0=rxe", "--setting", "ib_hca@1=rxe0"],
+}
 CHAINS = {
     2: {
         "collectives-None": _collectives_part(None),
         "collectives-4K": _collectives_part("4K"),
         "collectives-lanes": _collectives_part("lanes"),
         "conformance-lanes": CONFORMANCE_LANES,
+        **({"conformance-mixed": CONFORMANCE_MIXED} if TWO_RAILS else {}),
         "selection": _selection_part(),
         "conformance": CONFORMANCE,
         "fork": FORK,
@@ -277,6 +284,30 @@ def test_conformance_over_several_queue_pairs_and_rails():
     described = got[(0, "capabilities")]["detail"]
     res.check(not TWO_RAILS or "rxe0:1+rxe1:1 (" in described, f"not over both rails: {described}")
     print("endpoint:", described)
+
+
+@pytest.mark.skipif(not TWO_RAILS and not RAILS_MISSING, reason="needs a second device, rxe1 (rdma_guest.py --rails 2)")
+def test_ranks_with_different_rails():
+    """Rank 0 on two rails, rank 1 on one: the conformance over the one lane both have. Then
+    each rank on a port the other's cannot reach (rxe1 and rxe0 of one guest, whose rxe
+    loops back only within a device): every rank raises at connection, naming the lane,
+    the ports and RDMACOLL_IB_HCA, instead of hanging."""
+    assert not RAILS_MISSING, "GUEST_RAILS=2 but the guest has no rxe1"
+    res = _chained(2, "conformance-mixed") or run_part(2, CONFORMANCE_MIXED, timeout=120)
+    got = {(r["rank"], r["name"]): r for r in _transport_checks([], res=res)}
+    res.check((0, "split_lengths") in got, f"checks missing: {sorted(got)}")
+    # one queue pair each way: rank 0's endpoint names both its rails, rank 1's one
+    ends = [got[(r, "capabilities")]["detail"] for r in (0, 1)]
+    res.check(re.search(r"rxe0:1\+rxe1:1 \(rank 1, qpn \d+ -> \d+\)", ends[0]) is not None, ends[0])
+    res.check(re.search(r"ibverbs rxe0:1 \(rank 0, qpn \d+ -> \d+\)", ends[1]) is not None, ends[1])
+    apart = [*CONFORMANCE["args"], "--setting", "ib_hca@0=rxe1", "--setting", "ib_hca@1=rxe0"]
+    res = run_mpi(2, "transport.py", apart, timeout=120)
+    errors = {r["rank"]: r["error"] for r in res.select(kind="crash")}
+    res.check(set(errors) == {0, 1}, f"ranks {sorted({0, 1} - set(errors))} did not raise: {res.records[:4]}")
+    for r, e in errors.items():
+        want = ("lane 0: rxe", "to its rail 0", "can this port reach that one?", "RDMACOLL_IB_HCA")
+        res.check(all(w in e for w in want), f"rank {r}: {e}")
+    print("apart:", errors[0])
 
 
 if FULL:  # (defined only there: the guest's suite must not skip; module docstring)

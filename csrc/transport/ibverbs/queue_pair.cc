@@ -62,8 +62,8 @@ QueuePair::~QueuePair() {
   if (cq_) v_.destroy_cq(cq_);
 }
 
-void QueuePair::connect(const LocalPort& local, const wire::RailAddress& remote, uint32_t remotePsn,
-                        uint32_t remoteQpn) {
+void QueuePair::connect(const LocalPort& local, const wire::RailAddress& remote, uint32_t remotePsn, uint32_t remoteQpn,
+                        const std::string& path) {
   std::lock_guard<std::mutex> g(mu_);
   const std::string who = " (queue pair to rank " + std::to_string(peer_) + ")";
   ibv_qp_attr a{};
@@ -95,7 +95,12 @@ void QueuePair::connect(const LocalPort& local, const wire::RailAddress& remote,
   rc = v_.modify_qp(qp_, &a,
                     IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
                         IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
-  if (rc) throw Error(sysError("ibverbs: ibv_modify_qp to RTR" + who, rc));
+  // RoCE resolves the route to the peer's GID here: a port that cannot reach it fails now
+  if (rc) {
+    throw Error(
+        sysError("ibverbs: ibv_modify_qp to RTR (queue pair to rank " + std::to_string(peer_) + ", " + path + ")", rc) +
+        ": can this port reach that one? RDMACOLL_IB_HCA chooses the ports (rails) of each host");
+  }
 
   std::memset(&a, 0, sizeof(a));
   a.qp_state = IBV_QPS_RTS;

@@ -54,8 +54,10 @@ class QueuePair {
   uint32_t qpn() const { return qp_->qp_num; }
   uint32_t maxInline() const { return maxInline_; }
   // INIT -> RTR -> RTS towards the peer's queue pair remoteQpn on its rail `remote`
-  // (its first packet sequence number remotePsn), after pre-posting the receives.
-  void connect(const LocalPort& local, const wire::RailAddress& remote, uint32_t remotePsn, uint32_t remoteQpn);
+  // (its first packet sequence number remotePsn), after pre-posting the receives. `path`
+  // names the ports for errors ("lane 1, rxe1:1 to the peer's rail 0, ...").
+  void connect(const LocalPort& local, const wire::RailAddress& remote, uint32_t remotePsn, uint32_t remoteQpn,
+               const std::string& path);
 
   // Post one work request (opcode, sg list, remote address set by the caller; wr_id and
   // the signaled flag are set here). Returns its sequence number for waitSent.
