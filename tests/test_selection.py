@@ -237,12 +237,14 @@ def test_slots_follow_the_bandwidth_delay_product():
         (3e-6, 1 / 50e9, 2),  # a 400 Gb/s NIC, 3 us: 300 KB in flight, the minimum holds it
         (50e-6, 1 / 25e9, 2),  # 200 Gb/s across a long link: 2.5 MB, 11 slots
         (50e-6, 1 / 25e9, 64),  # ... 64 peers: 1 GiB / (256 KiB x 64) = 64, so still 11
+        (50e-6, 1 / 25e9, 512),  # ... 512 peers: 1 GiB / (256 KiB x 512) = 8 slots
         (50e-6, 1 / 25e9, 4096),  # ... 4,096 peers: back to the minimum
-        (1e-3, 1 / 1e9, 2),  # 2 MB round trips at 1 GB/s: capped at 64
+        (1e-3, 1 / 1e9, 2),  # 1 ms at 1 GB/s: 2 MB in flight, 9 slots
+        (1e-2, 1 / 25e9, 2),  # 10 ms at 200 Gb/s: 500 MB in flight, capped at 64
     ]:
         got = _testing.protocol_slots({}, {"ibverbs": {"alpha": alpha, "beta": beta}}, ranks)
         assert got == want(alpha, beta, ranks), (alpha, beta, ranks, got)
-    assert [want(50e-6, 1 / 25e9, r) for r in (2, 4096)] == [11, 4]  # the reference itself
+    assert [want(50e-6, 1 / 25e9, r) for r in (2, 512, 4096)] == [11, 8, 4]  # the reference itself
     # the shipped network constants (loopback tcp) keep the slots measured so far
     assert _testing.protocol_slots({}, {}, 2) == 4
     # the network RDMACOLL_TRANSPORT may use: auto, ibverbs' entry before tcp's; tcp, tcp's
@@ -341,7 +343,7 @@ def test_malformed_algo_fails_init_everywhere(value, quoted):
 # --------------------------------------------------------------------------- continuations
 
 
-CONTINUATIONS = {"direct>ring_slots", "direct>recursive_doubling"}
+CONTINUATIONS = {"direct>ring_slots"}
 
 
 def test_continuations_are_registered_entries():
@@ -352,38 +354,26 @@ def test_continuations_are_registered_entries():
         _testing.parse_algo_rules("direct>ring_slots")
 
 
+# direct on user memory (allreduce_direct.cc): at 2 ranks cross-memory calls at every size,
+# at 12 ranks and more staged below 4 MiB and the slot ring from 4 to 16 MiB (3-11 ranks:
+# staged below 256 KiB, cross-memory calls above, as 2 ranks from there; run by
+# tests/test_allreduce.py's matrix)
+ALL_DIRECT = ["numpy 64K", "empty 64K", "numpy 2M", "numpy 4M", "empty 4M", "mixed 4M", "numpy 32M"]
+
+
 @pytest.mark.parametrize(
     "nranks, want",
     [
-        (
-            2,
-            {
-                "numpy 64K": "direct>recursive_doubling",
-                "empty 64K": "direct",
-                "numpy 2M": "direct>ring_slots",
-                "empty 2M": "direct",
-                "mixed 2M": "direct>ring_slots",
-                "numpy 32M": "direct",
-            },
-        ),
-        (
-            3,
-            {
-                "numpy 64K": "direct",
-                "empty 64K": "direct",
-                "numpy 2M": "direct>ring_slots",
-                "empty 2M": "direct",
-                "mixed 2M": "direct>ring_slots",
-                "numpy 32M": "direct",
-            },
-        ),
+        (2, dict.fromkeys(ALL_DIRECT, "direct")),
+        (12, dict.fromkeys(ALL_DIRECT, "direct") | {"numpy 4M": "direct>ring_slots", "mixed 4M": "direct>ring_slots"}),
     ],
 )
 def test_forced_direct_reports_each_continuation(nranks, want):
-    """direct continues after its call headers when some rank passed user memory (the
-    slot ring from 1 to 16 MiB, recursive doubling at 2 ranks below 1 MiB): last_algorithm
-    names the continuation on every rank, also where only some ranks' memory is user
-    memory (mixed: odd ranks pass rc.empty arrays), and the result is right."""
+    """direct continues after its call headers as the slot ring where some rank passed user
+    memory of 4-16 MiB at 12 ranks or more: last_algorithm names the continuation on every
+    rank, also where only some ranks' memory is user memory (mixed: odd ranks pass rc.empty
+    arrays), and the result is right; elsewhere it stays direct (staged or by cross-memory
+    calls)."""
     res = run_mpi(nranks, "continuations.py", timeout=120)
     rank_records(res, nranks, "done")
     got = {}

@@ -15,8 +15,8 @@ void allreduceRecursiveDoubling(Communicator& c, Call& call);
 void allreduceHalvingDoubling(Communicator& c, Call& call);
 void allreduceTree(Communicator& c, Call& call);
 void allreduceHierarchical(Communicator& c, Call& call);
-// Continuations (table.h): ring_slots and recursive_doubling once the call headers are
-// exchanged (direct continues with them, see there).
+// Continuations (table.h): ring_slots once the call headers are exchanged (direct
+// continues with it, see there); recursive doubling's own body after its headers.
 void ringSlotsAfterHeaders(Communicator& c, Call& call);
 void recursiveDoublingAfterHeaders(Communicator& c, Call& call);
 

@@ -15,24 +15,27 @@
 // r, so in-place needs no ordering between ranks beyond two handshakes: the call
 // headers (every peer's buffers are known and free) and a closing `done` from every
 // peer (nobody touches my memory any more).
-// Staging: a rank whose buffers are user memory (not mappable) and smaller than
-// kStageBytes copies its input into a pool block, runs in place there, and copies the
-// result out: two local copies instead of 2(p-1) cross-memory system calls per piece,
-// which dominate below a few MiB (64 KiB, 4 ranks: 40 us with system calls, ~12 us
-// staged). A decision each rank makes alone: peers only see mappable memory.
-// User memory where direct is not the best way for it, announced instead of staged: a
-// flag in the call headers, so after the header exchange every rank knows whether any
-// rank's buffers are user memory and all continue the same way, as a continuation of
-// the algorithm table (table.h; the selector cannot choose by memory kind, since ranks
-// may differ in it):
-//   - direct>ring_slots, 1 to 16 MiB: the ring through slots, which beats both staging
-//     and cross-memory calls there (4 ranks, 4 MiB of NumPy arrays: 625 us against
-//     1035 us), while for mapped memory direct stays far ahead (190 us);
-//   - direct>recursive_doubling, 2 ranks below 1 MiB: a single exchange through slots
-//     (one copy and one reduction; staging costs two more copies: 64 KiB of NumPy arrays
-//     took 4.3 us staged against 3.3 us).
-// Which continuation follows from (bytes, p) and the headers every rank received, so
-// every rank picks the same one.
+// User memory (plain NumPy arrays, torch CPU tensors), by rank count, as measured on 2
+// cores (2026-11-29, every variant interleaved in the same processes, MPICH's launcher;
+// us, cross-memory / staged / slot ring):
+//   - 2 ranks: cross-memory calls at every size (64 KiB 10.6 / 13.9 / 12.2 (recursive
+//     doubling); 1 MiB 78 / 194 / 149; 4 MiB 338 / 883 / 598; 16 MiB 1142 / - / 2299);
+//   - 3 to kManyRanks-1 ranks (measured at 3, 4 and 8): staged below kStageBytes (64 KiB,
+//     4 ranks: 54 / 41; 256 KiB a tie), cross-memory calls from there (1 MiB, 4 ranks:
+//     445 / 513 / 619; 16 MiB 5275 / - / 8471);
+//   - kManyRanks ranks and more (measured at 16, 8 per core): staged below
+//     kRingMinBytes (2 MiB: 8421 / 6106 / 7984), the slot ring from there to
+//     kRingMaxBytes (4 MiB: 19970 / 17479 / 14689; 16 MiB: 64635 / - / 59323), where the
+//     2(p-1) cross-memory calls per piece cost more than the ring's copies through slots.
+// Staging: a rank whose buffers are user memory copies its input into a pool block, runs
+// in place there, and copies the result out: two local copies instead of 2(p-1)
+// cross-memory system calls per piece. A decision each rank makes alone: peers only see
+// mappable memory.
+// The ring, announced instead of staged: a flag in the call headers, so after the header
+// exchange every rank knows whether any rank's buffers are user memory and all continue
+// the same way, as direct>ring_slots, a continuation of the algorithm table (table.h; the
+// selector cannot choose by memory kind, since ranks may differ in it). Whether it
+// follows from (bytes, p) and the headers every rank received, so every rank picks alike.
 #include <algorithm>
 #include <cstring>
 #include <vector>
@@ -48,14 +51,20 @@ namespace algorithms {
 
 namespace {
 constexpr size_t kPieceBytes = 256 << 10;  // measured: 64K/128K/256K/512K, 256K best at 16 MiB
-constexpr size_t kStageBytes = 4 << 20;    // measured: staged wins at 4 MiB, loses from 8 MiB
 constexpr int kMaxInline = 64;             // peers described without allocation
-constexpr size_t kRingMinBytes = 1 << 20, kRingMaxBytes = 16 << 20;  // user memory: the slot ring
+// User memory (above): the rank counts and sizes of each way.
+constexpr int kManyRanks = 12;                                       // between the measured 8 and 16
+constexpr size_t kStageBytes = 256 << 10;                            // 3 to kManyRanks-1 ranks: staged below
+constexpr size_t kRingMinBytes = 4 << 20, kRingMaxBytes = 16 << 20;  // kManyRanks and more: the slot ring
 
 // Whether a rank whose buffers are user memory announces it (every rank then continues
 // through slots) rather than staging or reading it by cross-memory calls.
-bool announces(size_t bytes, int p) {
-  return (bytes >= kRingMinBytes && bytes <= kRingMaxBytes) || (p == 2 && bytes < kRingMinBytes);
+bool announces(size_t bytes, int p) { return p >= kManyRanks && bytes >= kRingMinBytes && bytes <= kRingMaxBytes; }
+
+// User memory below this many bytes is staged (2 ranks: never).
+size_t stagedBelow(int p) {
+  if (p <= 2) return 0;
+  return p < kManyRanks ? kStageBytes : kRingMinBytes;
 }
 
 // Runs direct on in/out (the call's buffers, or pool blocks they were staged into).
@@ -91,10 +100,8 @@ void directMapped(Communicator& c, Call& call, const void* in, void* out, bool u
   }
   if (anyUser) {
     static const Algorithm& thenRing = continuation("direct>ring_slots");
-    static const Algorithm& thenDoubling = continuation("direct>recursive_doubling");
-    const Algorithm& next = call.count * E >= kRingMinBytes ? thenRing : thenDoubling;
-    prim::continueAs(c, call, next.id);
-    return next.run(c, call);
+    prim::continueAs(c, call, thenRing.id);
+    return thenRing.run(c, call);
   }
   for (int q = 0; q < p; ++q) {
     if (q != r) prim::viewPeer(c.peer(q), *headers[q], &bufs[q]);
@@ -135,7 +142,7 @@ void allreduceDirect(Communicator& c, Call& call) {
   MemoryPool& pool = *c.pool();
   const bool user = !pool.find(call.in, bytes) || !pool.find(call.out, bytes);
   if (announces(bytes, c.size())) return directMapped(c, call, call.in, call.out, user);
-  if (bytes == 0 || bytes > kStageBytes || !user) return directMapped(c, call, call.in, call.out, false);
+  if (bytes == 0 || bytes >= stagedBelow(c.size()) || !user) return directMapped(c, call, call.in, call.out, false);
   // Staging (top): in place in a pool block. A decision each rank makes alone: its peers
   // only see mappable memory.
   MemoryPool::Block* block = pool.acquire(bytes);

@@ -193,13 +193,9 @@ std::vector<Algorithm> build() {
        "per host)",
        severalRegularHosts, hierarchicalCost, allreduceHierarchical},
       {C::kAllreduce, "direct>ring_slots",
-       "direct, after the call headers showed user memory of 1-16 MiB on some rank: continues as "
-       "ring_slots (faster there than staging or cross-memory calls)",
+       "direct at 12 ranks or more, after the call headers showed user memory of 4-16 MiB on some "
+       "rank: continues as ring_slots (faster there than staging or cross-memory calls)",
        nullptr, nullptr, ringSlotsAfterHeaders, "direct"},
-      {C::kAllreduce, "direct>recursive_doubling",
-       "direct at 2 ranks below 1 MiB, after the call headers showed user memory on some rank: "
-       "continues as one recursive-doubling exchange through slots",
-       nullptr, nullptr, recursiveDoublingAfterHeaders, "direct"},
       // allgather
       {C::kAllgather, "direct", "every rank copies every peer's part straight out of its memory (same host)", readable,
        gatherDirectCost, allgatherDirect},
