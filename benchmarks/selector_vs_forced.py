@@ -116,7 +116,6 @@ def main() -> None:
         "halving_doubling": "hd",
         "ring_slots": "ring_sl",
         "direct>ring_slots": "d>ring_sl",
-        "direct>recursive_doubling": "d>rd",
     }
     print(
         f"\nallreduce float32 Sum in place ({args.memory} memory), {n} ranks, median of {args.reps} rounds, time in us "

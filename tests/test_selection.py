@@ -226,25 +226,30 @@ def test_default_cost_models_are_exported():
 def test_slots_follow_the_bandwidth_delay_product():
     """RDMACOLL_SLOTS=0 (the default): enough slots per peer for the network's round trip
     (2 alpha) at its bandwidth (1/beta), plus the one being reduced from, computed here
-    independently; at least 4, at most 64, and above 4 no more than 1 GiB of slots."""
+    independently; at least 4, at most 64, and above 4 no more than 256 MiB of slots; a
+    constant of 0 (a fit that could not support it) keeps 4."""
     slot = 256 * K
 
     def want(alpha, beta, ranks):
+        if alpha <= 0 or beta <= 0:
+            return 4
         need = math.ceil(2 * alpha / beta / slot) + 1
-        return max(4, min(need, 64, (1 << 30) // (slot * ranks)))
+        return max(4, min(need, 64, (256 << 20) // (slot * ranks)))
 
     for alpha, beta, ranks in [
         (3e-6, 1 / 50e9, 2),  # a 400 Gb/s NIC, 3 us: 300 KB in flight, the minimum holds it
         (50e-6, 1 / 25e9, 2),  # 200 Gb/s across a long link: 2.5 MB, 11 slots
-        (50e-6, 1 / 25e9, 64),  # ... 64 peers: 1 GiB / (256 KiB x 64) = 64, so still 11
-        (50e-6, 1 / 25e9, 512),  # ... 512 peers: 1 GiB / (256 KiB x 512) = 8 slots
+        (50e-6, 1 / 25e9, 64),  # ... 64 peers: 256 MiB / (256 KiB x 64) = 16, so still 11
+        (50e-6, 1 / 25e9, 128),  # ... 128 peers: 256 MiB / (256 KiB x 128) = 8 slots
         (50e-6, 1 / 25e9, 4096),  # ... 4,096 peers: back to the minimum
         (1e-3, 1 / 1e9, 2),  # 1 ms at 1 GB/s: 2 MB in flight, 9 slots
         (1e-2, 1 / 25e9, 2),  # 10 ms at 200 Gb/s: 500 MB in flight, capped at 64
+        (1e-2, 0.0, 2),  # a beta of 0 says nothing of the link: the minimum
+        (0.0, 1 / 25e9, 2),
     ]:
         got = _testing.protocol_slots({}, {"ibverbs": {"alpha": alpha, "beta": beta}}, ranks)
         assert got == want(alpha, beta, ranks), (alpha, beta, ranks, got)
-    assert [want(50e-6, 1 / 25e9, r) for r in (2, 512, 4096)] == [11, 8, 4]  # the reference itself
+    assert [want(50e-6, 1 / 25e9, r) for r in (2, 128, 4096)] == [11, 8, 4]  # the reference itself
     # the shipped network constants (loopback tcp) keep the slots measured so far
     assert _testing.protocol_slots({}, {}, 2) == 4
     # the network RDMACOLL_TRANSPORT may use: auto, ibverbs' entry before tcp's; tcp, tcp's

@@ -23,8 +23,9 @@
 //   - 3 to kManyRanks-1 ranks (measured at 3, 4 and 8): staged below kStageBytes (64 KiB,
 //     4 ranks: 54 / 41; 256 KiB a tie), cross-memory calls from there (1 MiB, 4 ranks:
 //     445 / 513 / 619; 16 MiB 5275 / - / 8471);
-//   - kManyRanks ranks and more (measured at 16, 8 per core): staged below
-//     kRingMinBytes (2 MiB: 8421 / 6106 / 7984), the slot ring from there to
+//   - kManyRanks ranks and more (measured at 16, 8 per core; whether the ring also pays
+//     with a core per rank, where the system calls run side by side, is not measured):
+//     staged below kRingMinBytes (2 MiB: 8421 / 6106 / 7984), the slot ring from there to
 //     kRingMaxBytes (4 MiB: 19970 / 17479 / 14689; 16 MiB: 64635 / - / 59323), where the
 //     2(p-1) cross-memory calls per piece cost more than the ring's copies through slots.
 // Staging: a rank whose buffers are user memory copies its input into a pool block, runs

@@ -24,12 +24,16 @@ namespace rdmacoll {
 // per second stays busy with ceil(2 alpha / beta / slotBytes) slots, plus the one the
 // receiver is reducing from. At least kMinAutoSlots (what the pipelines were measured
 // with, within a host and across), at most the setting's own 64, and above the minimum
-// no more than keep the slot memory for `size` peers within kAutoSlotMemory.
+// no more than keep the slot memory for `size` peers within kAutoSlotMemory (per rank:
+// a host of 64 ranks then holds at most 16 GiB of slots, as 4 slots of 1 MiB would).
+// Constants that say nothing of the link (a beta or alpha of 0, which a tuning fit gives
+// where its data cannot support one) keep the minimum.
 constexpr int kMinAutoSlots = 4;
 constexpr int kMaxAutoSlots = 64;
-constexpr double kAutoSlotMemory = double(1u << 30);
+constexpr double kAutoSlotMemory = double(256u << 20);
 inline int slotsForNetwork(const CostModel& net, size_t slotBytes, int size) {
-  const double bdp = net.beta > 0 ? 2 * net.alpha / net.beta : INFINITY;
+  if (!(net.alpha > 0 && net.beta > 0 && std::isfinite(net.alpha) && std::isfinite(net.beta))) return kMinAutoSlots;
+  const double bdp = 2 * net.alpha / net.beta;
   const double budget = std::floor(kAutoSlotMemory / (double(std::max<size_t>(slotBytes, 1)) * std::max(size, 1)));
   const double want = std::min({std::ceil(bdp / double(std::max<size_t>(slotBytes, 1))) + 1, double(kMaxAutoSlots),
                                 std::max(budget, double(kMinAutoSlots))});

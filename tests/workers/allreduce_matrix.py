@@ -180,8 +180,9 @@ def matrix(rc, a, algo: str, big_mib: int, drawn: dict, full: bool, mixed: bool)
             del res
 
     # Ranks that differ in memory kind (odd ranks rc.empty, even ranks NumPy): algorithms
-    # that choose a path by memory kind must still agree (direct, 1-16 MiB: the slot ring
-    # as soon as any rank's buffers are user memory).
+    # that choose a path by memory kind must still agree (direct at 12 ranks and more, 4-16
+    # MiB: the slot ring as soon as any rank's buffers are user memory; below, each rank
+    # stages or reads by cross-memory calls on its own).
     for nbytes in () if a.no_mixed or not mixed else [int(b) for b in a.mixed_bytes.split(",")]:
         if ("mixed", nbytes) not in drawn:
             n = nbytes // 4  # element i of rank q: (5 i + 3 q) % 32 - 16
