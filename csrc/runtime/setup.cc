@@ -31,15 +31,18 @@ settings::Value checkSetting(const std::string& name, const std::string& text) {
   return v;
 }
 
+Protocol protocolFor(const settings::Values& values, const tuning::Policy& policy, int size) {
+  return Protocol::from(values, policy.network(transport::networkCandidates(values.text("transport"))), size);
+}
+
 std::unique_ptr<Group> makeGroup(int rank, int size, int localSize, const settings::Values& values,
                                  const JobLayout& layout, std::map<std::string, CostModel> measured,
                                  std::shared_ptr<WaitHooks> hooks, std::shared_ptr<LogSink> sink) {
   tuning::Policy policy = tuning::Policy::from(values, std::move(measured));
   auto log = std::make_shared<const Log>(rank, parseLogLevel(values.text("log_level")), std::move(sink));
-  const Protocol protocol =
-      Protocol::from(values, policy.network(transport::networkCandidates(values.text("transport"))), size);
-  auto comm = std::make_unique<Communicator>(rank, size, localSize, protocol, transport::Options::from(values), layout,
-                                             std::move(hooks), std::move(log));
+  auto comm =
+      std::make_unique<Communicator>(rank, size, localSize, protocolFor(values, policy, size),
+                                     transport::Options::from(values), layout, std::move(hooks), std::move(log));
   return std::make_unique<Group>(std::move(comm), std::move(policy));
 }
 

@@ -9,6 +9,7 @@
 #include "common/log.h"
 #include "common/settings.h"
 #include "runtime/group.h"
+#include "tuning/policy.h"
 
 namespace rdmacoll {
 
@@ -16,6 +17,10 @@ namespace rdmacoll {
 // then the check of the layer that reads it (RDMACOLL_ALGO against the algorithm table,
 // RDMACOLL_TRANSPORT against the transport registry). Throws Error naming the variable.
 settings::Value checkSetting(const std::string& name, const std::string& text);
+
+// The protocol init() runs with: the settings, the slot depth (RDMACOLL_SLOTS=0) from the
+// constants of the network the job may use (the policy's tuning entries) for `size` ranks.
+Protocol protocolFor(const settings::Values& values, const tuning::Policy& policy, int size);
 
 // A group over a new communicator (not yet connected: bootstrap exchanges addresses,
 // then calls Group::connect). `measured`: a tuning file's constants by backend name;

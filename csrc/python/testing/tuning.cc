@@ -6,12 +6,10 @@
 #include <set>
 
 #include "algorithms/table.h"
-#include "comm/protocol.h"
 #include "common/error.h"
 #include "python/convert.h"
 #include "python/testing/hooks.h"
-#include "transport/transport.h"
-#include "tuning/policy.h"
+#include "runtime/setup.h"
 #include "tuning/select.h"
 
 namespace py = pybind11;
@@ -23,7 +21,7 @@ void bindTestingTuning(py::module_& m) {
       [](const py::dict& settings, const py::dict& measured, int ranks) {
         const settings::Values v = valuesFromDict(settings);
         const tuning::Policy policy = tuning::Policy::from(v, costModelsFromDict(measured));
-        return Protocol::from(v, policy.network(transport::networkCandidates(v.text("transport"))), ranks).slots;
+        return protocolFor(v, policy, ranks).slots;
       },
       "The receive slots per peer init() would use for these settings, tuning entries "
       "({backend: {alpha, beta, gamma}}) and ranks (runtime/setup.cc).");

@@ -273,11 +273,11 @@ std::unique_ptr<Endpoint> IbvDevice::connect(int peer, const Bytes& peerAddress)
     const uint32_t qpn = a.qpn[static_cast<size_t>(rank_) * a.lanes + static_cast<size_t>(l)];
     const Rail& mine = rails_[static_cast<size_t>(railOf(static_cast<size_t>(l)))];
     const size_t theirs = static_cast<size_t>(l) % a.rail.size();
-    char gid[INET6_ADDRSTRLEN] = "?";
-    inet_ntop(AF_INET6, a.rail[theirs].gid, gid, sizeof(gid));
+    ibv_gid gid;
+    std::memcpy(gid.raw, a.rail[theirs].gid, sizeof(gid.raw));
     const std::string path = "lane " + std::to_string(l) + ": " + mine.port.device + ":" +
                              std::to_string(mine.port.port) + " to its rail " + std::to_string(theirs) +
-                             (mine.local.linkLayer == wire::kEthernet ? std::string(", GID ") + gid
+                             (mine.local.linkLayer == wire::kEthernet ? ", GID " + gidText(gid)
                                                                       : ", LID " + std::to_string(a.rail[theirs].lid));
     q->connect(mine.local, a.rail[theirs], a.psn, qpn, path);
     qps.push_back(q);

@@ -83,10 +83,14 @@ int chooseGid(const Verbs& v, ibv_device* dev, ibv_context* ctx, uint8_t port, i
   return best;
 }
 
+}  // namespace
+
 std::string gidText(const ibv_gid& g) {
   char buf[INET6_ADDRSTRLEN];
   return inet_ntop(AF_INET6, g.raw, buf, sizeof(buf)) ? buf : "?";
 }
+
+namespace {
 
 const char* mtuText(ibv_mtu m) {
   switch (m) {

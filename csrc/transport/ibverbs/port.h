@@ -47,6 +47,9 @@ std::vector<PortChoice> choosePorts(const Verbs& v, const Options& options);
 // rails choosePorts would take or why none.
 TransportReport probe(const Options& options);
 
+// "::ffff:10.0.2.15": a GID as an IPv6 address.
+std::string gidText(const ibv_gid& g);
+
 // The GID type as sysfs reports it for (device, port, index): "IB/RoCE v1", "RoCE v2", or "".
 std::string gidTypeOf(const ibv_device* dev, uint8_t port, int index);
 
