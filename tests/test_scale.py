@@ -14,6 +14,8 @@ import pytest
 from mpi_util import rank_records, share, shared_part
 from rdmacoll import _core
 
+import _rdmacoll_testing as _testing
+
 SCALE_DIR = Path(__file__).resolve().parent.parent / "benchmarks" / "scale"
 COUNTS = [1, 1000, 300001]  # float32: one element, under the eager limit, several segments
 # (world, transport): the algorithms forced there (direct and ring read peers in place, so
@@ -137,6 +139,58 @@ def test_simulation_agrees_with_the_closed_forms_on_uniform_links(simulator):
     for r in rows:
         tol = 0.10 if r["algorithm"] in ("tree", "hierarchical") else 0.02
         assert abs(r["ratio"] - 1) <= tol, r
+
+
+def test_exchanges_send_half_the_slots_ahead():
+    """comm/pairwise.cc: before a pairwise exchange receives its first piece it has sent
+    half the peer's slots (the rest cover the credits that come back behind the peer's
+    own pieces); in place (recursive doubling after its first step) as well, each piece
+    stored to once its own write left. The traced schedule shows it: halving-doubling of
+    16 MiB at 2 ranks, 256 KiB pieces."""
+    ops, flows = _core.SCHEDULE_OPS, _core.SCHEDULE_FLOWS
+
+    def ahead(algo, slots):
+        """Slot pieces rank 0 puts before each of its first two slot awaits."""
+        rows = _core.schedule(algo, 2, (16 << 20) // 4, _core.DTYPES["float32"], settings={"slots": slots})[0]
+        out, puts = [], 0
+        for op, flow, _peer, _value in rows.tolist():
+            if ops[op] == "put" and flows[flow] == "slot":
+                puts += 1
+            elif ops[op] == "await" and flows[flow] == "slot":
+                out.append(puts)
+                if len(out) == 2:
+                    return out
+        return out
+
+    for slots in (2, 4, 8, 16):
+        w = slots // 2
+        assert ahead("halving_doubling", slots) == [w, w + 1], slots
+        assert ahead("recursive_doubling", slots) == [w, w + 1], slots
+    assert ahead("halving_doubling", 1) == [1, 2]  # one slot: one piece at a time
+
+
+@pytest.mark.timeout(300)
+def test_exchanges_keep_the_link_busy_over_its_round_trip(simulator):
+    """Halving-doubling and recursive doubling of 16 MiB at 64 ranks in 256 KiB pieces (the
+    default slots): their time is the closed form's (link and reduction overlapped but for
+    a piece per exchange) within 2%, and links 10x slower to cross (10 us instead of 1),
+    with the slots the job gets for them, add no more than the exchanges' own latency
+    (13 and 7 dependent steps, 2 links each). Sending a piece and then receiving the peer's paid a round trip per piece:
+    halving-doubling took 1.55x its closed form with 1 us links, and 10 us links added
+    59 routes' latency at 2 ranks, where it has 3 steps."""
+    sweep, sim = simulator
+    slow = sweep.Simulator(sim.binary, sweep.Links(latency=10e-6))
+    n, p = 16 << 20, 64
+    # the slots a job on the slower links gets (comm/protocol.h: twice the 1 MB in flight)
+    slots = _testing.protocol_slots({}, {"ibverbs": {"alpha": 20e-6, "beta": 1 / 25e9}}, p)
+    assert slots == 10
+    net, hosts, local = sweep.platform_models(sim.links, "star", p)
+    forms = sweep.closed_forms(n, p, net, hosts=hosts, local=local, segment_bytes=256 << 10)
+    for algo, steps in (("halving_doubling", 13), ("recursive_doubling", 7)):
+        fast = sim.run("star", algo, p, n)["seconds"]
+        assert fast == pytest.approx(forms[algo], rel=0.02), algo
+        added = slow.run("star", algo, p, n, slots=slots)["seconds"] - fast
+        assert 0 < added <= steps * 2 * 9e-6 * 1.05, (algo, added)
 
 
 def test_simulator_replays_a_schedule_and_reports_a_deadlock_free_finish(simulator):

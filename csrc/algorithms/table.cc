@@ -71,23 +71,42 @@ double shared(const Costs& k, const Situation& s, int distance) {
   const bool core = k.oversubscription > 1 && (k.leafRanks <= 0 || distance >= k.leafRanks);
   return host * (core ? k.oversubscription : 1.0);
 }
-// Step s exchanges the whole vector with the rank 2^s away.
+// One pairwise exchange (pairwise.cc) of b bytes each way in pieces of `piece`: sent half
+// the slots ahead of what is received, so the link carries b (times what shares it,
+// `share`) while the rank reduces what arrived (`inputs` bytes read per byte received: 2,
+// or 0 for a copy); the two overlap but for one piece, so the longer costs all of b and
+// the shorter one piece. Pieces of b (piece 0: unknown) add them, as the one-segment
+// forms did (the simulator's agreement test runs one segment per message).
+double exchange(const CostModel& m, double b, double share, double inputs, double piece) {
+  const double link = m.beta * share, work = m.gamma * inputs, one = piece > 0 ? std::min(b, piece) : b;
+  return m.alpha + std::max(link, work) * b + std::min(link, work) * one;
+}
+// A folded pair (p not a power of two): the extra rank's n into its partner, reduced
+// there as it arrives, before the exchanges, and the result's n back after them (the
+// form before charged n once, as if the two overlapped: 1.1-1.4x short at 48 ranks).
+double foldCost(const CostModel& m, int p, double n, double piece) {
+  return foldSteps(p) * (exchange(m, n, 1, 2, piece) + exchange(m, n, 1, 0, piece));
+}
+// Step s exchanges the whole vector with the rank 2^s away. One header round first.
 double recursiveDoublingCost(const Costs& k, const Situation& s) {
   const CostModel& m = k.flat;
-  const double n = double(s.bytes), lg = schedule::log2Floor(s.ranks), f = foldSteps(s.ranks);
-  double moved = f * n;
-  for (int d = 1; d < (1 << static_cast<int>(lg)); d <<= 1) moved += n * shared(k, s, d);
-  return (lg + 2 * f + 1) * m.alpha + m.beta * moved + m.gamma * 2.0 * (lg + f) * n;
+  const double n = double(s.bytes);
+  double t = m.alpha + foldCost(m, s.ranks, n, s.segmentBytes);
+  for (int d = 1; d < schedule::pow2Floor(s.ranks); d <<= 1) t += exchange(m, n, shared(k, s, d), 2, s.segmentBytes);
+  return t;
 }
 // Reduce-scatter step s exchanges n / 2^(s+1) with the rank P / 2^(s+1) away, allgather
 // the same back: 2 (P-1)/P n in all where no exchange shares a link (shared above).
 double halvingDoublingCost(const Costs& k, const Situation& s) {
   const CostModel& m = k.flat;
-  const double n = double(s.bytes), P = schedule::pow2Floor(s.ranks), lg = schedule::log2Floor(s.ranks),
-               f = foldSteps(s.ranks);
-  double moved = f * n;
-  for (int d = static_cast<int>(P) / 2; d >= 1; d /= 2) moved += 2.0 * n * d / P * shared(k, s, d);
-  return (2 * lg + 2 * f + 1) * m.alpha + m.beta * moved + m.gamma * (2.0 * (P - 1) / P + 2 * f) * n;
+  const double n = double(s.bytes);
+  const int P = schedule::pow2Floor(s.ranks);
+  double t = m.alpha + foldCost(m, s.ranks, n, s.segmentBytes);
+  for (int d = P / 2; d >= 1; d /= 2) {
+    const double b = n * d / P, share = shared(k, s, d);
+    t += exchange(m, b, share, 2, s.segmentBytes) + exchange(m, b, share, 0, s.segmentBytes);
+  }
+  return t;
 }
 // The skewed pipeline of allreduce_tree.cc: halves of n/2 in segments of s bytes. Filling
 // it, a segment climbs depth ~ ceil(log2 p) levels and comes down as many, each a step in

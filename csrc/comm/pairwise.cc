@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "comm/primitives.h"
 #include "common/error.h"
@@ -30,6 +31,49 @@ void recvCopyPiece(Communicator& c, Peer& from, char* dst, size_t len) {
   copyBytes(dst, prim::recvSlot(c, from), len);
   prim::releaseSlot(c, from);
 }
+// The sending side of a shift: before receiving piece i it has sent pieces up to
+// i + window - 1, so the next pieces cross the link while the first are in flight: a
+// link with a round trip of t carries a piece per piece time, not one per t + piece time
+// (the simulator: halving-doubling of 16 MiB at 64 ranks paid a round trip per 256 KiB
+// piece, docs/scale.md). window = half the peer's slots: where the peer sends to me too,
+// the credit it returns for my piece m travels behind its own pieces in flight (a queue
+// pair or a byte stream sends in order), so my credits come back a window late, and the
+// other half of the slots covers that (with all of them as the window, the credits'
+// wait cost what the window saved). A send of message m waits for the peer to consume
+// message m - slots, which it does before sending its own piece m - slots + window < m:
+// every wait is for an earlier message of the other side, so no two ranks wait on each
+// other. Where the send aliases the receive (send == dst), piece i is stored to once its
+// own write left it (its ticket; the window's later writes may still be in flight).
+struct Ahead {
+  Communicator& c;
+  Peer& to;
+  const char* src;
+  const size_t bytes, seg, pieces, window;
+  const bool aliased;
+  size_t sent = 0;
+  std::vector<uint64_t> tickets;  // piece k's write at k % window (aliased only)
+  Ahead(Communicator& c, Peer& to, const char* src, size_t bytes, size_t seg, bool aliased)
+      : c(c),
+        to(to),
+        src(src),
+        bytes(bytes),
+        seg(seg),
+        pieces(pairwise::pieces(bytes, seg)),
+        window(static_cast<size_t>(std::max(1, c.protocol().slots / 2))),
+        aliased(aliased),
+        tickets(aliased ? window : 0) {}
+  void sendThrough(size_t i) {
+    for (; sent < pieces && sent < i + window; ++sent) {
+      const uint64_t t = prim::sendSlot(c, to, src + sent * seg, pieceLen(bytes, seg, sent));
+      if (aliased) tickets[sent % window] = t;
+    }
+  }
+  // Before piece i is stored to where it aliases: piece i's write left it (sent, so its
+  // ticket is among the window's last).
+  void waitLeft(size_t i) {
+    if (aliased && i < pieces) prim::waitWritten(to, tickets[i % window]);
+  }
+};
 }  // namespace
 
 void send(Communicator& c, Peer& to, const void* data, size_t bytes, size_t segBytes) {
@@ -61,14 +105,11 @@ void shiftReduce(Communicator& c, Peer& to, const void* send, size_t sendBytes, 
   const char* s = static_cast<const char*>(send);
   char* d = static_cast<char*>(dst);
   const char* m = static_cast<const char*>(mine);
-  const size_t ns = pieces(sendBytes, segBytes), nr = pieces(recvBytes, segBytes);
-  const bool aliased = overlap(s, sendBytes, d, recvBytes);
-  for (size_t i = 0; i < std::max(ns, nr); ++i) {
-    const uint64_t sent = i < ns ? prim::sendSlot(c, to, s + i * segBytes, pieceLen(sendBytes, segBytes, i)) : 0;
+  Ahead out(c, to, s, sendBytes, segBytes, overlap(s, sendBytes, d, recvBytes));
+  for (size_t i = 0, nr = pieces(recvBytes, segBytes); i < std::max(out.pieces, nr); ++i) {
+    out.sendThrough(i);
     if (i < nr) {
-      // Piece i of an aliased send is stored to now: its write must have left it (the
-      // peer's piece i came independently of mine, which proves nothing about it).
-      if (aliased) prim::waitWritten(to, sent);
+      out.waitLeft(i);
       recvReducePiece(c, from, call, d + i * segBytes, m + i * segBytes, pieceLen(recvBytes, segBytes, i), theirsFirst,
                       scale);
     }
@@ -79,12 +120,11 @@ void shift(Communicator& c, Peer& to, const void* send, size_t sendBytes, Peer& 
            size_t segBytes) {
   const char* s = static_cast<const char*>(send);
   char* d = static_cast<char*>(dst);
-  const size_t ns = pieces(sendBytes, segBytes), nr = pieces(recvBytes, segBytes);
-  const bool aliased = overlap(s, sendBytes, d, recvBytes);
-  for (size_t i = 0; i < std::max(ns, nr); ++i) {
-    const uint64_t sent = i < ns ? prim::sendSlot(c, to, s + i * segBytes, pieceLen(sendBytes, segBytes, i)) : 0;
+  Ahead out(c, to, s, sendBytes, segBytes, overlap(s, sendBytes, d, recvBytes));
+  for (size_t i = 0, nr = pieces(recvBytes, segBytes); i < std::max(out.pieces, nr); ++i) {
+    out.sendThrough(i);
     if (i < nr) {
-      if (aliased) prim::waitWritten(to, sent);
+      out.waitLeft(i);
       recvCopyPiece(c, from, d + i * segBytes, pieceLen(recvBytes, segBytes, i));
     }
   }

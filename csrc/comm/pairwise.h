@@ -4,9 +4,10 @@
 // slotBytes). Both sides of a transfer compute the same lengths, so they agree on the
 // number of messages; an empty range sends nothing.
 //
-// The exchanges interleave sending piece i and receiving piece i, so two ranks that
-// exchange with each other never wait for a credit the other can only give after its
-// own send: deadlock-free with any number of slots.
+// The exchanges send ahead of what they receive by as many pieces as the peer has slots
+// (pairwise.cc: Ahead), so the link stays busy over its round trip, and a send only ever
+// waits for a credit the peer gives before its own send of that index: two ranks that
+// exchange with each other never wait on each other, with any number of slots.
 #pragma once
 #include <algorithm>
 #include <cstddef>

@@ -19,10 +19,12 @@
 namespace rdmacoll {
 
 // RDMACOLL_SLOTS=0 (the default): the slots per peer follow the network's bandwidth-delay
-// product. A sender keeps up to `slots` messages in flight to a peer, and a slot's credit
-// comes back a round trip (2 alpha) after its message left, so a link of 1/beta bytes
-// per second stays busy with ceil(2 alpha / beta / slotBytes) slots, plus the one the
-// receiver is reducing from. At least kMinAutoSlots (what the pipelines were measured
+// product. A sender keeps messages in flight to a peer, and a slot's credit comes back a
+// round trip (2 alpha) after its message left, so a link of 1/beta bytes per second stays
+// busy with ceil(2 alpha / beta / slotBytes) messages in flight, plus the one the
+// receiver is reducing from. Twice that many slots: pairwise exchanges send half the
+// slots ahead (comm/pairwise.cc: the credits for them come back behind the peer's own
+// half, in order on the same queue pair). At least kMinAutoSlots (what the pipelines were measured
 // with, within a host and across), at most the setting's own 64, and above the minimum
 // no more than keep the slot memory for `size` peers within kAutoSlotMemory (per rank:
 // a host of 64 ranks then holds at most 16 GiB of slots, as 4 slots of 1 MiB would).
@@ -35,8 +37,8 @@ inline int slotsForNetwork(const CostModel& net, size_t slotBytes, int size) {
   if (!(net.alpha > 0 && net.beta > 0 && std::isfinite(net.alpha) && std::isfinite(net.beta))) return kMinAutoSlots;
   const double bdp = 2 * net.alpha / net.beta;
   const double budget = std::floor(kAutoSlotMemory / (double(std::max<size_t>(slotBytes, 1)) * std::max(size, 1)));
-  const double want = std::min({std::ceil(bdp / double(std::max<size_t>(slotBytes, 1))) + 1, double(kMaxAutoSlots),
-                                std::max(budget, double(kMinAutoSlots))});
+  const double want = std::min({2 * (std::ceil(bdp / double(std::max<size_t>(slotBytes, 1))) + 1),
+                                double(kMaxAutoSlots), std::max(budget, double(kMinAutoSlots))});
   return std::max(kMinAutoSlots, static_cast<int>(want));
 }
 

@@ -43,7 +43,10 @@ def _time_allreduce(x: np.ndarray, target_s: float, rounds: int) -> tuple[float,
 
 def _coefficients(nbytes: int, p: int) -> dict[str, np.ndarray]:
     """Each algorithm's cost as (steps, bytes moved, bytes reduced): its cost function
-    evaluated at the unit models (costs are linear in the constants)."""
+    evaluated at the unit models. Costs are linear in the constants but for the pairwise
+    exchanges', which overlap the link with the reduction (the longer of the two); at a
+    unit model that is the sum, which is what one host measures (sending there is the
+    CPU's copy, so the two do add)."""
     units = [
         dict(alpha=1.0, beta=0.0, gamma=0.0),
         dict(alpha=0.0, beta=1.0, gamma=0.0),
