@@ -11,9 +11,15 @@
 //   get     a blocking transfer from the peer's host to mine (a read of its memory);
 //   reduce  compute for value * gamma seconds; copy: value * copy seconds.
 // Bytes travel under SimGrid's CM02 network model with cross-traffic off: a message takes
-// the route's latency plus its bytes over the bandwidth max-min fair sharing leaves it, no
+// its bytes over the bandwidth max-min fair sharing leaves it plus the route's latency, no
 // TCP correction factors (RDMA moves bytes without slow start or window; docs/scale.md says
-// how the links' latency and bandwidth are calibrated).
+// how the links' latency and bandwidth are calibrated). Fair: CM02 weighs a flow's share
+// of a link by the inverse of its route's latency (TCP's round-trip unfairness: a flow
+// across a fat tree's spine got half the share of one within a leaf), where NICs and
+// switches arbitrate flow by flow. So the links' latencies are 0 in the sharing (every
+// flow the same weight) and the simulator adds each message's route latency itself: a
+// message is seen that long after its last byte arrived (--latency-weighted 1: CM02's
+// own sharing, for comparison).
 //
 // Platforms (--platform): star (every rank a host on one switch: uniform links), fattree
 // and fattree4 (two levels, leaves of 16 hosts, 16 or 4 spines: 1:1 and 4:1), dragonfly
@@ -56,6 +62,7 @@ struct Options {
   double gamma = 1.2e-11, copy = 0;                     // s per byte of reduction input, of copy
   uint64_t segmentBytes = 1 << 20, slotBytes = 256 << 10, eagerBytes = 32 << 10;
   int slots = 4;
+  int latencyWeighted = 0;  // 1: CM02's sharing weighted by route latency (as it was)
 };
 
 struct PairSender;
@@ -66,6 +73,7 @@ struct Rank {
   std::unordered_map<int, PairSender*> out;
   std::unordered_map<int, sg4::Mailbox*> in;
   std::unordered_map<int, std::array<uint64_t, rdmacoll_trace::kFlows>> arrived;
+  std::unordered_map<int, double> latencyFrom;  // a peer's route latency to me (fair sharing)
   bool done = false;
   double finished = 0;  // when its last step ended: the call returned there
 };
@@ -73,6 +81,25 @@ struct Rank {
 std::vector<Rank> g_ranks;
 Options g_opt;
 uint64_t g_messages = 0;
+
+// Fair sharing: every link's latency, taken out of the platform (set to 0 there).
+std::unordered_map<const sg4::Link*, double> g_linkLatency;
+void takeLatenciesOut(const sg4::Engine& e) {
+  for (sg4::Link* l : e.get_all_links()) {
+    g_linkLatency[l] = l->get_latency();
+    l->set_latency(0);
+  }
+}
+double routeLatency(const sg4::Host* from, const sg4::Host* to) {
+  std::vector<sg4::Link*> links;
+  double inPlatform = 0;
+  from->route_to(to, links, &inPlatform);
+  for (const sg4::Link* l : links) {
+    const auto it = g_linkLatency.find(l);
+    if (it != g_linkLatency.end()) inPlatform += it->second;
+  }
+  return inPlatform;
+}
 
 sg4::Mailbox* pair(int from, int to) { return sg4::Mailbox::by_name(std::to_string(from) + ">" + std::to_string(to)); }
 
@@ -119,13 +146,19 @@ void play(int r) {
         auto& got = me.arrived[s.peer];
         sg4::Mailbox*& box = me.in[s.peer];
         if (box == nullptr) box = pair(s.peer, r);  // a peer that never puts: waits forever (a deadlock)
+        const double latency = g_opt.latencyWeighted ? 0.0 : me.latencyFrom[s.peer];
         while (got[static_cast<int>(s.flow)] < s.value) {
-          void* flow = box->get<void>();
+          void* flow = nullptr;
+          sg4::CommPtr comm = box->get_async<void>(&flow);
+          comm->wait();
+          const double seen = comm->get_finish_time() + latency;  // its last byte, then the route
+          if (seen > sg4::Engine::get_clock()) sg4::this_actor::sleep_until(seen);
           ++got[reinterpret_cast<intptr_t>(flow)];
         }
         break;
       }
       case Op::kGet:
+        if (!g_opt.latencyWeighted) sg4::this_actor::sleep_for(routeLatency(g_ranks[s.peer].host, me.host));
         sg4::Comm::sendto(g_ranks[s.peer].host, me.host, s.value);
         break;
       case Op::kReduce:
@@ -290,6 +323,7 @@ void parse(int argc, char** argv) {
       {"--slot-bytes", whole(o.slotBytes)},
       {"--slots", whole(o.slots)},
       {"--eager-bytes", whole(o.eagerBytes)},
+      {"--latency-weighted", whole(o.latencyWeighted)},
   };
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -334,6 +368,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   const Options& o = g_opt;
+  if (!o.latencyWeighted) takeLatenciesOut(e);
   rdmacoll_trace::Request req;
   req.algorithm = o.algorithm;
   req.ranks = o.ranks;
@@ -392,6 +427,7 @@ int main(int argc, char** argv) {
       })->daemonize();
       g_ranks[r].out[s.peer] = sender;
       g_ranks[s.peer].in[r] = wire;
+      if (!o.latencyWeighted) g_ranks[s.peer].latencyFrom[r] = routeLatency(g_hosts[r], g_hosts[s.peer]);
       ++g_messages;
     }
   }
