@@ -144,14 +144,16 @@ def test_simulation_agrees_with_the_closed_forms_on_uniform_links(simulator):
 def test_exchanges_send_half_the_slots_ahead():
     """comm/pairwise.cc: before a pairwise exchange receives its first piece it has sent
     half the peer's slots (the rest cover the credits that come back behind the peer's
-    own pieces); in place (recursive doubling after its first step) as well, each piece
-    stored to once its own write left. The traced schedule shows it: halving-doubling of
-    16 MiB at 2 ranks, 256 KiB pieces."""
+    own pieces) where a NIC moves the bytes, as the traced schedule models it
+    (prim::writesAhead; over shm and tcp one piece); in place as well, each piece stored
+    to once its own write left. Halving-doubling and recursive doubling of 16 MiB at 2
+    ranks, 256 KiB pieces."""
     ops, flows = _core.SCHEDULE_OPS, _core.SCHEDULE_FLOWS
 
-    def ahead(algo, slots):
+    def ahead(algo, slots, in_place=False):
         """Slot pieces rank 0 puts before each of its first two slot awaits."""
-        rows = _core.schedule(algo, 2, (16 << 20) // 4, _core.DTYPES["float32"], settings={"slots": slots})[0]
+        count = (16 << 20) // 4
+        rows = _core.schedule(algo, 2, count, _core.DTYPES["float32"], in_place=in_place, settings={"slots": slots})[0]
         out, puts = [], 0
         for op, flow, _peer, _value in rows.tolist():
             if ops[op] == "put" and flows[flow] == "slot":
@@ -166,6 +168,7 @@ def test_exchanges_send_half_the_slots_ahead():
         w = slots // 2
         assert ahead("halving_doubling", slots) == [w, w + 1], slots
         assert ahead("recursive_doubling", slots) == [w, w + 1], slots
+        assert ahead("recursive_doubling", slots, in_place=True) == [w, w + 1], slots
     assert ahead("halving_doubling", 1) == [1, 2]  # one slot: one piece at a time
 
 

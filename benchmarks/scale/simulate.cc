@@ -151,7 +151,9 @@ void play(int r) {
           void* flow = nullptr;
           sg4::CommPtr comm = box->get_async<void>(&flow);
           comm->wait();
-          const double seen = comm->get_finish_time() + latency;  // its last byte, then the route
+          // its last byte, then the route (a message matched as it was posted has no finish time)
+          const double arrived = comm->get_finish_time() >= 0 ? comm->get_finish_time() : sg4::Engine::get_clock();
+          const double seen = arrived + latency;
           if (seen > sg4::Engine::get_clock()) sg4::this_actor::sleep_until(seen);
           ++got[reinterpret_cast<intptr_t>(flow)];
         }

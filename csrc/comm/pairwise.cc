@@ -26,6 +26,13 @@ void recvReducePiece(Communicator& c, Peer& from, const Call& call, char* dst, c
 }
 
 bool overlap(const char* a, size_t an, const char* b, size_t bn) { return an && bn && a < b + bn && b < a + an; }
+// Whether send and dst alias, which they may only piece for piece (pairwise.h): a partial
+// overlap would be stored to while pieces sent ahead are still in flight.
+bool aliasedPieceForPiece(const char* s, size_t sn, const char* d, size_t dn) {
+  if (!overlap(s, sn, d, dn)) return false;
+  if (s != d) throw Error("internal: a pairwise exchange whose send and receive ranges overlap partially");
+  return true;
+}
 
 void recvCopyPiece(Communicator& c, Peer& from, char* dst, size_t len) {
   copyBytes(dst, prim::recvSlot(c, from), len);
@@ -35,7 +42,8 @@ void recvCopyPiece(Communicator& c, Peer& from, char* dst, size_t len) {
 // i + window - 1, so the next pieces cross the link while the first are in flight: a
 // link with a round trip of t carries a piece per piece time, not one per t + piece time
 // (the simulator: halving-doubling of 16 MiB at 64 ranks paid a round trip per 256 KiB
-// piece, docs/scale.md). window = half the peer's slots: where the peer sends to me too,
+// piece, docs/scale.md), where a NIC moves the bytes (prim::writesAhead: 1 elsewhere, where
+// a write is this host's CPU work). window = half the peer's slots: where the peer sends to me too,
 // the credit it returns for my piece m travels behind its own pieces in flight (a queue
 // pair or a byte stream sends in order), so my credits come back a window late, and the
 // other half of the slots covers that (with all of them as the window, the credits'
@@ -59,7 +67,7 @@ struct Ahead {
         bytes(bytes),
         seg(seg),
         pieces(pairwise::pieces(bytes, seg)),
-        window(static_cast<size_t>(std::max(1, c.protocol().slots / 2))),
+        window(prim::writesAhead(c, to)),
         aliased(aliased),
         tickets(aliased ? window : 0) {}
   void sendThrough(size_t i) {
@@ -105,7 +113,7 @@ void shiftReduce(Communicator& c, Peer& to, const void* send, size_t sendBytes, 
   const char* s = static_cast<const char*>(send);
   char* d = static_cast<char*>(dst);
   const char* m = static_cast<const char*>(mine);
-  Ahead out(c, to, s, sendBytes, segBytes, overlap(s, sendBytes, d, recvBytes));
+  Ahead out(c, to, s, sendBytes, segBytes, aliasedPieceForPiece(s, sendBytes, d, recvBytes));
   for (size_t i = 0, nr = pieces(recvBytes, segBytes); i < std::max(out.pieces, nr); ++i) {
     out.sendThrough(i);
     if (i < nr) {
@@ -120,7 +128,7 @@ void shift(Communicator& c, Peer& to, const void* send, size_t sendBytes, Peer& 
            size_t segBytes) {
   const char* s = static_cast<const char*>(send);
   char* d = static_cast<char*>(dst);
-  Ahead out(c, to, s, sendBytes, segBytes, overlap(s, sendBytes, d, recvBytes));
+  Ahead out(c, to, s, sendBytes, segBytes, aliasedPieceForPiece(s, sendBytes, d, recvBytes));
   for (size_t i = 0, nr = pieces(recvBytes, segBytes); i < std::max(out.pieces, nr); ++i) {
     out.sendThrough(i);
     if (i < nr) {

@@ -62,6 +62,9 @@ using Bytes = std::vector<uint8_t>;
 enum Capability : uint32_t {
   kCanRead = 1u << 0,  // read() works for every RemoteMemory of this endpoint
   kCanMap = 1u << 1,   // map() gives load/store pointers into the peer's *allocated* memory
+  // write() moves the bytes without this process's CPUs (a NIC): several writes in flight
+  // hide the link's round trip instead of spreading the same CPU work thinner
+  kOffloadsWrites = 1u << 2,
 };
 
 // The packed form of a Memory: what travels to peers. Fixed size, no allocation.

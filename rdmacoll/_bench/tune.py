@@ -44,9 +44,10 @@ def _time_allreduce(x: np.ndarray, target_s: float, rounds: int) -> tuple[float,
 def _coefficients(nbytes: int, p: int) -> dict[str, np.ndarray]:
     """Each algorithm's cost as (steps, bytes moved, bytes reduced): its cost function
     evaluated at the unit models. Costs are linear in the constants but for the pairwise
-    exchanges', which overlap the link with the reduction (the longer of the two); at a
-    unit model that is the sum, which is what one host measures (sending there is the
-    CPU's copy, so the two do add)."""
+    exchanges', which overlap the link with the reduction where a NIC moves the bytes (the
+    longer of the two); at a unit model that is the sum. Over shm and tcp, what --tune
+    times, the exchanges send one piece at a time (prim::writesAhead) and the two do add;
+    over ibverbs the fit charges them a little more than they take."""
     units = [
         dict(alpha=1.0, beta=0.0, gamma=0.0),
         dict(alpha=0.0, beta=1.0, gamma=0.0),

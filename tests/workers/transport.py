@@ -31,7 +31,11 @@ WRITER, READER = 0, 1
 
 
 # What each transport declares it can do beyond writes (csrc/transport/*/: capabilities()).
-DECLARED = {"shm": _testing.CAN_READ | _testing.CAN_MAP, "tcp": 0, "ibverbs": _testing.CAN_READ}
+DECLARED = {
+    "shm": _testing.CAN_READ | _testing.CAN_MAP,
+    "tcp": 0,
+    "ibverbs": _testing.CAN_READ | _testing.OFFLOADS_WRITES,
+}
 
 
 class Ctx:

@@ -135,4 +135,5 @@ void bindTestingTransport(py::module_& m) {
       .def("describe", &TransportProbe::describe);
   m.attr("CAN_READ") = static_cast<int>(kCanRead);
   m.attr("CAN_MAP") = static_cast<int>(kCanMap);
+  m.attr("OFFLOADS_WRITES") = static_cast<int>(kOffloadsWrites);
 }

@@ -77,7 +77,7 @@ class IbvEndpoint : public Endpoint {
   // lanes: this rank's queue pairs to the peer (lane 0 first); remoteQpns: the peer's, the
   // same order; peerRails: how many the peer has (lane l reaches its rail l % peerRails).
   IbvEndpoint(IbvDevice* dev, std::vector<QueuePair*> lanes, int peer, std::vector<uint32_t> remoteQpns, int peerRails);
-  uint32_t capabilities() const override { return kCanRead; }
+  uint32_t capabilities() const override { return kCanRead | kOffloadsWrites; }
   void unpack(const PackedMemory& packed, RemoteMemory* out) override;
   uint64_t write(const void* src, const RemoteMemory& dst, size_t dstOff, size_t len, bool hasImm,
                  uint32_t imm) override;
