@@ -197,17 +197,11 @@ void IbvDevice::keepInheritable(void* p, size_t len) {
   madvise(reinterpret_cast<void*>(b), e - b, MADV_DOFORK);
 }
 
-// A device being removed (rdma link delete, driver unload, hot-unplug) loses its uverbs
-// character device first. Providers that can disassociate (mlx5) then fail every call
-// with EIO; others (rxe) keep working while the removal waits for every process to close
-// the device, so nothing else would ever tell the job.
+// A device being removed loses its uverbs character device first (queue_pair.h: removalOf).
 std::string IbvDevice::failure() {
   for (const Rail& rl : rails_) {
-    const ibv_context* ctx = rl.port.ctx;
-    if (!ctx || ctx->device->dev_path[0] == 0 || access(ctx->device->dev_path, F_OK) == 0) continue;
-    return "ibverbs: the RDMA device " + rl.port.device + ":" + std::to_string(rl.port.port) +
-           " is being removed from this host (rdma link delete, driver unload or hot-unplug: " + ctx->device->dev_path +
-           " is gone); the removal completes when this process closes it (rdmacoll.shutdown() or exit)";
+    const std::string gone = removalOf(rl.port.ctx, rl.port.device + ":" + std::to_string(rl.port.port));
+    if (!gone.empty()) return gone;
   }
   return {};
 }

@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 #include <sched.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -31,7 +32,7 @@ const char* opName(const ibv_wc& wc) { return wc.wr_id ? "an RDMA write or read"
 
 QueuePair::QueuePair(const Verbs& v, ibv_context* ctx, ibv_pd* pd, ibv_comp_channel* channel, const QpLimits& lim,
                      int peer)
-    : v_(v), peer_(peer), lim_(lim), imms_(static_cast<size_t>(lim.recvDepth)) {
+    : v_(v), ctx_(ctx), peer_(peer), lim_(lim), imms_(static_cast<size_t>(lim.recvDepth)) {
   cq_ = v_.create_cq(ctx, lim.sendDepth + lim.recvDepth, nullptr, channel, 0);
   if (!cq_) throw Error(sysError("ibverbs: ibv_create_cq for rank " + std::to_string(peer), errno));
   ibv_qp_init_attr ia{};
@@ -182,14 +183,28 @@ void QueuePair::throwIfDeadLocked() {
   if (dead_) throw Error(reason_);
 }
 
+std::string removalOf(const ibv_context* ctx, const std::string& where) {
+  if (!ctx || ctx->device->dev_path[0] == 0 || access(ctx->device->dev_path, F_OK) == 0) return {};
+  return "ibverbs: the RDMA device " + where +
+         " is being removed from this host (rdma link delete, driver unload or hot-unplug: " + ctx->device->dev_path +
+         " is gone); the removal completes when this process closes it (rdmacoll.shutdown() or exit)";
+}
+
+void QueuePair::throwIfRemoved(int spins) const {
+  if ((spins & 1023) != 1023) return;
+  const std::string gone = removalOf(ctx_, ctx_->device->name);
+  if (!gone.empty()) throw Error(gone);
+}
+
 uint64_t QueuePair::post(ibv_send_wr* wr, bool signaled) {
   std::lock_guard<std::mutex> g(mu_);
   throwIfDeadLocked();
   // Room in the send queue: at most sendDepth-1 requests outstanding. At least one in
   // every sendDepth/4 is signaled, so draining makes progress.
-  while (posted_ - completed_ >= static_cast<uint64_t>(lim_.sendDepth - 1)) {
+  for (int spins = 0; posted_ - completed_ >= static_cast<uint64_t>(lim_.sendDepth - 1); ++spins) {
     if (!drainLocked()) sched_yield();
     throwIfDeadLocked();
+    throwIfRemoved(spins);
   }
   const uint64_t seq = ++posted_;
   if (++unsignaled_ >= lim_.sendDepth / 4) signaled = true;
@@ -215,6 +230,7 @@ void QueuePair::waitSent(uint64_t seq) {
       if (completed_ >= seq) return;
     }
     if (spins > 64) sched_yield();
+    throwIfRemoved(spins);
   }
 }
 

@@ -44,6 +44,13 @@ struct LocalPort {
   uint32_t psn = 0;
 };
 
+// The device behind ctx is being removed (its uverbs character device is gone: rdma link
+// delete, driver unload, hot-unplug): the error that says so, naming it as `where`; else
+// empty. Providers that can disassociate (mlx5) then fail every call with EIO; others
+// (rxe) keep working while the removal waits for every process to close the device, so
+// nothing else would ever tell the job.
+std::string removalOf(const ibv_context* ctx, const std::string& where);
+
 class QueuePair {
  public:
   QueuePair(const Verbs& v, ibv_context* ctx, ibv_pd* pd, ibv_comp_channel* channel, const QpLimits& lim, int peer);
@@ -82,7 +89,12 @@ class QueuePair {
   void throwIfDeadLocked();
   void markDeadLocked(const ibv_wc& wc);
 
+  // Throws removalOf's error; checked every 1024 turns of a wait for the send queue, so
+  // that no wait outlasts the device (a peer gone with it leaves completions that never come).
+  void throwIfRemoved(int spins) const;
+
   const Verbs& v_;
+  ibv_context* ctx_;
   int peer_;
   QpLimits lim_;
   uint32_t maxInline_ = 0;
