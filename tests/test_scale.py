@@ -145,7 +145,7 @@ def test_exchanges_send_half_the_slots_ahead():
     """comm/pairwise.cc: before a pairwise exchange receives its first piece it has sent
     half the peer's slots (the rest cover the credits that come back behind the peer's
     own pieces) where a NIC moves the bytes, as the traced schedule models it
-    (prim::writesAhead; over shm and tcp one piece); in place as well, each piece stored
+    (prim::writesOffloaded; over shm and tcp one piece); in place as well, each piece stored
     to once its own write left. Halving-doubling and recursive doubling of 16 MiB at 2
     ranks, 256 KiB pieces."""
     ops, flows = _core.SCHEDULE_OPS, _core.SCHEDULE_FLOWS

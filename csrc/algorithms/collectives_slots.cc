@@ -23,7 +23,7 @@
 //
 // allgather and reducescatter are comm/ring.h's slot ring (shift -1: rank r owns part r),
 // whose deadlock freedom is argued there. broadcast forwards piece i after receiving it,
-// and alltoall is pairwise::shift (sending ahead by prim::writesAhead), so a rank blocked
+// and alltoall is pairwise::shift (sending ahead by prim::writesOffloaded), so a rank blocked
 // on a credit waits on a rank that is strictly earlier in the schedule, and no cycle of
 // waits can form with any number of slots.
 #include <algorithm>

@@ -42,16 +42,18 @@ void recvCopyPiece(Communicator& c, Peer& from, char* dst, size_t len) {
 // i + window - 1, so the next pieces cross the link while the first are in flight: a
 // link with a round trip of t carries a piece per piece time, not one per t + piece time
 // (the simulator: halving-doubling of 16 MiB at 64 ranks paid a round trip per 256 KiB
-// piece, docs/scale.md), where a NIC moves the bytes (prim::writesAhead: 1 elsewhere, where
-// a write is this host's CPU work). window = half the peer's slots: where the peer sends to me too,
-// the credit it returns for my piece m travels behind its own pieces in flight (a queue
-// pair or a byte stream sends in order), so my credits come back a window late, and the
-// other half of the slots covers that (with all of them as the window, the credits'
-// wait cost what the window saved). A send of message m waits for the peer to consume
-// message m - slots, which it does before sending its own piece m - slots + window < m:
-// every wait is for an earlier message of the other side, so no two ranks wait on each
-// other. Where the send aliases the receive (send == dst), piece i is stored to once its
-// own write left it (its ticket; the window's later writes may still be in flight).
+// piece, docs/scale.md). Only where a NIC moves the bytes (prim::writesOffloaded):
+// elsewhere a write is this host's CPU work, which sending ahead only interleaved worse
+// (1.1-1.5x slower at 4-16 MiB, 2-4 ranks on 2 cores), so there window = 1. Else window =
+// half the peer's slots: where the peer sends to me too, the credit it returns for my
+// piece m travels behind its own pieces in flight (a queue pair sends in order), so my
+// credits come back a window late, and the other half of the slots covers that (with all
+// of them as the window, the credits' wait cost what the window saved). A send of message
+// m waits for the peer to consume message m - slots, which it does before sending its own
+// piece m - slots + window < m: every wait is for an earlier message of the other side,
+// so no two ranks wait on each other. Where the send aliases the receive (send == dst),
+// piece i is stored to once its own write left it (its ticket; the window's later writes
+// may still be in flight).
 struct Ahead {
   Communicator& c;
   Peer& to;
@@ -67,7 +69,7 @@ struct Ahead {
         bytes(bytes),
         seg(seg),
         pieces(pairwise::pieces(bytes, seg)),
-        window(prim::writesAhead(c, to)),
+        window(prim::writesOffloaded(to) ? static_cast<size_t>(std::max(1, c.protocol().slots / 2)) : 1),
         aliased(aliased),
         tickets(aliased ? window : 0) {}
   void sendThrough(size_t i) {

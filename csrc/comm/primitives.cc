@@ -249,10 +249,7 @@ void releaseSlot(Communicator& c, Peer& from) {
   from.ep->put64(from.ctrl, c.layout().credit(c.rank()), from.msgsReceived);
 }
 
-size_t writesAhead(const Communicator& c, const Peer& to) {
-  if (!(to.ep->capabilities() & transport::kOffloadsWrites)) return 1;
-  return static_cast<size_t>(std::max(1, c.protocol().slots / 2));
-}
+bool writesOffloaded(const Peer& to) { return to.ep->capabilities() & transport::kOffloadsWrites; }
 
 void waitWritten(Peer& to, uint64_t ticket) { to.ep->waitWritten(ticket); }
 

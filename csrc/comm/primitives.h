@@ -139,12 +139,10 @@ void releaseSlot(Communicator& c, Peer& from);
 // pairwise exchanges (pairwise.cc) and eager in place, which wait themselves; a pool
 // block handed back inside a call (finishWrites first).
 void waitWritten(Peer& to, uint64_t ticket);
-// How many slot messages a pairwise exchange (pairwise.cc) sends to `to` ahead of what it
-// receives: half the slots where the transport's writes need none of this host's CPUs
-// (kOffloadsWrites: a NIC), so the link's round trip is hidden; 1 where a write is this
-// host's work (shm's copy, tcp's thread): there sending ahead only interleaved the same
-// work worse (tcp, 2-4 ranks on 2 cores: 1.1-1.5x slower at 4-16 MiB).
-size_t writesAhead(const Communicator& c, const Peer& to);
+// Whether writes to `to` need none of this host's CPUs (the transport declares
+// kOffloadsWrites: a NIC moves the bytes). Where a write is this host's CPU work, several
+// in flight only interleave it worse; pairwise exchanges send ahead only where offloaded.
+bool writesOffloaded(const Peer& to);
 // A staging segment (segmentBytes) to build a message in: free of earlier writes.
 void* sendStaging(Communicator& c);
 // At a call's end: until every write of it has left its source (the user's memory, the
