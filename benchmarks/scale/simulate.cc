@@ -26,8 +26,8 @@
 // (groups of 4 chassis x 4 routers x 4 hosts, one link between every pair of groups), hosts8
 // (hosts of --ranks-per-host ranks, 8 by default, joined by fast links inside, on a 1:1 fat
 // tree; ranks r..r+7 share one) and star8 (such hosts on one switch: uniform links between
-// hosts). `--algorithm innet` (star only) is a what-if, not one of rdmacoll's: the switch sums
-// (inNetworkSteps below). Output: one JSON line.
+// hosts). `--algorithm innet` (star, fattree, fattree4) is a what-if, not one of rdmacoll's:
+// the switches sum (inNetworkSteps below). Output: one JSON line.
 #include <simgrid/s4u.hpp>
 
 #include <algorithm>
@@ -176,35 +176,59 @@ void play(int r) {
   me.finished = sg4::Engine::get_clock();
 }
 
-// ---- in-network aggregation, a what-if (not one of rdmacoll's algorithms): the switch sums
-// what passes through it (SwitchML, SHARP). Every rank streams its n bytes in slot-sized
-// segments to the switch, at most `slots` ahead of the results it got back; the switch,
-// once it has segment k from every rank, sends the sum back to each (summing at line
-// rate). A rank's link carries n each way, where a ring's carries 2 (p-1)/p n.
+// ---- in-network aggregation, a what-if (not one of rdmacoll's algorithms): switches sum
+// what passes through them (SwitchML, SHARP). Every rank streams its n bytes in slot-sized
+// segments to its switch, at most `slots` ahead of the results it got back. On a star the
+// switch, once it has segment k from every rank, sends the sum back to each. On a fat
+// tree (leaves of `leaf` ranks) each leaf switch sums its ranks' segment k and sends the
+// partial sum up; the spines (one actor: segment k summed on spine k mod spines, so
+// every spine sees the same load) sum the leaves' and send the total down, and each leaf
+// switch passes it to its ranks. Switches sum at line rate. A rank's link carries n each
+// way, where a ring's carries 2 (p-1)/p n; a leaf's uplinks carry n each way, whatever
+// the ranks under it.
 const std::string kInNetwork = "innet";
 
-std::vector<std::vector<Step>> inNetworkSteps(int p, uint64_t bytes, uint64_t segment, int window) {
+// Actors: ranks 0..p-1, then each leaf switch's two (on a fat tree: the one that sums its
+// ranks' segments and sends them up, then the one that passes the totals down, as a
+// switch's ports work both ways at once), then the top switch (the star's, or the spines').
+std::vector<std::vector<Step>> inNetworkSteps(int p, int leaf, uint64_t bytes, uint64_t segment, int window) {
   using rdmacoll_trace::Flow;
-  const int sw = p;  // the switch's index
+  const int leaves = leaf > 0 ? p / leaf : 0, top = p + 2 * leaves;
   const uint64_t nseg = bytes ? (bytes + segment - 1) / segment : 0;
   auto len = [&](uint64_t k) { return std::min(segment, bytes - k * segment); };
-  std::vector<std::vector<Step>> steps(p + 1);
+  auto up = [&](int r) { return leaves ? p + r / leaf : top; };             // where rank r's segments go
+  auto down = [&](int r) { return leaves ? p + leaves + r / leaf : top; };  // where its totals come from
+  // a switch's actor: segment k from each of `from` (first, count), then on to each of `to`
+  auto sum = [&](std::vector<Step>& me, std::pair<int, int> from, std::pair<int, int> to) {
+    for (uint64_t k = 0; k < nseg; ++k) {
+      for (int c = from.first; c < from.first + from.second; ++c) me.push_back({Op::kAwait, Flow::kSlot, c, k + 1});
+      for (int c = to.first; c < to.first + to.second; ++c) me.push_back({Op::kPut, Flow::kSlot, c, len(k)});
+    }
+  };
+  std::vector<std::vector<Step>> steps(top + 1);
   for (int r = 0; r < p; ++r) {
     for (uint64_t k = 0; k < nseg; ++k) {
-      steps[r].push_back({Op::kPut, Flow::kSlot, sw, len(k)});
-      if (k + 1 >= uint64_t(window)) steps[r].push_back({Op::kAwait, Flow::kSlot, sw, k + 2 - window});
+      steps[r].push_back({Op::kPut, Flow::kSlot, up(r), len(k)});
+      if (k + 1 >= uint64_t(window)) steps[r].push_back({Op::kAwait, Flow::kSlot, down(r), k + 2 - window});
     }
-    if (nseg) steps[r].push_back({Op::kAwait, Flow::kSlot, sw, nseg});
+    if (nseg) steps[r].push_back({Op::kAwait, Flow::kSlot, down(r), nseg});
   }
-  for (uint64_t k = 0; k < nseg; ++k) {
-    for (int r = 0; r < p; ++r) steps[sw].push_back({Op::kAwait, Flow::kSlot, r, k + 1});
-    for (int r = 0; r < p; ++r) steps[sw].push_back({Op::kPut, Flow::kSlot, r, len(k)});
+  for (int j = 0; j < leaves; ++j) {
+    sum(steps[p + j], {j * leaf, leaf}, {top, 1});           // up: its ranks' sum to the spines
+    sum(steps[p + leaves + j], {top, 1}, {j * leaf, leaf});  // down: the total to its ranks
   }
+  if (leaves)
+    sum(steps[top], {p, leaves}, {p + leaves, leaves});  // the spines: the leaves' sum
+  else
+    sum(steps[top], {0, p}, {0, p});  // a star's switch
   return steps;
 }
 
 // ---- platforms: every rank's host, in rank order
 constexpr double kSpeed = 1e9;  // flops/s; compute steps are given in seconds * speed
+constexpr int kLeafHosts = 16;  // hosts under a fat tree's leaf switch
+// A fat tree's spines, each leaf's uplinks: 16 (1:1) or 4 (4:1).
+int spines(const std::string& platform) { return platform == "fattree4" ? 4 : kLeafHosts; }
 
 std::vector<sg4::Host*> g_hosts;
 
@@ -233,6 +257,74 @@ std::pair<simgrid::kernel::routing::NetPoint*, simgrid::kernel::routing::NetPoin
   inside->add_route(gateway, nullptr, nullptr, nullptr, {{nic, sg4::LinkInRoute::Direction::UP}}, true);
   inside->seal();
   return {inside->get_netpoint(), gateway};
+}
+
+// The in-network what-if's switches that sum (inNetworkSteps): one on a star, a leaf's
+// and the spines' on a fat tree.
+int leafRanks() { return g_opt.algorithm == kInNetwork && g_opt.platform != "star" ? kLeafHosts : 0; }
+int switchActors() { return g_opt.algorithm != kInNetwork ? 0 : 1 + (leafRanks() ? 2 * g_opt.ranks / leafRanks() : 0); }
+
+// The fat trees with switches that sum, built of stars (SimGrid's fat-tree zone has routers
+// where the switches are, and a router runs no actor): under each leaf its 16 hosts and its
+// summing switch, a host whose port reaches all 16 at once; the leaf's uplinks to the
+// spines (16, or 4 for 4:1) as one link of their summed rate and one link's latency (the
+// spines get the same share of every segment, inNetworkSteps); the spines' summing as one
+// host whose port reaches every leaf at once. A route rank-leaf is one link's latency and
+// leaf-spines another, as on the fat tree.
+void summingFatTree() {
+  const Options& o = g_opt;
+  const int leaves = o.ranks / kLeafHosts;
+  if (leaves * kLeafHosts != o.ranks || leaves < 2) {
+    throw std::invalid_argument("fat trees take 32 or more ranks, a multiple of 16");
+  }
+  const double uplinks = spines(o.platform);
+  auto* core = sg4::create_star_zone("core");
+  // (each in a zone of its own: a host directly in the root star zone, beside the leaves'
+  // zones, is not routed to them in SimGrid 3.32)
+  auto zoneOf = [&](const std::string& name) {
+    auto* z = sg4::create_star_zone(name);
+    z->set_parent(core);
+    auto* gateway = z->create_router(name + "-gw");
+    auto* inside = z->create_split_duplex_link(name + "-gw-l", o.bandwidth * kLeafHosts * leaves * 1e3);
+    inside->set_latency(0)->seal();
+    z->add_route(gateway, nullptr, nullptr, nullptr, {{inside, sg4::LinkInRoute::Direction::UP}}, true);
+    return std::make_pair(z, gateway);
+  };
+  // a summing switch: a host whose port reaches `ports` links at once
+  auto summing = [&](sg4::NetZone* z, const std::string& name, double ports) {
+    sg4::Host* sw = z->create_host(name, kSpeed);
+    auto* port = z->create_split_duplex_link(name + "-l", o.bandwidth * ports);
+    port->set_latency(0)->seal();
+    z->add_route(sw->get_netpoint(), nullptr, nullptr, nullptr, {{port, sg4::LinkInRoute::Direction::UP}}, true);
+    return sw;
+  };
+  auto [top, topGateway] = zoneOf("spines");
+  sg4::Host* spinesSwitch = summing(top, "spines-switch", uplinks * leaves);
+  top->seal();
+  auto* topLink = core->create_split_duplex_link("spines-l", o.bandwidth * uplinks * leaves * 1e3);
+  topLink->set_latency(0)->seal();
+  core->add_route(top->get_netpoint(), nullptr, topGateway, nullptr, {{topLink, sg4::LinkInRoute::Direction::UP}},
+                  true);
+  std::vector<sg4::Host*> leafSwitches;
+  for (int j = 0; j < leaves; ++j) {
+    const std::string name = "leaf" + std::to_string(j);
+    auto [leaf, gateway] = zoneOf(name);
+    for (int i = 0; i < kLeafHosts; ++i) {
+      sg4::Host* h = leaf->create_host("h" + std::to_string(j * kLeafHosts + i), kSpeed);
+      auto* l = leaf->create_split_duplex_link(h->get_name() + "-l", o.bandwidth);
+      l->set_latency(o.latency)->seal();
+      leaf->add_route(h->get_netpoint(), nullptr, nullptr, nullptr, {{l, sg4::LinkInRoute::Direction::UP}}, true);
+      g_hosts.push_back(h);
+    }
+    leafSwitches.push_back(summing(leaf, name + "-switch", kLeafHosts + uplinks));
+    leaf->seal();
+    auto* up = core->create_split_duplex_link(name + "-up", o.bandwidth * uplinks);
+    up->set_latency(o.latency)->seal();
+    core->add_route(leaf->get_netpoint(), nullptr, gateway, nullptr, {{up, sg4::LinkInRoute::Direction::UP}}, true);
+  }
+  for (int twice = 0; twice < 2; ++twice) g_hosts.insert(g_hosts.end(), leafSwitches.begin(), leafSwitches.end());
+  g_hosts.push_back(spinesSwitch);
+  core->seal();
 }
 
 void buildPlatform() {
@@ -266,14 +358,15 @@ void buildPlatform() {
       zone->add_route(node, nullptr, gateway, nullptr, {{l, sg4::LinkInRoute::Direction::UP}}, true);
     }
     zone->seal();
+  } else if (o.algorithm == kInNetwork && (o.platform == "fattree" || o.platform == "fattree4")) {
+    summingFatTree();
   } else if (o.platform == "fattree" || o.platform == "fattree4" || o.platform == "hosts8") {
     const bool multi = o.platform == "hosts8";
     const int nodes = multi ? p / o.perHost : p;
-    if (nodes * (multi ? o.perHost : 1) != p || nodes % 16 != 0 || nodes < 32) {
+    if (nodes * (multi ? o.perHost : 1) != p || nodes % kLeafHosts != 0 || nodes < 32) {
       throw std::invalid_argument("fat trees take 32 or more leaves, a multiple of 16 (hosts8: of 8 ranks each)");
     }
-    const unsigned spines = o.platform == "fattree4" ? 4 : 16;
-    sg4::FatTreeParams params(2, {16, unsigned(nodes / 16)}, {1, spines}, {1, 1});
+    sg4::FatTreeParams params(2, {kLeafHosts, unsigned(nodes / kLeafHosts)}, {1, unsigned(spines(o.platform))}, {1, 1});
     auto* zone = sg4::create_fatTree_zone("fattree", nullptr, params, sg4::ClusterCallbacks(multi ? hostOf8 : oneHost),
                                           o.bandwidth, o.latency, duplex);
     zone->seal();
@@ -286,8 +379,7 @@ void buildPlatform() {
   } else {
     throw std::invalid_argument("platforms: star, star8, fattree, fattree4, dragonfly, hosts8");
   }
-  if (o.algorithm == kInNetwork && o.platform != "star") throw std::invalid_argument("innet runs on star only");
-  if (static_cast<int>(g_hosts.size()) != p + (o.algorithm == kInNetwork)) {
+  if (static_cast<int>(g_hosts.size()) != p + switchActors()) {
     throw std::logic_error("platform built the wrong number of hosts");
   }
 }
@@ -383,13 +475,13 @@ int main(int argc, char** argv) {
   req.slots = o.slots;
   req.eagerBytes = o.eagerBytes;
   const bool innet = o.algorithm == kInNetwork;
-  const int actorsCount = o.ranks + (innet ? 1 : 0);  // the switch is one more actor
+  const int actorsCount = o.ranks + switchActors();  // the summing switches are actors too
   g_ranks.resize(actorsCount);
   std::vector<sg4::ActorPtr> actors;
   uint64_t steps = 0, mostPut = 0, mostIn = 0;
   std::vector<uint64_t> into(actorsCount, 0);
   std::vector<std::vector<Step>> synthesized;
-  if (innet) synthesized = inNetworkSteps(o.ranks, uint64_t(o.bytes), o.slotBytes, o.slots);
+  if (innet) synthesized = inNetworkSteps(o.ranks, leafRanks(), uint64_t(o.bytes), o.slotBytes, o.slots);
   for (int r = 0; r < actorsCount; ++r) {
     try {
       g_ranks[r].steps = innet ? std::move(synthesized[r]) : rdmacoll_trace::stepsOf(req, r);
@@ -421,7 +513,9 @@ int main(int argc, char** argv) {
       PairSender* sender = g_senders.back().get();
       sender->wire = wire;
       const bool hosts = o.platform == "hosts8" || o.platform == "star8";  // ranks in hosts: local links
-      sender->rate = !hosts || innet                       ? o.bandwidth
+      const bool switches = innet && r >= o.ranks && s.peer >= o.ranks;    // a leaf's and the spines'
+      sender->rate = switches                              ? o.bandwidth * spines(o.platform)
+                     : !hosts || innet                     ? o.bandwidth
                      : req.hostOf[r] == req.hostOf[s.peer] ? o.localBandwidth
                                                            : std::min(o.bandwidth, o.localBandwidth);
       sg4::Actor::create("s" + std::to_string(r) + ">" + std::to_string(s.peer), g_hosts[r], [sender] {

@@ -10,6 +10,7 @@ sizes, and writes the tables and plots of docs/scale.md.
     python benchmarks/scale/sweep.py sweep --out docs/scale/sweep.json [--budget-s 60]
     python benchmarks/scale/sweep.py report docs/scale/sweep.json   # markdown + plots
     python benchmarks/scale/sweep.py validate docs/scale/veth_measured.json
+    python benchmarks/scale/sweep.py innet docs/scale/sweep.json     # switches that sum, what-if
 
 Link parameters (defaults: 200 Gb/s, 1 us per link, so 2 us between two hosts on one
 switch; the network's gamma 1.2e-11 s/B) are flags. The closed forms get the constants
@@ -36,6 +37,7 @@ NETWORK_ALGOS = ["ring_slots", "recursive_doubling", "halving_doubling", "tree",
 SIZES = [8, 64 * KIB, MIB, 16 * MIB, 256 * MIB]
 PLATFORMS = ["fattree", "fattree4", "dragonfly", "hosts8"]
 RANKS = [16, 32, 64, 128, 256, 512, 1024, 2048, 4096]
+SIZE_NAMES = {8: "8 B", 64 * KIB: "64 KiB", MIB: "1 MiB", 16 * MIB: "16 MiB", 256 * MIB: "256 MiB"}
 EAGER_BYTES = 32 * KIB  # RDMACOLL_EAGER_BYTES' default: eager runs up to it
 
 
@@ -251,6 +253,38 @@ def sweep(sim: Simulator, platforms=PLATFORMS, ranks=RANKS, sizes=SIZES, budget_
     return {"records": records, "stopped": [list(k) + [v] for k, v in stopped.items()]}
 
 
+# ---- in-network aggregation, a what-if (simulate.cc: inNetworkSteps)
+def innet(
+    sim: Simulator,
+    data: dict,
+    platforms=("fattree", "fattree4"),
+    ranks=(64, 512, 2048, 4096),
+    sizes=(64 * KIB, MIB, 16 * MIB, 256 * MIB),
+    log=print,
+) -> list[dict]:
+    """Switches that sum (leaf switches, then the spines) simulated at the sweep's points,
+    against the sweep's algorithms there: rows {platform, ranks, bytes, innet, ring, hd,
+    tree (seconds, None where the sweep has none), best, best_s (None where the best is not
+    known: best_known)}."""
+    recs = [r for r in data["records"] if "seconds" in r]
+    rows = []
+    for platform in platforms:
+        for p in ranks:
+            for nbytes in sizes:
+                here = [r for r in recs if (r["platform"], r["ranks"], r["bytes"]) == (platform, p, nbytes)]
+                if not here:
+                    continue  # the sweep did not reach this point
+                t = {r["algorithm"]: r["seconds"] for r in here}
+                row = {"platform": platform, "ranks": p, "bytes": nbytes}
+                row["innet"] = sim.run(platform, "innet", p, nbytes)["seconds"]
+                row.update(ring=t.get("ring_slots"), hd=t.get("halving_doubling"), tree=t.get("tree"))
+                best = best_known(recs, here)[0]
+                row["best"], row["best_s"] = (best["algorithm"], best["seconds"]) if best else (None, None)
+                rows.append(row)
+                log(json.dumps(row))
+    return rows
+
+
 # ---- validation against rdmacoll on shaped links
 def validate(sim_binary: Path, measured: dict, log=print) -> list[dict]:
     """Every record of benchmarks/scale/measure_veth.py's JSON (hosts in network namespaces
@@ -363,14 +397,27 @@ def ring_bound(recs, platform, ranks, nbytes) -> float | None:
     return max(smaller, key=lambda r: r["ranks"])["seconds"] if smaller else None
 
 
+def best_known(recs, rows) -> tuple[dict | None, bool]:
+    """The fastest of rows (the records of one platform, ranks and size) where it is known
+    to be the best there: every usable algorithm was simulated, or every one but the ring
+    and the ring's bound (ring_bound) is above the fastest of the others. (None, False)
+    where not known; the flag says whether the ring's bound was used."""
+    platform, p, nbytes = rows[0]["platform"], rows[0]["ranks"], rows[0]["bytes"]
+    hosts = p // 8 if platform in ("hosts8", "star8") else p
+    missing = set(usable(platform, nbytes, hosts)) - {r["algorithm"] for r in rows}
+    best = min(rows, key=lambda r: r["seconds"])
+    if missing == {"ring_slots"}:
+        bound = ring_bound(recs, platform, p, nbytes)
+        return (best, True) if bound is not None and bound >= best["seconds"] else (None, False)
+    return (None, False) if missing else (best, False)
+
+
 def selector_misses(recs, field="selected") -> dict:
-    """Points (platform, ranks, bytes) where every usable algorithm was simulated, or every
-    one but the ring and the ring's bound (ring_bound) is above the fastest of the others,
-    so that the best is known: how many had the selector (field: its choice with the
-    shipped settings, or "selected_core" with the platform's core settings) within 5% of
-    the best, and the others; "bounded": how many of the points are known by the ring's
-    bound, with the selector choosing the ring at none of them (where it does, the point is
-    left out: its time is not known)."""
+    """Points (platform, ranks, bytes) where the best is known (best_known): how many had
+    the selector (field: its choice with the shipped settings, or "selected_core" with the
+    platform's core settings) within 5% of the best, and the others; "bounded": how many of
+    the points are known by the ring's bound, with the selector choosing the ring at none
+    of them (where it does, the point is left out: its time is not known)."""
     points = {}
     for r in recs:
         points.setdefault((r["platform"], r["ranks"], r["bytes"]), []).append(r)
@@ -378,19 +425,12 @@ def selector_misses(recs, field="selected") -> dict:
     for key, rows in sorted(points.items()):
         sel = rows[0][field]
         chosen = [r for r in rows if r["algorithm"] == sel]
-        platform, p, nbytes = key
-        hosts = p // 8 if platform in ("hosts8", "star8") else p
-        missing = set(usable(platform, nbytes, hosts)) - {r["algorithm"] for r in rows}
         if not chosen:
             continue  # the selector's choice was not simulated here
-        best = min(rows, key=lambda r: r["seconds"])
-        if missing == {"ring_slots"}:
-            bound = ring_bound(recs, platform, p, nbytes)
-            if bound is None or bound < best["seconds"]:
-                continue  # the ring might be the best here: no best to compare with
-            bounded += 1
-        elif missing:
-            continue  # not every usable algorithm simulated: no best to compare with
+        best, by_bound = best_known(recs, rows)
+        if best is None:
+            continue  # no best to compare with
+        bounded += by_bound
         n += 1
         ratio = chosen[0]["seconds"] / best["seconds"]
         if ratio <= 1.05:
@@ -405,7 +445,6 @@ def report(data: dict, out_dir: Path) -> str:
     best simulated algorithm) and, where matplotlib is installed, plots in out_dir."""
     recs = [r for r in data["records"] if "seconds" in r]
     lines = []
-    size_name = {8: "8 B", 64 * KIB: "64 KiB", MIB: "1 MiB", 16 * MIB: "16 MiB", 256 * MIB: "256 MiB"}
     for platform in sorted({r["platform"] for r in recs}):
         for nbytes in sorted({r["bytes"] for r in recs}):
             sub = [r for r in recs if r["platform"] == platform and r["bytes"] == nbytes]
@@ -414,7 +453,7 @@ def report(data: dict, out_dir: Path) -> str:
             algos = [a for a in NETWORK_ALGOS if any(r["algorithm"] == a for r in sub)]
             ranks = sorted({r["ranks"] for r in sub})
             lines.append(
-                f"\n**{platform}, {size_name.get(nbytes, nbytes)}**: busbw GB/s (* selected with the shipped "
+                f"\n**{platform}, {SIZE_NAMES.get(nbytes, nbytes)}**: busbw GB/s (* selected with the shipped "
                 f"settings, + with the core's, RDMACOLL_NETWORK_OVERSUBSCRIPTION={CORE[platform][0]} "
                 f"RDMACOLL_NETWORK_LEAF_RANKS={CORE[platform][1]})\n"
             )
@@ -443,7 +482,7 @@ def report(data: dict, out_dir: Path) -> str:
             "the best's, best):\n"
         )
         for m in misses["beyond"]:
-            lines.append(f"- {m[0]}, {m[1]}, {size_name.get(m[2], m[2])}: {m[3]} {m[5]:.2f}x {m[4]}")
+            lines.append(f"- {m[0]}, {m[1]}, {SIZE_NAMES.get(m[2], m[2])}: {m[3]} {m[5]:.2f}x {m[4]}")
     text = "\n".join(lines) + "\n"
     try:
         import matplotlib
@@ -467,7 +506,7 @@ def report(data: dict, out_dir: Path) -> str:
                     ax.plot(*zip(*pts), marker="o", label=a)
             ax.set_xscale("log", base=2)
             ax.set_yscale("log")
-            ax.set_title(f"{platform}, {size_name.get(nbytes, nbytes)}")
+            ax.set_title(f"{platform}, {SIZE_NAMES.get(nbytes, nbytes)}")
             ax.set_xlabel("ranks")
         axes[0][0].set_ylabel("busbw GB/s")
         axes[0][-1].legend(fontsize=7)
@@ -479,8 +518,8 @@ def report(data: dict, out_dir: Path) -> str:
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("command", choices=["build", "agree", "sweep", "report", "validate", "steps"])
-    ap.add_argument("path", nargs="?", help="report: the sweep's JSON; validate: measure_veth.py's")
+    ap.add_argument("command", choices=["build", "agree", "sweep", "report", "validate", "steps", "innet"])
+    ap.add_argument("path", nargs="?", help="report, innet: the sweep's JSON; validate: measure_veth.py's")
     ap.add_argument("--build-dir", default=str(ROOT / "build" / "sim"))
     ap.add_argument("--ranks", type=int, default=64)
     ap.add_argument("--out", default=str(ROOT / "docs" / "scale" / "sweep.json"))
@@ -519,6 +558,21 @@ def main(argv=None):
             print(
                 f"{hr:>13} {r['algorithm']:20} {r['bytes']:>10} {r['measured']:11.4g} {r['simulated']:12.4g} "
                 f"{r['ratio']:8.3f}"
+            )
+    elif a.command == "innet":
+        rows = innet(sim, json.loads(Path(a.path).read_text()), log=lambda _: None)
+        print("| platform | ranks | size | innet us | ring | halving-doubling | tree | best | gain: ring | hd | best |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|")
+        for r in rows:
+            us = [f"{r[k] * 1e6:.4g}" if r[k] else "-" for k in ("innet", "ring", "hd", "tree")]
+            gain = [f"{r[k] / r['innet']:.1f}x" if r[k] else "-" for k in ("ring", "hd", "best_s")]
+            size = SIZE_NAMES.get(r["bytes"], r["bytes"])
+            print(
+                f"| {r['platform']} | {r['ranks']} | {size} | "
+                + " | ".join(us)
+                + f" | {r['best'] or '-'} | "
+                + " | ".join(gain)
+                + " |"
             )
     elif a.command == "agree":
         rows = agreement(sim, ranks=a.ranks)
