@@ -238,19 +238,31 @@ def test_switches_that_sum_carry_n_over_every_link_whatever_the_core(simulator):
     """In-network aggregation (a what-if, not one of rdmacoll's algorithms): a rank's link
     carries n each way, where a ring's carries 2 (p-1)/p n; on the fat trees the leaf
     switches sum their ranks' segments and their uplinks carry n each way whatever the
-    ranks under them, so a 4:1 core costs it nothing, where halving-doubling's exchanges
-    across it share a quarter of the links. At 16 MiB over 32 ranks, every platform takes
-    n over one link within 5% (the pipeline's fill besides)."""
+    ranks under them, striped over the spines, so a 4:1 core costs it little, where
+    halving-doubling's exchanges across it share a quarter of the links. At 16 MiB over 32
+    ranks, every platform takes n over one link within 5% (the pipeline's fill besides)."""
     sweep, sim = simulator
     n = 16 << 20
-    for platform in ("star", "fattree", "fattree4"):
-        t = sim.run(platform, "innet", 32, n, gamma=0)["seconds"]
+    big = {
+        platform: sim.run(platform, "innet", 32, n, gamma=0)["seconds"] for platform in ("star", "fattree", "fattree4")
+    }
+    for platform, t in big.items():
         assert t == pytest.approx(n / 25e9, rel=0.05), platform
-        # 2 pairs per rank (up, down); on a fat tree 2 per leaf switch besides (up, down)
-        assert sim.run(platform, "innet", 32, 8, gamma=0)["pairs"] == 2 * 32 + (0 if platform == "star" else 4)
+    # 8 B: up and down through one switch (2 links of 1 us), or through a leaf and the
+    # spines (4 links); 2 pairs per rank (up, down), on a fat tree 2 per leaf besides
+    for platform, links, pairs in (("star", 2, 64), ("fattree", 4, 68), ("fattree4", 4, 68)):
+        res = sim.run(platform, "innet", 32, 8, gamma=0)
+        assert res["seconds"] == pytest.approx(links * 1e-6, rel=0.01) and res["pairs"] == pairs, (platform, res)
+    # 64 KiB, one segment: its time over the leaf's uplinks (16 or 4 links' rate) shows
+    small = {
+        platform: sim.run(platform, "innet", 32, 64 << 10, gamma=0)["seconds"] for platform in ("fattree", "fattree4")
+    }
+    hop = (64 << 10) / 25e9
+    assert small["fattree"] == pytest.approx(4e-6 + 2 * hop + 2 * hop / 16, rel=0.01)
+    assert small["fattree4"] == pytest.approx(4e-6 + 2 * hop + 2 * hop / 4, rel=0.01)
     ring = sim.run("star", "ring_slots", 32, n, gamma=0)["seconds"]
     hd = sim.run("fattree4", "halving_doubling", 32, n, gamma=0)["seconds"]
-    assert t < 0.55 * ring and t < 0.4 * hd
+    assert big["star"] < 0.55 * ring and big["fattree4"] < 0.4 * hd
 
 
 def test_an_oversubscribed_core_steers_selection_off_exchanges_across_it():

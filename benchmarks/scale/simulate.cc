@@ -181,9 +181,9 @@ void play(int r) {
 // segments to its switch, at most `slots` ahead of the results it got back. On a star the
 // switch, once it has segment k from every rank, sends the sum back to each. On a fat
 // tree (leaves of `leaf` ranks) each leaf switch sums its ranks' segment k and sends the
-// partial sum up; the spines (one actor: segment k summed on spine k mod spines, so
-// every spine sees the same load) sum the leaves' and send the total down, and each leaf
-// switch passes it to its ranks. Switches sum at line rate. A rank's link carries n each
+// partial sum up, striped over its uplinks: every spine sums its 1/spines of each segment
+// (one actor for them all, as their shares are alike), and sends the total down, and each
+// leaf switch passes it to its ranks. Switches sum at line rate. A rank's link carries n each
 // way, where a ring's carries 2 (p-1)/p n; a leaf's uplinks carry n each way, whatever
 // the ranks under it.
 const std::string kInNetwork = "innet";
@@ -261,14 +261,17 @@ std::pair<simgrid::kernel::routing::NetPoint*, simgrid::kernel::routing::NetPoin
 
 // The in-network what-if's switches that sum (inNetworkSteps): one on a star, a leaf's
 // and the spines' on a fat tree.
-int leafRanks() { return g_opt.algorithm == kInNetwork && g_opt.platform != "star" ? kLeafHosts : 0; }
+bool summingTree() {
+  return g_opt.algorithm == kInNetwork && (g_opt.platform == "fattree" || g_opt.platform == "fattree4");
+}
+int leafRanks() { return summingTree() ? kLeafHosts : 0; }
 int switchActors() { return g_opt.algorithm != kInNetwork ? 0 : 1 + (leafRanks() ? 2 * g_opt.ranks / leafRanks() : 0); }
 
 // The fat trees with switches that sum, built of stars (SimGrid's fat-tree zone has routers
 // where the switches are, and a router runs no actor): under each leaf its 16 hosts and its
 // summing switch, a host whose port reaches all 16 at once; the leaf's uplinks to the
-// spines (16, or 4 for 4:1) as one link of their summed rate and one link's latency (the
-// spines get the same share of every segment, inNetworkSteps); the spines' summing as one
+// spines (16, or 4 for 4:1) as one link of their summed rate and one link's latency (a
+// segment is striped over them, inNetworkSteps); the spines' summing as one
 // host whose port reaches every leaf at once. A route rank-leaf is one link's latency and
 // leaf-spines another, as on the fat tree.
 void summingFatTree() {
@@ -358,8 +361,10 @@ void buildPlatform() {
       zone->add_route(node, nullptr, gateway, nullptr, {{l, sg4::LinkInRoute::Direction::UP}}, true);
     }
     zone->seal();
-  } else if (o.algorithm == kInNetwork && (o.platform == "fattree" || o.platform == "fattree4")) {
+  } else if (summingTree()) {
     summingFatTree();
+  } else if (o.algorithm == kInNetwork && o.platform != "star") {
+    throw std::invalid_argument("innet runs on star, fattree and fattree4");
   } else if (o.platform == "fattree" || o.platform == "fattree4" || o.platform == "hosts8") {
     const bool multi = o.platform == "hosts8";
     const int nodes = multi ? p / o.perHost : p;

@@ -11,6 +11,7 @@ sizes, and writes the tables and plots of docs/scale.md.
     python benchmarks/scale/sweep.py report docs/scale/sweep.json   # markdown + plots
     python benchmarks/scale/sweep.py validate docs/scale/veth_measured.json
     python benchmarks/scale/sweep.py innet docs/scale/sweep.json     # switches that sum, what-if
+    python benchmarks/scale/sweep.py add docs/scale/sweep.json --point fattree,tree,4096,16777216
 
 Link parameters (defaults: 200 Gb/s, 1 us per link, so 2 us between two hosts on one
 switch; the network's gamma 1.2e-11 s/B) are flags. The closed forms get the constants
@@ -239,18 +240,24 @@ def sweep(sim: Simulator, platforms=PLATFORMS, ranks=RANKS, sizes=SIZES, budget_
                         stopped[(platform, algo, nbytes)] = p
                 records.append(rec)
                 log(json.dumps(rec), flush=True)
-    net_cache = {}
+    add_selections(sim.links, records)
+    return {"records": records, "stopped": [list(k) + [v] for k, v in stopped.items()]}
+
+
+def add_selections(links: Links, records) -> None:
+    """Each record's "selected" and "selected_core": the selector's choice at its point
+    with the shipped settings and with the platform's core settings (CORE)."""
+    choices = {}
     for rec in records:
         key = (rec["platform"], rec["ranks"], rec["bytes"])
-        if key not in net_cache:
-            net, hosts, local = platform_models(sim.links, *key[:2])
+        if key not in choices:
+            net, hosts, local = platform_models(links, *key[:2])
             ok = usable(key[0], key[2], hosts)
-            net_cache[key] = (
+            choices[key] = (
                 selector_choice(key[2], key[1], net, hosts, local, ok),
                 selector_choice(key[2], key[1], net, hosts, local, ok, CORE[key[0]]),
             )
-        rec["selected"], rec["selected_core"] = net_cache[key]
-    return {"records": records, "stopped": [list(k) + [v] for k, v in stopped.items()]}
+        rec["selected"], rec["selected_core"] = choices[key]
 
 
 # ---- in-network aggregation, a what-if (simulate.cc: inNetworkSteps)
@@ -358,10 +365,9 @@ def step_model(data: dict) -> list[dict]:
     for platform in sorted({r["platform"] for r in recs}):
         for p in sorted({r["ranks"] for r in recs if r["platform"] == platform}):
             rows = {r["algorithm"]: r for r in recs if r["platform"] == platform and r["ranks"] == p}
-            hosts = p // 8 if platform in ("hosts8", "star8") else p
-            if set(rows) != set(usable(platform, BUCKET, hosts)):
-                continue  # not every algorithm simulated here: no best
-            best = min(rows.values(), key=lambda r: r["seconds"])
+            best = best_known(recs, list(rows.values()))[0]
+            if best is None:
+                continue  # not every algorithm simulated here (nor the ring bounded): no best
             sel = rows.get(next(iter(rows.values()))["selected_core"])
             for model, (grad, compute) in MODELS.items():
                 row = {"platform": platform, "ranks": p, "model": model, "best": best["algorithm"]}
@@ -518,8 +524,14 @@ def report(data: dict, out_dir: Path) -> str:
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("command", choices=["build", "agree", "sweep", "report", "validate", "steps", "innet"])
-    ap.add_argument("path", nargs="?", help="report, innet: the sweep's JSON; validate: measure_veth.py's")
+    ap.add_argument("command", choices=["build", "agree", "sweep", "report", "validate", "steps", "innet", "add"])
+    ap.add_argument("path", nargs="?", help="report, innet, add: the sweep's JSON; validate: measure_veth.py's")
+    ap.add_argument(
+        "--point",
+        action="append",
+        default=[],
+        help="add: PLATFORM,ALGORITHM,RANKS,BYTES simulated beyond the sweep's budget and added to its JSON",
+    )
     ap.add_argument("--build-dir", default=str(ROOT / "build" / "sim"))
     ap.add_argument("--ranks", type=int, default=64)
     ap.add_argument("--out", default=str(ROOT / "docs" / "scale" / "sweep.json"))
@@ -559,6 +571,20 @@ def main(argv=None):
                 f"{hr:>13} {r['algorithm']:20} {r['bytes']:>10} {r['measured']:11.4g} {r['simulated']:12.4g} "
                 f"{r['ratio']:8.3f}"
             )
+    elif a.command == "add":
+        data = json.loads(Path(a.path).read_text())
+        for point in a.point:
+            platform, algo, p, nbytes = point.split(",")
+            if platform not in PLATFORMS or algo not in NETWORK_ALGOS:
+                sys.exit(f"add: {point}: the sweep's platforms are {PLATFORMS}, its algorithms {NETWORK_ALGOS}")
+            res = sim.run(platform, algo, int(p), int(nbytes), timeout=6 * 3600)
+            rec = {"platform": platform, "algorithm": algo, "bytes": int(nbytes), "ranks": int(p)}
+            rec.update(seconds=res["seconds"], steps=res["steps"], wall_s=res["wall_s"], added=True)
+            data["records"] = [r for r in data["records"] if not all(r[k] == rec[k] for k in list(rec)[:4])]
+            data["records"].append(rec)
+            add_selections(sim.links, data["records"])
+            Path(a.path).write_text(json.dumps(data, indent=1))  # after each: a later point may take hours
+            print(json.dumps(rec), flush=True)
     elif a.command == "innet":
         rows = innet(sim, json.loads(Path(a.path).read_text()), log=lambda _: None)
         print("| platform | ranks | size | innet us | ring | halving-doubling | tree | best | gain: ring | hd | best |")
