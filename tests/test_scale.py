@@ -130,15 +130,22 @@ def simulator(tmp_path_factory):
 
 @pytest.mark.timeout(600)
 def test_simulation_agrees_with_the_closed_forms_on_uniform_links(simulator):
-    """64 ranks on one switch (hierarchical: hosts of 8): ring, recursive doubling,
-    halving-doubling and eager within 2% of their closed forms; the tree and hierarchical,
-    whose closed forms approximate a pipeline and the shared host link, within 10%."""
+    """64 ranks on one switch (hierarchical: hosts of 8), one segment per message: every
+    algorithm within 2% of its closed form. The tree's at uneven rank counts too (its
+    fill: schedule::treeCriticalPath; the form before was 8% over at 64 ranks), and
+    hierarchical's reduction counts the two inputs a ring reads per byte (it counted one:
+    9% short at 16 MiB)."""
     sweep, sim = simulator
     rows = sweep.agreement(sim, ranks=64)
     assert {r["algorithm"] for r in rows} == set(sweep.NETWORK_ALGOS)
     for r in rows:
-        tol = 0.10 if r["algorithm"] in ("tree", "hierarchical") else 0.02
-        assert abs(r["ratio"] - 1) <= tol, r
+        assert abs(r["ratio"] - 1) <= 0.02, r
+    for p in (17, 100):
+        n = 1 << 20
+        res = sim.run("star", "tree", p, n, segment_bytes=n, slot_bytes=n, slots=64)
+        net, hosts, local = sweep.platform_models(sim.links, "star", p)
+        want = sweep.closed_forms(n, p, net, hosts=hosts, segment_bytes=n)["tree"]
+        assert res["seconds"] == pytest.approx(want, rel=0.02), p
 
 
 def test_exchanges_send_half_the_slots_ahead():

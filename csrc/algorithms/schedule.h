@@ -135,6 +135,48 @@ inline int treeRoot(int p, int t) {
   if (t == 0) return 0;
   return p % 2 == 0 ? p - 1 : 1 % p;
 }
+// One segment through the double binary tree over p ranks, up from the leaves to the root
+// and back down, in the counts that cost it (the tree cost's fill, algorithms/table.cc).
+// levels: the hops up from the deepest leaf and back down to it. links: how many segment
+// times over one link it takes: a parent takes its children's segments over its link (two
+// at once: both are through two segment times after the first began, and one after the
+// second began), and sends its result to each child over it, two at once. inputs: the
+// segments reduced on the way up to the root from a leaf (a parent reduces its children's
+// and its own), the most over the leaves. Tree 1 has tree 0's shape (a mirror or a shift).
+// 64 ranks: 12 levels, 22 links and 17 inputs, where 6 levels of parents of two children
+// would give 12, 24 and 18 (the root has one child). O(p).
+struct TreePath {
+  int levels = 0, links = 0, inputs = 0;
+};
+namespace detail {
+// Rank v's subtree: when v's segment is through its parent's link (segment times from the
+// start), with the counts of the path from the root down to v (levels, down: the links
+// down to v, inputs) folded into `most` at the leaves.
+inline int treeUp(int p, int v, int levels, int down, int inputs, TreePath& most, int& mostDown) {
+  const TreeLinks l = btree(p, v);
+  const int children = (l.child[0] >= 0) + (l.child[1] >= 0);
+  if (children == 0) {
+    most.levels = std::max(most.levels, levels);
+    most.inputs = std::max(most.inputs, inputs);
+    mostDown = std::max(mostDown, down);
+    return 0;
+  }
+  int t[2], n = 0;
+  for (int c : l.child) {
+    if (c >= 0) t[n++] = treeUp(p, c, levels + 2, down + children, inputs + children + 1, most, mostDown);
+  }
+  return n == 1 ? t[0] + 1 : std::max(std::min(t[0], t[1]) + 2, std::max(t[0], t[1]) + 1);
+}
+}  // namespace detail
+inline TreePath treeCriticalPath(int p) {
+  TreePath most;
+  int mostDown = 0;
+  if (p < 2) return most;
+  most.links = detail::treeUp(p, 0, 0, 0, 0, most, mostDown);  // (rank 0: tree 0's root)
+  most.links += mostDown;
+  return most;
+}
+
 // The most edges of the double binary tree over groupOf.size() ranks (both trees) that
 // join a rank of one group to a rank outside it (groupOf[r]: r's group, numbered from 0):
 // how many of the pipelined tree's segments cross one group's links each way at once (an

@@ -109,12 +109,16 @@ double halvingDoublingCost(const Costs& k, const Situation& s) {
   return t;
 }
 // The skewed pipeline of allreduce_tree.cc: halves of n/2 in segments of s bytes. Filling
-// it, a segment climbs depth ~ ceil(log2 p) levels and comes down as many, each a step in
-// which a parent takes two children's s (or sends s to each) and reduces three inputs of s;
-// after that every further segment costs the busiest rank's step, where four segments of
-// both trees cross its link and it reduces three. Against the simulated pipeline at 4-256
-// ranks on uniform links, 17% under to 31% over (docs/scale.md: the in-order tree's uneven
-// depth); the form before (2 depth steps + 2 n bytes) was 2-7x short of it.
+// it, a segment goes up from a leaf to the root and back down (schedule::treeCriticalPath:
+// its levels, each a step; the segments that cross one link after another on the way, a
+// parent's children's up and its result to each of them down; the segments reduced).
+// Simulated with one segment on uniform links, 4-128 ranks, that is exact within 0.5%;
+// the form before (2 ceil(log2 p) levels of parents of two children, each 2 s over a link
+// and 1.5 s reduced per level) was 8% over at 64 ranks: the root has one child. After
+// that every further segment costs the busiest rank's step, where four segments of both
+// trees cross its link and it reduces three. Against the simulated pipeline at 4-256
+// ranks on uniform links, 17% under to 31% over (docs/scale.md: the in-order tree's
+// uneven depth).
 // Four segments per step is a rank's own link. Where a host's l ranks share its link, the
 // tree edges leaving the host cross it (6 for hosts of 8 consecutive ranks: the simulated
 // tree was 1.5-1.7x the form that charged 4 there); across an oversubscribed core, the
@@ -123,8 +127,7 @@ double halvingDoublingCost(const Costs& k, const Situation& s) {
 // host's, for leafRanks 0).
 double treeCost(const Costs& k, const Situation& s) {
   const CostModel& m = k.flat;
-  double depth = 0;
-  while ((1 << static_cast<int>(depth)) < s.ranks) ++depth;
+  const schedule::TreePath path = s.treePath.levels > 0 ? s.treePath : schedule::treeCriticalPath(s.ranks);
   const double half = double(s.bytes) / 2, seg = s.segmentBytes ? std::min(half, double(s.segmentBytes)) : half;
   const double nseg = seg > 0 ? std::ceil(half / seg) : 0;
   double load = s.hosts > 1 ? std::max(4.0, double(s.treeHostEdges)) : 4.0;
@@ -132,7 +135,7 @@ double treeCost(const Costs& k, const Situation& s) {
     const double hostsPerLeaf = k.leafRanks > 0 ? std::max(1.0, k.leafRanks * double(s.hosts) / s.ranks) : 1.0;
     load = std::max(load, (k.leafRanks > 0 ? s.treeLeafEdges : load) * k.oversubscription / hostsPerLeaf);
   }
-  const double fill = 2 * depth * (m.alpha + m.beta * 2 * seg + m.gamma * 1.5 * seg);
+  const double fill = path.levels * m.alpha + path.links * m.beta * seg + path.inputs * m.gamma * seg;
   const double steady = std::max(nseg - 1, 0.0) * (m.alpha + m.beta * load * seg + m.gamma * 3 * seg);
   return m.alpha + fill + steady;
 }
@@ -140,12 +143,15 @@ double treeCost(const Costs& k, const Situation& s) {
 // reduce-scatter and an allgather of n), then l rings across hosts at once, each an
 // allreduce of n/l under the network's: the l rings share each host's link, so it carries
 // the whole n (the form before gave each ring the link to itself, l times short of the
-// simulated time at 8 ranks per host, docs/scale.md). One header round first.
+// simulated time at 8 ranks per host, docs/scale.md). A ring's reduce-scatter reads two
+// inputs per byte it reduces, as ringCost counts (the form before counted one: 9% short of
+// the simulated time at 64 ranks and 16 MiB, all of it the reduction's). One header round
+// first.
 double hierarchicalCost(const Costs& k, const Situation& s) {
   const double N = double(s.bytes), l = s.ranksPerHost, h = s.hosts;
   const CostModel &a = k.local, &b = k.net;
-  return b.alpha + 2 * (l - 1) * a.alpha + a.beta * 2.0 * (l - 1) / l * N + a.gamma * (l - 1) / l * N +
-         2 * (h - 1) * b.alpha + b.beta * 2.0 * (h - 1) / h * N + b.gamma * (h - 1) / h * N / l;
+  return b.alpha + 2 * (l - 1) * a.alpha + a.beta * 2.0 * (l - 1) / l * N + a.gamma * 2.0 * (l - 1) / l * N +
+         2 * (h - 1) * b.alpha + b.beta * 2.0 * (h - 1) / h * N + b.gamma * 2.0 * (h - 1) / h * N / l;
 }
 // The other collectives: "direct" forms pay a header round, then each rank copies (or
 // reduces) its bytes straight out of peer memory, one pass. Slot forms: p-1 steps (the
@@ -300,6 +306,7 @@ Situation Situation::of(const Communicator& c, Collective collective, size_t byt
 
 void Situation::countCrossings(const std::vector<int>& hostOf, int leafRanks) {
   ringHostHops = ringHostLoad = treeHostEdges = treeLeafEdges = 0;
+  treePath = schedule::treeCriticalPath(ranks);
   if (hosts > 1 && static_cast<int>(hostOf.size()) == ranks) {
     std::vector<int> leaving(*std::max_element(hostOf.begin(), hostOf.end()) + 1, 0);
     for (int r = 0; r < ranks; ++r) {

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "algorithms/schedule.h"
 #include "comm/communicator.h"
 #include "common/cost_model.h"
 
@@ -44,6 +45,9 @@ struct Situation {
   // consecutive ranks (Costs::leafRanks). The selector's base situation counts them once
   // (countCrossings: O(p)), not every call.
   int ringHostHops = 0, ringHostLoad = 0, treeHostEdges = 0, treeLeafEdges = 0;
+  // The tree's one-segment path (schedule::treeCriticalPath(ranks)), counted with the
+  // crossings; levels 0: not counted (the cost counts it).
+  schedule::TreePath treePath;
 
   static Situation of(const Communicator& c, Collective collective, size_t bytes);
   // hostOf: every rank's host (empty: one host).
