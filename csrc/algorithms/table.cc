@@ -112,9 +112,12 @@ double halvingDoublingCost(const Costs& k, const Situation& s) {
 // it, a segment goes up from a leaf to the root and back down (schedule::treeCriticalPath:
 // its levels, each a step; the segments that cross one link after another on the way, a
 // parent's children's up and its result to each of them down; the segments reduced).
-// Simulated with one segment on uniform links, 4-128 ranks, that is exact within 0.5%;
-// the form before (2 ceil(log2 p) levels of parents of two children, each 2 s over a link
-// and 1.5 s reduced per level) was 8% over at 64 ranks: the root has one child. After
+// Simulated with one segment on uniform links, 2-129 ranks, that is exact (0.1%) at 118
+// rank counts and one segment time short at p = 2^k - 2^j (12, 24, 28, 48, ...), where a
+// rank runs tree 0's step of an iteration before tree 1's and a leaf's segment waits
+// behind a reduction. The form before (2 ceil(log2 p) levels of parents of two children,
+// each 2 s over a link and 1.5 s reduced per level) was 8% over at 64 ranks: the root has
+// one child. After
 // that every further segment costs the busiest rank's step, where four segments of both
 // trees cross its link and it reduces three. Against the simulated pipeline at 4-256
 // ranks on uniform links, 1-256 MiB in 256 KiB segments, 21% under to 16% over
