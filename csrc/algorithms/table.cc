@@ -117,11 +117,10 @@ double halvingDoublingCost(const Costs& k, const Situation& s) {
 // rank runs tree 0's step of an iteration before tree 1's and a leaf's segment waits
 // behind a reduction. The form before (2 ceil(log2 p) levels of parents of two children,
 // each 2 s over a link and 1.5 s reduced per level) was 8% over at 64 ranks: the root has
-// one child. After
-// that every further segment costs the busiest rank's step, where four segments of both
-// trees cross its link and it reduces three. Against the simulated pipeline at 4-256
-// ranks on uniform links, 1-256 MiB in 256 KiB segments, 21% under to 16% over
-// (docs/scale.md).
+// one child. After that every further segment costs the busiest rank's step, where four
+// segments of both trees cross its link and it reduces three. Against the simulated
+// pipeline at 4-256 ranks on uniform links, 1-256 MiB in 256 KiB segments, 21% under to
+// 16% over (docs/scale.md).
 // Four segments per step is a rank's own link. Where a host's l ranks share its link, the
 // tree edges leaving the host cross it (6 for hosts of 8 consecutive ranks: the simulated
 // tree was 1.5-1.7x the form that charged 4 there); across an oversubscribed core, the
