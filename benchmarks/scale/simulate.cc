@@ -232,29 +232,36 @@ int spines(const std::string& platform) { return platform == "fattree4" ? 4 : kL
 
 std::vector<sg4::Host*> g_hosts;
 
-std::pair<simgrid::kernel::routing::NetPoint*, simgrid::kernel::routing::NetPoint*> oneHost(
-    sg4::NetZone* zone, const std::vector<unsigned long>&, unsigned long id) {
+using NetPoint = simgrid::kernel::routing::NetPoint;
+// A star zone's member on a link of its own to the star's centre (a host, a router, or a
+// child zone through its gateway).
+void spoke(sg4::NetZone* zone, NetPoint* member, NetPoint* gateway, const std::string& link, double bandwidth,
+           double latency) {
+  auto* l = zone->create_split_duplex_link(link, bandwidth);
+  l->set_latency(latency)->seal();
+  zone->add_route(member, nullptr, gateway, nullptr, {{l, sg4::LinkInRoute::Direction::UP}}, true);
+}
+sg4::Host* hostOnStar(sg4::NetZone* zone, const std::string& name, double bandwidth, double latency) {
+  sg4::Host* h = zone->create_host(name, kSpeed);
+  spoke(zone, h->get_netpoint(), nullptr, name + "-l", bandwidth, latency);
+  return h;
+}
+
+std::pair<NetPoint*, NetPoint*> oneHost(sg4::NetZone* zone, const std::vector<unsigned long>&, unsigned long id) {
   sg4::Host* h = zone->create_host("h" + std::to_string(id), kSpeed);
   g_hosts.push_back(h);
   return {h->get_netpoint(), nullptr};
 }
 
-std::pair<simgrid::kernel::routing::NetPoint*, simgrid::kernel::routing::NetPoint*> hostOf8(
-    sg4::NetZone* zone, const std::vector<unsigned long>&, unsigned long id) {
+std::pair<NetPoint*, NetPoint*> hostOf8(sg4::NetZone* zone, const std::vector<unsigned long>&, unsigned long id) {
   const std::string name = "node" + std::to_string(id);
   auto* inside = sg4::create_star_zone(name);
   inside->set_parent(zone);
   for (int i = 0; i < g_opt.perHost; ++i) {
-    sg4::Host* h = inside->create_host(name + "-" + std::to_string(i), kSpeed);
-    auto* l = inside->create_split_duplex_link(h->get_name() + "-l", g_opt.localBandwidth);
-    l->set_latency(g_opt.localLatency)->seal();
-    inside->add_route(h->get_netpoint(), nullptr, nullptr, nullptr, {{l, sg4::LinkInRoute::Direction::UP}}, true);
-    g_hosts.push_back(h);
+    g_hosts.push_back(hostOnStar(inside, name + "-" + std::to_string(i), g_opt.localBandwidth, g_opt.localLatency));
   }
   auto* gateway = inside->create_router(name + "-nic");
-  auto* nic = inside->create_split_duplex_link(name + "-nic-l", g_opt.localBandwidth * 1e3);
-  nic->set_latency(0)->seal();
-  inside->add_route(gateway, nullptr, nullptr, nullptr, {{nic, sg4::LinkInRoute::Direction::UP}}, true);
+  spoke(inside, gateway, nullptr, name + "-nic-l", g_opt.localBandwidth * 1e3, 0);
   inside->seal();
   return {inside->get_netpoint(), gateway};
 }
@@ -288,42 +295,27 @@ void summingFatTree() {
     auto* z = sg4::create_star_zone(name);
     z->set_parent(core);
     auto* gateway = z->create_router(name + "-gw");
-    auto* inside = z->create_split_duplex_link(name + "-gw-l", o.bandwidth * kLeafHosts * leaves * 1e3);
-    inside->set_latency(0)->seal();
-    z->add_route(gateway, nullptr, nullptr, nullptr, {{inside, sg4::LinkInRoute::Direction::UP}}, true);
+    spoke(z, gateway, nullptr, name + "-gw-l", o.bandwidth * kLeafHosts * leaves * 1e3, 0);
     return std::make_pair(z, gateway);
   };
   // a summing switch: a host whose port reaches `ports` links at once
   auto summing = [&](sg4::NetZone* z, const std::string& name, double ports) {
-    sg4::Host* sw = z->create_host(name, kSpeed);
-    auto* port = z->create_split_duplex_link(name + "-l", o.bandwidth * ports);
-    port->set_latency(0)->seal();
-    z->add_route(sw->get_netpoint(), nullptr, nullptr, nullptr, {{port, sg4::LinkInRoute::Direction::UP}}, true);
-    return sw;
+    return hostOnStar(z, name, o.bandwidth * ports, 0);
   };
   auto [top, topGateway] = zoneOf("spines");
   sg4::Host* spinesSwitch = summing(top, "spines-switch", uplinks * leaves);
   top->seal();
-  auto* topLink = core->create_split_duplex_link("spines-l", o.bandwidth * uplinks * leaves * 1e3);
-  topLink->set_latency(0)->seal();
-  core->add_route(top->get_netpoint(), nullptr, topGateway, nullptr, {{topLink, sg4::LinkInRoute::Direction::UP}},
-                  true);
+  spoke(core, top->get_netpoint(), topGateway, "spines-l", o.bandwidth * uplinks * leaves * 1e3, 0);
   std::vector<sg4::Host*> leafSwitches;
   for (int j = 0; j < leaves; ++j) {
     const std::string name = "leaf" + std::to_string(j);
     auto [leaf, gateway] = zoneOf(name);
     for (int i = 0; i < kLeafHosts; ++i) {
-      sg4::Host* h = leaf->create_host("h" + std::to_string(j * kLeafHosts + i), kSpeed);
-      auto* l = leaf->create_split_duplex_link(h->get_name() + "-l", o.bandwidth);
-      l->set_latency(o.latency)->seal();
-      leaf->add_route(h->get_netpoint(), nullptr, nullptr, nullptr, {{l, sg4::LinkInRoute::Direction::UP}}, true);
-      g_hosts.push_back(h);
+      g_hosts.push_back(hostOnStar(leaf, "h" + std::to_string(j * kLeafHosts + i), o.bandwidth, o.latency));
     }
     leafSwitches.push_back(summing(leaf, name + "-switch", kLeafHosts + uplinks));
     leaf->seal();
-    auto* up = core->create_split_duplex_link(name + "-up", o.bandwidth * uplinks);
-    up->set_latency(o.latency)->seal();
-    core->add_route(leaf->get_netpoint(), nullptr, gateway, nullptr, {{up, sg4::LinkInRoute::Direction::UP}}, true);
+    spoke(core, leaf->get_netpoint(), gateway, name + "-up", o.bandwidth * uplinks, o.latency);
   }
   for (int twice = 0; twice < 2; ++twice) g_hosts.insert(g_hosts.end(), leafSwitches.begin(), leafSwitches.end());
   g_hosts.push_back(spinesSwitch);
@@ -336,19 +328,9 @@ void buildPlatform() {
   const auto duplex = sg4::Link::SharingPolicy::SPLITDUPLEX;
   if (o.platform == "star") {
     auto* zone = sg4::create_star_zone("star");
-    for (int r = 0; r < p; ++r) {
-      sg4::Host* h = zone->create_host("h" + std::to_string(r), kSpeed);
-      auto* l = zone->create_split_duplex_link("l" + std::to_string(r), o.bandwidth);
-      l->set_latency(o.latency)->seal();
-      zone->add_route(h->get_netpoint(), nullptr, nullptr, nullptr, {{l, sg4::LinkInRoute::Direction::UP}}, true);
-      g_hosts.push_back(h);
-    }
+    for (int r = 0; r < p; ++r) g_hosts.push_back(hostOnStar(zone, "h" + std::to_string(r), o.bandwidth, o.latency));
     if (o.algorithm == kInNetwork) {  // the switch that sums: its port to every host at once
-      sg4::Host* h = zone->create_host("switch", kSpeed);
-      auto* l = zone->create_split_duplex_link("switch-l", o.bandwidth * p);
-      l->set_latency(0)->seal();
-      zone->add_route(h->get_netpoint(), nullptr, nullptr, nullptr, {{l, sg4::LinkInRoute::Direction::UP}}, true);
-      g_hosts.push_back(h);
+      g_hosts.push_back(hostOnStar(zone, "switch", o.bandwidth * p, 0));
     }
     zone->seal();
   } else if (o.platform == "star8") {
@@ -356,9 +338,7 @@ void buildPlatform() {
     auto* zone = sg4::create_star_zone("star");
     for (int n = 0; n < p / o.perHost; ++n) {
       auto [node, gateway] = hostOf8(zone, {}, n);
-      auto* l = zone->create_split_duplex_link("l" + std::to_string(n), o.bandwidth);
-      l->set_latency(o.latency)->seal();
-      zone->add_route(node, nullptr, gateway, nullptr, {{l, sg4::LinkInRoute::Direction::UP}}, true);
+      spoke(zone, node, gateway, "l" + std::to_string(n), o.bandwidth, o.latency);
     }
     zone->seal();
   } else if (summingTree()) {
