@@ -129,7 +129,7 @@ double halvingDoublingCost(const Costs& k, const Situation& s) {
 // host's, for leafRanks 0).
 double treeCost(const Costs& k, const Situation& s) {
   const CostModel& m = k.flat;
-  const schedule::TreePath path = s.treePath.levels > 0 ? s.treePath : schedule::treeCriticalPath(s.ranks);
+  const schedule::TreePath& path = s.treePath;
   const double half = double(s.bytes) / 2, seg = s.segmentBytes ? std::min(half, double(s.segmentBytes)) : half;
   const double nseg = seg > 0 ? std::ceil(half / seg) : 0;
   double load = s.hosts > 1 ? std::max(4.0, double(s.treeHostEdges)) : 4.0;

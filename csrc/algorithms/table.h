@@ -46,7 +46,7 @@ struct Situation {
   // (countCrossings: O(p)), not every call.
   int ringHostHops = 0, ringHostLoad = 0, treeHostEdges = 0, treeLeafEdges = 0;
   // The tree's one-segment path (schedule::treeCriticalPath(ranks)), counted with the
-  // crossings; levels 0: not counted (the cost counts it).
+  // crossings.
   schedule::TreePath treePath;
 
   static Situation of(const Communicator& c, Collective collective, size_t bytes);

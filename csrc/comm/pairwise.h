@@ -5,10 +5,10 @@
 // number of messages; an empty range sends nothing.
 //
 // The exchanges send ahead of what they receive by half the peer's slots where a NIC moves
-// the bytes (pairwise.cc: Ahead, prim::writesOffloaded; one piece elsewhere), so the link stays
-// busy over its round trip, and a send only ever
-// waits for a credit the peer gives before its own send of that index: two ranks that
-// exchange with each other never wait on each other, with any number of slots.
+// the bytes (pairwise.cc: Ahead, prim::writesOffloaded; one piece elsewhere), so the link
+// stays busy over its round trip, and a send only ever waits for a credit the peer gives
+// before its own send of that index: two ranks that exchange with each other never wait on
+// each other, with any number of slots.
 #pragma once
 #include <algorithm>
 #include <cstddef>
