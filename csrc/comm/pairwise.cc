@@ -46,7 +46,7 @@ void recvCopyPiece(Communicator& c, Peer& from, char* dst, size_t len) {
 // elsewhere a write is this host's CPU work, which sending ahead only interleaved worse
 // (1.1-1.5x slower at 4-16 MiB, 2-4 ranks on 2 cores), so there window = 1. Else window =
 // half the peer's slots: where the peer sends to me too, the credit it returns for my
-// piece m travels behind its own pieces in flight (a queue pair sends in order), so my
+// piece m travels behind its own pieces in flight (a connection delivers in order), so my
 // credits come back a window late, and the other half of the slots covers that (with all
 // of them as the window, the credits' wait cost what the window saved). A send of message
 // m waits for the peer to consume message m - slots, which it does before sending its own

@@ -24,7 +24,7 @@ namespace rdmacoll {
 // busy with ceil(2 alpha / beta / slotBytes) messages in flight, plus the one the
 // receiver is reducing from. Twice that many slots: pairwise exchanges send half the
 // slots ahead (comm/pairwise.cc: the credits for them come back behind the peer's own
-// half, in order on the same queue pair). At least kMinAutoSlots (what the pipelines were measured
+// half, in order on the same connection). At least kMinAutoSlots (what the pipelines were measured
 // with, within a host and across), at most the setting's own 64, and above the minimum
 // no more than keep the slot memory for `size` peers within kAutoSlotMemory (per rank:
 // a host of 64 ranks then holds at most 16 GiB of slots, as 4 slots of 1 MiB would).
